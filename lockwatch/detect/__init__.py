@@ -1,0 +1,1 @@
+"""Detectors: pure functions from snapshots to findings."""

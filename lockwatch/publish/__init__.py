@@ -1,0 +1,1 @@
+"""Publishers: metrics, HTTP API and logs, all read from the board."""

@@ -1,0 +1,1 @@
+"""Samplers: the only code that talks to the monitored systems."""
