@@ -31,9 +31,10 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
 def dsn_password(dsn: str) -> str | None:
     """The password a DSN carries, so it can be redacted wherever it shows up."""
     try:
-        return psycopg.conninfo.conninfo_to_dict(dsn).get("password") or None
+        password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
     except psycopg.ProgrammingError:
         return None
+    return str(password) if password else None
 
 
 def describe_dsn(dsn: str) -> str:
@@ -46,9 +47,9 @@ def describe_dsn(dsn: str) -> str:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparsable DSN>"
-    user = parts.get("user")
+    user = str(parts.get("user") or "")
     host = parts.get("host") or "localhost"
     port = parts.get("port")
-    dbname = parts.get("dbname") or ""
+    dbname = str(parts.get("dbname") or "")
     where = f"{host}:{port}" if port else str(host)
     return f"{user + '@' if user else ''}{where}/{dbname}"
