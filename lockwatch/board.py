@@ -41,7 +41,9 @@ class Board:
     def register(self, target: Target) -> None:
         with self._lock:
             old = self._views.get(target.name)
-            self._views[target.name] = TargetView(target) if old is None else replace(old, target=target)
+            self._views[target.name] = (
+                TargetView(target) if old is None else replace(old, target=target)
+            )
 
     def forget(self, name: str) -> None:
         with self._lock:

@@ -164,7 +164,9 @@ class LockSnapshot:
 
     def holders(self, database: str, key: LockKey) -> list[AdvisoryLock]:
         return [
-            lock for lock in self.locks if lock.granted and lock.database == database and lock.key == key
+            lock
+            for lock in self.locks
+            if lock.granted and lock.database == database and lock.key == key
         ]
 
 

@@ -6,8 +6,12 @@ import re
 
 import psycopg.conninfo
 
-_URI_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^@\s]*)(?=@)", re.I)
-_KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|\S+)", re.I)
+_URI_PASSWORD = re.compile(
+    r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^@\s]*)(?=@)", re.I
+)
+_KEYWORD_PASSWORD = re.compile(
+    r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|\S+)", re.I
+)
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<secret>[^&\s]+)", re.I)
 
 

@@ -67,7 +67,9 @@ class NamedLock:
     key: LockKey
     role: LockRole = LockRole.MUTEX
     database: str | None = None  # None: the key is meant in every database of the target
-    max_hold: float | None = None  # seconds; None: the target's default (mutex) or unlimited (leader)
+    max_hold: float | None = (
+        None  # seconds; None: the target's default (mutex) or unlimited (leader)
+    )
     orphan_after: float | None = None  # seconds; None: the target's default (mutex) or off (leader)
     allowed: AllowedHolders = field(default_factory=AllowedHolders)
     ignore: bool = False
