@@ -1,0 +1,215 @@
+"""Reads advisory locks and the sessions behind them from one PostgreSQL server.
+
+The only code that talks to a monitored database. It keeps one read-only
+connection per target, takes no locks of its own, and needs no more than the
+``pg_monitor`` role.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from lockwatch.model import AdvisoryLock, Backend, LockKey
+from lockwatch.secrets import describe_dsn, dsn_password, redact
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "lockwatch"
+QUERY_CHARS = 1024  # enough to recognise a statement, bounded whatever clients send
+MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
+LOCK_TIMEOUT_MS = 1000  # lockwatch takes no locks; this guards catalog reads all the same
+
+
+class SampleError(Exception):
+    """Sampling failed; the message is safe to show (no secrets)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawSample:
+    """One poll as the server answered it, before hold times are tracked."""
+
+    server_version: int
+    locks: tuple[AdvisoryLock, ...]
+    backends: dict[int, Backend]
+    seconds: float
+
+
+@cache
+def query_text(server_version: int) -> str:
+    """The advisory-lock query for a server version, loaded once per variant."""
+    name = "advisory_locks.sql" if server_version >= 140000 else "advisory_locks_pre140000.sql"
+    return (resources.files("lockwatch.sample") / "sql" / name).read_text(encoding="utf-8")
+
+
+def _rows_to_sample(
+    rows: Iterable[dict[str, Any]],
+) -> tuple[tuple[AdvisoryLock, ...], dict[int, Backend]]:
+    locks: list[AdvisoryLock] = []
+    backends: dict[int, Backend] = {}
+    for row in rows:
+        backend = Backend(
+            pid=row["pid"],
+            backend_start=row["backend_start"],
+            database=row["datname"],
+            usename=row["usename"],
+            application_name=row["application_name"] or "",
+            client_addr=row["client_addr"],
+            state=row["state"],
+            state_change=row["state_change"],
+            xact_start=row["xact_start"],
+            query_start=row["query_start"],
+            wait_event_type=row["wait_event_type"],
+            wait_event=row["wait_event"],
+            query=row["query"] or "",
+            blocked_by=tuple(row["blocked_by"] or ()),
+        )
+        backends[backend.pid] = backend
+        if row["classids"] is None:
+            continue
+        for classid, objid, objsubid, mode, granted, waitstart in zip(
+            row["classids"],
+            row["objids"],
+            row["objsubids"],
+            row["modes"],
+            row["granteds"],
+            row["waitstarts"],
+            strict=True,
+        ):
+            locks.append(
+                AdvisoryLock(
+                    # An advisory lock lives in the database its session is connected to.
+                    database=backend.database or "",
+                    key=LockKey.from_pg_locks(classid, objid, objsubid),
+                    mode=mode,
+                    granted=granted,
+                    pid=backend.pid,
+                    wait_start=waitstart,
+                )
+            )
+    return tuple(locks), backends
+
+
+class PgLockSampler:
+    """Polls one target. Not thread-safe except for ``abort``, which the
+    watchdog calls from another thread when a poll hangs."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        connect_timeout: float = 5.0,
+        statement_timeout: float = 5.0,
+    ) -> None:
+        self._dsn = dsn
+        self._secrets = tuple(s for s in (dsn_password(dsn), dsn) if s)
+        self._connect_timeout = connect_timeout
+        self._statement_timeout = statement_timeout
+        self._conn: psycopg.Connection[dict[str, Any]] | None = None
+        self._server_version = 0
+        self._guard = threading.Lock()
+
+    @property
+    def where(self) -> str:
+        return describe_dsn(self._dsn)
+
+    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
+        # Keepalives and tcp_user_timeout make a silently dead peer fail the
+        # poll instead of hanging it; the watchdog's abort() covers the rest.
+        conn = psycopg.connect(
+            self._dsn,
+            application_name=APPLICATION_NAME,
+            connect_timeout=max(1, round(self._connect_timeout)),
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=int((self._statement_timeout + self._connect_timeout) * 1000),
+            autocommit=True,
+            row_factory=dict_row,
+        )
+        # Session settings go through SET rather than the ``options`` startup
+        # parameter, which connection poolers reject.
+        conn.execute(
+            "SELECT pg_catalog.set_config('statement_timeout', %(st)s, false),"
+            " pg_catalog.set_config('lock_timeout', %(lt)s, false),"
+            " pg_catalog.set_config('default_transaction_read_only', 'on', false),"
+            " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, false)",
+            {"st": str(int(self._statement_timeout * 1000)), "lt": str(LOCK_TIMEOUT_MS)},
+        )
+        row = conn.execute(
+            "SELECT pg_catalog.current_setting('server_version_num')::int AS v"
+        ).fetchone()
+        self._server_version = int(row["v"]) if row else 0
+        return conn
+
+    def sample(self) -> RawSample:
+        """One poll: connect if needed, read advisory locks. Raises SampleError."""
+        started = time.perf_counter()
+        try:
+            with self._guard:
+                conn = self._conn
+            if conn is None or conn.closed:
+                conn = self._connect()
+                with self._guard:
+                    self._conn = conn
+            cursor = conn.execute(
+                query_text(self._server_version),
+                {"query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN},
+                prepare=True,
+            )
+            locks, backends = _rows_to_sample(cursor.fetchall())
+        except psycopg.Error as exc:
+            self.close()
+            raise SampleError(self._explain(exc)) from None
+        except OSError as exc:
+            self.close()
+            raise SampleError(redact(f"{self.where}: {exc}", self._secrets)) from None
+        return RawSample(self._server_version, locks, backends, time.perf_counter() - started)
+
+    def _explain(self, exc: psycopg.Error) -> str:
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            reason = f"poll query cancelled by statement_timeout ({self._statement_timeout:g}s)"
+        elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            reason = f"insufficient privilege (grant pg_monitor to the role): {exc}"
+        else:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return redact(f"{self.where}: {reason}", self._secrets)
+
+    def abort(self) -> None:
+        """Break a poll that is stuck on a silent server, from another thread.
+
+        Shutting the socket down wakes the blocked read with an error; closing
+        the connection object itself from here would race with the reader.
+        """
+        with self._guard:
+            conn = self._conn
+        if conn is None or conn.closed:
+            return
+        try:
+            fd = os.dup(conn.fileno())
+        except (OSError, psycopg.Error):
+            return
+        with socket.socket(fileno=fd) as sock, contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        with self._guard:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                log.debug("closing the connection to %s failed", self.where)
