@@ -1,0 +1,247 @@
+"""The JSON documents of the HTTP API, and the per-lock view they share with the
+metrics. Pure functions over board views: no I/O, the caller passes ``now``."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lockwatch.board import Board, TargetView
+from lockwatch.model import AdvisoryLock, Backend, Finding, LockKey, LockSnapshot, Severity
+from lockwatch.settings import LockSettings
+
+_SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def printable(text: str) -> str:
+    """``text`` made encodable as UTF-8.
+
+    Names and strings from database clients may carry lone surrogates (how Python
+    keeps undecodable bytes); they would break every UTF-8 encoder downstream, so
+    they are spelt out instead.
+
+    >>> printable("app\\udcff")
+    'app\\\\udcff'
+    >>> printable("plain")
+    'plain'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def iso_utc(moment: datetime | None) -> str | None:
+    """
+    >>> iso_utc(datetime(2026, 11, 29, 9, 14, 59, 123456, tzinfo=UTC))
+    '2026-11-29T09:14:59Z'
+    """
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        # Samplers hand out aware datetimes; a naive one can only be meant as UTC.
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age(now: datetime, since: datetime | None) -> float | None:
+    # Clamped: a server clock slightly ahead of ours must not give negative ages.
+    return None if since is None else max(0.0, (now - since).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class LockGroup:
+    """Every hold and wait of one key in one database, as of ``now``."""
+
+    database: str
+    key: LockKey
+    name: str | None  # the configured name, for a named lock
+    ignored: bool
+    holders: tuple[AdvisoryLock, ...]
+    waiters: tuple[AdvisoryLock, ...]
+    # From when lockwatch first saw the lock granted (pg_locks has no grant
+    # time); None when nobody holds it or no hold time is known.
+    hold_seconds: float | None
+    longest_wait_seconds: float | None
+
+    @property
+    def lock(self) -> str:
+        return self.name if self.name is not None else self.key.render()
+
+    @property
+    def mode(self) -> str | None:
+        rows = self.holders or self.waiters
+        return rows[0].mode if rows else None
+
+
+def lock_groups(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -> list[LockGroup]:
+    """The snapshot's advisory locks grouped per (database, key), longest-held first."""
+    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    for lock in snapshot.locks:
+        rows.setdefault((lock.database, lock.key), []).append(lock)
+    groups = []
+    for (database, key), locks in rows.items():
+        named = settings.named_lock(database, key)
+        holders = tuple(lock for lock in locks if lock.granted)
+        waiters = tuple(lock for lock in locks if not lock.granted)
+        holds = [s for s in (_age(now, lock.first_seen) for lock in holders) if s is not None]
+        waits = [
+            s
+            for s in (_age(now, lock.wait_start or lock.first_seen) for lock in waiters)
+            if s is not None
+        ]
+        groups.append(
+            LockGroup(
+                database=database,
+                key=key,
+                name=None if named is None else named.name,
+                ignored=settings.ignored(database, key),
+                holders=holders,
+                waiters=waiters,
+                hold_seconds=max(holds, default=None),
+                longest_wait_seconds=max(waits, default=None),
+            )
+        )
+    groups.sort(
+        key=lambda g: (-(g.hold_seconds or 0.0), -len(g.waiters), g.database, g.key),
+    )
+    return groups
+
+
+def _views(board_or_views: Board | Iterable[TargetView]) -> tuple[TargetView, ...]:
+    if isinstance(board_or_views, Board):
+        return board_or_views.views()
+    return tuple(board_or_views)
+
+
+def _finding_order(finding: Finding) -> tuple[int, datetime]:
+    return (_SEVERITY_RANK[finding.severity], finding.since)
+
+
+def finding_entry(finding: Finding) -> dict[str, Any]:
+    return {
+        "kind": finding.kind.value,
+        "target": finding.target,
+        "subject": finding.subject.as_dict(),
+        "severity": finding.severity.value,
+        "since": iso_utc(finding.since),
+        "summary": finding.summary,
+        "evidence": dict(finding.evidence),
+    }
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Critical first, then the oldest problem first."""
+    return sorted(findings, key=_finding_order)
+
+
+def findings_document(board_or_views: Board | Iterable[TargetView]) -> dict[str, Any]:
+    findings = [f for view in _views(board_or_views) for f in view.findings]
+    document: dict[str, Any] = json_safe(
+        {"findings": [finding_entry(f) for f in sorted_findings(findings)]}
+    )
+    return document
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _holder_entry(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> dict[str, Any]:
+    return {
+        "pid": lock.pid,
+        "application_name": None if backend is None else backend.application_name,
+        "client_addr": None if backend is None else backend.client_addr,
+        "usename": None if backend is None else backend.usename,
+        "state": None if backend is None else backend.state,
+        "state_seconds": None if backend is None else _seconds(_age(now, backend.state_change)),
+        "held_seconds": _seconds(_age(now, lock.first_seen)),
+        "query": None if backend is None else backend.query,
+    }
+
+
+def _waiter_entry(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> dict[str, Any]:
+    return {
+        "pid": lock.pid,
+        "application_name": None if backend is None else backend.application_name,
+        "client_addr": None if backend is None else backend.client_addr,
+        "state": None if backend is None else backend.state,
+        "wait_seconds": _seconds(_age(now, lock.wait_start or lock.first_seen)),
+        "blocked_by": [] if backend is None else list(backend.blocked_by),
+    }
+
+
+def _lock_entry(group: LockGroup, snapshot: LockSnapshot, now: datetime) -> dict[str, Any]:
+    backends = snapshot.backends
+    return {
+        "database": group.database,
+        "key": group.key.render(),
+        "lock": group.lock,
+        "named": group.name is not None,
+        "ignored": group.ignored,
+        "mode": group.mode,
+        "holders": [_holder_entry(h, backends.get(h.pid), now) for h in group.holders],
+        "waiters": [_waiter_entry(w, backends.get(w.pid), now) for w in group.waiters],
+        "hold_seconds": _seconds(group.hold_seconds),
+        "waiter_count": len(group.waiters),
+        "longest_wait_seconds": _seconds(group.longest_wait_seconds),
+    }
+
+
+def _target_entry(view: TargetView, now: datetime) -> dict[str, Any]:
+    status = view.status
+    snapshot = None if status is None else status.snapshot
+    groups = [] if snapshot is None else lock_groups(snapshot, view.target.locks, now)
+    return {
+        "target": view.target.name,
+        "up": view.up,
+        "error": None if status is None else status.error,
+        "checked_at": None if status is None else iso_utc(status.checked_at),
+        "locks": [] if snapshot is None else [_lock_entry(g, snapshot, now) for g in groups],
+    }
+
+
+def locks_document(views: Board | Iterable[TargetView], now: datetime) -> dict[str, Any]:
+    document: dict[str, Any] = json_safe(
+        {"targets": [_target_entry(view, now) for view in _views(views)]}
+    )
+    return document
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with everything JSON cannot carry faithfully made plain: lone
+    surrogates spelt out, NaN and infinities as null, datetimes in ISO 8601.
+
+    >>> json_safe({"a": (1.5, float("nan")), "b": "x\\udc80"})
+    {'a': [1.5, None], 'b': 'x\\\\udc80'}
+    """
+    if isinstance(value, enum.Enum):
+        return json_safe(value.value)
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, bool | int) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime):
+        return iso_utc(value)
+    if isinstance(value, Mapping):
+        return {printable(str(k)): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_safe(v) for v in value]
+    return printable(str(value))
+
+
+def render_json(document: Mapping[str, Any]) -> bytes:
+    """A document as the API serves it; ``json_safe`` documents always encode."""
+    return json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8")

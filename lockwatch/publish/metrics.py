@@ -1,0 +1,218 @@
+"""Prometheus metrics from the board's latest state.
+
+Nothing is queried at scrape time: the collector renders what the poll loop
+last published. Every label value comes from config or from a rendered lock
+key, and per-lock series are capped per target, so whatever the database's
+clients do, the number of series stays bounded.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+import lockwatch
+from lockwatch.board import Board, TargetView
+from lockwatch.model import Finding, FindingKind, Severity
+from lockwatch.publish.api import LockGroup, lock_groups, printable, sorted_findings, utc_now
+from lockwatch.settings import LockSettings
+
+# Active findings exported one series each, per target; the rest are counted.
+FINDING_SERIES_CAP = 100
+
+
+def _gauge(name: str, documentation: str, labels: Iterable[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=list(labels))
+
+
+def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float) -> None:
+    family.add_metric([printable(label) for label in labels], value)
+
+
+def exported_locks(
+    groups: list[LockGroup], settings: LockSettings
+) -> list[tuple[str, str, LockGroup | None]]:
+    """(database label, lock label, group) for every lock exported on its own.
+
+    Every named lock that is not ignored, with an empty group when nobody holds
+    or waits for it; then the ``top_n`` longest-held other keys (``groups`` comes
+    longest-held first). Ignored keys never appear.
+    """
+    exported: list[tuple[str, str, LockGroup | None]] = []
+    for named in settings.named:
+        if named.ignore:
+            continue
+        matching = [g for g in groups if g.name == named.name and named.matches(g.database, g.key)]
+        if not matching:
+            exported.append((named.database or "", named.name, None))
+        exported.extend((g.database, named.name, g) for g in matching)
+    others = [g for g in groups if g.name is None and not g.ignored]
+    exported.extend((g.database, g.lock, g) for g in others[: max(settings.top_n, 0)])
+    # A lock name could equal another key's rendering; a repeated label set
+    # would make the whole exposition invalid, so the first one wins.
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for database, lock, group in exported:
+        if (database, lock) not in seen:
+            seen.add((database, lock))
+            unique.append((database, lock, group))
+    return unique
+
+
+class BoardCollector(Collector):
+    """Renders the board's latest state as fresh metric families at each scrape."""
+
+    def __init__(self, board: Board, clock: Callable[[], datetime] = utc_now) -> None:
+        self._board = board
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._clock()
+        views = self._board.views()
+        yield from self._poll_metrics(views)
+        yield from self._lock_metrics(views, now)
+        yield from self._finding_metrics(views)
+
+    def _poll_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
+        up = _gauge(
+            "lockwatch_up",
+            "1 if the last poll of the target succeeded, 0 if it failed or none finished yet.",
+            ["target"],
+        )
+        duration = _gauge(
+            "lockwatch_last_poll_duration_seconds",
+            "How long the last successful poll of the target took.",
+            ["target"],
+        )
+        polls = CounterMetricFamily(
+            "lockwatch_polls_total", "Polls of the target, successful or not.", labels=["target"]
+        )
+        errors = CounterMetricFamily(
+            "lockwatch_poll_errors_total", "Polls of the target that failed.", labels=["target"]
+        )
+        last_success = _gauge(
+            "lockwatch_last_successful_poll_timestamp_seconds",
+            "Unix time of the last successful poll of the target; absent until one succeeded.",
+            ["target"],
+        )
+        for view in views:
+            target = [view.target.name]
+            _add(up, target, 1.0 if view.up else 0.0)
+            _add(polls, target, view.polls_total)
+            _add(errors, target, view.poll_errors_total)
+            snapshot = None if view.status is None else view.status.snapshot
+            if snapshot is not None:
+                _add(duration, target, snapshot.poll_seconds)
+            if view.last_success is not None:
+                _add(last_success, target, view.last_success.timestamp())
+        yield from (up, duration, polls, errors, last_success)
+
+    def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
+        counts = _gauge(
+            "lockwatch_advisory_locks",
+            "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
+            "not counting ignored keys.",
+            ["target", "database", "state"],
+        )
+        labels = ["target", "database", "lock"]
+        hold = _gauge(
+            "lockwatch_advisory_lock_hold_seconds",
+            "Seconds the lock has been held, measured from when lockwatch first saw it "
+            "granted (PostgreSQL records no grant time); 0 when nobody holds it. "
+            "Named locks, plus the longest-held other keys up to top_n per target.",
+            labels,
+        )
+        waiters = _gauge(
+            "lockwatch_advisory_lock_waiters",
+            "Sessions waiting for the lock.",
+            labels,
+        )
+        longest_wait = _gauge(
+            "lockwatch_advisory_lock_longest_wait_seconds",
+            "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
+            labels,
+        )
+        for view in views:
+            snapshot = None if view.status is None else view.status.snapshot
+            if snapshot is None:
+                # Without a poll result nothing is known; 0 would claim "not held".
+                continue
+            target = view.target.name
+            groups = lock_groups(snapshot, view.target.locks, now)
+            per_database: dict[str, list[int]] = {}
+            for group in groups:
+                if not group.ignored:
+                    tally = per_database.setdefault(group.database, [0, 0])
+                    tally[0] += len(group.holders)
+                    tally[1] += len(group.waiters)
+            for database, (held, waiting) in sorted(per_database.items()):
+                _add(counts, [target, database, "held"], held)
+                _add(counts, [target, database, "waiting"], waiting)
+            for database, lock, exported in exported_locks(groups, view.target.locks):
+                series = [target, database, lock]
+                _add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
+                _add(waiters, series, 0 if exported is None else len(exported.waiters))
+                _add(
+                    longest_wait,
+                    series,
+                    0.0 if exported is None else exported.longest_wait_seconds or 0.0,
+                )
+        yield from (counts, hold, waiters, longest_wait)
+
+    def _finding_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
+        counts = _gauge(
+            "lockwatch_findings",
+            "Active findings by kind and severity; every combination is present, 0 when none.",
+            ["target", "kind", "severity"],
+        )
+        active = _gauge(
+            "lockwatch_finding_active",
+            f"1 for each active finding (at most {FINDING_SERIES_CAP} per target, "
+            "most severe and oldest first).",
+            ["target", "kind", "database", "lock"],
+        )
+        dropped = _gauge(
+            "lockwatch_finding_series_dropped",
+            "Active findings left out of lockwatch_finding_active by the per-target cap.",
+            ["target"],
+        )
+        for view in views:
+            target = view.target.name
+            tally: dict[tuple[FindingKind, Severity], int] = {}
+            for finding in view.findings:
+                tally[finding.kind, finding.severity] = (
+                    tally.get((finding.kind, finding.severity), 0) + 1
+                )
+            for kind in FindingKind:
+                for severity in Severity:
+                    _add(
+                        counts, [target, kind.value, severity.value], tally.get((kind, severity), 0)
+                    )
+            shown = _finding_series(view.findings)
+            for kind_label, database, lock in shown[:FINDING_SERIES_CAP]:
+                _add(active, [target, kind_label, database, lock], 1.0)
+            _add(dropped, [target], max(0, len(shown) - FINDING_SERIES_CAP))
+        yield from (counts, active, dropped)
+
+
+def _finding_series(findings: Iterable[Finding]) -> list[tuple[str, str, str]]:
+    """Distinct (kind, database, lock) label sets, most severe and oldest first."""
+    series: dict[tuple[str, str, str], None] = {}
+    for finding in sorted_findings(findings):
+        subject = finding.subject
+        series.setdefault((finding.kind.value, subject.database or "", subject.lock or ""), None)
+    return list(series)
+
+
+def build_registry(board: Board, clock: Callable[[], datetime] = utc_now) -> CollectorRegistry:
+    """lockwatch's own registry: the board collector and the build info."""
+    registry = CollectorRegistry()
+    registry.register(BoardCollector(board, clock))
+    build = Info("lockwatch_build", "The lockwatch build that is running.", registry=registry)
+    build.info({"version": lockwatch.__version__, "python_version": platform.python_version()})
+    return registry
