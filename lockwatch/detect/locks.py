@@ -1,0 +1,561 @@
+"""Advisory-lock detectors: long holds, convoys, orphans, unexpected holders and
+missing leaders, read from one ``LockSnapshot``.
+
+Pure: the clock comes in as ``now`` and the same input always gives the same
+findings in the same order.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lockwatch.model import (
+    AdvisoryLock,
+    Backend,
+    Finding,
+    FindingKind,
+    LockKey,
+    LockSnapshot,
+    Severity,
+    Subject,
+)
+from lockwatch.settings import LockRole, LockSettings, NamedLock
+
+IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
+QUERY_LIMIT = 200
+SUMMARY_VALUE_LIMIT = 60
+ELLIPSIS = "…"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration the way a person reads it, to two units at most.
+
+    >>> format_duration(42.7)
+    '42s'
+    >>> format_duration(340)
+    '5m40s'
+    >>> format_duration(300)
+    '5m'
+    >>> format_duration(3 * 3600 + 2 * 60 + 9)
+    '3h2m'
+    >>> format_duration(2 * 86400 + 3600)
+    '2d1h'
+    >>> format_duration(-5)
+    '0s'
+    """
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    for big, big_unit, small, small_unit in (
+        (days, "d", hours, "h"),
+        (hours, "h", minutes, "m"),
+        (minutes, "m", secs, "s"),
+    ):
+        if big:
+            return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
+    return f"{secs}s"
+
+
+def _breaks_line(ch: str) -> bool:
+    """Control, format and private characters, and the Unicode line and
+    paragraph separators: anything a terminal or chat client may render as a
+    break or not at all."""
+    category = unicodedata.category(ch)
+    return category[0] == "C" or category in ("Zl", "Zp")
+
+
+def one_line(text: object, limit: int = SUMMARY_VALUE_LIMIT) -> str:
+    """A value from a database client made safe to put inside a one-line summary:
+    control characters and line breaks become spaces, runs of blanks collapse,
+    and the result is capped at ``limit`` characters.
+
+    >>> one_line("SELECT\\n  pg_advisory_lock(42);\\x00")
+    'SELECT pg_advisory_lock(42);'
+    >>> one_line("x" * 70, 10)
+    'xxxxxxxxxx…'
+    """
+    cleaned = "".join(" " if _breaks_line(ch) else ch for ch in str(text))
+    collapsed = " ".join(cleaned.split())
+    return collapsed if len(collapsed) <= limit else collapsed[:limit] + ELLIPSIS
+
+
+def truncate(text: str, limit: int = QUERY_LIMIT) -> str:
+    """
+    >>> truncate("abcdef", 3)
+    'abc…'
+    """
+    return text if len(text) <= limit else text[:limit] + ELLIPSIS
+
+
+def _seconds(now: datetime, then: datetime | None) -> float:
+    """Seconds from ``then`` to ``now``; never negative, 0 when unknown."""
+    if then is None:
+        return 0.0
+    return max(0.0, (now - then).total_seconds())
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round(_seconds(now, then), 1)
+
+
+def _backend_facts(backend: Backend | None, pid: int, now: datetime) -> dict[str, Any]:
+    if backend is None:
+        return {
+            "pid": pid,
+            "application_name": None,
+            "client_addr": None,
+            "state": None,
+            "state_seconds": None,
+            "wait_event_type": None,
+            "wait_event": None,
+            "query": None,
+            "blocked_by": [],
+        }
+    return {
+        "pid": pid,
+        "application_name": backend.application_name,
+        "client_addr": backend.client_addr,
+        "state": backend.state,
+        "state_seconds": _age(now, backend.state_change),
+        "wait_event_type": backend.wait_event_type,
+        "wait_event": backend.wait_event,
+        "query": truncate(backend.query),
+        "blocked_by": list(backend.blocked_by),
+    }
+
+
+def blocking_chain(
+    snapshot: LockSnapshot, pid: int, now: datetime, max_depth: int = 10
+) -> list[dict[str, Any]]:
+    """Who ``pid`` waits for, who that one waits for, and so on.
+
+    One step per backend, following ``Backend.blocked_by`` (the first blocker
+    lockwatch knows, when there are several). A step that leads back to a pid
+    already in the chain ends it with ``cycle: True``; at most ``max_depth``
+    steps are returned.
+    """
+    chain: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    current: int | None = pid
+    while current is not None and len(chain) < max_depth:
+        backend = snapshot.backends.get(current)
+        step = _backend_facts(backend, current, now)
+        step["cycle"] = current in seen
+        chain.append(step)
+        if step["cycle"] or backend is None or not backend.blocked_by:
+            break
+        seen.add(current)
+        known = [p for p in backend.blocked_by if p in snapshot.backends]
+        current = (known or list(backend.blocked_by))[0]
+    return chain
+
+
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    lock: AdvisoryLock
+    backend: Backend | None
+    held: float
+    idle: float | None  # seconds idle, None unless the backend is in an idle state
+
+    @property
+    def waits(self) -> bool:
+        return self.backend is not None and (
+            self.backend.waiting_on_lock or bool(self.backend.blocked_by)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiter:
+    lock: AdvisoryLock
+    backend: Backend | None
+    waited: float
+
+    @property
+    def started(self) -> datetime | None:
+        return self.lock.wait_start or self.lock.first_seen
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Every row of one (database, key), with what the settings say about it."""
+
+    database: str | None  # None only for a leader lock meant in every database
+    key: LockKey
+    named: NamedLock | None
+    holders: tuple[_Holder, ...]
+    waiters: tuple[_Waiter, ...]
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(self.database, self.named.name if self.named else self.key.render())
+
+    @property
+    def leader(self) -> bool:
+        return self.named is not None and self.named.role is LockRole.LEADER
+
+    @property
+    def longest_waiter(self) -> _Waiter | None:
+        return max(self.waiters, key=lambda w: (w.waited, -w.lock.pid), default=None)
+
+    def label(self) -> str:
+        """``webhook-delivery (42)`` for a named lock, ``42`` otherwise."""
+        if self.named is None:
+            return self.key.render()
+        return f"{one_line(self.named.name)} ({self.key.render()})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """A finding before it knows its target and its related findings."""
+
+    kind: FindingKind
+    group: _Group
+    severity: Severity
+    since: datetime
+    summary: str
+    evidence: dict[str, Any]
+
+
+def _budgets(group: _Group, settings: LockSettings) -> tuple[float | None, float | None]:
+    """(max_hold, orphan_after) for the group; None switches the check off.
+    A leader is meant to be held for ever, so it only gets the budgets it names."""
+    named = group.named
+    if named is not None and named.max_hold is not None:
+        max_hold: float | None = named.max_hold
+    else:
+        max_hold = None if group.leader else settings.max_hold
+    if named is not None and named.orphan_after is not None:
+        orphan_after: float | None = named.orphan_after
+    else:
+        orphan_after = None if group.leader else settings.orphan_after
+    return max_hold, orphan_after
+
+
+def _who(holder: _Holder, *, addr: bool = True) -> str:
+    """``pid 1234 (webhook-worker-1 from 10.0.0.5)``"""
+    backend = holder.backend
+    if backend is None:
+        return f"pid {holder.lock.pid}"
+    app = one_line(backend.application_name) or "no application_name"
+    if addr:
+        where = one_line(backend.client_addr) if backend.client_addr else "local socket"
+        return f"pid {holder.lock.pid} ({app} from {where})"
+    return f"pid {holder.lock.pid} ({app})"
+
+
+def _doing(holder: _Holder) -> str:
+    """What the holder's session is up to, for a summary: ``idle 330s``."""
+    backend = holder.backend
+    if backend is None:
+        return "session not seen"
+    if holder.waits:
+        blockers = ",".join(str(p) for p in backend.blocked_by) or "?"
+        return f"itself waiting on pid {blockers}"
+    if holder.idle is not None:
+        return f"{one_line(backend.state)} {format_duration(holder.idle)}"
+    return one_line(backend.state or "state unknown")
+
+
+def _more(count: int) -> str:
+    return f" and {count} more" if count else ""
+
+
+def _waiting(group: _Group) -> str:
+    return f"; {len(group.waiters)} waiting" if group.waiters else ""
+
+
+def _holder_facts(holder: _Holder, now: datetime) -> dict[str, Any]:
+    facts = _backend_facts(holder.backend, holder.lock.pid, now)
+    backend = holder.backend
+    return {
+        "pid": facts["pid"],
+        "application_name": facts["application_name"],
+        "client_addr": facts["client_addr"],
+        "usename": backend.usename if backend else None,
+        "state": facts["state"],
+        "state_seconds": facts["state_seconds"],
+        "held_seconds": round(holder.held, 1),
+        "mode": holder.lock.mode,
+        "xact_seconds": _age(now, backend.xact_start) if backend else None,
+        "wait_event_type": facts["wait_event_type"],
+        "wait_event": facts["wait_event"],
+        "query": facts["query"],
+    }
+
+
+def _waiter_facts(waiter: _Waiter) -> dict[str, Any]:
+    backend = waiter.backend
+    return {
+        "pid": waiter.lock.pid,
+        "application_name": backend.application_name if backend else None,
+        "client_addr": backend.client_addr if backend else None,
+        "state": backend.state if backend else None,
+        "wait_seconds": round(waiter.waited, 1),
+        "blocked_by": list(backend.blocked_by) if backend else [],
+    }
+
+
+def _evidence(
+    group: _Group,
+    settings: LockSettings,
+    snapshot: LockSnapshot,
+    now: datetime,
+    holder: _Holder | None,
+) -> dict[str, Any]:
+    max_hold, orphan_after = _budgets(group, settings)
+    allowed = group.named.allowed if group.named else None
+    longest = group.longest_waiter
+    chain_from: int | None = None
+    if longest is not None:
+        chain_from = longest.lock.pid
+    elif holder is not None and holder.waits:
+        chain_from = holder.lock.pid
+    addresses: list[str] = []
+    if allowed is not None:
+        addresses = [str(n) for n in allowed.networks] + (["local"] if allowed.local else [])
+    return {
+        "key": group.key.render(),
+        "name": group.named.name if group.named else None,
+        "role": group.named.role.value if group.named else None,
+        "database": group.database,
+        "holder_pid": holder.lock.pid if holder else None,
+        "holders": [_holder_facts(h, now) for h in group.holders],
+        "waiters": [_waiter_facts(w) for w in group.waiters],
+        "waiter_count": len(group.waiters),
+        "longest_wait_seconds": round(longest.waited, 1) if longest else None,
+        "max_hold_seconds": max_hold,
+        "orphan_after_seconds": orphan_after,
+        "allowed_applications": list(allowed.applications) if allowed else [],
+        "allowed_addresses": addresses,
+        "chain": [] if chain_from is None else blocking_chain(snapshot, chain_from, now),
+    }
+
+
+def _groups(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -> list[_Group]:
+    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    for lock in snapshot.locks:
+        rows.setdefault((lock.database, lock.key), []).append(lock)
+    groups = []
+    for (database, key), locks in sorted(rows.items()):
+        if settings.ignored(database, key):
+            continue
+        holders = []
+        waiters = []
+        for lock in locks:
+            backend = snapshot.backends.get(lock.pid)
+            if lock.granted:
+                idle = None
+                if backend is not None and backend.state in IDLE_STATES:
+                    idle = _seconds(now, backend.state_change)
+                holders.append(_Holder(lock, backend, _seconds(now, lock.first_seen), idle))
+            else:
+                started = lock.wait_start or lock.first_seen
+                waiters.append(_Waiter(lock, backend, _seconds(now, started)))
+        holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
+        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+        groups.append(
+            _Group(
+                database,
+                key,
+                settings.named_lock(database, key),
+                tuple(holders),
+                tuple(waiters),
+            )
+        )
+    return groups
+
+
+def _held_too_long(
+    group: _Group, settings: LockSettings, snapshot: LockSnapshot, now: datetime
+) -> _Draft | None:
+    budget, _ = _budgets(group, settings)
+    holder = max(group.holders, key=lambda h: (h.held, -h.lock.pid), default=None)
+    if budget is None or holder is None or holder.held <= budget:
+        return None
+    assert holder.lock.first_seen is not None  # a positive hold has a start
+    others = sum(1 for h in group.holders if h.held > budget) - 1
+    summary = (
+        f"lock {group.label()} in {one_line(group.database)} held "
+        f"{format_duration(holder.held)} by {_who(holder)}{_more(others)}, {_doing(holder)}; "
+        f"budget {format_duration(budget)}{_waiting(group)}"
+    )
+    return _Draft(
+        FindingKind.LOCK_HELD_TOO_LONG,
+        group,
+        Severity.CRITICAL if group.waiters else Severity.WARNING,
+        holder.lock.first_seen + timedelta(seconds=budget),
+        summary,
+        _evidence(group, settings, snapshot, now, holder),
+    )
+
+
+def _convoy(
+    group: _Group, settings: LockSettings, snapshot: LockSnapshot, now: datetime
+) -> _Draft | None:
+    longest = group.longest_waiter
+    if (
+        longest is None
+        or len(group.waiters) < settings.convoy_waiters
+        or longest.waited < settings.convoy_wait
+    ):
+        return None
+    holder = max(
+        group.holders, key=lambda h: (h.waits, h.idle or 0.0, h.held, -h.lock.pid), default=None
+    )
+    if holder is None:
+        holder_text = "no holder seen"
+    else:
+        others = len(group.holders) - 1
+        holder_text = f"holder {_who(holder, addr=False)}{_more(others)} {_doing(holder)}"
+    summary = (
+        f"{len(group.waiters)} sessions wait on lock {group.label()} in "
+        f"{one_line(group.database)}, longest {format_duration(longest.waited)}; {holder_text}"
+    )
+    starts = [w.started for w in group.waiters if w.started is not None]
+    return _Draft(
+        FindingKind.LOCK_CONVOY,
+        group,
+        Severity.CRITICAL,
+        min(starts, default=now),
+        summary,
+        _evidence(group, settings, snapshot, now, holder),
+    )
+
+
+def _orphaned(
+    group: _Group, settings: LockSettings, snapshot: LockSnapshot, now: datetime
+) -> _Draft | None:
+    _, orphan_after = _budgets(group, settings)
+    holder = max(
+        (h for h in group.holders if h.idle is not None),
+        key=lambda h: (h.idle or 0.0, -h.lock.pid),
+        default=None,
+    )
+    if orphan_after is None or holder is None or holder.idle is None:
+        return None
+    if holder.idle <= orphan_after:
+        return None
+    backend = holder.backend
+    assert backend is not None and backend.state_change is not None  # it has an idle time
+    others = sum(1 for h in group.holders if h.idle is not None and h.idle > orphan_after) - 1
+    summary = (
+        f"lock {group.label()} in {one_line(group.database)} held by {_who(holder)}"
+        f"{_more(others)}, {one_line(backend.state)} {format_duration(holder.idle)} "
+        f'since "{one_line(backend.query)}"{_waiting(group)}'
+    )
+    return _Draft(
+        FindingKind.LOCK_ORPHANED,
+        group,
+        Severity.CRITICAL if group.waiters else Severity.WARNING,
+        backend.state_change + timedelta(seconds=orphan_after),
+        summary,
+        _evidence(group, settings, snapshot, now, holder),
+    )
+
+
+def _unexpected_holder(
+    group: _Group, settings: LockSettings, snapshot: LockSnapshot, now: datetime
+) -> _Draft | None:
+    named = group.named
+    if named is None or not named.allowed.restricted:
+        return None
+    # A holder whose session lockwatch did not see cannot be judged either way.
+    strangers = [
+        h
+        for h in group.holders
+        if h.backend is not None
+        and not named.allowed.allows(h.backend.application_name, h.backend.client_addr)
+    ]
+    if not strangers:
+        return None
+    holder = min(strangers, key=lambda h: (h.lock.first_seen or now, h.lock.pid))
+    evidence = _evidence(group, settings, snapshot, now, holder)
+    allowed = ", ".join(
+        [one_line(a) for a in evidence["allowed_applications"]]
+        + [one_line(a) for a in evidence["allowed_addresses"]]
+    )
+    summary = (
+        f"lock {group.label()} in {one_line(group.database)} held by {_who(holder)}"
+        f"{_more(len(strangers) - 1)}, not an allowed holder (allowed: {allowed})"
+    )
+    return _Draft(
+        FindingKind.LOCK_UNEXPECTED_HOLDER,
+        group,
+        Severity.CRITICAL,
+        holder.lock.first_seen or now,
+        summary,
+        evidence,
+    )
+
+
+def _leaders_missing(
+    snapshot: LockSnapshot, settings: LockSettings, now: datetime
+) -> Iterable[_Draft]:
+    for named in settings.named:
+        if named.role is not LockRole.LEADER or named.ignore:
+            continue
+        rows = [
+            lock
+            for lock in snapshot.locks
+            if lock.key == named.key and (named.database is None or lock.database == named.database)
+        ]
+        if any(lock.granted for lock in rows):
+            continue
+        waiters = [
+            _Waiter(
+                lock,
+                snapshot.backends.get(lock.pid),
+                _seconds(now, lock.wait_start or lock.first_seen),
+            )
+            for lock in rows
+        ]
+        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+        group = _Group(named.database, named.key, named, (), tuple(waiters))
+        where = f"in {one_line(named.database)}" if named.database else "in any database"
+        yield _Draft(
+            FindingKind.LEADER_LOCK_MISSING,
+            group,
+            Severity.CRITICAL,
+            now,
+            f"leader lock {group.label()} is held by nobody {where}{_waiting(group)}",
+            _evidence(group, settings, snapshot, now, None),
+        )
+
+
+_CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder)
+
+
+def detect_locks(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -> list[Finding]:
+    """Every advisory-lock problem visible in ``snapshot`` at ``now``.
+
+    At most one finding per kind and subject, ordered by kind, database and key;
+    findings about the same subject name each other in ``evidence["related"]``.
+    """
+    drafts = [
+        draft
+        for group in _groups(snapshot, settings, now)
+        for check in _CHECKS
+        if (draft := check(group, settings, snapshot, now)) is not None
+    ]
+    drafts.extend(_leaders_missing(snapshot, settings, now))
+    drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
+    kinds: dict[Subject, set[str]] = {}
+    for draft in drafts:
+        kinds.setdefault(draft.group.subject, set()).add(draft.kind.value)
+    return [
+        Finding(
+            draft.kind,
+            snapshot.target,
+            draft.group.subject,
+            draft.severity,
+            draft.since,
+            draft.summary,
+            {**draft.evidence, "related": sorted(kinds[draft.group.subject] - {draft.kind.value})},
+        )
+        for draft in drafts
+    ]
