@@ -1,0 +1,225 @@
+"""Command line: ``lockwatch run|check-config|snapshot|demo``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockwatch import __version__
+from lockwatch.config import ConfigError, load_settings, parse_duration, settings_from_flags
+from lockwatch.settings import DEFAULT_LISTEN, Settings
+
+EXIT_BAD_CONFIG = 2
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """A duration flag: ``500ms``, ``5s``, ``2m``, ``1h``, in seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _fail_config(error: ConfigError) -> None:
+    click.echo(str(error), err=True)
+    sys.exit(EXIT_BAD_CONFIG)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="lockwatch")
+def main() -> None:
+    """Watch PostgreSQL advisory locks: long holds, convoys, orphans, wrong holders."""
+
+
+@main.command()
+@click.option(
+    "-c", "--config", "config_file", type=click.Path(path_type=Path), help="YAML config file."
+)
+@click.option(
+    "--dsn",
+    envvar="LOCKWATCH_DSN",
+    help="Database to watch, without a config file (or set LOCKWATCH_DSN, which keeps the password out of ps).",
+)
+@click.option(
+    "--listen",
+    default=None,
+    help=f"HOST:PORT for /metrics and the API [default: {DEFAULT_LISTEN}].",
+)
+@click.option("--interval", type=DURATION, default=None, help="Poll interval [default: 10s].")
+@click.option(
+    "--max-hold", type=DURATION, default=None, help="Hold time budget of any lock [default: 5m]."
+)
+@click.option(
+    "--orphan-after",
+    type=DURATION,
+    default=None,
+    help="Idle time of a holder that makes an orphan [default: 10m].",
+)
+@click.option(
+    "--convoy-waiters",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Waiters that make a convoy [default: 2].",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where hold times and findings survive restarts.",
+)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"
+)
+def run(
+    config_file: Path | None,
+    dsn: str | None,
+    listen: str | None,
+    interval: float | None,
+    max_hold: float | None,
+    orphan_after: float | None,
+    convoy_waiters: int | None,
+    state_dir: Path | None,
+    log_level: str,
+) -> None:
+    """Run the daemon: poll, detect, serve /metrics and the API."""
+    settings = _settings_for_run(
+        config_file, dsn, listen, interval, max_hold, orphan_after, convoy_waiters, state_dir
+    )
+    _setup_logging(log_level)
+    from lockwatch.daemon import Daemon
+
+    daemon = Daemon(settings)
+    try:
+        daemon.run_forever()
+    except OSError as exc:
+        click.echo(f"lockwatch: {exc}", err=True)
+        sys.exit(1)
+
+
+def _settings_for_run(
+    config_file: Path | None,
+    dsn: str | None,
+    listen: str | None,
+    interval: float | None,
+    max_hold: float | None,
+    orphan_after: float | None,
+    convoy_waiters: int | None,
+    state_dir: Path | None,
+) -> Settings:
+    flags_used = any(v is not None for v in (interval, max_hold, orphan_after, convoy_waiters))
+    if config_file is not None and flags_used:
+        raise click.UsageError("lock flags go in the config file when -c/--config is given")
+    if config_file is None and dsn is None:
+        raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
+    try:
+        if config_file is not None:
+            settings = load_settings(config_file)
+            if listen is not None or state_dir is not None:
+                from dataclasses import replace
+
+                settings = replace(
+                    settings,
+                    listen=listen or settings.listen,
+                    state_dir=state_dir or settings.state_dir,
+                )
+            return settings
+        assert dsn is not None
+        return settings_from_flags(
+            dsn=dsn,
+            listen=listen,
+            interval=interval,
+            max_hold=max_hold,
+            orphan_after=orphan_after,
+            convoy_waiters=convoy_waiters,
+            state_dir=state_dir,
+        )
+    except ConfigError as exc:
+        _fail_config(exc)
+        raise AssertionError("unreachable") from exc
+
+
+@main.command("check-config")
+@click.argument("config_file", type=click.Path(path_type=Path))
+def check_config(config_file: Path) -> None:
+    """Validate a config file; report every problem; exit 2 if there is any."""
+    try:
+        settings = load_settings(config_file)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    named = sum(len(t.locks.named) for t in settings.targets)
+    click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
+
+
+@main.command()
+@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="Database to look at.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--statement-timeout", type=DURATION, default=5.0, show_default=True)
+def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
+    """Print the advisory locks held and awaited right now, with their sessions."""
+    from lockwatch.snapshot import render_snapshot, take_snapshot
+
+    try:
+        settings = settings_from_flags(dsn=dsn)
+    except ConfigError as exc:
+        _fail_config(exc)
+        return
+    target = settings.targets[0]
+    try:
+        view = take_snapshot(target, statement_timeout=statement_timeout)
+    except RuntimeError as exc:
+        click.echo(f"lockwatch: {exc}", err=True)
+        sys.exit(1)
+    if as_json:
+        from lockwatch.publish.api import locks_document
+
+        assert view.status is not None
+        click.echo(json.dumps(locks_document((view,), view.status.checked_at), indent=2))
+    else:
+        click.echo(render_snapshot(view))
+
+
+@main.command()
+@click.option("--dsn", default=None, help="Replay against this server instead of a throwaway one.")
+@click.option(
+    "--duration", type=DURATION, default=None, help="Stop after this long [default: until Ctrl-C]."
+)
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="HOST:PORT for /metrics and the API.",
+)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning"
+)
+def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -> None:
+    """Replay the seed incidents (a lock convoy, an orphaned lock) and show what lockwatch finds."""
+    _setup_logging(log_level)
+    from lockwatch.demo import run_demo
+
+    sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen))
