@@ -270,21 +270,13 @@ def _waiting(group: _Group) -> str:
 
 
 def _holder_facts(holder: _Holder, now: datetime) -> dict[str, Any]:
-    facts = _backend_facts(holder.backend, holder.lock.pid, now)
     backend = holder.backend
     return {
-        "pid": facts["pid"],
-        "application_name": facts["application_name"],
-        "client_addr": facts["client_addr"],
+        **_backend_facts(backend, holder.lock.pid, now),
         "usename": backend.usename if backend else None,
-        "state": facts["state"],
-        "state_seconds": facts["state_seconds"],
         "held_seconds": round(holder.held, 1),
         "mode": holder.lock.mode,
         "xact_seconds": _age(now, backend.xact_start) if backend else None,
-        "wait_event_type": facts["wait_event_type"],
-        "wait_event": facts["wait_event"],
-        "query": facts["query"],
     }
 
 

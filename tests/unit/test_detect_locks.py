@@ -419,6 +419,7 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
         "wait_event_type": None,
         "wait_event": None,
         "query": "SELECT pg_advisory_lock(42)",
+        "blocked_by": [],
     }
     assert convoy_.evidence["waiter_count"] == 5
     assert convoy_.evidence["longest_wait_seconds"] == 310.0
