@@ -1,0 +1,240 @@
+"""The HTTP endpoint: /metrics, the JSON API, a landing page and /healthz.
+
+Every response is rendered from the board; no request reaches a database.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from lockwatch.board import Board
+from lockwatch.publish.api import (
+    findings_document,
+    locks_document,
+    printable,
+    render_json,
+    utc_now,
+)
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
+HTML = "text/html; charset=utf-8"
+
+# Seconds a connection may sit idle before its thread gives up on it.
+REQUEST_TIMEOUT = 10.0
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` with IPv6 hosts in brackets.
+
+    >>> parse_listen("127.0.0.1:10057"), parse_listen("[::1]:0")
+    (('127.0.0.1', 10057), ('::1', 0))
+    >>> parse_listen("::1:80")
+    Traceback (most recent call last):
+    ...
+    ValueError: bad listen address '::1:80': put an IPv6 address in brackets, like [::1]:10057
+    """
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"bad listen address {listen!r}: expected host:port, like 127.0.0.1:10057")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(
+            f"bad listen address {listen!r}: put an IPv6 address in brackets, like [::1]:10057"
+        )
+    if not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise ValueError(f"bad listen address {listen!r}: expected host:port, like 127.0.0.1:10057")
+    return host, int(port_text)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, app: HttpServer):
+        # The base class creates its socket from this attribute in __init__.
+        self.address_family = family
+        self.app = app
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    timeout = REQUEST_TIMEOUT
+    server_version = "lockwatch"
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.command != "GET":
+            # Refused before dispatch, so every method, known to http.server or not, gets 405.
+            self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Type", TEXT)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        try:
+            self.server.app.route(self)
+        except ConnectionError:
+            logger.debug(
+                "%s went away before the answer to %s", self.address_string(), printable(self.path)
+            )
+        except Exception:
+            logger.exception("failed to answer %s", printable(self.path))
+            self.send_error(HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def reply(self, status: HTTPStatus, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s %s", self.address_string(), printable(format % args))
+
+
+class HttpServer:
+    """Serves the board over HTTP from a daemon thread."""
+
+    def __init__(
+        self,
+        board: Board,
+        registry: CollectorRegistry,
+        listen: str,
+        stale_after: float,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._board = board
+        self._registry = registry
+        self._listen = listen
+        self._host, self._port = parse_listen(listen)
+        self._stale_after = stale_after
+        self._clock = clock
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._started: float = 0.0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound host and port (the real port when asked for port 0)."""
+        if self._server is None:
+            raise RuntimeError("the HTTP server is not started")
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        try:
+            family = socket.getaddrinfo(
+                self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0][0]
+            server = _Server((self._host, self._port), family, self)
+        except OSError as error:
+            raise OSError(
+                error.errno, f"cannot listen on {self._listen}: {error.strerror or error}"
+            ) from error
+        self._server = server
+        self._started = self._board.monotonic()
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            # How often the serving loop checks for stop(): bounds how long stop() takes.
+            kwargs={"poll_interval": 0.1},
+            name="lockwatch-http",
+            daemon=True,
+        )
+        self._thread.start()
+        logger.info("serving metrics and API on http://%s:%d/", *self.address)
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = None
+        self._thread = None
+
+    def route(self, request: _Handler) -> None:
+        path = urlsplit(request.path).path
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            request.reply(HTTPStatus.OK, content_type, encoder(self._registry))
+        elif path == "/api/v1/findings":
+            request.reply(HTTPStatus.OK, JSON, render_json(findings_document(self._board)))
+        elif path == "/api/v1/locks":
+            document = locks_document(self._board, self._clock())
+            request.reply(HTTPStatus.OK, JSON, render_json(document))
+        elif path == "/healthz":
+            status, reason = self.health()
+            request.reply(status, TEXT, (reason + "\n").encode("utf-8"))
+        elif path == "/":
+            request.reply(HTTPStatus.OK, HTML, self.landing_page().encode("utf-8"))
+        else:
+            request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
+
+    def health(self) -> tuple[HTTPStatus, str]:
+        """OK while the poll loop makes progress; 503 with the reason once it stalls."""
+        since_progress = self._board.seconds_since_progress()
+        if since_progress is None:
+            waited = self._board.monotonic() - self._started
+            if waited <= self._stale_after:
+                return HTTPStatus.OK, "ok"
+            return (
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"no poll finished in the {waited:.0f} s since start "
+                f"(limit {self._stale_after:g} s)",
+            )
+        if since_progress <= self._stale_after:
+            return HTTPStatus.OK, "ok"
+        return (
+            HTTPStatus.SERVICE_UNAVAILABLE,
+            f"poll loop stalled: last poll finished {since_progress:.0f} s ago "
+            f"(limit {self._stale_after:g} s)",
+        )
+
+    def landing_page(self) -> str:
+        rows = []
+        for view in self._board.views():
+            name = html.escape(printable(view.target.name))
+            state = "up" if view.up else "down"
+            rows.append(f"<tr><td>{name}</td><td>{state}</td><td>{len(view.findings)}</td></tr>")
+        table = "\n".join(rows) or '<tr><td colspan="3">no targets</td></tr>'
+        return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>lockwatch</title></head>
+<body>
+<h1>lockwatch</h1>
+<ul>
+<li><a href="/metrics">/metrics</a> (Prometheus)</li>
+<li><a href="/api/v1/findings">/api/v1/findings</a> (active findings, JSON)</li>
+<li><a href="/api/v1/locks">/api/v1/locks</a> (advisory locks, JSON)</li>
+<li><a href="/healthz">/healthz</a></li>
+</ul>
+<table>
+<thead><tr><th>target</th><th>state</th><th>findings</th></tr></thead>
+<tbody>
+{table}
+</tbody>
+</table>
+</body></html>
+"""

@@ -1,0 +1,281 @@
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import requests
+
+from lockwatch.board import Board, TargetView
+from lockwatch.model import Finding, FindingKind, LockKey, Severity, Subject, TargetStatus
+from lockwatch.publish.http import HttpServer
+from lockwatch.publish.metrics import build_registry
+from lockwatch.settings import LockSettings, NamedLock, Target
+from tests.factories import NOW, TARGET, backend, held, snapshot, waiting
+
+STALE_AFTER = 30.0
+TIMEOUT = 5.0
+
+
+@dataclass
+class FakeMonotonic:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Running:
+    board: Board
+    clock: FakeMonotonic
+    server: HttpServer
+
+    def url(self, path: str) -> str:
+        host, port = self.server.address
+        return f"http://{host}:{port}{path}"
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(self.url(path), timeout=TIMEOUT)
+
+
+def polled_view(name: str = TARGET) -> TargetView:
+    locks = LockSettings(named=(NamedLock("webhooks", LockKey.bigint(42)),))
+    snap = snapshot(
+        held(42, 1234, held_for=340, database='app"\n\\\udcff'),
+        waiting(42, 1301, waited_for=310, database='app"\n\\\udcff'),
+        backends=[backend(1234, "<script>alert(1)</script>\udc80"), backend(1301)],
+    )
+    finding = Finding(
+        kind=FindingKind.LOCK_CONVOY,
+        target=name,
+        subject=Subject(database="app", lock="webhooks"),
+        severity=Severity.CRITICAL,
+        since=NOW,
+        summary="1 session waits on webhooks",
+    )
+    return TargetView(
+        target=Target(name=name, dsn="postgresql://mon:s3cret@127.0.0.1:6432/app", locks=locks),
+        status=TargetStatus(target=name, checked_at=NOW, snapshot=snap),
+        polls_total=3,
+        last_success=NOW,
+        findings=(finding,),
+    )
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    clock = FakeMonotonic()
+    board = Board(monotonic=clock)
+    server = HttpServer(
+        board,
+        build_registry(board, clock=lambda: NOW),
+        "127.0.0.1:0",
+        STALE_AFTER,
+        clock=lambda: NOW,
+    )
+    server.start()
+    try:
+        yield Running(board, clock, server)
+    finally:
+        server.stop()
+
+
+def test_it_serves_metrics_in_the_text_exposition_format(running: Running) -> None:
+    running.board.publish(polled_view())
+
+    response = running.get("/metrics")
+
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert f'lockwatch_up{{target="{TARGET}"}} 1.0' in response.text
+    assert "s3cret" not in response.text
+
+
+def test_it_serves_openmetrics_to_scrapers_that_ask_for_it(running: Running) -> None:
+    response = requests.get(
+        running.url("/metrics"),
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
+        timeout=TIMEOUT,
+    )
+
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert response.text.endswith("# EOF\n")
+
+
+def test_it_serves_findings_and_locks_as_json(running: Running) -> None:
+    running.board.publish(polled_view())
+
+    findings = running.get("/api/v1/findings")
+    locks = running.get("/api/v1/locks")
+
+    for response in (findings, locks):
+        assert response.status_code == 200
+        assert response.headers["Content-Type"] == "application/json"
+    assert [f["kind"] for f in findings.json()["findings"]] == ["lock_convoy"]
+    (target,) = locks.json()["targets"]
+    assert target["locks"][0]["lock"] == "webhooks"
+    assert target["locks"][0]["waiter_count"] == 1
+
+
+def test_its_landing_page_links_the_endpoints_and_escapes_every_value(running: Running) -> None:
+    running.board.publish(polled_view())
+    running.board.publish(polled_view("<b>evil</b>"))
+
+    response = running.get("/")
+
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+    for link in ("/metrics", "/api/v1/findings", "/api/v1/locks"):
+        assert f'href="{link}"' in response.text
+    assert "&lt;b&gt;evil&lt;/b&gt;" in response.text
+    assert "<b>evil" not in response.text
+    assert f"<td>{TARGET}</td><td>up</td><td>1</td>" in response.text
+
+
+def test_health_is_ok_for_a_grace_period_before_the_first_poll_then_fails(
+    running: Running,
+) -> None:
+    assert running.get("/healthz").status_code == 200
+
+    running.clock.advance(STALE_AFTER + 1)
+    response = running.get("/healthz")
+
+    assert response.status_code == 503
+    assert "no poll finished" in response.text
+
+
+def test_health_fails_with_a_reason_when_the_poll_loop_stalls(running: Running) -> None:
+    running.board.publish(polled_view())
+    healthy = running.get("/healthz")
+
+    running.clock.advance(STALE_AFTER + 5)
+    stalled = running.get("/healthz")
+
+    assert (healthy.status_code, healthy.text) == (200, "ok\n")
+    assert healthy.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert stalled.status_code == 503
+    assert "stalled" in stalled.text
+    assert "35 s ago" in stalled.text
+
+
+def test_it_answers_unknown_paths_with_404_and_other_methods_with_405(running: Running) -> None:
+    assert running.get("/nope").status_code == 404
+    assert running.get("/metrics/extra").status_code == 404
+    for method in ("POST", "PUT", "DELETE", "HEAD", "BREW"):
+        response = requests.request(method, running.url("/metrics"), timeout=TIMEOUT)
+        assert response.status_code == 405, method
+        assert response.headers["Allow"] == "GET"
+
+
+def test_a_silent_client_does_not_block_other_requests(running: Running) -> None:
+    with socket.create_connection(running.server.address, timeout=TIMEOUT):
+        assert running.get("/healthz").status_code == 200
+
+
+def test_it_logs_requests_at_debug_instead_of_writing_to_stderr(
+    running: Running, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="lockwatch.publish.http")
+
+    running.get("/healthz?probe=1")
+
+    # The handler logs after the response is sent; wait for it, bounded.
+    deadline = time.monotonic() + TIMEOUT
+    while not any("/healthz?probe=1" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, "the request was never logged"
+        time.sleep(0.01)
+    record = next(r for r in caplog.records if "/healthz?probe=1" in r.getMessage())
+    assert record.levelno == logging.DEBUG
+    assert record.name == "lockwatch.publish.http"
+    assert capfd.readouterr().err == ""
+
+
+def test_stop_closes_the_socket() -> None:
+    board = Board()
+    server = HttpServer(board, build_registry(board), "127.0.0.1:0", STALE_AFTER)
+    server.start()
+    address = server.address
+    threads = threading.active_count()
+
+    server.stop()
+
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address, timeout=TIMEOUT).close()
+    assert threading.active_count() < threads
+
+
+@pytest.mark.parametrize("listen", ["localhost:0", "[::1]:0"])
+def test_it_listens_on_names_and_bracketed_ipv6_addresses(listen: str) -> None:
+    if listen.startswith("[") and not _has_ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback")
+    board = Board()
+    server = HttpServer(board, build_registry(board), listen, STALE_AFTER)
+    server.start()
+    try:
+        host, port = server.address
+        url_host = f"[{host}]" if ":" in host else host
+        response = requests.get(f"http://{url_host}:{port}/healthz", timeout=TIMEOUT)
+        assert response.status_code == 200
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "listen", ["10057", "127.0.0.1", "::1:80", "127.0.0.1:http", ":80", "h:70000"]
+)
+def test_it_rejects_a_bad_listen_address_clearly(listen: str) -> None:
+    board = Board()
+    with pytest.raises(ValueError, match="bad listen address"):
+        HttpServer(board, build_registry(board), listen, STALE_AFTER)
+
+
+def test_a_busy_port_fails_with_the_address_in_the_error() -> None:
+    board = Board()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        server = HttpServer(board, build_registry(board), listen, STALE_AFTER)
+
+        with pytest.raises(OSError, match=listen):
+            server.start()
+
+
+def test_promtool_accepts_the_metrics(running: Running) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        message = "promtool not found: install Debian's prometheus package to check /metrics"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    running.board.publish(polled_view())
+    running.board.publish(polled_view('odd "target"\n\\'))
+    body = running.get("/metrics").content
+
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
+    )
+
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    assert b"lockwatch_advisory_lock_hold_seconds" in body
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
