@@ -51,6 +51,9 @@ class HoldTracker:
         self.continuity_gap = continuity_gap
         self._sightings: dict[ObservationKey, Sighting] = {}
         self._dumped_keys: frozenset[ObservationKey] = frozenset()
+        # When the sightings were last confirmed against the server; a save
+        # while sampling fails must not vouch for locks nobody has seen since.
+        self._observed_at: datetime | None = None
 
     def __len__(self) -> int:
         return len(self._sightings)
@@ -71,6 +74,7 @@ class HoldTracker:
             seen[key] = Sighting(first_seen, now)
             filled.append(replace(lock, first_seen=first_seen))
         self._sightings = seen
+        self._observed_at = now
         return tuple(filled)
 
     def _continuous(self, previous: Sighting, backend: Backend | None, now: datetime) -> bool:
@@ -92,11 +96,13 @@ class HoldTracker:
         return self._dumped_keys != frozenset(self._sightings)
 
     def dump(self, now: datetime) -> dict[str, Any]:
-        """First sightings as of ``now``. ``last_seen`` is stored once for all:
-        the file only needs rewriting when the set of locks changes."""
+        """First sightings, dated by the last poll that saw them (``now`` if
+        none has). ``last_seen`` is stored once for all: the file only needs
+        rewriting when the set of locks changes."""
         self._dumped_keys = frozenset(self._sightings)
+        saved_at = self._observed_at or now
         return {
-            "saved_at": now.isoformat(),
+            "saved_at": saved_at.isoformat(),
             "locks": [
                 {
                     "pid": key[0],
@@ -115,7 +121,7 @@ class HoldTracker:
         """Restore a dump; malformed entries are dropped, not guessed at."""
         restored: dict[ObservationKey, Sighting] = {}
         try:
-            saved_at = datetime.fromisoformat(document["saved_at"])
+            saved_at = _aware(document["saved_at"])
             entries = list(document["locks"])
         except (KeyError, TypeError, ValueError):
             return
@@ -132,9 +138,18 @@ class HoldTracker:
                     str(entry["mode"]),
                     bool(entry["granted"]),
                 )
-                first_seen = datetime.fromisoformat(entry["first_seen"])
+                first_seen = _aware(entry["first_seen"])
             except (KeyError, TypeError, ValueError):
                 continue
             restored[key] = Sighting(min(first_seen, saved_at), saved_at, restored=True)
         self._sightings = restored
         self._dumped_keys = frozenset(restored)
+        self._observed_at = saved_at
+
+
+def _aware(text: Any) -> datetime:
+    """A saved timestamp; one without a zone cannot be compared with the clock."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp without a time zone: {text!r}")
+    return moment
