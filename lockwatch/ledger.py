@@ -72,17 +72,24 @@ class FindingLedger:
             for f in self._active.values()
         ]
 
-    def load(self, entries: list[dict[str, Any]]) -> None:
-        """Restore the active set after a restart, so nothing is announced twice."""
+    def load(self, entries: object) -> None:
+        """Restore the active set after a restart, so nothing is announced twice.
+
+        Malformed entries are dropped: a finding that is still true fires again,
+        which beats a daemon that cannot start."""
         restored: dict[tuple[str, str, Subject], Finding] = {}
-        for entry in entries:
+        for entry in entries if isinstance(entries, list) else ():
             try:
+                since = datetime.fromisoformat(entry["since"])
+                if since.tzinfo is None:
+                    # cannot be ordered against the findings the detectors make
+                    continue
                 finding = Finding(
                     kind=FindingKind(entry["kind"]),
                     target=str(entry["target"]),
                     subject=Subject(**entry["subject"]),
                     severity=Severity(entry["severity"]),
-                    since=datetime.fromisoformat(entry["since"]),
+                    since=since,
                     summary=str(entry["summary"]),
                     evidence=dict(entry.get("evidence") or {}),
                 )
