@@ -1,0 +1,308 @@
+"""The seed incidents, made for real on real servers, sampled and detected.
+
+lockwatch samples through a role that has only ``pg_monitor``. Time is moved
+forward by an injected clock, so budgets of minutes are crossed without
+waiting for them; the server's own timestamps stay real.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from lockwatch.board import Board
+from lockwatch.daemon import TargetRunner
+from lockwatch.model import Finding, FindingKind, LockKey
+from lockwatch.scenarios import OrphanIncident
+from lockwatch.settings import AllowedHolders, LockRole, LockSettings, NamedLock, Target
+from lockwatch.statefile import StateStore
+from tests.support import MONITOR_PASSWORD, PgDatabase, run_in_thread, wait_until
+
+pytestmark = pytest.mark.pg
+
+
+@dataclass
+class ShiftedClock:
+    """Real time plus an offset the test moves forward."""
+
+    offset: timedelta = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)
+
+
+RunnerFactory = Callable[[LockSettings, ShiftedClock], TargetRunner]
+
+
+@pytest.fixture
+def make_runner(pg: PgDatabase) -> Iterator[RunnerFactory]:
+    """Runners polling the test database through the pg_monitor-only role."""
+    runners: list[TargetRunner] = []
+
+    def make(locks: LockSettings, clock: ShiftedClock) -> TargetRunner:
+        target = Target("main", pg.monitor_dsn, interval=1.0, locks=locks)
+        runners.append(TargetRunner(target, Board(), StateStore(None), clock))
+        return runners[-1]
+
+    yield make
+    for runner in runners:
+        runner.sampler.close()
+
+
+def kinds(findings: tuple[Finding, ...]) -> set[str]:
+    return {f.kind.value for f in findings}
+
+
+def one(findings: tuple[Finding, ...], kind: FindingKind) -> Finding:
+    matching = [f for f in findings if f.kind is kind]
+    assert len(matching) == 1, f"expected one {kind.value}, got {findings}"
+    return matching[0]
+
+
+def waiting_count(pg: PgDatabase, key: int) -> int:
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND objid = %s AND database = (SELECT oid FROM pg_database WHERE datname = %s)",
+            (key, pg.database),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def take_and_release(conn: psycopg.Connection[Any], key: int) -> None:
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+@pytest.fixture
+def convoy(pg: PgDatabase) -> Iterator[dict[str, Any]]:
+    """Seed 002: worker 1 holds lock 42 and sits idle (stuck in an HTTP call
+    elsewhere); five workers wait for the lock."""
+    holder = pg.connect("webhook-worker-1")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    waiters = [pg.connect(f"webhook-worker-{n}") for n in range(2, 7)]
+    blocked = [run_in_thread(lambda c=c: take_and_release(c, 42)) for c in waiters]
+    wait_until(lambda: waiting_count(pg, 42) == 5, message="five workers queued on lock 42")
+    yield {
+        "holder_pid": holder.info.backend_pid,
+        "waiter_pids": {c.info.backend_pid for c in waiters},
+    }
+    holder.close()  # releases 42; the waiters drain one after another
+    for call in blocked:
+        call.join()
+
+
+def test_it_explains_a_convoy_behind_an_idle_holder_in_one_chain(
+    pg: PgDatabase, convoy: dict[str, Any], make_runner: RunnerFactory
+) -> None:
+    clock = ShiftedClock()
+    named = NamedLock("webhook-delivery", LockKey.bigint(42), max_hold=60.0)
+    runner = make_runner(LockSettings(orphan_after=120.0, named=(named,)), clock)
+
+    first = runner.poll_once()
+    assert first.up, first.status
+    # Hold times start when lockwatch first sees a lock, so nothing is "held too long" yet.
+    assert not kinds(first.findings) & {"lock_held_too_long", "lock_orphaned"}
+
+    clock.advance(300)
+    findings = runner.poll_once().findings
+    assert kinds(findings) == {"lock_convoy", "lock_held_too_long", "lock_orphaned"}
+    convoy_finding = one(findings, FindingKind.LOCK_CONVOY)
+    assert convoy_finding.subject.database == pg.database
+    assert convoy_finding.subject.lock == "webhook-delivery"
+    evidence = convoy_finding.evidence
+    assert evidence["key"] == "42"
+    assert evidence["waiter_count"] == 5
+    assert {w["pid"] for w in evidence["waiters"]} == convoy["waiter_pids"]
+    (holder,) = evidence["holders"]
+    assert holder["pid"] == convoy["holder_pid"]
+    assert holder["application_name"] == "webhook-worker-1"
+    assert holder["client_addr"] == "127.0.0.1"
+    assert holder["state"] == "idle"
+    assert "pg_advisory_lock(42)" in holder["query"]
+    assert holder["held_seconds"] >= 300
+    assert [step["pid"] for step in evidence["chain"]][-1] == convoy["holder_pid"]
+    assert set(evidence["related"]) == {"lock_held_too_long", "lock_orphaned"}
+    assert "5 sessions" in convoy_finding.summary
+
+
+def test_it_finds_the_lock_left_on_an_idle_pooled_connection(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    incident = OrphanIncident(pg.admin_dsn)
+    incident.start()
+    try:
+        clock = ShiftedClock()
+        runner = make_runner(LockSettings(orphan_after=600.0), clock)
+        assert runner.poll_once().findings == ()
+        clock.advance(3600)
+        orphan = one(runner.poll_once().findings, FindingKind.LOCK_ORPHANED)
+        assert orphan.subject.lock == "7,13"
+        assert orphan.evidence["holders"][0]["pid"] == incident.pid
+        assert orphan.evidence["holders"][0]["application_name"] == "blog-generator"
+        assert orphan.severity.value == "warning"
+    finally:
+        incident.stop()
+    # The server ends the backend shortly after the client hangs up.
+    wait_until(
+        lambda: runner.poll_once().findings == (), message="closing the pool releases the orphan"
+    )
+
+
+def test_it_flags_a_holder_outside_the_allowed_applications(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    leader = NamedLock(
+        "nightly-report",
+        LockKey.int_pair(7, 13),
+        role=LockRole.LEADER,
+        database=pg.database,
+        allowed=AllowedHolders(applications=("report-*",)),
+    )
+    runner = make_runner(LockSettings(named=(leader,)), ShiftedClock())
+    dev_server = pg.connect("dev-laptop")
+    dev_server.execute("SELECT pg_try_advisory_lock(7, 13)")
+
+    finding = one(runner.poll_once().findings, FindingKind.LOCK_UNEXPECTED_HOLDER)
+    assert finding.evidence["holders"][0]["application_name"] == "dev-laptop"
+    assert finding.subject.lock == "nightly-report"
+
+    dev_server.execute("SELECT pg_advisory_unlock(7, 13)")
+    pg.connect("report-nightly").execute("SELECT pg_try_advisory_lock(7, 13)")
+    assert runner.poll_once().findings == ()
+
+
+def test_it_reports_a_leader_lock_nobody_holds_until_someone_takes_it(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    leader = NamedLock(
+        "scheduler-leader", LockKey.bigint(1001), role=LockRole.LEADER, database=pg.database
+    )
+    runner = make_runner(LockSettings(named=(leader,)), ShiftedClock())
+
+    missing = one(runner.poll_once().findings, FindingKind.LEADER_LOCK_MISSING)
+    assert missing.subject.lock == "scheduler-leader"
+
+    pg.connect("scheduler").execute("SELECT pg_advisory_lock(1001)")
+    assert runner.poll_once().findings == ()
+
+
+def test_it_follows_the_chain_past_a_holder_that_waits_on_a_row_lock(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    setup = pg.connect("setup")
+    setup.execute("CREATE TABLE jobs (id int PRIMARY KEY, state text)")
+    setup.execute("INSERT INTO jobs VALUES (1, 'new')")
+    row_holder = pg.connect("row-holder", autocommit=False)
+    row_holder.execute("UPDATE jobs SET state = 'taken' WHERE id = 1")  # stays idle in transaction
+    lock_holder = pg.connect("lock-holder")
+    lock_holder.execute("SELECT pg_advisory_lock(42)")
+    stuck = run_in_thread(
+        lambda: lock_holder.execute("UPDATE jobs SET state = 'mine' WHERE id = 1")
+    )
+    waiter = pg.connect("waiter")
+    queued = run_in_thread(lambda: waiter.execute("SELECT pg_advisory_lock(42)"))
+    wait_until(lambda: waiting_count(pg, 42) == 1, message="waiter queued on 42")
+
+    runner = make_runner(LockSettings(convoy_waiters=1, convoy_wait=0.0), ShiftedClock())
+    convoy = wait_until(
+        lambda: [f for f in runner.poll_once().findings if f.kind is FindingKind.LOCK_CONVOY],
+        message="convoy on 42",
+    )[0]
+    chain = [step["pid"] for step in convoy.evidence["chain"]]
+    assert chain == [
+        waiter.info.backend_pid,
+        lock_holder.info.backend_pid,
+        row_holder.info.backend_pid,
+    ]
+    assert convoy.evidence["chain"][1]["wait_event_type"] == "Lock"
+    assert convoy.evidence["chain"][2]["state"] == "idle in transaction"
+
+    row_holder.rollback()
+    stuck.join()
+    lock_holder.execute("SELECT pg_advisory_unlock(42)")
+    queued.join()
+
+
+def test_a_healthy_system_cycling_locks_thousands_of_times_gives_no_finding(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    runner = make_runner(LockSettings(), ShiftedClock())
+    cycles_per_worker = 400
+    workers = [pg.connect(f"healthy-worker-{n}") for n in range(4)]
+
+    def cycle(conn: psycopg.Connection[Any], worker: int) -> int:
+        for n in range(cycles_per_worker):
+            key = 500 + (n + worker) % 3  # workers contend on a few keys
+            conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+            conn.execute("SELECT pg_sleep(0.002)")
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return cycles_per_worker
+
+    calls = [run_in_thread(lambda c=c, w=w: cycle(c, w)) for w, c in enumerate(workers)]
+    polls = seen_held = 0
+    findings: list[Finding] = []
+    while not all(call.done for call in calls):
+        view = runner.poll_once()
+        assert view.up, view.status
+        polls += 1
+        findings.extend(view.findings)
+        assert view.status is not None and view.status.snapshot is not None
+        seen_held += any(lock.granted for lock in view.status.snapshot.locks)
+    assert sum(call.result() for call in calls) == 4 * cycles_per_worker
+    assert findings == []
+    assert polls > 10
+    assert seen_held > 0, "the polls should have caught some of the locks in flight"
+
+
+def test_lockwatch_samples_with_pg_monitor_alone_and_holds_no_lock_itself(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    holder = pg.connect("app")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    runner = make_runner(LockSettings(), ShiftedClock())
+    view = runner.poll_once()
+    assert view.up, view.status
+    assert view.status is not None and view.status.snapshot is not None
+    (lock,) = view.status.snapshot.locks
+    backend = view.status.snapshot.backends[lock.pid]
+    assert "pg_advisory_lock(42)" in backend.query, "pg_monitor reads other sessions' queries"
+
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+        lockwatch_locks = admin.execute(
+            "SELECT l.locktype FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE a.application_name = 'lockwatch' AND l.locktype = 'advisory'"
+        ).fetchall()
+        (member,) = admin.execute(
+            "SELECT pg_has_role(%s, 'pg_monitor', 'MEMBER') AND NOT rolsuper"
+            " FROM pg_roles WHERE rolname = %s",
+            (pg.monitor_user, pg.monitor_user),
+        ).fetchone() or (False,)
+    assert lockwatch_locks == []
+    assert member is True
+
+
+def test_a_target_that_cannot_be_reached_is_down_without_showing_its_password(
+    pg: PgDatabase,
+) -> None:
+    target = Target(
+        "gone",
+        f"postgresql://{pg.monitor_user}:{MONITOR_PASSWORD}@127.0.0.1:1/{pg.database}",
+        connect_timeout=2.0,
+    )
+    runner = TargetRunner(target, Board(), StateStore(None), ShiftedClock())
+    view = runner.poll_once()
+    assert not view.up
+    down = one(view.findings, FindingKind.TARGET_DOWN)
+    assert view.status is not None and view.status.error
+    for text in (view.status.error, down.summary, repr(down.evidence)):
+        assert MONITOR_PASSWORD not in text
+    assert "127.0.0.1:1" in view.status.error
