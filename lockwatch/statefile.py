@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,10 @@ class StateStore:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
         self.write_errors_total = 0
-        self.last_error: str | None = None
+        # Per target: the runners of all targets share one store, and one
+        # target's errors (or successes) must not make another's log again.
+        self._last_errors: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def _path(self, target: str) -> Path | None:
         return None if self.directory is None else self.directory / f"target-{target}.json"
@@ -48,28 +52,47 @@ class StateStore:
         path = self._path(target)
         if path is None:
             return True
+        temp_prefix = f".{path.name}."
+        temp: str | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(
-                "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
+                "w", encoding="utf-8", dir=path.parent, prefix=temp_prefix, delete=False
             ) as handle:
+                temp = handle.name
                 json.dump({"version": FORMAT_VERSION, **document}, handle, separators=(",", ":"))
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(handle.name, path)
+            os.replace(temp, path)
         except (OSError, TypeError, ValueError) as exc:
-            self.write_errors_total += 1
-            message = f"cannot persist state to {path}: {exc}"
-            if message != self.last_error:
-                log.error(
-                    "%s; monitoring goes on, but hold times and findings will not survive a restart",
-                    message,
-                )
-            self.last_error = message
-            with contextlib.suppress(OSError, NameError, UnboundLocalError):
-                os.unlink(handle.name)
+            if temp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+            self._failed(target, f"cannot persist state to {path}: {_reason(exc, temp_prefix)}")
             return False
-        if self.last_error is not None:
+        with self._lock:
+            recovered = self._last_errors.pop(target, None) is not None
+        if recovered:
             log.warning("state is being persisted to %s again", path)
-        self.last_error = None
         return True
+
+    def _failed(self, target: str, message: str) -> None:
+        with self._lock:
+            self.write_errors_total += 1
+            repeated = self._last_errors.get(target) == message
+            self._last_errors[target] = message
+        if not repeated:
+            log.error(
+                "%s; monitoring goes on, but hold times and findings will not survive a restart",
+                message,
+            )
+
+
+def _reason(exc: Exception, temp_prefix: str) -> str:
+    """Why a save failed, in the same words each time it fails the same way:
+    the temp file's random name is left out, so one problem is logged once."""
+    if not isinstance(exc, OSError) or not exc.strerror:
+        return str(exc)
+    names = [os.fsdecode(name) for name in (exc.filename, exc.filename2) if name is not None]
+    shown = [name for name in names if not Path(name).name.startswith(temp_prefix)]
+    return ": ".join([exc.strerror, *shown])
