@@ -1,0 +1,265 @@
+"""``lockwatch run`` as a real process, watched from outside through its HTTP API."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from lockwatch.pgcluster import LocalCluster, embedded_bin_dir
+from tests.support import MONITOR_PASSWORD, PgDatabase, free_port, run_in_thread, wait_until
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+
+class LockwatchProcess:
+    """One ``python -m lockwatch run`` with its log in a file."""
+
+    def __init__(self, config: Path, log: Path, port: int) -> None:
+        self.config = config
+        self.log_path = log
+        self.base = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        # Each start appends to the same log; remember where this run's part begins.
+        self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "lockwatch", "run", "-c", str(self.config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        wait_until(self._answers, message=f"lockwatch answering on {self.base}\n{self.log()}")
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"lockwatch exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return requests.get(f"{self.base}/healthz", timeout=2).status_code == 200
+        except requests.ConnectionError:
+            return False
+
+    def log(self, whole: bool = False) -> str:
+        if not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace")
+        return text if whole else text[self.log_offset :]
+
+    def findings(self) -> list[dict[str, Any]]:
+        response = requests.get(f"{self.base}/api/v1/findings", timeout=5)
+        response.raise_for_status()
+        return list(response.json()["findings"])
+
+    def finding(self, kind: str, target: str) -> dict[str, Any] | None:
+        for finding in self.findings():
+            if finding["kind"] == kind and finding["target"] == target:
+                return finding
+        return None
+
+    def locks(self, target: str) -> list[dict[str, Any]]:
+        document = requests.get(f"{self.base}/api/v1/locks", timeout=5).json()
+        for entry in document["targets"]:
+            if entry["target"] == target:
+                return list(entry["locks"])
+        return []
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        text = requests.get(f"{self.base}/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return float(sample.value)
+        return None
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def spare_server() -> Iterator[LocalCluster]:
+    """A second server of the test's own, so it can be stopped and started."""
+    with LocalCluster(embedded_bin_dir()) as server:
+        yield server
+
+
+def write_config(tmp_path: Path, port: int, targets: dict[str, str]) -> Path:
+    lines = [
+        f"listen: 127.0.0.1:{port}",
+        f"state_dir: {tmp_path / 'state'}",
+        "defaults:",
+        "  interval: 500ms",
+        "  connect_timeout: 2s",
+        "  statement_timeout: 2s",
+        "  locks: {max_hold: 2s, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s}",
+        "targets:",
+    ]
+    for name, dsn in targets.items():
+        dsn_file = tmp_path / f"{name}.dsn"
+        dsn_file.write_text(dsn + "\n")
+        lines += [f"  - name: {name}", f"    dsn_file: {dsn_file}"]
+    config = tmp_path / "lockwatch.yml"
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+@pytest.fixture
+def lockwatch(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": pg.monitor_dsn})
+    process = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    yield process
+    if process.proc is not None:
+        assert process.stop() in (0, -signal.SIGKILL), process.log()
+
+
+def test_the_daemon_serves_a_convoy_through_its_api_metrics_and_log(
+    pg: PgDatabase, lockwatch: LockwatchProcess
+) -> None:
+    lockwatch.start()
+    holder = pg.connect("webhook-worker-1")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    waiters = [pg.connect(f"webhook-worker-{n}") for n in range(2, 5)]
+    blocked = [
+        run_in_thread(
+            lambda c=c: c.execute("SELECT pg_advisory_lock(42); SELECT pg_advisory_unlock(42)")
+        )
+        for c in waiters
+    ]
+
+    convoy = wait_until(
+        lambda: lockwatch.finding("lock_convoy", "main"), message="convoy in the API"
+    )
+    assert convoy["subject"] == {"database": pg.database, "lock": "42"}
+    assert convoy["evidence"]["holders"][0]["application_name"] == "webhook-worker-1"
+    assert convoy["since"].endswith("Z")
+    assert lockwatch.metric("lockwatch_up", target="main") == 1
+    assert (
+        lockwatch.metric(
+            "lockwatch_advisory_lock_waiters", target="main", database=pg.database, lock="42"
+        )
+        == 3
+    )
+    wait_until(lambda: "firing lock_convoy" in lockwatch.log(), message="the firing is logged")
+
+    holder.close()
+    for call in blocked:
+        call.join()
+    wait_until(lambda: lockwatch.finding("lock_convoy", "main") is None, message="convoy resolves")
+    wait_until(
+        lambda: "resolved lock_convoy" in lockwatch.log(), message="the resolution is logged"
+    )
+    everything = lockwatch.log() + requests.get(f"{lockwatch.base}/metrics", timeout=5).text
+    assert MONITOR_PASSWORD not in everything
+
+
+def test_a_hold_time_survives_a_kill_and_restart_without_a_second_announcement(
+    pg: PgDatabase, lockwatch: LockwatchProcess
+) -> None:
+    holder = pg.connect("nightly-report")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    lockwatch.start()
+
+    def held_seconds() -> float | None:
+        locks = [lock for lock in lockwatch.locks("main") if lock["key"] == "42"]
+        return locks[0]["hold_seconds"] if locks else None
+
+    too_long = wait_until(
+        lambda: lockwatch.finding("lock_held_too_long", "main"), message="held too long"
+    )
+    before = wait_until(held_seconds, message="hold time reported")
+    lockwatch.kill()
+
+    lockwatch.start()
+    after = wait_until(held_seconds, message="hold time reported after the restart")
+    assert after >= before, "the restart forgot how long the lock has been held"
+    # The holder has been idle since it took the lock, so the old sighting is trusted;
+    # the restart took a few seconds at most, which is all the hold may have grown.
+    assert after <= before + 30
+    again = lockwatch.finding("lock_held_too_long", "main")
+    assert again is not None and again["since"] == too_long["since"]
+    assert "firing lock_held_too_long" not in lockwatch.log(), "announced twice"
+    assert "restored" in lockwatch.log()
+
+
+def test_a_stopped_database_is_down_while_the_other_target_keeps_its_schedule(
+    tmp_path: Path, pg: PgDatabase, spare_server: LocalCluster
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": pg.monitor_dsn, "spare": spare_server.dsn()})
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    lockwatch.start()
+    try:
+        wait_until(
+            lambda: lockwatch.metric("lockwatch_up", target="spare") == 1, message="spare up"
+        )
+
+        spare_server.stop()
+        down = wait_until(lambda: lockwatch.finding("target_down", "spare"), message="spare down")
+        assert lockwatch.metric("lockwatch_up", target="spare") == 0
+        assert "spare" in down["summary"]
+        polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+        wait_until(
+            lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4,
+            message="main keeps being polled while spare is down",
+        )
+        assert lockwatch.metric("lockwatch_up", target="main") == 1
+
+        spare_server.start()
+        wait_until(
+            lambda: lockwatch.metric("lockwatch_up", target="spare") == 1, message="spare recovers"
+        )
+        wait_until(
+            lambda: lockwatch.finding("target_down", "spare") is None,
+            message="target_down resolves",
+        )
+    finally:
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+
+
+def test_sigterm_stops_the_daemon_cleanly_and_saves_its_state(
+    tmp_path: Path, pg: PgDatabase, lockwatch: LockwatchProcess
+) -> None:
+    holder = pg.connect("app")
+    holder.execute("SELECT pg_advisory_lock(7, 13)")
+    lockwatch.start()
+    wait_until(lambda: lockwatch.locks("main"), message="lock seen")
+    assert lockwatch.stop() == 0, lockwatch.log()
+    assert "lockwatch stopped" in lockwatch.log()
+    saved = (tmp_path / "state" / "target-main.json").read_text()
+    assert '"7,13"' in saved
+    assert MONITOR_PASSWORD not in saved
+
+    def lockwatch_sessions() -> int:
+        with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lockwatch'"
+            ).fetchone()
+        return int(row[0]) if row else -1
+
+    wait_until(lambda: lockwatch_sessions() == 0, message="lockwatch's session is gone")
