@@ -12,7 +12,7 @@ import click
 
 from lockwatch import __version__
 from lockwatch.config import ConfigError, load_settings, parse_duration, settings_from_flags
-from lockwatch.settings import DEFAULT_LISTEN, Settings
+from lockwatch.settings import DEFAULT_LISTEN, Settings, parse_listen
 
 EXIT_BAD_CONFIG = 2
 
@@ -34,6 +34,22 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
 
 
 DURATION = Duration()
+
+
+class ListenAddress(click.ParamType):  # type: ignore[type-arg]
+    """``HOST:PORT``, IPv6 hosts in brackets."""
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            parse_listen(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return str(value)
+
+
+LISTEN = ListenAddress()
 
 
 def _setup_logging(level: str) -> None:
@@ -66,6 +82,7 @@ def main() -> None:
 )
 @click.option(
     "--listen",
+    type=LISTEN,
     default=None,
     help=f"HOST:PORT for /metrics and the API [default: {DEFAULT_LISTEN}].",
 )
@@ -210,6 +227,7 @@ def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
 )
 @click.option(
     "--listen",
+    type=LISTEN,
     default=DEFAULT_LISTEN,
     show_default=True,
     help="HOST:PORT for /metrics and the API.",

@@ -36,6 +36,7 @@ from lockwatch.settings import (
     NamedLock,
     Settings,
     Target,
+    parse_listen,
 )
 
 __all__ = [
@@ -172,7 +173,6 @@ _check_convoy_waiters = _int_range(1, None)
 _check_top_n = _int_range(0, MAX_TOP_N)
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 
 
 def _check_name(name: str) -> str | None:
@@ -188,22 +188,12 @@ def _check_listen(listen: str) -> str | None:
     >>> _check_listen("localhost")
     "not host:port: 'localhost' (e.g. 127.0.0.1:10057 or [::1]:10057)"
     """
-    example = "(e.g. 127.0.0.1:10057 or [::1]:10057)"
-    host, colon, port = listen.rpartition(":")
-    if not colon or not host:
-        return f"not host:port: {listen!r} {example}"
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            return f"not an IPv6 address in brackets: {host!r}"
-    elif ":" in host:
-        return f"IPv6 addresses go in brackets: {listen!r} {example}"
-    elif not _HOSTNAME.fullmatch(host):
-        return f"not a host name or address: {host!r}"
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        return f"port must be a number from 1 to 65535, got {port!r}"
-    return None
+    try:
+        _, port = parse_listen(listen)
+    except ValueError as exc:
+        return str(exc)
+    # Port 0 (any free port) suits tests, not a daemon Prometheus must find.
+    return "port must be a number from 1 to 65535, got '0'" if port == 0 else None
 
 
 _SSLMODES = frozenset({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"})

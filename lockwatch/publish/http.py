@@ -27,6 +27,7 @@ from lockwatch.publish.api import (
     render_json,
     utc_now,
 )
+from lockwatch.settings import parse_listen
 
 logger = logging.getLogger(__name__)
 
@@ -36,30 +37,6 @@ HTML = "text/html; charset=utf-8"
 
 # Seconds a connection may sit idle before its thread gives up on it.
 REQUEST_TIMEOUT = 10.0
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``host:port`` with IPv6 hosts in brackets.
-
-    >>> parse_listen("127.0.0.1:10057"), parse_listen("[::1]:0")
-    (('127.0.0.1', 10057), ('::1', 0))
-    >>> parse_listen("::1:80")
-    Traceback (most recent call last):
-    ...
-    ValueError: bad listen address '::1:80': put an IPv6 address in brackets, like [::1]:10057
-    """
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"bad listen address {listen!r}: expected host:port, like 127.0.0.1:10057")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(
-            f"bad listen address {listen!r}: put an IPv6 address in brackets, like [::1]:10057"
-        )
-    if not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"bad listen address {listen!r}: expected host:port, like 127.0.0.1:10057")
-    return host, int(port_text)
 
 
 class _Server(ThreadingHTTPServer):

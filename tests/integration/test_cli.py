@@ -156,11 +156,6 @@ def test_run_with_a_bad_config_file_exits_2_before_starting_anything(
     assert PASSWORD not in result.output
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py: --listen given with -c bypasses the listen check and the daemon "
-    "dies with a ValueError traceback instead of exit 2",
-)
 def test_run_with_a_config_file_and_a_bad_listen_flag_exits_2(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["run", "-c", str(good_config(tmp_path)), "--listen", "localhost"]

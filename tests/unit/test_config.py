@@ -384,7 +384,7 @@ def test_a_key_ignored_by_the_defaults_and_named_for_every_database_is_ambiguous
     [
         ("localhost", "not host:port"),
         ("127.0.0.1:0", "port must be a number from 1 to 65535"),
-        ("127.0.0.1:65536", "port must be a number from 1 to 65535"),
+        ("127.0.0.1:65536", "port must be a number from 0 to 65535"),
         ("::1:10057", "IPv6 addresses go in brackets"),
         ("[::g]:10057", "not an IPv6 address"),
         (":10057", "not host:port"),
