@@ -157,9 +157,7 @@ def test_run_with_a_bad_config_file_exits_2_before_starting_anything(
 
 
 def test_run_with_a_config_file_and_a_bad_listen_flag_exits_2(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        main, ["run", "-c", str(good_config(tmp_path)), "--listen", "localhost"]
-    )
+    result = invoke_promptly("run", "-c", str(good_config(tmp_path)), "--listen", "localhost")
     assert result.exit_code == 2
     assert "--listen" in result.stderr
 
