@@ -37,8 +37,6 @@ def _observation(lock: AdvisoryLock, backend: Backend | None) -> ObservationKey:
 class Sighting:
     first_seen: datetime
     last_seen: datetime
-    # True when the entry was loaded from disk and has not been confirmed since.
-    restored: bool = False
 
 
 class HoldTracker:
@@ -78,8 +76,8 @@ class HoldTracker:
         return tuple(filled)
 
     def _continuous(self, previous: Sighting, backend: Backend | None, now: datetime) -> bool:
-        if not previous.restored:
-            return True
+        # The same rule holds after a restart and after an outage of the
+        # target: a gap lockwatch did not see through is bridged only by proof.
         if now - previous.last_seen <= timedelta(seconds=self.continuity_gap):
             return True
         # Taking the lock again would have meant running SQL, which moves
@@ -141,7 +139,7 @@ class HoldTracker:
                 first_seen = _aware(entry["first_seen"])
             except (KeyError, TypeError, ValueError):
                 continue
-            restored[key] = Sighting(min(first_seen, saved_at), saved_at, restored=True)
+            restored[key] = Sighting(min(first_seen, saved_at), saved_at)
         self._sightings = restored
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at

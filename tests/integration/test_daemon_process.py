@@ -15,6 +15,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockwatch.pgcluster import LocalCluster, embedded_bin_dir
+from lockwatch.scenarios import Blackhole
 from tests.support import MONITOR_PASSWORD, PgDatabase, free_port, run_in_thread, wait_until
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -263,3 +264,38 @@ def test_sigterm_stops_the_daemon_cleanly_and_saves_its_state(
         return int(row[0]) if row else -1
 
     wait_until(lambda: lockwatch_sessions() == 0, message="lockwatch's session is gone")
+
+
+def test_a_server_that_accepts_and_never_answers_delays_no_other_target(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    silent = Blackhole()
+    host_port = silent.url.split("/")[2]
+    port = free_port()
+    config = write_config(
+        tmp_path,
+        port,
+        {"main": pg.monitor_dsn, "silent": f"postgresql://lockwatch:secret-{port}@{host_port}/app"},
+    )
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    lockwatch.start()
+    try:
+        down = wait_until(lambda: lockwatch.finding("target_down", "silent"), message="silent down")
+        assert f"secret-{port}" not in down["summary"] + lockwatch.log()
+        # Every silent poll hangs for its whole 2 s connect timeout; main, polled
+        # every 500 ms, must keep its pace meanwhile.
+        before = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+        silent_before = lockwatch.metric("lockwatch_polls_total", target="silent") or 0
+        wait_until(
+            lambda: (
+                (lockwatch.metric("lockwatch_polls_total", target="silent") or 0)
+                >= silent_before + 2
+            ),
+            message="two more hung polls of silent",
+        )
+        after = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+        assert after - before >= 6, f"main polled only {after - before} times in 4+ seconds"
+        assert lockwatch.metric("lockwatch_up", target="main") == 1
+    finally:
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+        silent.close()
