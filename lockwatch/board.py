@@ -22,6 +22,7 @@ class TargetView:
     polls_total: int = 0
     poll_errors_total: int = 0
     last_success: datetime | None = None
+    state_write_errors_total: int = 0  # saves to the state dir that failed
     findings: tuple[Finding, ...] = ()  # active findings of this target, oldest first
 
     @property

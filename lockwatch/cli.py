@@ -123,6 +123,11 @@ def run(
     log_level: str,
 ) -> None:
     """Run the daemon: poll, detect, serve /metrics and the API."""
+    dsn_source = click.get_current_context().get_parameter_source("dsn")
+    if config_file is not None and dsn_source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError(
+            "--dsn and -c/--config exclude each other: targets go in the config file"
+        )
     settings = _settings_for_run(
         config_file, dsn, listen, interval, max_hold, orphan_after, convoy_waiters, state_dir
     )

@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import FrameType
 
@@ -137,12 +137,14 @@ class TargetRunner:
             status=status,
             polls_total=self._view.polls_total + 1,
             poll_errors_total=self._view.poll_errors_total + (0 if status.up else 1),
+            state_write_errors_total=self._view.state_write_errors_total,
             last_success=now if status.up else self._view.last_success,
             findings=transitions.active,
         )
+        if not self._persist(now, changed=bool(transitions.fired or transitions.resolved)):
+            view = replace(view, state_write_errors_total=view.state_write_errors_total + 1)
         self._view = view
         self.board.publish(view)
-        self._persist(now, changed=bool(transitions.fired or transitions.resolved))
         for listener in self.listeners:
             listener(transitions)
         return view
@@ -174,17 +176,19 @@ class TargetRunner:
         )
         return TargetStatus(self.target.name, now, snapshot)
 
-    def _persist(self, now: datetime, *, changed: bool) -> None:
+    def _persist(self, now: datetime, *, changed: bool) -> bool:
+        """Save when something changed or the last save grows old; False if a save failed."""
         if self.store.directory is None:
-            return
+            return True
         if not (changed or self.tracker.changed_since_dump() or self._save_due(now)):
-            return
+            return True
         saved = self.store.save(
             self.target.name,
             {"holds": self.tracker.dump(now), "findings": self.ledger.dump()},
         )
         if saved:
             self._saved_at = now
+        return saved
 
     def _save_due(self, now: datetime) -> bool:
         # Restored hold times stay trusted for the continuity gap after the

@@ -95,6 +95,12 @@ class BoardCollector(Collector):
         errors = CounterMetricFamily(
             "lockwatch_poll_errors_total", "Polls of the target that failed.", labels=["target"]
         )
+        state_errors = CounterMetricFamily(
+            "lockwatch_state_write_errors_total",
+            "Saves of the target's hold times and findings to the state dir that failed; "
+            "while this grows, a restart forgets them.",
+            labels=["target"],
+        )
         last_success = _gauge(
             "lockwatch_last_successful_poll_timestamp_seconds",
             "Unix time of the last successful poll of the target; absent until one succeeded.",
@@ -105,12 +111,13 @@ class BoardCollector(Collector):
             _add(up, target, 1.0 if view.up else 0.0)
             _add(polls, target, view.polls_total)
             _add(errors, target, view.poll_errors_total)
+            _add(state_errors, target, view.state_write_errors_total)
             snapshot = None if view.status is None else view.status.snapshot
             if snapshot is not None:
                 _add(duration, target, snapshot.poll_seconds)
             if view.last_success is not None:
                 _add(last_success, target, view.last_success.timestamp())
-        yield from (up, duration, polls, errors, last_success)
+        yield from (up, duration, polls, errors, state_errors, last_success)
 
     def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
         counts = _gauge(

@@ -234,3 +234,11 @@ def test_snapshot_of_a_closed_port_exits_1_without_the_password() -> None:
     assert result.stderr.startswith(f"lockwatch: mon@127.0.0.1:{closed}/app: ")
     assert "Connection refused" in result.stderr
     assert MONITOR_PASSWORD not in result.output
+
+
+def test_run_with_a_config_file_and_a_dsn_flag_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["run", "-c", str(good_config(tmp_path)), "--dsn", "postgresql://127.0.0.1:1/x"]
+    )
+    assert result.exit_code == 2
+    assert "--dsn and -c/--config exclude each other" in result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ import pytest
 from lockwatch.board import Board
 from lockwatch.daemon import TargetRunner
 from lockwatch.model import Finding, FindingKind, LockKey
+from lockwatch.publish.metrics import build_registry
 from lockwatch.scenarios import OrphanIncident
 from lockwatch.settings import AllowedHolders, LockRole, LockSettings, NamedLock, Target
 from lockwatch.statefile import StateStore
@@ -306,3 +308,26 @@ def test_a_target_that_cannot_be_reached_is_down_without_showing_its_password(
     for text in (view.status.error, down.summary, repr(down.evidence)):
         assert MONITOR_PASSWORD not in text
     assert "127.0.0.1:1" in view.status.error
+
+
+def test_it_keeps_monitoring_and_counts_failed_saves_when_the_state_dir_is_unwritable(
+    pg: PgDatabase, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the state dir's parent should be")
+    board = Board()
+    target = Target("main", pg.monitor_dsn, locks=LockSettings(max_hold=1.0))
+    clock = ShiftedClock()
+    runner = TargetRunner(target, board, StateStore(blocker / "state"), clock)
+    pg.connect("app").execute("SELECT pg_advisory_lock(42)")
+    try:
+        runner.poll_once()
+        clock.advance(10)
+        view = runner.poll_once()
+    finally:
+        runner.sampler.close()
+    assert view.up
+    assert kinds(view.findings) == {"lock_held_too_long"}
+    assert view.state_write_errors_total == 2
+    registry = build_registry(board)
+    assert registry.get_sample_value("lockwatch_state_write_errors_total", {"target": "main"}) == 2
