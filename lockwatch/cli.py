@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from lockwatch import __version__
 from lockwatch.config import ConfigError, load_settings, parse_duration, settings_from_flags
-from lockwatch.settings import DEFAULT_LISTEN, Settings, parse_listen
+from lockwatch.settings import DEFAULT_LISTEN, parse_listen
 
 EXIT_BAD_CONFIG = 2
 
@@ -60,7 +61,7 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _fail_config(error: ConfigError) -> None:
+def _fail_config(error: ConfigError) -> NoReturn:
     click.echo(str(error), err=True)
     sys.exit(EXIT_BAD_CONFIG)
 
@@ -128,9 +129,33 @@ def run(
         raise click.UsageError(
             "--dsn and -c/--config exclude each other: targets go in the config file"
         )
-    settings = _settings_for_run(
-        config_file, dsn, listen, interval, max_hold, orphan_after, convoy_waiters, state_dir
-    )
+    flags_used = any(v is not None for v in (interval, max_hold, orphan_after, convoy_waiters))
+    if config_file is not None and flags_used:
+        raise click.UsageError("lock flags go in the config file when -c/--config is given")
+    if config_file is None and dsn is None:
+        raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
+    try:
+        if config_file is not None:
+            settings = load_settings(config_file)
+            if listen is not None or state_dir is not None:
+                settings = replace(
+                    settings,
+                    listen=listen or settings.listen,
+                    state_dir=state_dir or settings.state_dir,
+                )
+        else:
+            assert dsn is not None
+            settings = settings_from_flags(
+                dsn=dsn,
+                listen=listen,
+                interval=interval,
+                max_hold=max_hold,
+                orphan_after=orphan_after,
+                convoy_waiters=convoy_waiters,
+                state_dir=state_dir,
+            )
+    except ConfigError as exc:
+        _fail_config(exc)
     _setup_logging(log_level)
     from lockwatch.daemon import Daemon
 
@@ -142,48 +167,6 @@ def run(
         sys.exit(1)
 
 
-def _settings_for_run(
-    config_file: Path | None,
-    dsn: str | None,
-    listen: str | None,
-    interval: float | None,
-    max_hold: float | None,
-    orphan_after: float | None,
-    convoy_waiters: int | None,
-    state_dir: Path | None,
-) -> Settings:
-    flags_used = any(v is not None for v in (interval, max_hold, orphan_after, convoy_waiters))
-    if config_file is not None and flags_used:
-        raise click.UsageError("lock flags go in the config file when -c/--config is given")
-    if config_file is None and dsn is None:
-        raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
-    try:
-        if config_file is not None:
-            settings = load_settings(config_file)
-            if listen is not None or state_dir is not None:
-                from dataclasses import replace
-
-                settings = replace(
-                    settings,
-                    listen=listen or settings.listen,
-                    state_dir=state_dir or settings.state_dir,
-                )
-            return settings
-        assert dsn is not None
-        return settings_from_flags(
-            dsn=dsn,
-            listen=listen,
-            interval=interval,
-            max_hold=max_hold,
-            orphan_after=orphan_after,
-            convoy_waiters=convoy_waiters,
-            state_dir=state_dir,
-        )
-    except ConfigError as exc:
-        _fail_config(exc)
-        raise AssertionError("unreachable") from exc
-
-
 @main.command("check-config")
 @click.argument("config_file", type=click.Path(path_type=Path))
 def check_config(config_file: Path) -> None:
@@ -192,7 +175,6 @@ def check_config(config_file: Path) -> None:
         settings = load_settings(config_file)
     except ConfigError as exc:
         _fail_config(exc)
-        return
     named = sum(len(t.locks.named) for t in settings.targets)
     click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
 
@@ -209,7 +191,6 @@ def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
         settings = settings_from_flags(dsn=dsn)
     except ConfigError as exc:
         _fail_config(exc)
-        return
     target = settings.targets[0]
     try:
         view = take_snapshot(target, statement_timeout=statement_timeout)

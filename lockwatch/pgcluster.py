@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -233,18 +234,11 @@ class _Server:
         # and English messages let us recognise a port collision in the log.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
-        if self.user is None:
-            return subprocess.run(
-                [str(self.bin_dir / tool), *args],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=env,
-                cwd=self.root,
-                check=False,
-            )
-        env["HOME"] = str(self.root)
-        env["USER"] = env["LOGNAME"] = self.user.pw_name
+        as_user: dict[str, Any] = {}
+        if self.user is not None:
+            env["HOME"] = str(self.root)
+            env["USER"] = env["LOGNAME"] = self.user.pw_name
+            as_user = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
         return subprocess.run(
             [str(self.bin_dir / tool), *args],
             capture_output=True,
@@ -253,9 +247,7 @@ class _Server:
             env=env,
             cwd=self.root,
             check=False,
-            user=self.user.pw_uid,
-            group=self.user.pw_gid,
-            extra_groups=[],
+            **as_user,
         )
 
     def own(self, path: Path) -> None:

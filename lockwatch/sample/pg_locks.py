@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from lockwatch.model import AdvisoryLock, Backend, LockKey
@@ -48,13 +49,20 @@ class RawSample:
 
 
 @cache
-def query_text(server_version: int) -> str:
-    """The advisory-lock query for a server version, loaded once per variant."""
-    name = "advisory_locks.sql" if server_version >= 140000 else "advisory_locks_pre140000.sql"
-    return (resources.files("lockwatch.sample") / "sql" / name).read_text(encoding="utf-8")
+def advisory_locks_query(server_version: int) -> sql.Composed:
+    """The advisory-lock query for a server version, composed once per version.
+
+    The versions differ in one column only, so one file serves them all and the
+    difference goes in as an SQL fragment, never as text pasted into the query.
+    """
+    text = (resources.files("lockwatch.sample") / "sql" / "advisory_locks.sql").read_text(
+        encoding="utf-8"
+    )
+    waitstart = sql.SQL("l.waitstart" if server_version >= 140000 else "NULL::timestamptz")
+    return sql.SQL(text).format(waitstart=waitstart)
 
 
-def _rows_to_sample(
+def rows_to_sample(
     rows: Iterable[dict[str, Any]],
 ) -> tuple[tuple[AdvisoryLock, ...], dict[int, Backend]]:
     locks: list[AdvisoryLock] = []
@@ -166,11 +174,11 @@ class PgLockSampler:
                 with self._guard:
                     self._conn = conn
             cursor = conn.execute(
-                query_text(self._server_version),
+                advisory_locks_query(self._server_version),
                 {"query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN},
                 prepare=True,
             )
-            locks, backends = _rows_to_sample(cursor.fetchall())
+            locks, backends = rows_to_sample(cursor.fetchall())
         except psycopg.Error as exc:
             self.close()
             raise SampleError(self._explain(exc)) from None

@@ -15,11 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from lockwatch.board import Board
 from lockwatch.daemon import TargetRunner
 from lockwatch.model import Finding, FindingKind, LockKey
 from lockwatch.publish.metrics import build_registry
+from lockwatch.sample.pg_locks import advisory_locks_query, rows_to_sample
 from lockwatch.scenarios import OrphanIncident
 from lockwatch.settings import AllowedHolders, LockRole, LockSettings, NamedLock, Target
 from lockwatch.statefile import StateStore
@@ -331,3 +333,29 @@ def test_it_keeps_monitoring_and_counts_failed_saves_when_the_state_dir_is_unwri
     assert view.state_write_errors_total == 2
     registry = build_registry(board)
     assert registry.get_sample_value("lockwatch_state_write_errors_total", {"target": "main"}) == 2
+
+
+@pytest.mark.parametrize("version", [120000, 130000, 140000, 180000])
+def test_the_query_for_each_server_version_runs_and_reads_waiters(
+    pg: PgDatabase, version: int
+) -> None:
+    holder = pg.connect("holder")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    waiter = pg.connect("waiter")
+    queued = run_in_thread(lambda: take_and_release(waiter, 42))
+    wait_until(lambda: waiting_count(pg, 42) == 1, message="waiter queued")
+    with psycopg.connect(pg.monitor_dsn, row_factory=dict_row) as conn:
+        rows = conn.execute(
+            advisory_locks_query(version), {"query_chars": 100, "max_chain": 4}
+        ).fetchall()
+    locks, backends = rows_to_sample(rows)
+    assert {(lock.pid, lock.granted) for lock in locks} == {
+        (holder.info.backend_pid, True),
+        (waiter.info.backend_pid, False),
+    }
+    (waiting,) = [lock for lock in locks if not lock.granted]
+    # Before 14 there is no waitstart; lockwatch then dates waits from first sight.
+    assert (waiting.wait_start is not None) == (version >= 140000)
+    assert backends[waiter.info.backend_pid].blocked_by == (holder.info.backend_pid,)
+    holder.execute("SELECT pg_advisory_unlock(42)")
+    queued.join()

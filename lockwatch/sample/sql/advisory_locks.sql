@@ -4,9 +4,10 @@
 -- a few steps so a chain can be shown past non-advisory locks.
 -- pg_blocking_pids() is costly (it takes every lock-manager partition lock),
 -- so it only runs for sessions that actually wait on a heavyweight lock.
+-- {waitstart} is pg_locks.waitstart on PostgreSQL 14+, NULL before (no such column).
 WITH RECURSIVE
 advisory AS MATERIALIZED (
-    SELECT l.pid, l.classid, l.objid, l.objsubid, l.mode, l.granted, l.waitstart
+    SELECT l.pid, l.classid, l.objid, l.objsubid, l.mode, l.granted, {waitstart} AS waitstart
     FROM pg_catalog.pg_locks AS l
     WHERE l.locktype = 'advisory' AND l.pid IS NOT NULL
 ),
