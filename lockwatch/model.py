@@ -115,6 +115,9 @@ class Backend:
     query: str  # truncated by the sampler
     # pg_blocking_pids(), filled only for backends that wait on a heavyweight lock
     blocked_by: tuple[int, ...] = ()
+    # The client's TCP port: with client_addr it names the pooler connection a
+    # backend serves, where pid alone could belong to another server.
+    client_port: int | None = None
 
     @property
     def identity(self) -> tuple[int, datetime | None]:

@@ -83,6 +83,7 @@ def rows_to_sample(
             wait_event=row["wait_event"],
             query=row["query"] or "",
             blocked_by=tuple(row["blocked_by"] or ()),
+            client_port=row["client_port"],
         )
         backends[backend.pid] = backend
         if row["classids"] is None:

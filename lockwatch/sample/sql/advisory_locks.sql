@@ -13,7 +13,7 @@ advisory AS MATERIALIZED (
 ),
 activity AS MATERIALIZED (
     SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name,
-           pg_catalog.host(a.client_addr) AS client_addr, a.state, a.state_change,
+           pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.state, a.state_change,
            a.xact_start, a.query_start, a.wait_event_type, a.wait_event,
            pg_catalog.left(a.query, %(query_chars)s) AS query
     FROM pg_catalog.pg_stat_activity AS a
@@ -46,7 +46,7 @@ held AS (
     GROUP BY pid
 )
 SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name, a.client_addr,
-       a.state, a.state_change, a.xact_start, a.query_start, a.wait_event_type,
+       a.client_port, a.state, a.state_change, a.xact_start, a.query_start, a.wait_event_type,
        a.wait_event, a.query, i.blocked_by,
        h.classids, h.objids, h.objsubids, h.modes, h.granteds, h.waitstarts
 FROM (SELECT DISTINCT ON (pid) pid, blocked_by FROM involved ORDER BY pid, depth) AS i
