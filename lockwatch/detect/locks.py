@@ -14,12 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.model import (
+    SHARED_POOL_MODES,
     AdvisoryLock,
     Backend,
     Finding,
     FindingKind,
     LockKey,
     LockSnapshot,
+    PoolerConnection,
+    PoolerSnapshot,
     Severity,
     Subject,
 )
@@ -519,21 +522,121 @@ def _leaders_missing(
         )
 
 
+def _session_level(holder: _Holder) -> bool:
+    """Whether a held advisory lock is provably session-level.
+
+    pg_locks does not say; but a transaction-level lock ends with its
+    transaction, so a lock held with no transaction open, or seen before the
+    current transaction began, is a session lock.
+    """
+    backend = holder.backend
+    if backend is None:
+        return False
+    if backend.state == "idle" or backend.xact_start is None:
+        return True
+    return holder.lock.first_seen is not None and holder.lock.first_seen < backend.xact_start
+
+
+def _pooler_facts(pooler: PoolerSnapshot, server: PoolerConnection) -> dict[str, Any]:
+    client = pooler.client_linked_to(server)
+    return {
+        "pool": {
+            "database": server.database,
+            "user": server.user,
+            "pool_mode": pooler.pool_mode(server),
+        },
+        "server_connection": {
+            "backend_pid": server.remote_pid,
+            "state": server.state,
+            "pooler_port": server.local_port,
+            "connect_time": server.connect_time,
+            "request_time": server.request_time,
+        },
+        "linked_client": None
+        if client is None
+        else {
+            "addr": client.addr,
+            "port": client.port,
+            "application_name": client.application_name,
+            "state": client.state,
+            "connect_time": client.connect_time,
+        },
+    }
+
+
+def _pooled_session(
+    group: _Group,
+    settings: LockSettings,
+    snapshot: LockSnapshot,
+    now: datetime,
+    pooler: PoolerSnapshot,
+) -> _Draft | None:
+    pooled = []
+    for holder in group.holders:
+        server = pooler.server_for(
+            holder.lock.pid, holder.backend.client_port if holder.backend else None
+        )
+        if server is None or pooler.pool_mode(server) not in SHARED_POOL_MODES:
+            continue
+        if _session_level(holder):
+            pooled.append((holder, server))
+    if not pooled:
+        return None
+    holder, server = min(
+        pooled, key=lambda pair: (pair[0].lock.first_seen or now, pair[0].lock.pid)
+    )
+    facts = _pooler_facts(pooler, server)
+    client = facts["linked_client"]
+    now_serving = (
+        f"now serving client {one_line(client['addr'] or 'local')}:{client['port']}"
+        f" ({one_line(client['application_name'] or '-')})"
+        if client
+        else "no client linked to it now"
+    )
+    summary = (
+        f"session lock {group.label()} in {one_line(group.database)} held by backend pid "
+        f"{holder.lock.pid} of pgbouncer pool {one_line(server.database)}/{one_line(server.user)} "
+        f"in {facts['pool']['pool_mode']} mode: it belongs to no client ({now_serving}); "
+        "any client handed this backend can take it again"
+    )
+    return _Draft(
+        FindingKind.LOCK_POOLED_SESSION,
+        group,
+        Severity.CRITICAL,
+        holder.lock.first_seen or now,
+        summary,
+        {**_evidence(group, settings, snapshot, now, holder), **facts},
+    )
+
+
 _CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder)
 
 
-def detect_locks(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -> list[Finding]:
-    """Every advisory-lock problem visible in ``snapshot`` at ``now``.
+def detect_locks(
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    pooler: PoolerSnapshot | None = None,
+) -> list[Finding]:
+    """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
+    pooler's view of the same server, also session locks on pooled backends.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``evidence["related"]``.
     """
+    groups = _groups(snapshot, settings, now)
     drafts = [
         draft
-        for group in _groups(snapshot, settings, now)
+        for group in groups
         for check in _CHECKS
         if (draft := check(group, settings, snapshot, now)) is not None
     ]
+    if pooler is not None:
+        drafts.extend(
+            draft
+            for group in groups
+            if (draft := _pooled_session(group, settings, snapshot, now, pooler)) is not None
+        )
     drafts.extend(_leaders_missing(snapshot, settings, now))
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
     kinds: dict[Subject, set[str]] = {}
