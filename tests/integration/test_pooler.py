@@ -1,0 +1,143 @@
+"""Seed 000 through a real pgbouncer in transaction mode: session advisory
+locks that belong to no client, seen by joining SHOW SERVERS to pg_locks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from lockwatch.detect.locks import detect_locks
+from lockwatch.holds import HoldTracker
+from lockwatch.model import Finding, FindingKind, LockSnapshot
+from lockwatch.sample.pg_locks import PgLockSampler
+from lockwatch.sample.pgbouncer import PgBouncerSampler
+from lockwatch.settings import LockSettings
+from tests.pgbouncer_server import STATS_USER, PgBouncer
+from tests.support import PgDatabase
+
+pytestmark = pytest.mark.pg
+
+
+@pytest.fixture
+def bouncer(pg: PgDatabase) -> Iterator[PgBouncer]:
+    with psycopg.connect(pg.server.dsn(), autocommit=True) as admin:
+        for role in ("app", "scheduler", STATS_USER):
+            exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if not exists:
+                admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("GRANT ALL ON DATABASE {} TO app, scheduler").format(
+                sql.Identifier(pg.database)
+            )
+        )
+    with PgBouncer(pg.server, pool_mode="transaction", pool_size=2) as running:
+        yield running
+
+
+class Watcher:
+    """Samples the server and the pooler the way a target with a pgbouncer does."""
+
+    def __init__(self, pg: PgDatabase, bouncer: PgBouncer) -> None:
+        self.locks = PgLockSampler(pg.monitor_dsn)
+        self.pooler = PgBouncerSampler(bouncer.admin_dsn())
+        self.tracker = HoldTracker(continuity_gap=30)
+
+    def findings(self) -> list[Finding]:
+        raw = self.locks.sample()
+        pool, _ = self.pooler.sample()
+        now = datetime.now(UTC)
+        locks = self.tracker.observe(raw.locks, raw.backends, now)
+        snapshot = LockSnapshot("main", now, raw.server_version, locks, raw.backends)
+        return detect_locks(snapshot, LockSettings(), now, pool)
+
+    def close(self) -> None:
+        self.locks.close()
+        self.pooler.close()
+
+
+@pytest.fixture
+def watcher(pg: PgDatabase, bouncer: PgBouncer) -> Iterator[Watcher]:
+    watching = Watcher(pg, bouncer)
+    yield watching
+    watching.close()
+
+
+def scheduler(dsn: str, name: str, conns: list[psycopg.Connection[Any]]) -> psycopg.Connection[Any]:
+    conn = psycopg.connect(dsn, autocommit=True, application_name=name)
+    conns.append(conn)
+    return conn
+
+
+def try_lead(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(42)").fetchone()
+    return bool(row and row[0])
+
+
+def pooled(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.kind is FindingKind.LOCK_POOLED_SESSION]
+
+
+def test_two_schedulers_both_lead_through_transaction_pooling_and_lockwatch_says_why(
+    pg: PgDatabase, bouncer: PgBouncer, watcher: Watcher
+) -> None:
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        app1 = scheduler(bouncer.dsn(pg.database, user="scheduler"), "app-1", conns)
+        app2 = scheduler(bouncer.dsn(pg.database, user="scheduler"), "app-2", conns)
+        assert try_lead(app1)
+        assert try_lead(app2), "the seed's bug: the second scheduler wins too"
+
+        (finding,) = pooled(watcher.findings())
+        assert finding.subject.database == pg.database
+        assert finding.evidence["pool"]["pool_mode"] == "transaction"
+        assert finding.evidence["pool"]["user"] == "scheduler"
+        backend_pid = finding.evidence["server_connection"]["backend_pid"]
+        assert backend_pid in {h["pid"] for h in finding.evidence["holders"]}
+        assert "belongs to no client" in finding.summary
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_the_lock_of_a_client_long_gone_is_found_while_others_keep_the_backend_busy(
+    pg: PgDatabase, bouncer: PgBouncer, watcher: Watcher
+) -> None:
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        gone = scheduler(bouncer.dsn(pg.database, user="app"), "retry-sweep", conns)
+        assert try_lead(gone)
+        gone.close()
+        busy = scheduler(bouncer.dsn(pg.database, user="app"), "web", conns)
+        for _ in range(5):
+            busy.execute("SELECT 1")  # the holder's backend keeps serving others: never idle long
+
+        (finding,) = pooled(watcher.findings())
+        assert finding.evidence["pool"] == {
+            "database": pg.database,
+            "user": "app",
+            "pool_mode": "transaction",
+        }
+        assert finding.evidence["server_connection"]["state"] in {"used", "idle", "active"}
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_the_fix_a_direct_dsn_gives_one_leader_and_no_finding(
+    pg: PgDatabase, bouncer: PgBouncer, watcher: Watcher
+) -> None:
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        app1 = scheduler(pg.admin_dsn, "app-1", conns)
+        app2 = scheduler(pg.admin_dsn, "app-2", conns)
+        assert try_lead(app1)
+        assert not try_lead(app2)
+        assert pooled(watcher.findings()) == []
+    finally:
+        for conn in conns:
+            conn.close()
