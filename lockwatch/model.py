@@ -260,6 +260,7 @@ class FindingKind(enum.StrEnum):
     JOB_OVERLAP = "job_overlap"
     JOB_MISSED = "job_missed"
     JOB_TOO_LONG = "job_too_long"
+    JOB_FAILED = "job_failed"
     TARGET_DOWN = "target_down"
 
 
@@ -269,12 +270,16 @@ class Subject:
 
     database: str | None = None
     lock: str | None = None  # configured name, or the key as the application wrote it
+    queue: str | None = None  # configured queue name
+    job: str | None = None  # configured job name
 
     def as_dict(self) -> dict[str, str | None]:
-        return {"database": self.database, "lock": self.lock}
+        """``database`` and ``lock`` always (the API's stable shape), the rest when set."""
+        extra = {name: value for name, value in (("queue", self.queue), ("job", self.job)) if value}
+        return {"database": self.database, "lock": self.lock, **extra}
 
     def render(self) -> str:
-        parts = [p for p in (self.database, self.lock) if p]
+        parts = [p for p in (self.database, self.lock, self.queue, self.job) if p]
         return "/".join(parts) if parts else "-"
 
 

@@ -150,7 +150,7 @@ def good_entry(**changes: Any) -> dict[str, Any]:
         good_entry(since=None),
         # without a zone it cannot be ordered with the findings the detectors make
         good_entry(since=NOW.replace(tzinfo=None).isoformat()),
-        good_entry(subject={"database": "app", "lock": "42", "queue": "q"}),
+        good_entry(subject={"database": "app", "lock": "42", "colour": "q"}),
         good_entry(subject="app/42"),
         good_entry(evidence="pids"),
         {k: v for k, v in good_entry().items() if k != "summary"},
