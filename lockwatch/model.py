@@ -241,6 +241,31 @@ class PoolerSnapshot:
         return self.pool_modes.get((server.database, server.user))
 
 
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """One run of a job, as its source reported it."""
+
+    job: str
+    run_key: str | None  # as the job gave it; None: the schedule slot decides
+    started_at: datetime
+    finished_at: datetime | None = None
+    status: RunStatus = RunStatus.RUNNING
+    host: str | None = None
+    source: str = "sql"  # sql, ping or exec
+    run_id: str | None = None
+    exit_code: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status is RunStatus.RUNNING and self.finished_at is None
+
+
 class Severity(enum.StrEnum):
     CRITICAL = "critical"
     WARNING = "warning"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockwatch.model import LockKey
+from lockwatch.schedule import Schedule
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
@@ -148,3 +149,16 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     state_dir: Path | None = None
     source: Path | None = None  # the config file, when there is one
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job lockwatch follows: its schedule and limits, and where its runs come from."""
+
+    name: str
+    schedule: Schedule | None = None
+    max_duration: float | None = None  # seconds a run may take before job_too_long
+    lookback: float = 2 * 86400.0  # seconds of run history considered
+    event_ttl: float = 3600.0  # seconds a duplicate start or a failure stays a finding
+    target: str | None = None  # for the SQL source: the target whose database holds the runs
+    query: str | None = None  # the SQL source's query; None: runs come from pings
