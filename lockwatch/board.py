@@ -38,6 +38,7 @@ class Board:
     _views: dict[str, TargetView] = field(default_factory=dict)
     _progress: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _observers: list[Callable[[TargetView], None]] = field(default_factory=list)
 
     def register(self, target: Target) -> None:
         with self._lock:
@@ -50,10 +51,17 @@ class Board:
         with self._lock:
             self._views.pop(name, None)
 
+    def subscribe(self, observer: Callable[[TargetView], None]) -> None:
+        """Have ``observer`` called with every view published from now on, in the
+        publishing thread: for what needs each poll, not just the latest."""
+        self._observers.append(observer)
+
     def publish(self, view: TargetView) -> None:
         with self._lock:
             self._views[view.target.name] = view
             self._progress = self.monotonic()
+        for observer in self._observers:
+            observer(view)
 
     def view(self, name: str) -> TargetView | None:
         with self._lock:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -13,7 +15,7 @@ import click
 
 from lockwatch import __version__
 from lockwatch.config import ConfigError, load_settings, parse_duration, settings_from_flags
-from lockwatch.settings import DEFAULT_LISTEN, parse_listen
+from lockwatch.settings import DEFAULT_LISTEN, Settings, parse_listen
 
 EXIT_BAD_CONFIG = 2
 
@@ -58,6 +60,15 @@ def _setup_logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
+    )
+
+
+def _settings_from_file(path: Path, listen: str | None, state_dir: Path | None) -> Settings:
+    settings = load_settings(path)
+    if listen is None and state_dir is None:
+        return settings
+    return replace(
+        settings, listen=listen or settings.listen, state_dir=state_dir or settings.state_dir
     )
 
 
@@ -123,7 +134,10 @@ def run(
     state_dir: Path | None,
     log_level: str,
 ) -> None:
-    """Run the daemon: poll, detect, serve /metrics and the API."""
+    """Run the daemon: poll, detect, serve /metrics, the API and the status page.
+
+    SIGHUP reloads the config file; SIGTERM stops after saving state.
+    """
     dsn_source = click.get_current_context().get_parameter_source("dsn")
     if config_file is not None and dsn_source is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError(
@@ -134,15 +148,13 @@ def run(
         raise click.UsageError("lock flags go in the config file when -c/--config is given")
     if config_file is None and dsn is None:
         raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
+    # SIGHUP reads the file again, and the flags still win over it.
+    reload: Callable[[], Settings] | None = None
+    if config_file is not None:
+        reload = functools.partial(_settings_from_file, config_file, listen, state_dir)
     try:
-        if config_file is not None:
-            settings = load_settings(config_file)
-            if listen is not None or state_dir is not None:
-                settings = replace(
-                    settings,
-                    listen=listen or settings.listen,
-                    state_dir=state_dir or settings.state_dir,
-                )
+        if reload is not None:
+            settings = reload()
         else:
             assert dsn is not None
             settings = settings_from_flags(
@@ -159,7 +171,7 @@ def run(
     _setup_logging(log_level)
     from lockwatch.daemon import Daemon
 
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, reload=reload)
     try:
         daemon.run_forever()
     except OSError as exc:

@@ -4,6 +4,10 @@ Each target runs on its own deadline schedule, so a server that stops
 answering delays nobody else; a watchdog breaks polls that hang past their
 timeout. Any unexpected exception in a poll is logged with its traceback and
 the loop goes on.
+
+Signals only set flags for the main loop: SIGTERM/SIGINT stop (each target
+saves its state), SIGHUP reloads the config file. Under systemd the main loop
+reports readiness and pings the watchdog, but only while polls make progress.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from http import HTTPStatus
 from types import FrameType
 
 from lockwatch.board import Board, TargetView
+from lockwatch.config import ConfigError
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.targets import detect_target_down
 from lockwatch.holds import HoldTracker
@@ -26,6 +32,7 @@ from lockwatch.model import Finding, FindingKind, LockSnapshot, TargetStatus
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics import build_registry
 from lockwatch.sample.pg_locks import PgLockSampler, SampleError
+from lockwatch.sdnotify import Notifier
 from lockwatch.settings import Settings, Target
 from lockwatch.statefile import StateStore
 
@@ -33,6 +40,7 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 TransitionListener = Callable[[Transitions], None]
+SettingsLoader = Callable[[], Settings]  # reads the config again; raises ConfigError
 LOCK_KINDS = frozenset(
     {
         FindingKind.LOCK_HELD_TOO_LONG,
@@ -225,6 +233,8 @@ class TargetRunner:
                 )
                 next_due += skipped * interval
             self.stop_event.wait(max(0.0, next_due - time.monotonic()))
+        # Whatever changed since the last save is kept for the next start.
+        self._persist(self.clock(), changed=True)
         self.sampler.close()
 
     def check_watchdog(self, now: float) -> None:
@@ -242,6 +252,25 @@ class TargetRunner:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def stop(self) -> None:
+        """Stop polling and wait for the thread; a poll still hanging past the
+        grace period has its connection broken."""
+        self.stop_event.set()
+        self.join(STOP_GRACE)
+        self.sampler.abort()
+        self.join(STOP_GRACE)
+
+    def take_over(self, old: TargetRunner) -> None:
+        """Carry on from the (stopped) runner this one replaces after a config
+        change: hold times, active findings and counters survive the change."""
+        old.tracker.continuity_gap = self.tracker.continuity_gap
+        self.tracker = old.tracker
+        self.ledger = old.ledger
+        self._view = replace(old._view, target=self.target)
+        self._failing_since = old._failing_since
+        self._saved_at = old._saved_at
+        self.board.register(self.target)
+
     def active_findings(self) -> tuple[Finding, ...]:
         return self.ledger.active
 
@@ -255,20 +284,38 @@ class Daemon:
         *,
         clock: Clock = utc_now,
         listeners: tuple[TransitionListener, ...] = (log_transitions,),
+        reload: SettingsLoader | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.settings = settings
         self.board = Board()
         self.store = StateStore(settings.state_dir)
         self.stop_event = threading.Event()
-        self.runners = [
-            TargetRunner(target, self.board, self.store, clock, listeners, self.stop_event)
-            for target in settings.targets
-        ]
-        stale_after = max(3 * max(t.interval for t in settings.targets), 10.0) + max(
-            r.poll_timeout for r in self.runners
-        )
+        self._clock = clock
+        self._listeners = listeners
+        self._reload = reload
+        self._reload_requested = threading.Event()
+        self.notifier = Notifier() if notifier is None else notifier
+        self._last_ping: float | None = None
+        self._ping_withheld = False
+        self.runners = [self._runner(target) for target in settings.targets]
         self.registry = build_registry(self.board)
-        self.http = HttpServer(self.board, self.registry, settings.listen, stale_after)
+        self.http = HttpServer(
+            self.board, self.registry, settings.listen, self._stale_after(self.runners)
+        )
+
+    def _runner(self, target: Target) -> TargetRunner:
+        return TargetRunner(target, self.board, self.store, self._clock, self._listeners)
+
+    @staticmethod
+    def _stale_after(runners: list[TargetRunner]) -> float:
+        """Seconds without a finished poll after which the loop counts as stalled."""
+        return max(3 * max(r.target.interval for r in runners), 10.0) + max(
+            r.poll_timeout for r in runners
+        )
+
+    def _status_line(self) -> str:
+        return f"watching {len(self.runners)} target(s)"
 
     def start(self) -> None:
         self.http.start()
@@ -281,32 +328,123 @@ class Daemon:
         )
         for runner in self.runners:
             runner.start()
+        self.notifier.ready(self._status_line())
 
     def run_forever(self) -> None:
-        """Block until SIGTERM/SIGINT (or ``stop()``); handlers only set a flag."""
+        """Block until SIGTERM/SIGINT (or ``stop()``), reloading on SIGHUP;
+        handlers only set flags."""
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
             self.stop_event.set()
 
-        previous = {
-            sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
+        def request_reload(signum: int, frame: FrameType | None) -> None:
+            self._reload_requested.set()
+
+        handlers = {signal.SIGTERM: request_stop, signal.SIGINT: request_stop}
+        handlers[signal.SIGHUP] = request_reload
+        previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
         try:
             self.start()
             self.watch()
         finally:
             self.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            for sig, old in previous.items():
+                signal.signal(sig, old)
 
     def watch(self) -> None:
         while not self.stop_event.wait(WATCHDOG_TICK):
             now = time.monotonic()
             for runner in self.runners:
                 runner.check_watchdog(now)
+            if self._reload_requested.is_set():
+                self._reload_requested.clear()
+                self.reload()
+            self._keep_alive(time.monotonic())
+
+    def _keep_alive(self, now: float) -> None:
+        """Ping systemd's watchdog, but only while polls make progress: a wedged
+        loop then gets the service restarted. /healthz applies the same rule."""
+        interval = self.notifier.watchdog_interval
+        if interval is None or (self._last_ping is not None and now - self._last_ping < interval):
+            return
+        status, reason = self.http.health()
+        if status is not HTTPStatus.OK:
+            if not self._ping_withheld:
+                log.error("not pinging the systemd watchdog: %s", reason)
+                self._ping_withheld = True
+            return
+        if self._ping_withheld:
+            log.info("polls progress again; pinging the systemd watchdog")
+            self._ping_withheld = False
+        self.notifier.watchdog()
+        self._last_ping = now
+
+    def reload(self) -> bool:
+        """Read the config again and apply it; a config with problems is
+        rejected whole (each problem logged) and the running one stays."""
+        if self._reload is None:
+            log.warning("reload requested, but lockwatch runs without a config file: nothing to do")
+            return False
+        self.notifier.reloading()
+        try:
+            try:
+                settings = self._reload()
+            except ConfigError as exc:
+                for problem in exc.problems:
+                    log.error("config reload: %s", problem)
+                log.error(
+                    "config reload rejected (%d problem(s)); still running the previous config",
+                    len(exc.problems),
+                )
+                return False
+            self._apply(settings)
+            return True
+        finally:
+            self.notifier.ready(self._status_line())
+
+    def _apply(self, settings: Settings) -> None:
+        """Swap targets: unchanged ones keep their runner, changed ones get a new
+        runner that takes over the old one's state, removed ones stop."""
+        old = {runner.target.name: runner for runner in self.runners}
+        runners: list[TargetRunner] = []
+        counts = {"kept": 0, "changed": 0, "added": 0, "removed": 0}
+        for target in settings.targets:
+            previous = old.pop(target.name, None)
+            if previous is not None and previous.target == target:
+                runners.append(previous)
+                counts["kept"] += 1
+                continue
+            if previous is not None:
+                previous.stop()
+            runner = self._runner(target)
+            if previous is not None:
+                runner.take_over(previous)
+            counts["changed" if previous is not None else "added"] += 1
+            runners.append(runner)
+            runner.start()
+        for name, removed in old.items():
+            removed.stop()
+            self.board.forget(name)
+            counts["removed"] += 1
+        self.runners = runners
+        self.http.stale_after = self._stale_after(runners)
+        for setting in ("listen", "state_dir"):
+            if getattr(settings, setting) != getattr(self.settings, setting):
+                log.warning("config reload: a new %s takes effect at the next restart", setting)
+        self.settings = replace(
+            settings, listen=self.settings.listen, state_dir=self.settings.state_dir
+        )
+        log.info(
+            "config reloaded: %(kept)d target(s) unchanged, %(changed)d changed, "
+            "%(added)d added, %(removed)d removed",
+            counts,
+        )
 
     def stop(self) -> None:
+        self.notifier.stopping()
         self.stop_event.set()
+        for runner in self.runners:
+            runner.stop_event.set()
         deadline = time.monotonic() + STOP_GRACE
         for runner in self.runners:
             runner.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -314,4 +452,5 @@ class Daemon:
             runner.sampler.abort()
             runner.join(timeout=STOP_GRACE)
         self.http.stop()
+        self.notifier.close()
         log.info("lockwatch stopped")

@@ -1,15 +1,14 @@
-"""The HTTP endpoint: /metrics, the JSON API, a landing page and /healthz.
+"""The HTTP endpoint: /metrics, the JSON API, the status page and /healthz.
 
 Every response is rendered from the board; no request reaches a database.
 """
 
 from __future__ import annotations
 
-import html
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +26,7 @@ from lockwatch.publish.api import (
     render_json,
     utc_now,
 )
+from lockwatch.publish.status import StatusPage
 from lockwatch.settings import parse_listen
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,12 @@ logger = logging.getLogger(__name__)
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 HTML = "text/html; charset=utf-8"
+# The status page needs nothing but its own inline styles: should a value from
+# the database ever slip through unescaped, the browser still runs nothing.
+PAGE_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
 
 # Seconds a connection may sit idle before its thread gives up on it.
 REQUEST_TIMEOUT = 10.0
@@ -78,9 +84,17 @@ class _Handler(BaseHTTPRequestHandler):
             logger.exception("failed to answer %s", printable(self.path))
             self.send_error(HTTPStatus.INTERNAL_SERVER_ERROR)
 
-    def reply(self, status: HTTPStatus, content_type: str, body: bytes) -> None:
+    def reply(
+        self,
+        status: HTTPStatus,
+        content_type: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
@@ -106,8 +120,9 @@ class HttpServer:
         self._registry = registry
         self._listen = listen
         self._host, self._port = parse_listen(listen)
-        self._stale_after = stale_after
+        self.stale_after = stale_after
         self._clock = clock
+        self._status_page = StatusPage(board, clock)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._started: float = 0.0
@@ -166,7 +181,8 @@ class HttpServer:
             status, reason = self.health()
             request.reply(status, TEXT, (reason + "\n").encode("utf-8"))
         elif path == "/":
-            request.reply(HTTPStatus.OK, HTML, self.landing_page().encode("utf-8"))
+            page = self._status_page.render().encode("utf-8")
+            request.reply(HTTPStatus.OK, HTML, page, {"Content-Security-Policy": PAGE_POLICY})
         else:
             request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
 
@@ -175,43 +191,17 @@ class HttpServer:
         since_progress = self._board.seconds_since_progress()
         if since_progress is None:
             waited = self._board.monotonic() - self._started
-            if waited <= self._stale_after:
+            if waited <= self.stale_after:
                 return HTTPStatus.OK, "ok"
             return (
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 f"no poll finished in the {waited:.0f} s since start "
-                f"(limit {self._stale_after:g} s)",
+                f"(limit {self.stale_after:g} s)",
             )
-        if since_progress <= self._stale_after:
+        if since_progress <= self.stale_after:
             return HTTPStatus.OK, "ok"
         return (
             HTTPStatus.SERVICE_UNAVAILABLE,
             f"poll loop stalled: last poll finished {since_progress:.0f} s ago "
-            f"(limit {self._stale_after:g} s)",
+            f"(limit {self.stale_after:g} s)",
         )
-
-    def landing_page(self) -> str:
-        rows = []
-        for view in self._board.views():
-            name = html.escape(printable(view.target.name))
-            state = "up" if view.up else "down"
-            rows.append(f"<tr><td>{name}</td><td>{state}</td><td>{len(view.findings)}</td></tr>")
-        table = "\n".join(rows) or '<tr><td colspan="3">no targets</td></tr>'
-        return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>lockwatch</title></head>
-<body>
-<h1>lockwatch</h1>
-<ul>
-<li><a href="/metrics">/metrics</a> (Prometheus)</li>
-<li><a href="/api/v1/findings">/api/v1/findings</a> (active findings, JSON)</li>
-<li><a href="/api/v1/locks">/api/v1/locks</a> (advisory locks, JSON)</li>
-<li><a href="/healthz">/healthz</a></li>
-</ul>
-<table>
-<thead><tr><th>target</th><th>state</th><th>findings</th></tr></thead>
-<tbody>
-{table}
-</tbody>
-</table>
-</body></html>
-"""

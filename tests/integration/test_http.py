@@ -129,7 +129,7 @@ def test_it_serves_findings_and_locks_as_json(running: Running) -> None:
     assert target["locks"][0]["waiter_count"] == 1
 
 
-def test_its_landing_page_links_the_endpoints_and_escapes_every_value(running: Running) -> None:
+def test_its_status_page_links_the_endpoints_and_escapes_every_value(running: Running) -> None:
     running.board.publish(polled_view())
     running.board.publish(polled_view("<b>evil</b>"))
 
@@ -137,11 +137,15 @@ def test_its_landing_page_links_the_endpoints_and_escapes_every_value(running: R
 
     assert response.status_code == 200
     assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert "script-src" not in response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in response.headers["Content-Security-Policy"]
     for link in ("/metrics", "/api/v1/findings", "/api/v1/locks"):
         assert f'href="{link}"' in response.text
     assert "&lt;b&gt;evil&lt;/b&gt;" in response.text
     assert "<b>evil" not in response.text
-    assert f"<td>{TARGET}</td><td>up</td><td>1</td>" in response.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text
+    assert "<script" not in response.text
+    assert "2 active findings" in response.text
 
 
 def test_health_is_ok_for_a_grace_period_before_the_first_poll_then_fails(
