@@ -99,6 +99,9 @@ class TargetRunner:
         self.tracker = HoldTracker(continuity_gap=max(3 * self.target.interval, 30.0))
         self.ledger = FindingLedger()
         self.poll_started: float | None = None  # monotonic, while a poll runs
+        # Monotonic time the scheduled poll running now (or last) was due; how
+        # late polls start is read from it (bench/scale.py).
+        self.poll_due: float | None = None
         self.poll_timeout = self.target.connect_timeout + self.target.statement_timeout + 1.0
         self._failing_since: datetime | None = None
         self._view = TargetView(self.target)
@@ -216,6 +219,7 @@ class TargetRunner:
         interval = self.target.interval
         next_due = time.monotonic()
         while not self.stop_event.is_set():
+            self.poll_due = next_due
             try:
                 self.poll_once()
             except Exception:
