@@ -1,4 +1,4 @@
-"""Command line: ``lockwatch run|check-config|snapshot|demo``."""
+"""Command line: ``lockwatch run|check-config|snapshot|demo|export``."""
 
 from __future__ import annotations
 
@@ -239,3 +239,88 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
     from lockwatch.demo import run_demo
 
     sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen))
+
+
+@main.command("export")
+@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd"]))
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
+def export_command(what: str, directory: Path, force: bool) -> None:
+    """Write the bundled Prometheus alert rules, Grafana dashboard or systemd unit into DIRECTORY."""
+    from lockwatch.export import ExportError, export
+
+    try:
+        written = export(what, directory, force=force)
+    except (ExportError, OSError) as exc:
+        click.echo(f"lockwatch: {exc}", err=True)
+        sys.exit(1)
+    for path in written:
+        click.echo(str(path))
+
+
+@main.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--job", required=True, help="The job's name, as configured under jobs.")
+@click.option(
+    "--run-key", default=None, help="What makes two runs the same run (default: the schedule slot)."
+)
+@click.option(
+    "--url",
+    envvar="LOCKWATCH_URL",
+    default=f"http://{DEFAULT_LISTEN}",
+    show_default=True,
+    help="lockwatch's address (or set LOCKWATCH_URL).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="File holding the ping token (or set LOCKWATCH_PING_TOKEN).",
+)
+@click.option("--host", default=None, help="The host name to report [default: this host's name].")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_command(
+    job: str,
+    run_key: str | None,
+    url: str,
+    token_file: Path | None,
+    host: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND and report its start and its end to lockwatch: lockwatch exec --job nightly -- ./report.sh"""
+    import os
+
+    from lockwatch.execwrap import PingClient, run_wrapped
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot read {token_file}: {exc.strerror}", param_hint="--token-file"
+            ) from None
+    else:
+        token = os.environ.get("LOCKWATCH_PING_TOKEN", "")
+    if not token:
+        raise click.UsageError("no ping token: give --token-file or set LOCKWATCH_PING_TOKEN")
+    client = PingClient(url=url, token=token, job=job, stderr=sys.stderr)
+    sys.exit(run_wrapped(command, client=client, run_key=run_key, host=host))
+
+
+@main.command()
+@click.option(
+    "--dsn",
+    envvar="LOCKWATCH_DSN",
+    required=True,
+    help="The connection string your application uses.",
+)
+def doctor(dsn: str) -> None:
+    """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), or broken (2)."""
+    from lockwatch.doctor import EXIT_ERROR, diagnose
+
+    try:
+        diagnosis = diagnose(dsn)
+    except RuntimeError as exc:
+        click.echo(f"lockwatch doctor: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(diagnosis.render())
+    sys.exit(diagnosis.exit_code)

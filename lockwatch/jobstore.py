@@ -80,7 +80,9 @@ class JobStore(ABC):
         )
         self._run(
             "INSERT INTO {table} (job, run_id, run_key, host, source, started_at, finished_at, status, exit_code) VALUES (%(job)s, %(run_id)s, %(run_key)s,"
-            " %(host)s, %(source)s, %(started_at)s, NULL, 'running', NULL)",
+            " %(host)s, %(source)s, %(started_at)s, NULL, 'running', NULL)"
+            # A start that arrives after its own finish (pings race) changes nothing.
+            " ON CONFLICT (job, run_id) DO NOTHING",
             {
                 "job": run.job,
                 "run_id": run.run_id,

@@ -9,8 +9,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 
+from lockwatch.cli import main
 from lockwatch.detect.locks import detect_locks
 from lockwatch.holds import HoldTracker
 from lockwatch.model import Finding, FindingKind, LockSnapshot
@@ -18,7 +20,7 @@ from lockwatch.sample.pg_locks import PgLockSampler
 from lockwatch.sample.pgbouncer import PgBouncerSampler
 from lockwatch.settings import LockSettings
 from tests.pgbouncer_server import STATS_USER, PgBouncer
-from tests.support import PgDatabase
+from tests.support import MONITOR_PASSWORD, PgDatabase
 
 pytestmark = pytest.mark.pg
 
@@ -141,3 +143,26 @@ def test_the_fix_a_direct_dsn_gives_one_leader_and_no_finding(
     finally:
         for conn in conns:
             conn.close()
+
+
+def test_doctor_says_pooled_for_the_pgbouncer_dsn_and_safe_for_the_direct_one(
+    pg: PgDatabase, bouncer: PgBouncer
+) -> None:
+    pooled = CliRunner().invoke(main, ["doctor", "--dsn", bouncer.dsn(pg.database, user="app")])
+    assert pooled.exit_code == 1, pooled.output
+    assert "POOLED" in pooled.output
+    assert "session advisory locks" in pooled.output
+
+    direct = CliRunner().invoke(main, ["doctor", "--dsn", pg.monitor_dsn])
+    assert direct.exit_code == 0, direct.output
+    assert "SAFE for session state" in direct.output
+    assert "role has pg_monitor yes" in direct.output
+    assert MONITOR_PASSWORD not in direct.output
+
+
+def test_doctor_exits_2_when_the_dsn_does_not_work(pg: PgDatabase) -> None:
+    broken = CliRunner().invoke(
+        main, ["doctor", "--dsn", f"postgresql://x:{MONITOR_PASSWORD}@127.0.0.1:1/{pg.database}"]
+    )
+    assert broken.exit_code == 2
+    assert MONITOR_PASSWORD not in broken.output + broken.stderr
