@@ -363,9 +363,9 @@ class Daemon:
             if self._reload_requested.is_set():
                 self._reload_requested.clear()
                 self.reload()
-            self._keep_alive(time.monotonic())
+            self.keep_alive(time.monotonic())
 
-    def _keep_alive(self, now: float) -> None:
+    def keep_alive(self, now: float) -> None:
         """Ping systemd's watchdog, but only while polls make progress: a wedged
         loop then gets the service restarted. /healthz applies the same rule."""
         interval = self.notifier.watchdog_interval

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,26 +11,14 @@ from pathlib import Path
 import pytest
 
 from lockwatch.sdnotify import Notifier
-
-
-class NotifySocket:
-    """A datagram socket bound where ``NOTIFY_SOCKET`` points, like systemd's."""
-
-    def __init__(self, address: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(address.replace("@", "\0", 1) if address.startswith("@") else address)
-        self.sock.settimeout(5)
-        self.address = address
-
-    def receive(self) -> list[str]:
-        return self.sock.recv(4096).decode().split("\n")
+from tests.notify_socket import NotifySocket
 
 
 @pytest.fixture
 def listener(tmp_path: Path) -> Iterator[NotifySocket]:
     server = NotifySocket(str(tmp_path / "notify"))
     yield server
-    server.sock.close()
+    server.close()
 
 
 def test_ready_reaches_the_socket_with_a_status_line(listener: NotifySocket) -> None:
@@ -68,7 +55,7 @@ def test_an_abstract_socket_address_is_reached_through_its_leading_nul() -> None
         assert server.receive() == ["READY=1"]
     finally:
         notifier.close()
-        server.sock.close()
+        server.close()
 
 
 def test_without_notify_socket_nothing_is_sent_and_nothing_fails() -> None:
