@@ -1,0 +1,208 @@
+"""Pings and ``lockwatch exec``: bad requests change nothing; the wrapped
+command runs on time whatever lockwatch does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockwatch.jobstore import SqliteJobStore
+from lockwatch.model import RunStatus
+from lockwatch.publish.pings import MAX_BODY, PingReceiver
+from lockwatch.scenarios import Blackhole
+from tests.support import wait_until
+
+TOKEN = "ping-token-7f3a9"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SINCE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[PingReceiver]:
+    store = SqliteJobStore(tmp_path / "jobs.sqlite3")
+    yield PingReceiver(jobs={"nightly"}, token=TOKEN, store=store)
+    store.close()
+
+
+def test_a_start_and_a_success_ping_make_a_finished_run(receiver: PingReceiver) -> None:
+    started = receiver.handle(
+        "/ping/nightly/start", "", AUTH, b'{"host": "app-1", "run_key": "2026-11-29"}'
+    )
+    assert started.status is HTTPStatus.OK
+    run_id = started.body["run_id"]
+    done = receiver.handle(
+        "/ping/nightly/success", "", AUTH, json.dumps({"run_id": run_id, "exit_code": 0}).encode()
+    )
+    assert done.body["status"] == "success"
+    (run,) = receiver.store.runs("nightly", SINCE)
+    assert run.status is RunStatus.SUCCESS and run.host == "app-1" and run.run_key == "2026-11-29"
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "headers", "body", "status"),
+    [
+        ("/ping/nightly/start", "", {}, b"", HTTPStatus.UNAUTHORIZED),
+        ("/ping/nightly/start", "", {"Authorization": "Bearer nope"}, b"", HTTPStatus.FORBIDDEN),
+        ("/ping/nightly/start", f"token={TOKEN}", {}, b"", HTTPStatus.BAD_REQUEST),
+        ("/ping/nightly/start", f"token={TOKEN}", AUTH, b"", HTTPStatus.BAD_REQUEST),
+        ("/ping/weekly/start", "", AUTH, b"", HTTPStatus.NOT_FOUND),
+        ("/ping/nightly/begin", "", AUTH, b"", HTTPStatus.NOT_FOUND),
+        ("/ping/../nightly/start", "", AUTH, b"", HTTPStatus.NOT_FOUND),
+        ("/ping/nightly/start/extra", "", AUTH, b"", HTTPStatus.NOT_FOUND),
+        ("/ping/night%2Fly/start", "", AUTH, b"", HTTPStatus.NOT_FOUND),
+        ("/ping/nightly/start", "", AUTH, b"{not json", HTTPStatus.BAD_REQUEST),
+        ("/ping/nightly/start", "", AUTH, b"[1, 2]", HTTPStatus.BAD_REQUEST),
+        ("/ping/nightly/start", "", AUTH, b'{"exit_code": "3"}', HTTPStatus.BAD_REQUEST),
+        ("/ping/nightly/start", "", AUTH, b'{"exit_code": true}', HTTPStatus.BAD_REQUEST),
+        ("/ping/nightly/start", "", AUTH, b'{"hots": "typo"}', HTTPStatus.BAD_REQUEST),
+        (
+            "/ping/nightly/start",
+            "",
+            AUTH,
+            json.dumps({"host": "h" * 256}).encode(),
+            HTTPStatus.BAD_REQUEST,
+        ),
+        ("/ping/nightly/start", "", AUTH, b"\xff\xfe", HTTPStatus.BAD_REQUEST),
+        (
+            "/ping/nightly/start",
+            "",
+            AUTH,
+            b" " * (MAX_BODY + 1),
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        ),
+    ],
+)
+def test_a_bad_ping_gets_a_clear_4xx_and_changes_nothing(
+    receiver: PingReceiver,
+    path: str,
+    query: str,
+    headers: dict[str, str],
+    body: bytes,
+    status: HTTPStatus,
+) -> None:
+    response = receiver.handle(path, query, headers, body)
+    assert response.status is status
+    assert response.body["ok"] is False and response.body["error"]
+    assert TOKEN not in json.dumps(response.body)
+    assert receiver.store.runs("nightly", SINCE) == []
+
+
+def test_pings_are_refused_when_no_token_is_configured(tmp_path: Path) -> None:
+    store = SqliteJobStore(tmp_path / "jobs.sqlite3")
+    open_door = PingReceiver(jobs={"nightly"}, token=None, store=store)
+    assert open_door.handle("/ping/nightly/start", "", {}, b"").status is HTTPStatus.FORBIDDEN
+    store.close()
+
+
+class PingRecorder:
+    """A stand-in for lockwatch's ping endpoint that records what it receives."""
+
+    def __init__(self) -> None:
+        received: list[dict[str, Any]] = []
+        self.received = received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                received.append(
+                    {
+                        "path": self.path,
+                        "token": self.headers.get("X-Lockwatch-Token"),
+                        "body": json.loads(self.rfile.read(length)),
+                    }
+                )
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"ok": true}')
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def lockwatch_exec(url: str, *command: str, run_key: str | None = None) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "lockwatch", "exec", "--job", "nightly", "--url", url]
+    if run_key:
+        args += ["--run-key", run_key]
+    return subprocess.Popen(
+        [*args, "--", *command],
+        env={"LOCKWATCH_PING_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_exec_pings_start_and_fail_and_exits_with_the_commands_code() -> None:
+    recorder = PingRecorder()
+    try:
+        wrapper = lockwatch_exec(
+            recorder.url, "sh", "-c", "echo working; exit 3", run_key="2026-11-29"
+        )
+        out, err = wrapper.communicate(timeout=60)
+    finally:
+        recorder.close()
+    assert wrapper.returncode == 3
+    assert out == "working\n"
+    assert [ping["path"] for ping in recorder.received] == [
+        "/ping/nightly/start",
+        "/ping/nightly/fail",
+    ]
+    start, fail = (ping["body"] for ping in recorder.received)
+    assert start["run_key"] == "2026-11-29" and fail["run_id"] == start["run_id"]
+    assert fail["exit_code"] == 3 and fail["duration"] >= 0
+    assert all(ping["token"] == TOKEN for ping in recorder.received)
+    assert TOKEN not in err
+
+
+def test_exec_runs_the_command_while_lockwatch_hangs_and_says_so(tmp_path: Path) -> None:
+    hung = Blackhole()
+    marker, release = tmp_path / "started", tmp_path / "release"
+    try:
+        wrapper = lockwatch_exec(
+            hung.url.rsplit("/", 1)[0],
+            "sh",
+            "-c",
+            f"touch {marker}; while [ ! -e {release} ]; do sleep 0.05; done",
+        )
+        # The command is running although lockwatch has not answered the start ping.
+        wait_until(marker.exists, message="the command started")
+        assert wrapper.poll() is None
+        release.touch()
+        _, err = wrapper.communicate(timeout=60)
+    finally:
+        hung.close()
+    assert wrapper.returncode == 0
+    assert "start ping not delivered" in err
+    assert TOKEN not in err
+
+
+def test_exec_reports_a_missing_command_as_127() -> None:
+    recorder = PingRecorder()
+    try:
+        wrapper = lockwatch_exec(recorder.url, "/nonexistent/report.sh")
+        _, err = wrapper.communicate(timeout=60)
+    finally:
+        recorder.close()
+    assert wrapper.returncode == 127
+    assert "command not found" in err
+    assert recorder.received[-1]["body"]["exit_code"] == 127
