@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from lockwatch.model import Finding, TargetStatus
+from lockwatch.model import Finding, QueueView, SourceHealth, TargetStatus, WorkerView
 from lockwatch.settings import Target
 
 
@@ -24,6 +24,10 @@ class TargetView:
     last_success: datetime | None = None
     state_write_errors_total: int = 0  # saves to the state dir that failed
     findings: tuple[Finding, ...] = ()  # active findings of this target, oldest first
+    # Everything sampled besides the locks, as the target's monitors left it.
+    sources: tuple[SourceHealth, ...] = ()
+    queues: tuple[QueueView, ...] = ()
+    workers: tuple[WorkerView, ...] = ()
 
     @property
     def up(self) -> bool:

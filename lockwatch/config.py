@@ -26,6 +26,7 @@ import psycopg.conninfo
 import yaml
 
 from lockwatch.model import LockKey
+from lockwatch.queue_settings import QueueThresholds
 from lockwatch.secrets import dsn_password, redact
 from lockwatch.settings import (
     DEFAULT_LISTEN,
@@ -295,8 +296,8 @@ def _child(path: str, key: str) -> str:
 _LOCK_FIELDS = ("max_hold", "orphan_after", "convoy_waiters", "convoy_wait", "top_n", "ignore")
 _TIMING_FIELDS = ("interval", "connect_timeout", "statement_timeout")
 _TOP_KEYS = ("listen", "state_dir", "defaults", "targets")
-_DEFAULTS_KEYS = (*_TIMING_FIELDS, "locks")
-_TARGET_KEYS = ("name", "dsn", "dsn_file", *_TIMING_FIELDS, "locks")
+_DEFAULTS_KEYS = (*_TIMING_FIELDS, "locks", "queues")
+_TARGET_KEYS = ("name", "dsn", "dsn_file", *_TIMING_FIELDS, "locks", "queues", "workers")
 _TARGET_LOCK_KEYS = (*_LOCK_FIELDS, "named")
 _NAMED_KEYS = (
     "name",
@@ -597,7 +598,11 @@ class _Loader:
     """The schema: which keys go where, what each one means, how levels inherit."""
 
     def __init__(self, reader: _Reader) -> None:
+        from lockwatch.config_queues import QueueConfig
+
         self.r = reader
+        self.queues = QueueConfig(reader)
+        self.queue_defaults = QueueThresholds()
 
     def settings(self, root: yaml.Node, source: Path) -> Settings:
         top = self.r.mapping(root, "", _TOP_KEYS, required=("targets",)) or {}
@@ -635,6 +640,8 @@ class _Loader:
         if "locks" in entries:
             locks_entries = self.r.mapping(entries["locks"], "defaults.locks", _LOCK_FIELDS) or {}
             locks, ignored = self.lock_settings(locks_entries, "defaults.locks", locks, ())
+        if "queues" in entries:
+            self.queue_defaults = self.queues.defaults(entries["queues"], "defaults.queues")
         return timing, locks, ignored
 
     def timing(
@@ -733,9 +740,21 @@ class _Loader:
                 named_path = _child(locks_path, "named")
                 named = self.named_locks(locks_entries["named"], named_path, ignored)
                 locks = replace(locks, named=named)
+        queues, workers = self.queues.read(
+            entries, path, self.queue_defaults, own_timing["interval"]
+        )
         if name is None or dsn is None:
             return None
-        return Target(name=name, dsn=dsn, locks=locks, **own_timing)
+        return Target(
+            name=name,
+            dsn=dsn,
+            interval=own_timing["interval"],
+            connect_timeout=own_timing["connect_timeout"],
+            statement_timeout=own_timing["statement_timeout"],
+            locks=locks,
+            queues=queues,
+            workers=workers,
+        )
 
     def dsn(self, entries: dict[str, yaml.Node], node: yaml.Node, path: str) -> str | None:
         if "dsn" in entries and "dsn_file" in entries:

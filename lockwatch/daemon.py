@@ -16,11 +16,14 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 from types import FrameType
+from typing import Any
+
+from psycopg import sql
 
 from lockwatch.board import Board, TargetView
 from lockwatch.config import ConfigError
@@ -28,12 +31,14 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.targets import detect_target_down
 from lockwatch.holds import HoldTracker
 from lockwatch.ledger import FindingLedger, Transitions
-from lockwatch.model import Finding, FindingKind, LockSnapshot, TargetStatus
+from lockwatch.model import Finding, FindingKind, LockSnapshot, Subject, TargetStatus
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics import build_registry
+from lockwatch.queue_monitor import QueueMonitor
 from lockwatch.sample.pg_locks import PgLockSampler, SampleError
 from lockwatch.sdnotify import Notifier
 from lockwatch.settings import Settings, Target
+from lockwatch.sources import Monitor, PollContext
 from lockwatch.statefile import StateStore
 
 log = logging.getLogger(__name__)
@@ -79,6 +84,23 @@ def log_transitions(transitions: Transitions) -> None:
         )
 
 
+def build_monitors(target: Target) -> tuple[Monitor, ...]:
+    """Everything a target samples besides its advisory locks."""
+    if target.queues or target.workers:
+        return (QueueMonitor(target),)
+    return ()
+
+
+@dataclass(frozen=True, slots=True)
+class _RunnerDatabase:
+    runner: TargetRunner
+
+    def query(
+        self, query: str | sql.SQL | sql.Composed, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        return self.runner._query(query, params)
+
+
 @dataclass
 class TargetRunner:
     """Polls one target on its schedule and publishes what it finds."""
@@ -96,6 +118,8 @@ class TargetRunner:
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
         )
+        self.monitors = build_monitors(self.target)
+        self._db = _RunnerDatabase(self)
         self.tracker = HoldTracker(continuity_gap=max(3 * self.target.interval, 30.0))
         self.ledger = FindingLedger()
         self.poll_started: float | None = None  # monotonic, while a poll runs
@@ -138,11 +162,16 @@ class TargetRunner:
             # A poll broken by shutdown says nothing about the target.
             return self._view
         now = status.checked_at
+        keep: frozenset[FindingKind] = frozenset()
         if status.snapshot is not None:
             current = detect_locks(status.snapshot, self.target.locks, now)
-            transitions = self.ledger.update(current)
         else:
-            transitions = self.ledger.update(detect_target_down(status, now), keep=LOCK_KINDS)
+            current = detect_target_down(status, now)
+            keep = LOCK_KINDS
+        found, undecided = self._poll_monitors(
+            PollContext(now, self._db if status.up else None, status.snapshot, tuple(current))
+        )
+        transitions = self.ledger.update([*current, *found], keep=keep, hold=undecided)
         view = TargetView(
             target=self.target,
             status=status,
@@ -152,6 +181,8 @@ class TargetRunner:
             last_success=now if status.up else self._view.last_success,
             findings=transitions.active,
         )
+        for monitor in self.monitors:
+            view = monitor.publish(view)
         if not self._persist(now, changed=bool(transitions.fired or transitions.resolved)):
             view = replace(view, state_write_errors_total=view.state_write_errors_total + 1)
         self._view = view
@@ -159,6 +190,40 @@ class TargetRunner:
         for listener in self.listeners:
             listener(transitions)
         return view
+
+    def _poll_monitors(
+        self, context: PollContext
+    ) -> tuple[list[Finding], set[tuple[FindingKind, Subject]]]:
+        """What the target's other sources show; a monitor that breaks is
+        logged and its findings held, and never costs the locks their poll."""
+        found: list[Finding] = []
+        undecided: set[tuple[FindingKind, Subject]] = set()
+        for monitor in self.monitors:
+            try:
+                result = monitor.poll(context)
+            except Exception:
+                log.exception(
+                    "%s: %s failed; its findings stay as they were",
+                    self.target.name,
+                    type(monitor).__name__,
+                )
+                undecided |= {
+                    (f.kind, f.subject) for f in self.ledger.active if f.kind not in LOCK_KINDS
+                }
+                continue
+            found.extend(result.findings)
+            undecided |= result.undecided
+        return found, undecided
+
+    def _query(
+        self, query: str | sql.SQL | sql.Composed, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """A source's query on the poll's session, under the same watchdog as the poll."""
+        self.poll_started = time.monotonic()
+        try:
+            return self.sampler.query(query, params)
+        finally:
+            self.poll_started = None
 
     def _sample(self) -> TargetStatus:
         try:
@@ -240,6 +305,8 @@ class TargetRunner:
         # Whatever changed since the last save is kept for the next start.
         self._persist(self.clock(), changed=True)
         self.sampler.close()
+        for monitor in self.monitors:
+            monitor.close()
 
     def check_watchdog(self, now: float) -> None:
         started = self.poll_started

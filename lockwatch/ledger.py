@@ -7,7 +7,7 @@ only transitions are announced.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -30,12 +30,19 @@ class FindingLedger:
     def active(self) -> tuple[Finding, ...]:
         return tuple(sorted(self._active.values(), key=lambda f: (f.since, f.kind.value)))
 
-    def update(self, current: Iterable[Finding], keep: Iterable[FindingKind] = ()) -> Transitions:
+    def update(
+        self,
+        current: Iterable[Finding],
+        keep: Iterable[FindingKind] = (),
+        hold: Collection[tuple[FindingKind, Subject]] = (),
+    ) -> Transitions:
         """Replace the active set with ``current``.
 
         Findings of the kinds in ``keep`` stay active untouched even when absent
         from ``current``: while a target cannot be sampled, nobody knows whether
         its locks were released, so their findings neither resolve nor refire.
+        ``hold`` does the same for single (kind, subject) pairs, such as a
+        queue whose source fails.
         """
         kept_kinds = set(keep)
         fresh: dict[tuple[str, str, Subject], Finding] = {}
@@ -51,7 +58,7 @@ class FindingLedger:
         for identity, old in self._active.items():
             if identity in fresh:
                 continue
-            if old.kind in kept_kinds:
+            if old.kind in kept_kinds or (old.kind, old.subject) in hold:
                 fresh[identity] = old
             else:
                 resolved.append(old)

@@ -297,14 +297,21 @@ class Subject:
     lock: str | None = None  # configured name, or the key as the application wrote it
     queue: str | None = None  # configured queue name
     job: str | None = None  # configured job name
+    # A target's own source (``queue/webhooks``), for a target_down that is
+    # about that source alone.
+    source: str | None = None
 
     def as_dict(self) -> dict[str, str | None]:
         """``database`` and ``lock`` always (the API's stable shape), the rest when set."""
-        extra = {name: value for name, value in (("queue", self.queue), ("job", self.job)) if value}
+        extra = {
+            name: value
+            for name, value in (("queue", self.queue), ("job", self.job), ("source", self.source))
+            if value
+        }
         return {"database": self.database, "lock": self.lock, **extra}
 
     def render(self) -> str:
-        parts = [p for p in (self.database, self.lock, self.queue, self.job) if p]
+        parts = [p for p in (self.database, self.lock, self.queue, self.job, self.source) if p]
         return "/".join(parts) if parts else "-"
 
 
@@ -325,3 +332,97 @@ class Finding:
     def identity(self) -> tuple[str, str, Subject]:
         """Findings with the same identity are the same ongoing problem."""
         return (self.kind.value, self.target, self.subject)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """One reading of one queue. ``depth`` is the pending work; the rest is
+    known only when the source tells it."""
+
+    at: datetime
+    depth: int
+    oldest_age_seconds: float | None = None  # age of the oldest pending item
+    completed_total: int | None = None  # finished items, as a count that only grows
+    in_flight: int | None = None  # taken by a worker, not finished
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSample:
+    """The CPU a worker group had used by ``at``."""
+
+    at: datetime
+    # CPU seconds of all the group's processes, as a counter: what a process
+    # used before lockwatch first saw it counts once, at that first sight.
+    cpu_seconds: float
+    processes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    """How the last attempts to sample one of a target's sources went."""
+
+    name: str
+    up: bool = False
+    checked_at: datetime | None = None
+    error: str | None = None  # free of secrets
+    # When it began failing on its own; None while fine, and while it merely
+    # waits for its target's database to come back.
+    failing_since: datetime | None = None
+    samples_total: int = 0
+    errors_total: int = 0
+
+    def succeeded(self, now: datetime) -> SourceHealth:
+        return SourceHealth(self.name, True, now, None, None, self.samples_total + 1, self.errors_total)
+
+    def failed(self, now: datetime, error: str) -> SourceHealth:
+        return SourceHealth(
+            self.name,
+            False,
+            now,
+            error,
+            self.failing_since or now,
+            self.samples_total + 1,
+            self.errors_total + 1,
+        )
+
+    def skipped(self, now: datetime, reason: str) -> SourceHealth:
+        return SourceHealth(
+            self.name, False, now, reason, None, self.samples_total, self.errors_total
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue as the metrics and the API show it."""
+
+    name: str
+    source: str  # the name of the source that reads it
+    window: float  # seconds the growth rate is measured over
+    latest: QueueSample | None = None
+    growth_per_second: float | None = None  # least-squares slope of the depth; None before 2 samples
+    workers: tuple[str, ...] = ()  # the worker groups bound to it
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWait:
+    """Sessions of a worker group that wait on one advisory lock."""
+
+    database: str
+    lock: str  # the configured name or the key as written
+    key: str
+    sessions: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One worker group as the metrics and the API show it."""
+
+    name: str
+    queues: tuple[str, ...]
+    window: float
+    latest: WorkerSample | None = None  # None without a CPU source or before a reading
+    cpu_cores: float | None = None  # average cores used over the window
+    # Sessions by state (active, waiting_lock, idle, idle_in_transaction,
+    # other); None when the group binds no sessions.
+    sessions: Mapping[str, int] | None = None
+    waiting_on: tuple[SessionWait, ...] = ()

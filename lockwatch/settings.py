@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockwatch.model import LockKey
+from lockwatch.queue_settings import Queue, WorkerGroup
 from lockwatch.schedule import Schedule
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
@@ -141,6 +142,8 @@ class Target:
     connect_timeout: float = 5.0
     statement_timeout: float = 5.0
     locks: LockSettings = field(default_factory=LockSettings)
+    queues: tuple[Queue, ...] = ()
+    workers: tuple[WorkerGroup, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,8 @@ def _age(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else round(_seconds(now, then), 1)
 
 
-def _backend_facts(backend: Backend | None, pid: int, now: datetime) -> dict[str, Any]:
+def backend_facts(backend: Backend | None, pid: int, now: datetime) -> dict[str, Any]:
+    """A session as findings show it: who, from where, doing what, for how long."""
     if backend is None:
         return {
             "pid": pid,
@@ -147,7 +148,7 @@ def blocking_chain(
     current: int | None = pid
     while current is not None and len(chain) < max_depth:
         backend = snapshot.backends.get(current)
-        step = _backend_facts(backend, current, now)
+        step = backend_facts(backend, current, now)
         step["cycle"] = current in seen
         chain.append(step)
         if step["cycle"] or backend is None or not backend.blocked_by:
@@ -275,7 +276,7 @@ def _waiting(group: _Group) -> str:
 def _holder_facts(holder: _Holder, now: datetime) -> dict[str, Any]:
     backend = holder.backend
     return {
-        **_backend_facts(backend, holder.lock.pid, now),
+        **backend_facts(backend, holder.lock.pid, now),
         "usename": backend.usename if backend else None,
         "held_seconds": round(holder.held, 1),
         "mode": holder.lock.mode,

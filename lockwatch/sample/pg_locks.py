@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -36,6 +36,11 @@ LOCK_TIMEOUT_MS = 1000  # lockwatch takes no locks; this guards catalog reads al
 
 class SampleError(Exception):
     """Sampling failed; the message is safe to show (no secrets)."""
+
+
+class TargetUnavailableError(SampleError):
+    """A source needs the target's database session and there is none: not the
+    source's own failure (the target's ``target_down`` already says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,29 +67,34 @@ def advisory_locks_query(server_version: int) -> sql.Composed:
     return sql.SQL(text).format(waitstart=waitstart)
 
 
+def backend_from_row(row: Mapping[str, Any]) -> Backend:
+    """A ``pg_stat_activity`` row, selected with the columns the queries here use."""
+    return Backend(
+        pid=row["pid"],
+        backend_start=row["backend_start"],
+        database=row["datname"],
+        usename=row["usename"],
+        application_name=row["application_name"] or "",
+        client_addr=row["client_addr"],
+        state=row["state"],
+        state_change=row["state_change"],
+        xact_start=row["xact_start"],
+        query_start=row["query_start"],
+        wait_event_type=row["wait_event_type"],
+        wait_event=row["wait_event"],
+        query=row["query"] or "",
+        blocked_by=tuple(row.get("blocked_by") or ()),
+        client_port=row["client_port"],
+    )
+
+
 def rows_to_sample(
     rows: Iterable[dict[str, Any]],
 ) -> tuple[tuple[AdvisoryLock, ...], dict[int, Backend]]:
     locks: list[AdvisoryLock] = []
     backends: dict[int, Backend] = {}
     for row in rows:
-        backend = Backend(
-            pid=row["pid"],
-            backend_start=row["backend_start"],
-            database=row["datname"],
-            usename=row["usename"],
-            application_name=row["application_name"] or "",
-            client_addr=row["client_addr"],
-            state=row["state"],
-            state_change=row["state_change"],
-            xact_start=row["xact_start"],
-            query_start=row["query_start"],
-            wait_event_type=row["wait_event_type"],
-            wait_event=row["wait_event"],
-            query=row["query"] or "",
-            blocked_by=tuple(row["blocked_by"] or ()),
-            client_port=row["client_port"],
-        )
+        backend = backend_from_row(row)
         backends[backend.pid] = backend
         if row["classids"] is None:
             continue
@@ -188,14 +198,39 @@ class PgLockSampler:
             raise SampleError(redact(f"{self.where}: {exc}", self._secrets)) from None
         return RawSample(self._server_version, locks, backends, time.perf_counter() - started)
 
-    def _explain(self, exc: psycopg.Error) -> str:
+    def _explain(
+        self, exc: psycopg.Error, what: str = "poll query", grant: str = "pg_monitor"
+    ) -> str:
         if isinstance(exc, psycopg.errors.QueryCanceled):
-            reason = f"poll query cancelled by statement_timeout ({self._statement_timeout:g}s)"
+            reason = f"{what} cancelled by statement_timeout ({self._statement_timeout:g}s)"
         elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
-            reason = f"insufficient privilege (grant pg_monitor to the role): {exc}"
+            reason = f"insufficient privilege (grant {grant} to the role): {exc}"
         else:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return redact(f"{self.where}: {reason}", self._secrets)
+
+    def query(
+        self, query: str | sql.SQL | sql.Composed, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run another read-only query on the poll's session (a queue's depth,
+        the workers' sessions), after ``sample()`` has connected it.
+
+        A query that fails leaves the session usable (it runs in autocommit);
+        only a broken connection is closed, for the next poll to reopen.
+        """
+        with self._guard:
+            conn = self._conn
+        if conn is None or conn.closed:
+            raise TargetUnavailableError(f"{self.where}: not connected")
+        try:
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if cursor.description is not None else []
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if conn.closed or conn.broken:
+                self.close()
+            raise SampleError(self._explain(exc, "query", "SELECT on its tables")) from None
+        except psycopg.Error as exc:
+            raise SampleError(self._explain(exc, "query", "SELECT on its tables")) from None
 
     def abort(self) -> None:
         """Break a poll that is stuck on a silent server, from another thread.

@@ -1,0 +1,136 @@
+"""Queue depth from an SQL query, run in lockwatch's read-only session of the target.
+
+The query is the operator's (or a preset's); this module runs it and checks
+its shape, so a query that returns the wrong columns fails with words that
+say what to change instead of a metric that silently reads 0.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from lockwatch.model import QueueSample
+from lockwatch.queue_settings import Queue, SqlQueueSource
+from lockwatch.sample.pg_locks import SampleError
+from lockwatch.sources import SampleContext
+
+REQUIRED = "depth"
+OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight")
+LABEL = "queue"
+
+
+def _number(queue: str, column: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
+        raise SampleError(f"queue {queue}: column {column} is {type(value).__name__}, not a number")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise SampleError(f"queue {queue}: column {column} is {value}, not a count >= 0")
+    return number
+
+
+def _count(queue: str, column: str, value: object) -> int | None:
+    number = _number(queue, column, value)
+    return None if number is None else int(number)
+
+
+def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueSample:
+    depth = _count(queue, REQUIRED, row[REQUIRED])
+    if depth is None:
+        raise SampleError(f"queue {queue}: depth is NULL (write coalesce(..., 0))")
+    return QueueSample(
+        at=at,
+        depth=depth,
+        oldest_age_seconds=_number(queue, "oldest_age_seconds", row.get("oldest_age_seconds")),
+        completed_total=_count(queue, "completed_total", row.get("completed_total")),
+        in_flight=_count(queue, "in_flight", row.get("in_flight")),
+    )
+
+
+def readings_from_rows(
+    queue: Queue, rows: Iterable[Mapping[str, Any]], at: datetime
+) -> dict[str, QueueSample]:
+    """Check the shape of what a queue's query returned and read it.
+
+    One row for a plain queue; with sub-queues, a row per sub-queue named in
+    its ``queue`` column, where a sub-queue without a row is empty (as GROUP BY
+    leaves it) and one that is not configured is left out.
+
+    >>> from lockwatch.queue_settings import Queue, SqlQueueSource
+    >>> q = Queue("jobs", SqlQueueSource("...", sub_queues=("mail", "hooks")))
+    >>> now = datetime(2025, 1, 1)
+    >>> sorted((n, s.depth) for n, s in readings_from_rows(q, [{"queue": "mail", "depth": 3}], now).items())
+    [('jobs/hooks', 0), ('jobs/mail', 3)]
+    """
+    assert isinstance(queue.source, SqlQueueSource)
+    subs = queue.source.sub_queues
+    rows = list(rows)
+    allowed = {REQUIRED, *OPTIONAL, *((LABEL,) if subs else ())}
+    for row in rows[:1]:
+        if REQUIRED not in row:
+            raise SampleError(
+                f"queue {queue.name}: the query returns no depth column "
+                f"(got {', '.join(row) or 'no columns'}; name the count AS depth)"
+            )
+        if LABEL in row and not subs:
+            raise SampleError(
+                f"queue {queue.name}: the query returns a {LABEL} column; "
+                "list the sub-queues to watch in sub_queues"
+            )
+        unknown = [column for column in row if column not in allowed]
+        if unknown:
+            raise SampleError(
+                f"queue {queue.name}: unexpected column(s) {', '.join(unknown)} "
+                f"(expected {', '.join(sorted(allowed))})"
+            )
+        if subs and LABEL not in row:
+            raise SampleError(
+                f"queue {queue.name}: with sub_queues the query must return a {LABEL} column "
+                "naming each row's sub-queue"
+            )
+    if not subs:
+        if len(rows) != 1:
+            raise SampleError(
+                f"queue {queue.name}: the query returned {len(rows)} rows, expected 1 "
+                "(a GROUP BY needs sub_queues)"
+            )
+        return {queue.name: reading_from_row(queue.name, rows[0], at)}
+    readings: dict[str, QueueSample] = {}
+    for row in rows:
+        label = row[LABEL]
+        if label not in subs:
+            continue
+        name = f"{queue.name}/{label}"
+        if name in readings:
+            raise SampleError(f"queue {queue.name}: sub-queue {label} appears in two rows")
+        readings[name] = reading_from_row(name, row, at)
+    for sub in subs:
+        readings.setdefault(f"{queue.name}/{sub}", QueueSample(at, 0))
+    return readings
+
+
+class SqlQueueSampler:
+    """One queue entry's query, on the target's session."""
+
+    def __init__(self, queue: Queue) -> None:
+        assert isinstance(queue.source, SqlQueueSource)
+        self.queue = queue
+        self.spec = queue.source
+
+    def sample(self, context: SampleContext) -> dict[str, QueueSample]:
+        db = context.database()
+        try:
+            rows = db.query(self.spec.query, self.spec.params or None)
+        except SampleError as exc:
+            raise type(exc)(f"queue {self.queue.name}: {exc}") from None
+        return readings_from_rows(self.queue, rows, context.now)
+
+    def close(self) -> None:
+        """The session belongs to the target's lock sampler."""
