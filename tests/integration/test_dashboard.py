@@ -1,0 +1,198 @@
+"""The Grafana dashboard: importable and provisionable as it is, and every
+query of every panel returns data from a real Prometheus that scraped
+``lockwatch run`` during a replay of the seed incidents."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lockwatch.scenarios import ConvoyIncident, OrphanIncident
+from tests.processes import LockwatchProcess, write_config
+from tests.prometheus_server import PrometheusServer
+from tests.support import PgDatabase, free_port, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD_FILE = ROOT / "grafana" / "lockwatch.json"
+PROVISIONING_FILE = ROOT / "grafana" / "provisioning" / "lockwatch.yml"
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# What Grafana would put in place of the variables with "All" selected and a
+# 1 s scrape interval (rate windows of four scrapes).
+SUBSTITUTIONS = {
+    "$__rate_interval": "4s",
+    "$job": ".*",
+    "$instance": ".*",
+    "$target": ".*",
+}
+
+
+def dashboard() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(DASHBOARD_FILE.read_text())
+    return document
+
+
+def panels() -> list[dict[str, Any]]:
+    return [p for p in dashboard()["panels"] if p["type"] != "row"]
+
+
+def expressions() -> list[tuple[str, str, bool]]:
+    """(panel title / refId, expr, instant) of every panel query."""
+    return [
+        (f"{panel['title']} / {target['refId']}", target["expr"], bool(target.get("instant")))
+        for panel in panels()
+        for target in panel["targets"]
+    ]
+
+
+def variables() -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in dashboard()["templating"]["list"]}
+
+
+def substitute(expr: str) -> str:
+    for name in sorted(SUBSTITUTIONS, key=len, reverse=True):
+        expr = expr.replace(name, SUBSTITUTIONS[name])
+    assert "$" not in expr, f"a variable the test does not know in {expr}"
+    return expr
+
+
+def test_the_dashboard_has_a_fixed_uid_and_takes_its_datasource_from_a_variable() -> None:
+    text = DASHBOARD_FILE.read_text()
+    board = dashboard()
+
+    assert board["uid"] == "lockwatch"
+    assert "__inputs" not in board
+    assert "${DS_" not in text, "import-time inputs break provisioning"
+    source = variables()["datasource"]
+    assert (source["type"], source["query"]) == ("datasource", "prometheus")
+
+
+def test_job_instance_and_target_variables_query_the_chosen_datasource() -> None:
+    found = variables()
+
+    for name in ("job", "instance", "target"):
+        variable = found[name]
+        assert variable["type"] == "query"
+        assert variable["datasource"] == DATASOURCE
+        assert variable["includeAll"] and variable["multi"]
+        assert variable["allValue"] == ".*"
+    assert '{job=~"$job", instance=~"$instance"}' in found["target"]["definition"]
+
+
+def test_every_panel_has_a_unit_a_description_and_the_datasource_variable() -> None:
+    for panel in panels():
+        title = panel["title"]
+        assert panel["description"].strip(), f"{title}: no description"
+        assert panel["fieldConfig"]["defaults"]["unit"], f"{title}: no unit"
+        assert panel["datasource"] == DATASOURCE, title
+        assert panel["targets"], f"{title}: no query"
+        for target in panel["targets"]:
+            assert target["datasource"] == DATASOURCE, title
+
+
+def test_every_query_filters_by_the_variables_and_rates_over_the_rate_interval() -> None:
+    for where, expr, _ in expressions():
+        assert 'job=~"$job"' in expr and 'instance=~"$instance"' in expr, where
+        if "lockwatch_" in expr:
+            assert 'target=~"$target"' in expr, where
+        windows = re.findall(r"\[([^\]]+)\]", expr)
+        assert all(window == "$__rate_interval" for window in windows), where
+        if re.search(r"\b(rate|irate|increase)\(", expr):
+            assert windows, where
+
+
+def test_rows_cover_findings_locks_and_lockwatch_itself() -> None:
+    rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
+    ids = [p["id"] for p in dashboard()["panels"]]
+
+    assert rows[:2] == ["Active findings", "Advisory locks"]
+    assert rows[-1] == "lockwatch health"
+    assert len(ids) == len(set(ids))
+    for panel in dashboard()["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+
+
+def test_the_provisioning_example_points_grafana_at_a_dashboards_directory() -> None:
+    provisioning = yaml.safe_load(PROVISIONING_FILE.read_text())
+
+    assert provisioning["apiVersion"] == 1
+    (provider,) = provisioning["providers"]
+    assert provider["type"] == "file"
+    assert provider["options"]["path"].startswith("/")
+
+
+@pytest.fixture
+def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
+    """``lockwatch run`` watching a convoy (seed 002) and an orphan (seed 003)."""
+    port = free_port()
+    config = write_config(
+        tmp_path,
+        port,
+        {"main": pg.monitor_dsn},
+        locks="{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s}",
+    )
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    convoy = ConvoyIncident(pg.admin_dsn, waiters=3)
+    orphan = OrphanIncident(pg.admin_dsn)
+    lockwatch.start()
+    convoy.start()
+    orphan.start()
+    try:
+        yield lockwatch
+    finally:
+        convoy.stop()
+        orphan.stop()
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
+def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
+    tmp_path: Path, replay: LockwatchProcess
+) -> None:
+    wait_until(lambda: replay.finding("lock_orphaned", "main"), message="the orphan is found")
+    host_port = replay.base.removeprefix("http://")
+    with PrometheusServer(tmp_path / "prometheus", [host_port]) as prometheus:
+        queries = [(where, substitute(expr), instant) for where, expr, instant in expressions()]
+
+        def empty() -> list[str]:
+            now = time.time()
+            missing = []
+            for where, expr, instant in queries:
+                if instant:
+                    result = prometheus.query(expr)
+                else:
+                    data = prometheus.api(
+                        "query_range", query=expr, start=now - 30, end=now, step="1s"
+                    )
+                    result = data["result"]
+                if not result:
+                    missing.append(f"{where}: {expr}")
+            return missing
+
+        # Rates need a few scrapes first; then nothing may stay empty.
+        missing: list[str] = []
+
+        def all_have_data() -> bool:
+            missing[:] = empty()
+            return not missing
+
+        try:
+            wait_until(all_have_data, timeout=60, interval=1)
+        except AssertionError:
+            raise AssertionError("panels without data:\n" + "\n".join(missing)) from None
+
+        for name in ("job", "instance", "target"):
+            definition = substitute(variables()[name]["definition"])
+            match = re.fullmatch(r"label_values\((.+), (\w+)\)", definition)
+            assert match is not None, definition
+            values = prometheus.api(f"label/{match.group(2)}/values", **{"match[]": match.group(1)})
+            assert values, f"variable {name} would offer nothing"
+        assert prometheus.api("label/target/values", **{"match[]": "lockwatch_up"}) == ["main"]
