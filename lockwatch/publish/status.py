@@ -169,6 +169,15 @@ _LABELS = {
 _HIDDEN = {"wait_event_type", "wait_event", "cycle"}
 
 
+def _label(key: str) -> str:
+    """A column or fact name for people: durations say their unit in the value.
+
+    >>> _label("longest_wait_seconds"), _label("application_name")
+    ('longest wait', 'application')
+    """
+    return _LABELS.get(key) or key.removesuffix("_seconds").replace("_", " ")
+
+
 def _cell(key: str, value: object) -> str:
     if key.endswith("_seconds"):
         return _seconds(value)
@@ -186,7 +195,7 @@ def _table(rows: Sequence[Mapping[str, Any]], css: str = "") -> str:
     keys: list[str] = [k for k in _LABELS if any(k in row for row in rows)]
     keys += sorted({k for row in rows for k in row} - set(keys) - _HIDDEN)
     keys = [k for k in keys if any(row.get(k) not in (None, [], "") for row in rows)]
-    head = "".join(f"<th>{_e(_LABELS.get(k, k.replace('_', ' ')))}</th>" for k in keys)
+    head = "".join(f"<th>{_e(_label(k))}</th>" for k in keys)
     body = "".join(
         "<tr>" + "".join(f"<td>{_cell(k, row.get(k))}</td>" for k in keys) + "</tr>" for row in rows
     )
@@ -216,7 +225,7 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
     for key, value in evidence.items():
         if value in (None, [], {}, ""):
             continue
-        title = _e(key.replace("_", " "))
+        title = _e(_label(key))
         if key == "chain":
             if len(value) > 1:
                 parts.append(f"<h4>blocking chain</h4>{_chain(value)}")

@@ -1,0 +1,122 @@
+"""The status page renderer on synthetic views: escaping, evidence, history, chart."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lockwatch.board import Board, TargetView
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model import Finding, FindingKind, Severity, Subject, TargetStatus
+from lockwatch.publish.status import History, StatusPage, sparkline
+from lockwatch.settings import LockSettings, Target
+from tests.factories import NOW, TARGET, backend, held, snapshot, waiting
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@dataclass
+class Clock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def convoy_view() -> TargetView:
+    snap = snapshot(
+        held(42, 1234, held_for=800),
+        waiting(42, 1301, waited_for=300),
+        waiting(42, 1302, waited_for=200),
+        backends=[
+            backend(1234, HOSTILE, idle_for=700, query=f"SELECT '{HOSTILE}'"),
+            backend(1301, f"{HOSTILE}-2", waits_on=[1234]),
+            backend(1302, "worker-3", waits_on=[1234]),
+        ],
+    )
+    target = Target(TARGET, "postgresql://mon:s3cret@db/app")
+    findings = tuple(detect_locks(snap, target.locks, NOW))
+    return TargetView(
+        target, TargetStatus(TARGET, NOW, snap), polls_total=1, last_success=NOW, findings=findings
+    )
+
+
+def render(*views: TargetView) -> str:
+    board = Board()
+    for view in views:
+        board.publish(view)
+    return StatusPage(board, clock=lambda: NOW).render()
+
+
+def test_database_values_are_escaped_everywhere_they_appear() -> None:
+    page = render(convoy_view())
+
+    assert "<img" not in page
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 4
+    assert "s3cret" not in page
+
+
+def test_a_convoy_shows_its_holder_waiters_chain_and_budgets() -> None:
+    page = render(convoy_view())
+
+    assert "lock_convoy" in page and "lock_orphaned" in page
+    assert "<h4>blocking chain</h4>" in page
+    assert "<dt>max hold</dt><dd>5m</dd>" in page
+    assert "2 waiting, the longest for 5m" in page
+    assert re.search(r"<td>1234</td>.*?<td>13m20s</td>", page)
+
+
+def test_evidence_of_kinds_the_page_does_not_know_is_still_shown() -> None:
+    finding = Finding(
+        kind=FindingKind.QUEUE_STALLED,
+        target=TARGET,
+        subject=Subject(database="app"),
+        severity=Severity.WARNING,
+        since=NOW,
+        summary="queue grows, workers idle",
+        evidence={
+            "depth": 1200,
+            "workers": [{"pid": 7, "cpu_percent": 1.5}],
+            "window_seconds": 600,
+        },
+    )
+    view = TargetView(Target(TARGET, "postgresql://db/app"), findings=(finding,))
+
+    page = render(view)
+
+    assert "<dt>depth</dt><dd>1200</dd>" in page
+    assert "<dt>window</dt><dd>10m</dd>" in page
+    assert "<th>cpu percent</th>" in page and "<td>1.5</td>" in page
+
+
+def test_an_empty_board_is_all_clear() -> None:
+    page = render(TargetView(Target(TARGET, "postgresql://db/app")))
+
+    assert "Nothing is wrong right now." in page
+    assert "<title>lockwatch: all clear</title>" in page
+
+
+def test_history_keeps_the_peak_of_each_slot_and_forgets_what_is_older_than_the_window() -> None:
+    clock = Clock()
+    history = History(window=100.0, points=10, monotonic=clock)
+    calm = TargetView(
+        Target(TARGET, "x", locks=LockSettings()), TargetStatus(TARGET, NOW, snapshot())
+    )
+    busy = convoy_view()
+
+    history.record(calm)
+    clock.now = 5.0
+    history.record(busy)
+    clock.now = 50.0
+    history.record(calm)
+    assert history.points(TARGET, "waiting") == [(50.0, 2.0), (0.0, 0.0)]
+
+    clock.now = 140.0
+    assert history.points(TARGET, "waiting") == [(90.0, 0.0)]
+
+
+def test_the_sparkline_puts_the_newest_point_at_the_right_edge_and_the_peak_at_the_top() -> None:
+    svg = sparkline([(60.0, 0.0), (30.0, 4.0), (0.0, 2.0)], window=60.0, width=120, height=40)
+
+    assert 'points="0.0,38.0 60.0,2.0 120.0,20.0"' in svg
+    assert "now 2, highest 4" in svg
