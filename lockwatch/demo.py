@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from types import FrameType
 from typing import Any, TextIO
@@ -24,6 +24,8 @@ from lockwatch.daemon import Daemon
 from lockwatch.detect.locks import format_duration, one_line
 from lockwatch.ledger import Transitions
 from lockwatch.model import Finding, LockKey
+from lockwatch.queue_settings import Queue, QueueThresholds, SqlQueueSource, WorkerGroup
+from lockwatch.scenarios import webhook_queue_sql
 from lockwatch.settings import LockSettings, NamedLock, Settings, Target
 
 DEMO_DATABASE = "lockwatch_demo"
@@ -42,7 +44,47 @@ def demo_settings(dsn: str, listen: str) -> Settings:
             NamedLock("daily-post-generation", LockKey.int_pair(7, 13)),
         ),
     )
-    return Settings(targets=(Target("demo", dsn, interval=1.0, locks=locks),), listen=listen)
+    # Every webhook job the workers claim, and which of their sessions wait on what.
+    queue = Queue(
+        "webhooks",
+        SqlQueueSource(webhook_queue_sql()),
+        QueueThresholds(window=10.0, min_growth=0.1, stall_cpu=0.1),
+    )
+    workers = WorkerGroup("webhook-workers", ("webhooks",), sessions=("webhook-worker-*",))
+    target = Target("demo", dsn, interval=1.0, locks=locks, queues=(queue,), workers=(workers,))
+    return Settings(targets=(target,), listen=listen)
+
+
+def _related(entry: object) -> str:
+    """A related finding: a kind on the same subject, or a kind and its subject."""
+    if isinstance(entry, dict):
+        subject = "/".join(str(v) for v in (entry.get("subject") or {}).values() if v)
+        return f"{entry.get('kind')} {one_line(subject)}"
+    return str(entry)
+
+
+def _print_queue(out: TextIO, evidence: Mapping[str, Any]) -> None:
+    if "queue" not in evidence:
+        return
+    completed = evidence.get("completed_in_window")
+    out.write(
+        f"  queue   {one_line(evidence['queue'])}: {evidence.get('depth')} pending, "
+        f"{evidence.get('growth_per_second') or 0:+.2g}/s over "
+        f"{format_duration(evidence['window_seconds'])}"
+        + ("" if completed is None else f", {completed} completed")
+        + "\n"
+    )
+    for group in evidence.get("workers") or []:
+        sessions = group.get("sessions") or {}
+        busy = ", ".join(f"{n} {state}" for state, n in sessions.items() if n)
+        out.write(f"  workers {one_line(group['name'])}: {busy or 'no sessions seen'}\n")
+    chain = evidence.get("lock")
+    if not chain:
+        return
+    out.write(
+        f"  lock    {chain['waiting_sessions']} of {chain['worker_sessions']} worker sessions "
+        f"wait on {one_line(chain['lock'])} ({chain['key']})\n"
+    )
 
 
 def _print_finding(out: TextIO, verb: str, finding: Finding) -> None:
@@ -76,8 +118,16 @@ def _print_finding(out: TextIO, verb: str, finding: Finding) -> None:
         out.write(
             "  chain   " + " -> ".join(f"pid {s['pid']} ({s.get('state')})" for s in chain) + "\n"
         )
+    _print_queue(out, evidence)
+    for holder in (evidence.get("lock") or {}).get("holders") or []:
+        out.write(
+            f"  holder  pid {holder['pid']} {one_line(holder.get('application_name') or '-')}"
+            f" from {holder.get('client_addr') or 'local socket'}, {holder.get('state')}"
+            f" for {format_duration(holder.get('state_seconds') or 0)},"
+            f" last query: {one_line(holder.get('query') or '', 80)}\n"
+        )
     if evidence.get("related"):
-        out.write(f"  related {', '.join(evidence['related'])}\n")
+        out.write(f"  related {', '.join(_related(r) for r in evidence['related'])}\n")
     out.flush()
 
 
@@ -123,7 +173,7 @@ def _server(dsn: str | None, out: TextIO) -> Iterator[str]:
 def run_demo(
     *, dsn: str | None, duration: float | None, listen: str, out: TextIO = sys.stdout
 ) -> int:
-    from lockwatch.scenarios import ConvoyIncident, OrphanIncident
+    from lockwatch.scenarios import OrphanIncident, WebhookQueueIncident
 
     stop = threading.Event()
 
@@ -134,17 +184,20 @@ def run_demo(
     printer = _Printer(out)
     try:
         with _server(dsn, out) as demo_dsn:
+            convoy = WebhookQueueIncident(demo_dsn)
+            convoy.prepare()
             daemon = Daemon(demo_settings(demo_dsn, listen), listeners=(printer,))
             daemon.start()
             host, port = daemon.http.address
             base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-            convoy = ConvoyIncident(demo_dsn)
             orphan = OrphanIncident(demo_dsn)
             try:
                 out.write(
-                    f"lockwatch is watching; see {base}/metrics, {base}/api/v1/findings, {base}/api/v1/locks\n"
-                    "replaying seed 002: webhook-worker-1 takes lock 42 and hangs in an HTTP call "
-                    "with no timeout; five workers queue behind it\n"
+                    f"lockwatch is watching; see {base}/metrics, {base}/api/v1/findings, "
+                    f"{base}/api/v1/locks, {base}/api/v1/queues\n"
+                    "replaying seed 002: six webhook workers claim jobs under lock 42 while a "
+                    "producer adds two a second; the worker that takes the sixth job hangs in "
+                    "an HTTP call with no timeout, holding the lock, and the queue grows\n"
                     "replaying seed 003: blog-generator takes lock (7,13) on a pooled connection "
                     "and returns it to the pool without unlocking\n"
                     + (
@@ -172,7 +225,7 @@ def run_demo(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    expected = {"lock_convoy", "lock_orphaned"}
+    expected = {"lock_convoy", "lock_orphaned", "queue_stalled"}
     missing = expected - printer.fired
     out.write(
         "demo finished; nothing left running\n"

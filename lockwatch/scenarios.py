@@ -11,7 +11,9 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import psycopg
@@ -35,6 +37,11 @@ class Blackhole:
     def url(self) -> str:
         host, port = self._listener.getsockname()[:2]
         return f"http://{host}:{port}/webhook"
+
+    @property
+    def accepted(self) -> int:
+        """Connections taken so far: a call that now hangs for each."""
+        return len(self._accepted)
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -155,3 +162,204 @@ class OrphanIncident:
 
     def stop(self) -> None:
         self.pool.close()
+
+
+# ---------------------------------------------------------------------------
+# Seed 002 with its queue: webhook jobs claimed under lock 42
+
+WEBHOOK_JOBS_DDL = """
+CREATE TABLE IF NOT EXISTS webhook_jobs (
+    id bigserial PRIMARY KEY,
+    url text NOT NULL,
+    payload jsonb NOT NULL DEFAULT '{}',
+    status text NOT NULL DEFAULT 'pending',
+    worker text,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz
+)
+"""
+
+
+_WEBHOOK_QUEUE = """SELECT count(*) FILTER (WHERE status = 'pending') AS depth,
+       EXTRACT(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))
+           AS oldest_age_seconds,
+       count(*) FILTER (WHERE status = 'processing') AS in_flight{completed}
+FROM webhook_jobs"""
+
+
+def webhook_queue_sql(*, completed: bool = True) -> str:
+    """The query an operator would give lockwatch for the webhook_jobs queue;
+    without ``completed_total`` a stall can only be told by the workers' CPU."""
+    done = ",\n       count(*) FILTER (WHERE status = 'done') AS completed_total"
+    return _WEBHOOK_QUEUE.format(completed=done if completed else "")
+
+
+def burn_cpu(seconds: float) -> None:
+    """Busy work, as a worker that renders or signs each payload."""
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        sum(i * i for i in range(1000))
+
+
+def claim_and_deliver(
+    conn: psycopg.Connection[Any],
+    http: requests.Session,
+    worker: str,
+    *,
+    lock_key: int | None = 42,
+    burn: float = 0.0,
+) -> bool:
+    """One job the way seed 002's workers did it; False when none was pending.
+
+    The claim is serialised by ``pg_advisory_lock(lock_key)``, and the bug is
+    kept on purpose: the lock is released only after the delivery, an HTTP
+    call without a timeout.
+    """
+    if lock_key is not None:
+        conn.execute("SELECT pg_advisory_lock(%s)", (lock_key,))
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT id, url FROM webhook_jobs WHERE status = 'pending'"
+                " ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            ).fetchone()
+            if row is not None:
+                conn.execute(
+                    "UPDATE webhook_jobs SET status = 'processing', worker = %s WHERE id = %s",
+                    (worker, row[0]),
+                )
+        if row is None:
+            return False
+        http.post(row[1], json={"event": "order.paid", "job": row[0]}, timeout=None)
+        burn_cpu(burn)
+        conn.execute(
+            "UPDATE webhook_jobs SET status = 'done', finished_at = now() WHERE id = %s", (row[0],)
+        )
+        return True
+    finally:
+        if lock_key is not None and not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key,))
+
+
+class Receiver:
+    """A webhook receiver on loopback that answers every POST at once."""
+
+    def __init__(self) -> None:
+        class Answer(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a delivery per job would flood the test output
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/webhook"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class Producer:
+    """Inserts a webhook job every ``1 / rate`` seconds on a fixed schedule;
+    ``url_for(n)`` says where job ``n`` (from 1) is to be delivered."""
+
+    def __init__(self, dsn: str, rate: float, url_for: Callable[[int], str]) -> None:
+        self.dsn = dsn
+        self.rate = rate
+        self.url_for = url_for
+        self.inserted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        with psycopg.connect(
+            self.dsn, autocommit=True, application_name="webhook-producer"
+        ) as conn:
+            due = time.monotonic()
+            while not self._stop.is_set():
+                conn.execute(
+                    "INSERT INTO webhook_jobs (url) VALUES (%s)", (self.url_for(self.inserted + 1),)
+                )
+                self.inserted += 1
+                due += 1 / self.rate
+                self._stop.wait(max(0.0, due - time.monotonic()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class WebhookQueueIncident:
+    """Seed 002 whole: six workers claim webhook jobs under lock 42 while a
+    producer inserts two a second; job ``poison_at`` goes to a receiver that
+    never answers, and the queue grows behind the worker stuck delivering it."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        workers: int = 6,
+        rate: float = 2.0,
+        poison_at: int = 6,
+        app_prefix: str = "webhook-worker",
+    ) -> None:
+        self.dsn = dsn
+        self.app_prefix = app_prefix
+        self.blackhole = Blackhole()
+        self.receiver = Receiver()
+        self.producer = Producer(
+            dsn,
+            rate,
+            lambda n: self.blackhole.url if n == poison_at else self.receiver.url,
+        )
+        self.worker_count = workers
+        self.workers: list[_Session] = []
+        self._stop = threading.Event()
+
+    def _work(self, name: str) -> Callable[[psycopg.Connection[Any]], None]:
+        def loop(conn: psycopg.Connection[Any]) -> None:
+            with requests.Session() as http:
+                while not self._stop.is_set():
+                    if not claim_and_deliver(conn, http, name):
+                        self._stop.wait(0.05)
+
+        return loop
+
+    def prepare(self) -> None:
+        """An empty webhook_jobs table, for lockwatch to watch before the workers start."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(WEBHOOK_JOBS_DDL)
+            conn.execute("TRUNCATE webhook_jobs")
+
+    def start(self) -> None:
+        self.prepare()
+        for number in range(1, self.worker_count + 1):
+            name = f"{self.app_prefix}-{number}"
+            worker = _Session(self.dsn, name, self._work(name))
+            worker.start()
+            self.workers.append(worker)
+        self.producer.start()
+
+    def stop(self) -> None:
+        self.producer.stop()
+        self._stop.set()
+        self.blackhole.close()  # the stuck delivery fails, and its worker lets go of the lock
+        for worker in self.workers:
+            if not worker.join(timeout=30):
+                log.warning("webhook worker %s did not finish", worker.pid)
+        self.receiver.close()

@@ -26,6 +26,7 @@ from lockwatch.publish.api import (
     render_json,
     utc_now,
 )
+from lockwatch.publish.queue_api import queues_document
 from lockwatch.publish.status import StatusPage
 from lockwatch.settings import parse_listen
 
@@ -177,6 +178,8 @@ class HttpServer:
         elif path == "/api/v1/locks":
             document = locks_document(self._board, self._clock())
             request.reply(HTTPStatus.OK, JSON, render_json(document))
+        elif path == "/api/v1/queues":
+            request.reply(HTTPStatus.OK, JSON, render_json(queues_document(self._board)))
         elif path == "/healthz":
             status, reason = self.health()
             request.reply(status, TEXT, (reason + "\n").encode("utf-8"))

@@ -20,6 +20,7 @@ import lockwatch
 from lockwatch.board import Board, TargetView
 from lockwatch.model import Finding, FindingKind, Severity
 from lockwatch.publish.api import LockGroup, lock_groups, printable, sorted_findings, utc_now
+from lockwatch.publish.queue_metrics import queue_metrics, source_metrics, worker_metrics
 from lockwatch.settings import LockSettings
 
 # Active findings exported one series each, per target; the rest are counted.
@@ -77,6 +78,9 @@ class BoardCollector(Collector):
         yield from self._poll_metrics(views)
         yield from self._lock_metrics(views, now)
         yield from self._finding_metrics(views)
+        yield from source_metrics(views)
+        yield from queue_metrics(views)
+        yield from worker_metrics(views)
 
     def _poll_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
         up = _gauge(
