@@ -9,6 +9,7 @@ directories, so each file has one source of truth.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -16,6 +17,9 @@ from pathlib import Path
 
 # What the operator asks for -> the directory that holds it.
 BUNDLES = {"rules": "alerts", "dashboard": "grafana", "systemd": "systemd"}
+# promtool's unit tests of the rules travel with them but are not rules: a
+# Prometheus that loads rules/*.yml would refuse to start on one.
+LEFT_OUT = {"rules": ("*.test.yml", "*.test.yaml")}
 _CHECKOUT = Path(__file__).resolve().parent.parent
 
 
@@ -48,7 +52,11 @@ def _walk(
 
 def bundle_files(what: str) -> list[tuple[Path, bytes]]:
     """(path relative to the bundle, content) of every file of one bundle."""
-    return [(Path(*parts), node.read_bytes()) for parts, node in _walk(bundle_root(what), ())]
+    return [
+        (Path(*parts), node.read_bytes())
+        for parts, node in _walk(bundle_root(what), ())
+        if not any(fnmatch.fnmatch(parts[-1], pattern) for pattern in LEFT_OUT.get(what, ()))
+    ]
 
 
 def export(what: str, destination: Path, *, force: bool = False) -> list[Path]:
