@@ -426,15 +426,14 @@ class QueueConfig:
             self.r.report(
                 path, node, f"bind the group with one of {', '.join(_CPU_SOURCES)}, or 'sessions'"
             )
-        cpu: CpuSource | None = None
-        if len(cpu_keys) == 1:
-            key = cpu_keys[0]
-            reader = {
-                "processes": self.processes,
-                "cgroup": self.cgroup,
-                "prometheus": self.prometheus,
-            }[key]
-            cpu = reader(entries[key], _child(path, key))
+        readers = {
+            "processes": self.processes,
+            "cgroup": self.cgroup,
+            "prometheus": self.prometheus,
+        }
+        # every source given is read, so each one's own problems show too
+        read = [readers[key](entries[key], _child(path, key)) for key in cpu_keys]
+        cpu: CpuSource | None = read[0] if len(read) == 1 else None
         sessions: tuple[str, ...] = ()
         if "sessions" in entries:
             sessions_path = _child(path, "sessions")
