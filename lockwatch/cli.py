@@ -191,6 +191,50 @@ def check_config(config_file: Path) -> None:
     click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
 
 
+@main.command("notify-test")
+@click.option(
+    "-c",
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="YAML config file with a notify section.",
+)
+@click.option(
+    "--channel", "channels", multiple=True, help="Only this channel (repeatable) [default: all]."
+)
+def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
+    """Send a test message through each notify channel and show what each answered.
+
+    Exits 1 when any channel failed, 2 when the config has problems.
+    """
+    from lockwatch.notify.service import send_test
+
+    try:
+        settings = load_settings(config_file)
+    except ConfigError as exc:
+        _fail_config(exc)
+    names = [channel.name for channel in settings.notify.channels]
+    if not names:
+        click.echo(f"{config_file}: no notify channels configured", err=True)
+        sys.exit(EXIT_BAD_CONFIG)
+    unknown = sorted(set(channels) - set(names))
+    if unknown:
+        raise click.UsageError(
+            f"no channel named {', '.join(unknown)} in {config_file} (there are: {', '.join(names)})"
+        )
+    failed = False
+    outcomes = send_test(settings.notify, channels, external_url=f"http://{settings.listen}/")
+    for outcome in outcomes:
+        channel = f"{outcome.channel.name} ({outcome.channel.kind})"
+        if outcome.ok:
+            click.echo(f"{channel}: ok, {outcome.said}")
+        else:
+            click.echo(f"{channel}: FAILED, {outcome.said} ({outcome.then})")
+            failed = True
+    sys.exit(1 if failed else 0)
+
+
 @main.command()
 @click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="Database to look at.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

@@ -20,12 +20,23 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import NamedTuple, TypeVar
+from urllib.parse import urlsplit
 
 import psycopg
 import psycopg.conninfo
 import yaml
 
-from lockwatch.model import LockKey
+from lockwatch.model import FindingKind, LockKey, Severity
+from lockwatch.notify.settings import (
+    CHANNEL_TYPES,
+    TELEGRAM_API,
+    Channel,
+    NotifySettings,
+    Route,
+    SlackChannel,
+    TelegramChannel,
+    WebhookChannel,
+)
 from lockwatch.queue_settings import QueueThresholds
 from lockwatch.secrets import dsn_password, redact
 from lockwatch.settings import (
@@ -295,7 +306,7 @@ def _child(path: str, key: str) -> str:
 
 _LOCK_FIELDS = ("max_hold", "orphan_after", "convoy_waiters", "convoy_wait", "top_n", "ignore")
 _TIMING_FIELDS = ("interval", "connect_timeout", "statement_timeout")
-_TOP_KEYS = ("listen", "state_dir", "defaults", "targets")
+_TOP_KEYS = ("listen", "state_dir", "defaults", "targets", "notify")
 _DEFAULTS_KEYS = (*_TIMING_FIELDS, "locks", "queues")
 _TARGET_KEYS = ("name", "dsn", "dsn_file", *_TIMING_FIELDS, "locks", "queues", "workers")
 _TARGET_LOCK_KEYS = (*_LOCK_FIELDS, "named")
@@ -619,16 +630,21 @@ class _Loader:
         if "defaults" in top:
             timing, locks, ignored = self.defaults(top["defaults"])
         targets = []
+        names: dict[str, str] = {}
         if "targets" in top:
             entries = list(self.r.items(top["targets"], "targets"))
             if isinstance(top["targets"], yaml.SequenceNode) and not entries:
                 self.r.report("targets", top["targets"], "needs at least one target")
-            names: dict[str, str] = {}
             for path, node in entries:
                 target = self.target(node, path, names, timing, locks, ignored)
                 if target is not None:
                     targets.append(target)
-        return Settings(tuple(targets), listen=listen, state_dir=state_dir, source=source)
+        notify = NotifySettings()
+        if "notify" in top:
+            notify = _NotifyLoader(self.r).notify(top["notify"], names)
+        return Settings(
+            tuple(targets), listen=listen, state_dir=state_dir, source=source, notify=notify
+        )
 
     def defaults(
         self, node: yaml.Node
@@ -886,6 +902,234 @@ class _Loader:
                 elif text is not None:
                     networks.append(ipaddress.ip_network(text))
         return AllowedHolders(applications=applications, networks=tuple(networks), local=local)
+
+
+# ---------------------------------------------------------------------------
+# The notify section
+
+_NOTIFY_KEYS = ("for", "repeat_interval", "connect_timeout", "read_timeout", "channels", "routes")
+_CHANNEL_KEYS: dict[str, tuple[str, ...]] = {
+    "telegram": ("bot_token", "bot_token_file", "chat_id", "api_url"),
+    "slack": ("webhook_url", "webhook_url_file"),
+    "webhook": ("url", "url_file"),
+}
+_ALL_CHANNEL_KEYS = ("name", "type", *dict.fromkeys(k for ks in _CHANNEL_KEYS.values() for k in ks))
+_ROUTE_KEYS = ("channels", "kinds", "severities", "targets", "for", "repeat_interval")
+_NOT_SHOWN = "(the value is not shown: it may hold a secret)"
+_BOT_TOKEN = re.compile(r"[^\s/]+")
+
+
+def _check_http_url(text: str) -> str | None:
+    """
+    >>> _check_http_url("https://api.telegram.org") is None
+    True
+    >>> _check_http_url("api.telegram.org")
+    'not an http:// or https:// URL (the value is not shown: it may hold a secret)'
+    """
+    parts = urlsplit(text)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return None
+    return f"not an http:// or https:// URL {_NOT_SHOWN}"
+
+
+class _NotifyLoader(_Loader):
+    """``notify:``: channels with their secrets, routes and timings."""
+
+    def notify(self, node: yaml.Node, targets: Collection[str]) -> NotifySettings:
+        entries = self.r.mapping(node, "notify", _NOTIFY_KEYS) or {}
+        default = NotifySettings()
+
+        def seconds(key: str, check: Callable[[float], str | None], fallback: float) -> float:
+            if key not in entries:
+                return fallback
+            value = self.r.duration(entries[key], _child("notify", key), check)
+            return fallback if value is None else value
+
+        channels: list[Channel] = []
+        names: dict[str, str] = {}
+        if "channels" in entries:
+            for path, item in self.r.items(entries["channels"], "notify.channels"):
+                channel = self.channel(item, path, names)
+                if channel is not None:
+                    channels.append(channel)
+        routes = []
+        if "routes" in entries:
+            for path, item in self.r.items(entries["routes"], "notify.routes"):
+                route = self.route(item, path, names, targets)
+                if route is not None:
+                    routes.append(route)
+        return NotifySettings(
+            channels=tuple(channels),
+            routes=tuple(routes),
+            for_duration=seconds("for", _anything, default.for_duration),
+            repeat_interval=seconds("repeat_interval", _anything, default.repeat_interval),
+            connect_timeout=seconds("connect_timeout", _positive, default.connect_timeout),
+            read_timeout=seconds("read_timeout", _positive, default.read_timeout),
+        )
+
+    def channel(self, node: yaml.Node, path: str, names: dict[str, str]) -> Channel | None:
+        entries = self.r.mapping(node, path, _ALL_CHANNEL_KEYS, required=("name", "type"))
+        if entries is None:
+            return None
+        name = self.name(entries, path, names)
+        kind = None
+        if "type" in entries:
+            kind = self.r.text(entries["type"], _child(path, "type"), self._check_type)
+        if kind is None:
+            return None
+        own = ("name", "type", *_CHANNEL_KEYS[kind])
+        for key in entries:
+            if key not in own:
+                self.r.report(
+                    _child(path, key),
+                    entries[key],
+                    f"not a key of a {kind} channel (those are: {', '.join(own)})",
+                )
+        if kind == "telegram":
+            token = self.secret(entries, node, path, "bot_token", self._check_token)
+            chat_id = self.chat_id(entries, node, path)
+            api_url: str | None = TELEGRAM_API
+            if "api_url" in entries:
+                api_url = self.r.text(entries["api_url"], _child(path, "api_url"), _check_http_url)
+            if name is None or token is None or chat_id is None or api_url is None:
+                return None
+            return TelegramChannel(name, token, chat_id, api_url.rstrip("/"))
+        key = "webhook_url" if kind == "slack" else "url"
+        url = self.secret(entries, node, path, key, _check_http_url)
+        if name is None or url is None:
+            return None
+        return SlackChannel(name, url) if kind == "slack" else WebhookChannel(name, url)
+
+    def _check_type(self, text: str) -> str | None:
+        if text in CHANNEL_TYPES:
+            return None
+        return f"unknown channel type {text!r} ({_did_you_mean(text, CHANNEL_TYPES)})"
+
+    @staticmethod
+    def _check_token(text: str) -> str | None:
+        if _BOT_TOKEN.fullmatch(text):
+            return None
+        return f"not a bot token (like 123456:ABC-DEF...) {_NOT_SHOWN}"
+
+    def secret(
+        self,
+        entries: dict[str, yaml.Node],
+        node: yaml.Node,
+        path: str,
+        key: str,
+        check: Callable[[str], str | None],
+    ) -> str | None:
+        """A token or URL from ``<key>_file`` or from ``${VAR}``; never written
+        in the config file itself, which is read by more eyes than a secret."""
+        file_key = f"{key}_file"
+        if key in entries and file_key in entries:
+            self.r.report(path, node, f"set either {key!r} or {file_key!r}, not both")
+            return None
+        if file_key in entries:
+            where = _child(path, file_key)
+            secret = self.r.secret_file(entries[file_key], where)
+        elif key in entries:
+            where = _child(path, key)
+            value = self.r.value(entries[key], where)
+            if value is None:
+                return None
+            if not isinstance(value.data, str) or not value.data:
+                self.r.report(where, entries[key], f"expected a string, got {_kind(entries[key])}")
+                return None
+            self.r.secrets.append(value.data)
+            if value.origin is None:
+                self.r.report(
+                    where,
+                    entries[key],
+                    f"keep the secret out of the config file: use {file_key}, "
+                    f"or take it from the environment with ${{VAR}}",
+                )
+                return None
+            secret = value.data
+        else:
+            self.r.report(path, node, f"missing required key {key!r} (or {file_key!r})")
+            return None
+        if secret is None:
+            return None
+        problem = check(secret)
+        if problem is not None:
+            self.r.report(where, entries.get(file_key, entries.get(key)), problem)
+            return None
+        return secret
+
+    def chat_id(self, entries: dict[str, yaml.Node], node: yaml.Node, path: str) -> str | None:
+        if "chat_id" not in entries:
+            self.r.report(path, node, "missing required key 'chat_id'")
+            return None
+        where = _child(path, "chat_id")
+        value = self.r.value(entries["chat_id"], where)
+        if value is None:
+            return None
+        data = value.data
+        if isinstance(data, bool) or not isinstance(data, int | str) or not str(data).strip():
+            self.r.report(
+                where,
+                entries["chat_id"],
+                f"expected a chat id: a number like -1001234567890 or @channelname, "
+                f"got {_kind(entries['chat_id'])}",
+            )
+            return None
+        return str(data).strip()
+
+    def route(
+        self,
+        node: yaml.Node,
+        path: str,
+        channels: Mapping[str, str],
+        targets: Collection[str],
+    ) -> Route | None:
+        entries = self.r.mapping(node, path, _ROUTE_KEYS, required=("channels",))
+        if entries is None:
+            return None
+
+        def names(key: str, check: Callable[[str], str | None]) -> tuple[str, ...]:
+            if key not in entries:
+                return ()
+            found = (
+                self.r.text(item, item_path, check)
+                for item_path, item in self.r.items(entries[key], _child(path, key))
+            )
+            return tuple(dict.fromkeys(text for text in found if text is not None))
+
+        def one_of(what: str, choices: Collection[str]) -> Callable[[str], str | None]:
+            def check(text: str) -> str | None:
+                if text in choices:
+                    return None
+                return f"unknown {what} {text!r} ({_did_you_mean(text, choices)})"
+
+            return check
+
+        def target(text: str) -> str | None:
+            if any(ch in text for ch in "*?[") or text in targets:
+                return None
+            return f"no target is named {text!r} ({_did_you_mean(text, targets)})"
+
+        chosen = names("channels", one_of("channel", channels))
+        kinds = names("kinds", one_of("finding kind", [k.value for k in FindingKind]))
+        severities = names("severities", one_of("severity", [s.value for s in Severity]))
+        patterns = names("targets", target)
+        timings: dict[str, float | None] = {"for": None, "repeat_interval": None}
+        for key in timings:
+            if key in entries:
+                timings[key] = self.r.duration(entries[key], _child(path, key), _anything)
+        if "channels" in entries and not chosen:
+            self.r.report(
+                _child(path, "channels"), entries["channels"], "needs at least one channel"
+            )
+            return None
+        return Route(
+            channels=chosen,
+            kinds=frozenset(FindingKind(k) for k in kinds),
+            severities=frozenset(Severity(s) for s in severities),
+            targets=patterns,
+            for_duration=timings["for"],
+            repeat_interval=timings["repeat_interval"],
+        )
 
 
 # ---------------------------------------------------------------------------

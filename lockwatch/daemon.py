@@ -32,6 +32,7 @@ from lockwatch.detect.targets import detect_target_down
 from lockwatch.holds import HoldTracker
 from lockwatch.ledger import FindingLedger, Transitions
 from lockwatch.model import Finding, FindingKind, LockSnapshot, Subject, TargetStatus
+from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics import build_registry
 from lockwatch.queue_monitor import QueueMonitor
@@ -121,7 +122,7 @@ class TargetRunner:
         self.monitors = build_monitors(self.target)
         self._db = _RunnerDatabase(self)
         self.tracker = HoldTracker(continuity_gap=max(3 * self.target.interval, 30.0))
-        self.ledger = FindingLedger()
+        self.ledger = FindingLedger(self.target.name)
         self.poll_started: float | None = None  # monotonic, while a poll runs
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
@@ -364,6 +365,18 @@ class Daemon:
         self.stop_event = threading.Event()
         self._clock = clock
         self._listeners = listeners
+        # Notifications, delivered from threads of their own: the poll threads
+        # only hand each poll's findings over.
+        self.alerts: AlertNotifier | None = None
+        if settings.notify.channels:
+            self.alerts = AlertNotifier(
+                settings.notify,
+                settings.state_dir,
+                targets=[target.name for target in settings.targets],
+                external_url=f"http://{settings.listen}/",
+                clock=clock,
+            )
+            self._listeners = (*listeners, self.alerts)
         self._reload = reload
         self._reload_requested = threading.Event()
         self.notifier = Notifier() if notifier is None else notifier
@@ -371,6 +384,8 @@ class Daemon:
         self._ping_withheld = False
         self.runners = [self._runner(target) for target in settings.targets]
         self.registry = build_registry(self.board)
+        if self.alerts is not None:
+            self.registry.register(self.alerts.collector())
         self.http = HttpServer(
             self.board, self.registry, settings.listen, self._stale_after(self.runners)
         )
@@ -397,6 +412,8 @@ class Daemon:
             port,
             len(self.runners),
         )
+        if self.alerts is not None:
+            self.alerts.start()
         for runner in self.runners:
             runner.start()
         self.notifier.ready(self._status_line())
@@ -499,11 +516,14 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir"):
+        for setting in ("listen", "state_dir", "notify"):
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
-            settings, listen=self.settings.listen, state_dir=self.settings.state_dir
+            settings,
+            listen=self.settings.listen,
+            state_dir=self.settings.state_dir,
+            notify=self.settings.notify,
         )
         log.info(
             "config reloaded: %(kept)d target(s) unchanged, %(changed)d changed, "
@@ -522,6 +542,8 @@ class Daemon:
         for runner in self.runners:
             runner.sampler.abort()
             runner.join(timeout=STOP_GRACE)
+        if self.alerts is not None:
+            self.alerts.stop(STOP_GRACE)
         self.http.stop()
         self.notifier.close()
         log.info("lockwatch stopped")

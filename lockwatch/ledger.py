@@ -20,10 +20,46 @@ class Transitions:
     active: tuple[Finding, ...]
     fired: tuple[Finding, ...]
     resolved: tuple[Finding, ...]
+    # The target polled, so a listener learns of a poll that found nothing.
+    target: str = ""
+
+
+def dump_finding(finding: Finding) -> dict[str, Any]:
+    """A finding as JSON-ready values, ``since`` to the microsecond."""
+    return {
+        "kind": finding.kind.value,
+        "target": finding.target,
+        "subject": finding.subject.as_dict(),
+        "severity": finding.severity.value,
+        "since": finding.since.isoformat(),
+        "summary": finding.summary,
+        "evidence": dict(finding.evidence),
+    }
+
+
+def load_finding(entry: Any) -> Finding | None:
+    """The finding ``dump_finding`` made, or None when ``entry`` is not one."""
+    try:
+        since = datetime.fromisoformat(entry["since"])
+        if since.tzinfo is None:
+            # cannot be ordered against the findings the detectors make
+            return None
+        return Finding(
+            kind=FindingKind(entry["kind"]),
+            target=str(entry["target"]),
+            subject=Subject(**entry["subject"]),
+            severity=Severity(entry["severity"]),
+            since=since,
+            summary=str(entry["summary"]),
+            evidence=dict(entry.get("evidence") or {}),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 class FindingLedger:
-    def __init__(self) -> None:
+    def __init__(self, target: str = "") -> None:
+        self.target = target
         self._active: dict[tuple[str, str, Subject], Finding] = {}
 
     @property
@@ -63,21 +99,10 @@ class FindingLedger:
             else:
                 resolved.append(old)
         self._active = fresh
-        return Transitions(self.active, tuple(fired), tuple(resolved))
+        return Transitions(self.active, tuple(fired), tuple(resolved), self.target)
 
     def dump(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "kind": f.kind.value,
-                "target": f.target,
-                "subject": f.subject.as_dict(),
-                "severity": f.severity.value,
-                "since": f.since.isoformat(),
-                "summary": f.summary,
-                "evidence": dict(f.evidence),
-            }
-            for f in self._active.values()
-        ]
+        return [dump_finding(f) for f in self._active.values()]
 
     def load(self, entries: object) -> None:
         """Restore the active set after a restart, so nothing is announced twice.
@@ -86,21 +111,7 @@ class FindingLedger:
         which beats a daemon that cannot start."""
         restored: dict[tuple[str, str, Subject], Finding] = {}
         for entry in entries if isinstance(entries, list) else ():
-            try:
-                since = datetime.fromisoformat(entry["since"])
-                if since.tzinfo is None:
-                    # cannot be ordered against the findings the detectors make
-                    continue
-                finding = Finding(
-                    kind=FindingKind(entry["kind"]),
-                    target=str(entry["target"]),
-                    subject=Subject(**entry["subject"]),
-                    severity=Severity(entry["severity"]),
-                    since=since,
-                    summary=str(entry["summary"]),
-                    evidence=dict(entry.get("evidence") or {}),
-                )
-            except (KeyError, TypeError, ValueError):
-                continue
-            restored[finding.identity] = finding
+            finding = load_finding(entry)
+            if finding is not None:
+                restored[finding.identity] = finding
         self._active = restored

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockwatch.model import LockKey
+from lockwatch.notify.settings import NotifySettings
 from lockwatch.queue_settings import Queue, WorkerGroup
 from lockwatch.schedule import Schedule
 
@@ -152,6 +153,7 @@ class Settings:
     listen: str = DEFAULT_LISTEN
     state_dir: Path | None = None
     source: Path | None = None  # the config file, when there is one
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,14 +17,23 @@ FORMAT_VERSION = 1
 
 
 class StateStore:
-    """Reads and writes ``<state_dir>/target-<name>.json``.
+    """Reads and writes ``<state_dir>/<prefix><name>.json``: ``target-main.json``
+    for a target's hold times and findings, ``notify-ops.json`` for a channel's
+    notifications.
 
     A store without a directory keeps nothing. Write failures never stop
     monitoring: they are logged (once per distinct error) and counted.
     """
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(
+        self,
+        directory: Path | None,
+        prefix: str = "target-",
+        keeps: str = "hold times and findings",
+    ) -> None:
         self.directory = directory
+        self.prefix = prefix
+        self.keeps = keeps  # what a restart forgets while saves fail, for the log
         self.write_errors_total = 0
         # Per target: the runners of all targets share one store, and one
         # target's errors (or successes) must not make another's log again.
@@ -32,7 +41,7 @@ class StateStore:
         self._lock = threading.Lock()
 
     def _path(self, target: str) -> Path | None:
-        return None if self.directory is None else self.directory / f"target-{target}.json"
+        return None if self.directory is None else self.directory / f"{self.prefix}{target}.json"
 
     def load(self, target: str) -> dict[str, Any] | None:
         path = self._path(target)
@@ -83,8 +92,7 @@ class StateStore:
             self._last_errors[target] = message
         if not repeated:
             log.error(
-                "%s; monitoring goes on, but hold times and findings will not survive a restart",
-                message,
+                "%s; monitoring goes on, but %s will not survive a restart", message, self.keeps
             )
 
 

@@ -9,8 +9,9 @@ clients do, the number of series stays bounded.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -18,6 +19,7 @@ from prometheus_client.registry import Collector
 
 import lockwatch
 from lockwatch.board import Board, TargetView
+from lockwatch.detect.locks import one_line
 from lockwatch.model import Finding, FindingKind, Severity
 from lockwatch.publish.api import LockGroup, lock_groups, printable, sorted_findings, utc_now
 from lockwatch.publish.queue_metrics import queue_metrics, source_metrics, worker_metrics
@@ -187,6 +189,13 @@ class BoardCollector(Collector):
             "most severe and oldest first).",
             ["target", "kind", "database", "lock"],
         )
+        info = _gauge(
+            "lockwatch_finding_info",
+            "1 for each series of lockwatch_finding_active, with the finding's severity and "
+            'its holder ("pid 1234 (app from 10.0.0.5)", empty when it names none) for alert '
+            "messages. Alert on this without the holder label: a new holder is a new series.",
+            ["target", "kind", "database", "lock", "severity", "holder"],
+        )
         dropped = _gauge(
             "lockwatch_finding_series_dropped",
             "Active findings left out of lockwatch_finding_active by the per-target cap.",
@@ -205,19 +214,42 @@ class BoardCollector(Collector):
                         counts, [target, kind.value, severity.value], tally.get((kind, severity), 0)
                     )
             shown = _finding_series(view.findings)
-            for kind_label, database, lock in shown[:FINDING_SERIES_CAP]:
-                _add(active, [target, kind_label, database, lock], 1.0)
+            for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
+                _add(active, [target, *labels], 1.0)
+                details = [finding.severity.value, holder_label(finding.evidence)]
+                _add(info, [target, *labels, *details], 1.0)
             _add(dropped, [target], max(0, len(shown) - FINDING_SERIES_CAP))
-        yield from (counts, active, dropped)
+        yield from (counts, active, info, dropped)
 
 
-def _finding_series(findings: Iterable[Finding]) -> list[tuple[str, str, str]]:
-    """Distinct (kind, database, lock) label sets, most severe and oldest first."""
-    series: dict[tuple[str, str, str], None] = {}
+def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, str, str], Finding]:
+    """Distinct (kind, database, lock) label sets, most severe and oldest first,
+    each with the first finding that has it."""
+    series: dict[tuple[str, str, str], Finding] = {}
     for finding in sorted_findings(findings):
         subject = finding.subject
-        series.setdefault((finding.kind.value, subject.database or "", subject.lock or ""), None)
-    return list(series)
+        labels = (finding.kind.value, subject.database or "", subject.lock or "")
+        series.setdefault(labels, finding)
+    return series
+
+
+def holder_label(evidence: Mapping[str, Any]) -> str:
+    """The session a finding names as its holder, on one bounded line; "" for none.
+
+    >>> holder_label({"holder_pid": 7, "holders": [
+    ...     {"pid": 7, "application_name": "worker\\n<b>", "client_addr": None}]})
+    'pid 7 (worker <b> from local socket)'
+    """
+    pid = evidence.get("holder_pid")
+    holders = evidence.get("holders")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return ""
+    for holder in holders if isinstance(holders, list) else ():
+        if isinstance(holder, Mapping) and holder.get("pid") == pid:
+            app = one_line(holder.get("application_name") or "") or "no application_name"
+            where = one_line(holder.get("client_addr") or "") or "local socket"
+            return printable(f"pid {pid} ({app} from {where})")
+    return f"pid {pid}"
 
 
 def build_registry(board: Board, clock: Callable[[], datetime] = utc_now) -> CollectorRegistry:

@@ -1,0 +1,374 @@
+"""The notifier: one delivery thread per channel, apart from the poll loop.
+
+The poll threads only hand over each target's active findings
+(:meth:`AlertNotifier.__call__`, a transitions listener); each channel's
+thread decides what is due, keeps it in its outbox in the state dir, and
+delivers it, retrying transient failures with backoff and jitter and
+honouring a receiver's ``retry_after``. A receiver that hangs delays only its
+own channel, and never a poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import requests
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from lockwatch.ledger import Transitions
+from lockwatch.model import Finding
+from lockwatch.notify.message import Message
+from lockwatch.notify.outbox import ChannelState, Pending, evaluate
+from lockwatch.notify.settings import Channel, NotifySettings
+from lockwatch.notify.transports import Transport, TransportError, make_transport
+from lockwatch.statefile import StateStore
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+TICK = 1.0  # seconds between looks at `for` and repeat deadlines
+MAX_OUTBOX = 1000  # messages kept per channel while its receiver is away
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delays between delivery attempts: exponential with jitter, capped."""
+
+    first: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+    give_up_after: float = 86400.0  # seconds a message may stay undeliverable
+    max_retry_after: float = 3600.0  # a receiver's own delay is honoured up to this
+
+    def delay(self, attempts: int, rng: random.Random) -> float:
+        """Seconds before attempt ``attempts + 1``: half to all of the exponential step.
+
+        >>> Backoff().delay(1, random.Random(1)) <= 1.0, Backoff().delay(20, random.Random(1)) <= 300
+        (True, True)
+        """
+        step = min(self.cap, self.first * self.factor ** max(attempts - 1, 0))
+        return step * (0.5 + rng.random() / 2)
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+class ChannelWorker:
+    """Decides, keeps and delivers the messages of one channel, in order."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        settings: NotifySettings,
+        transport: Transport,
+        store: StateStore,
+        *,
+        clock: Clock = utc_now,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        targets: Collection[str] = (),
+    ) -> None:
+        self.channel = channel
+        self.settings = settings
+        self.transport = transport
+        self.store = store
+        self.clock = clock
+        self.backoff = backoff
+        self.sent_total = 0
+        self.failed_total = 0  # given up: refused for good, or undeliverable too long
+        self.errors_total = 0  # attempts that failed and will be retried
+        self._rng = random.SystemRandom()  # jitter only; any source will do
+        self._latest: dict[str, tuple[Finding, ...]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing: str | None = None  # the last transient error, until a success
+        self._refusals: set[str] = set()  # permanent errors already logged
+        self.state = self._restore(targets)
+
+    @property
+    def name(self) -> str:
+        return self.channel.name
+
+    @property
+    def pending(self) -> int:
+        return len(self.state.outbox)
+
+    def _restore(self, targets: Collection[str]) -> ChannelState:
+        document = self.store.load(self.name)
+        state = ChannelState() if document is None else ChannelState.load(document)
+        if targets:
+            # Findings of a target no longer configured can never resolve.
+            state.announced = {
+                key: told for key, told in state.announced.items() if told.finding.target in targets
+            }
+        if document is not None:
+            log.info(
+                "notify %s: restored %d announced findings and %d pending messages",
+                self.name,
+                len(state.announced),
+                len(state.outbox),
+            )
+        return state
+
+    # -- from the poll threads ------------------------------------------------
+
+    def offer(self, target: str, active: tuple[Finding, ...]) -> None:
+        """The findings active on ``target`` after its latest poll; never blocks on I/O."""
+        with self._lock:
+            self._latest[target] = active
+        self._wake.set()
+
+    # -- the worker thread --------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=f"notify-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                wait = self.step()
+            except Exception:
+                log.exception("notify %s: unexpected error; notifying goes on", self.name)
+                wait = TICK
+            self._wake.wait(min(TICK, wait))
+
+    def step(self) -> float:
+        """Queue what is due, deliver what can be; seconds until the next attempt."""
+        now = self.clock()
+        with self._lock:
+            latest = dict(self._latest)
+        active = [finding for findings in latest.values() for finding in findings]
+        before = self.state.announced
+        announced, messages = evaluate(
+            self.name, self.settings, before, active, latest.keys(), now, lambda: uuid.uuid4().hex
+        )
+        self.state.announced = announced
+        if messages:
+            self.state.outbox.extend(Pending(message, now) for message in messages)
+            self._trim()
+        if messages or announced.keys() != before.keys():
+            self._save()
+        return self._deliver()
+
+    def _trim(self) -> None:
+        excess = len(self.state.outbox) - MAX_OUTBOX
+        if excess > 0:
+            del self.state.outbox[:excess]
+            self.failed_total += excess
+            log.error(
+                "notify %s: %d undelivered messages dropped: the outbox keeps at most %d",
+                self.name,
+                excess,
+                MAX_OUTBOX,
+            )
+
+    def _deliver(self) -> float:
+        while self.state.outbox and not self._stop.is_set():
+            pending = self.state.outbox[0]
+            now = self.clock()
+            if pending.next_attempt > now:
+                return (pending.next_attempt - now).total_seconds()
+            age = (now - pending.message.created_at).total_seconds()
+            if pending.attempts and age > self.backoff.give_up_after:
+                self._drop(f"undeliverable for {age:.0f}s: {self._failing or 'no success'}")
+                continue
+            try:
+                answer = self.transport.send(pending.message)
+            except TransportError as exc:
+                if exc.permanent:
+                    self._drop(str(exc))
+                    continue
+                self._retry(pending, exc)
+                continue
+            self.state.outbox.pop(0)
+            self.sent_total += 1
+            self._save()
+            if self._failing is not None:
+                log.info("notify %s: delivering again (%s)", self.name, answer)
+                self._failing = None
+            else:
+                log.debug("notify %s: delivered %s (%s)", self.name, pending.message.id, answer)
+        return TICK
+
+    def _retry(self, pending: Pending, exc: TransportError) -> None:
+        attempts = pending.attempts + 1
+        if exc.retry_after is not None:
+            delay = min(max(exc.retry_after, 0.0), self.backoff.max_retry_after)
+        else:
+            delay = self.backoff.delay(attempts, self._rng)
+        now = self.clock()
+        self.state.outbox[0] = replace(
+            pending, attempts=attempts, next_attempt=now + timedelta(seconds=delay)
+        )
+        self.errors_total += 1
+        reason = str(exc)
+        if reason != self._failing:
+            log.warning(
+                "notify %s: delivery failed, retrying in %.1fs (%d pending): %s",
+                self.name,
+                delay,
+                len(self.state.outbox),
+                reason,
+            )
+        self._failing = reason
+
+    def _drop(self, reason: str) -> None:
+        self.state.outbox.pop(0)
+        self.failed_total += 1
+        self._save()
+        if reason not in self._refusals:
+            self._refusals.add(reason)
+            log.error("notify %s: message dropped, not retried: %s", self.name, reason)
+
+    def _save(self) -> None:
+        self.store.save(self.name, self.state.dump())
+
+
+class AlertNotifier:
+    """A transitions listener that feeds every channel's worker."""
+
+    def __init__(
+        self,
+        settings: NotifySettings,
+        state_dir: Path | None,
+        *,
+        targets: Collection[str] = (),
+        external_url: str = "",
+        clock: Clock = utc_now,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        session: requests.Session | None = None,
+    ) -> None:
+        store = StateStore(state_dir, prefix="notify-", keeps="pending and sent notifications")
+        self.workers = [
+            ChannelWorker(
+                channel,
+                settings,
+                make_transport(channel, settings, external_url=external_url, session=session),
+                store,
+                clock=clock,
+                backoff=backoff,
+                targets=targets,
+            )
+            for channel in settings.channels
+        ]
+        if state_dir is None and self.workers:
+            log.warning(
+                "notify: no state_dir, so a restart forgets pending notifications "
+                "and announces firing findings again"
+            )
+
+    def __call__(self, transitions: Transitions) -> None:
+        findings = (*transitions.active, *transitions.fired, *transitions.resolved)
+        targets = {transitions.target} if transitions.target else {f.target for f in findings}
+        for target in targets:
+            active = tuple(f for f in transitions.active if f.target == target)
+            for worker in self.workers:
+                worker.offer(target, active)
+
+    def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop every worker; a delivery in flight has up to ``timeout`` to end,
+        and the outbox is on disk whatever happens to it."""
+        for worker in self.workers:
+            worker.stop()
+        for worker in self.workers:
+            worker.join(timeout)
+
+    def collector(self) -> Collector:
+        return _NotifierCollector(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCheck:
+    channel: Channel
+    ok: bool
+    said: str  # what the receiver answered, or why the message did not go through
+    then: str = ""  # for a failure, what lockwatch would do next
+
+
+def send_test(
+    settings: NotifySettings,
+    only: Collection[str] = (),
+    *,
+    external_url: str = "",
+    clock: Clock = utc_now,
+    session: requests.Session | None = None,
+) -> Iterator[ChannelCheck]:
+    """Send a test message through each channel (or those in ``only``), once,
+    without retrying: the operator wants to see what each receiver says."""
+    for channel in settings.channels:
+        if only and channel.name not in only:
+            continue
+        transport = make_transport(channel, settings, external_url=external_url, session=session)
+        try:
+            answer = transport.send(Message(uuid.uuid4().hex, channel.name, clock()))
+        except TransportError as exc:
+            if exc.permanent:
+                then = "sending again will not help"
+            elif exc.retry_after is not None:
+                then = f"lockwatch would retry in {exc.retry_after:g}s"
+            else:
+                then = "lockwatch would retry with backoff"
+            yield ChannelCheck(channel, False, str(exc), then)
+        else:
+            yield ChannelCheck(channel, True, answer)
+
+
+class _NotifierCollector(Collector):
+    def __init__(self, notifier: AlertNotifier) -> None:
+        self._notifier = notifier
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["channel"]
+        sent = CounterMetricFamily(
+            "lockwatch_notifications_sent_total", "Notifications delivered.", labels=labels
+        )
+        failed = CounterMetricFamily(
+            "lockwatch_notifications_failed_total",
+            "Notifications given up on: refused for good by the receiver, "
+            "undeliverable for too long, or dropped from a full outbox.",
+            labels=labels,
+        )
+        errors = CounterMetricFamily(
+            "lockwatch_notification_errors_total",
+            "Delivery attempts that failed and are retried.",
+            labels=labels,
+        )
+        pending = GaugeMetricFamily(
+            "lockwatch_notifications_pending",
+            "Notifications waiting in the channel's outbox.",
+            labels=labels,
+        )
+        for worker in self._notifier.workers:
+            channel = [worker.name]
+            sent.add_metric(channel, worker.sent_total)
+            failed.add_metric(channel, worker.failed_total)
+            errors.add_metric(channel, worker.errors_total)
+            pending.add_metric(channel, worker.pending)
+        yield from (sent, failed, errors, pending)

@@ -1,0 +1,271 @@
+"""Telegram, Slack and webhook deliveries over HTTP.
+
+Each call has a connect and a read timeout, follows no redirect and reads at
+most a small answer. Failures raise :class:`TransportError`: ``permanent``
+when sending again cannot help (a bad token, an unknown chat, a removed
+webhook), with ``retry_after`` when the receiver said when to come back.
+No error message carries a token or a webhook URL.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import requests
+
+from lockwatch.detect.locks import one_line
+from lockwatch.notify.message import Message
+from lockwatch.notify.render import (
+    SLACK_LIMIT,
+    TELEGRAM_LIMIT,
+    document,
+    fit,
+    slack_mrkdwn,
+    telegram_html,
+    webhook_payload,
+)
+from lockwatch.notify.settings import (
+    Channel,
+    NotifySettings,
+    SlackChannel,
+    TelegramChannel,
+    WebhookChannel,
+)
+from lockwatch.publish.api import printable
+from lockwatch.secrets import redact
+
+MAX_ANSWER = 64 * 1024  # bytes of an answer read; receivers say little
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\)\]]+)")
+
+
+class TransportError(Exception):
+    def __init__(
+        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after = retry_after
+
+
+def retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for: a number or an HTTP date.
+
+    >>> retry_after("7"), retry_after(None), retry_after("soon")
+    (7.0, None, None)
+    >>> retry_after("Fri, 14 Mar 2025 21:40:30 GMT", datetime(2025, 3, 14, 21, 40, tzinfo=UTC))
+    30.0
+    """
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def origin(url: str) -> str:
+    """Where a request goes, without the path that may be the credential.
+
+    >>> origin("https://hooks.slack.com/services/T0/B0/XyZ")
+    'https://hooks.slack.com'
+    """
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    body: bytes
+    retry_after: float | None
+
+    @property
+    def text(self) -> str:
+        """The answer's gist, on one line, for error messages."""
+        return printable(one_line(self.body.decode("utf-8", "replace"), 200))
+
+    def json(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.body)
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+class Transport(abc.ABC):
+    """Sends messages to one channel."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.channel = channel
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.session = session or requests.Session()
+
+    @abc.abstractmethod
+    def send(self, message: Message) -> str:
+        """Deliver ``message``; return what the receiver answered, in a few words."""
+
+    def fail(
+        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+    ) -> TransportError:
+        return TransportError(
+            redact(message, self.channel.secrets), permanent=permanent, retry_after=retry_after
+        )
+
+    def post(self, url: str, payload: Mapping[str, Any]) -> Answer:
+        where = origin(url)
+        try:
+            with self.session.post(
+                url,
+                json=payload,
+                timeout=(self.connect_timeout, self.read_timeout),
+                allow_redirects=False,
+                stream=True,
+            ) as response:
+                body = b""
+                for chunk in response.iter_content(8192):
+                    body += chunk
+                    if len(body) >= MAX_ANSWER:
+                        break
+                return Answer(
+                    response.status_code,
+                    body[:MAX_ANSWER],
+                    retry_after(response.headers.get("Retry-After")),
+                )
+        except requests.ConnectTimeout:
+            raise self.fail(
+                f"connecting to {where} timed out after {self.connect_timeout:g}s"
+            ) from None
+        except requests.ReadTimeout:
+            raise self.fail(f"{where} did not answer within {self.read_timeout:g}s") from None
+        except requests.ConnectionError as exc:
+            errno = _ERRNO.search(str(exc))
+            reason = errno.group(1).strip() if errno else type(exc).__name__
+            raise self.fail(f"cannot reach {where}: {reason}") from None
+        except requests.RequestException as exc:
+            raise self.fail(f"request to {where} failed: {exc}") from None
+
+    def refused(
+        self, answer: Answer, service: str, detail: str, hints: Mapping[int, str]
+    ) -> TransportError:
+        """The error for an answer that is not a success: rate limits, timeouts
+        and server errors pass, anything else the receiver will refuse again."""
+        status = answer.status
+        said = f"{service} answered HTTP {status}: {detail}"
+        if status == 429:
+            return self.fail(f"{said} (rate limited)", retry_after=answer.retry_after)
+        if status >= 500 or status == 408:
+            return self.fail(said, retry_after=answer.retry_after)
+        hint = hints.get(status, "")
+        return self.fail(f"{said}{f'; {hint}' if hint else ''}", permanent=True)
+
+
+class TelegramTransport(Transport):
+    channel: TelegramChannel
+
+    _HINTS: ClassVar[Mapping[int, str]] = {
+        400: "check chat_id (and that the bot was added to the chat)",
+        401: "check bot_token",
+        403: "the bot was blocked or removed from the chat",
+        404: "check bot_token and api_url",
+    }
+
+    def send(self, message: Message) -> str:
+        channel = self.channel
+        url = f"{channel.api_url.rstrip('/')}/bot{channel.bot_token}/sendMessage"
+        text = telegram_html(fit(document(message), TELEGRAM_LIMIT))
+        answer = self.post(
+            url,
+            {
+                "chat_id": channel.chat_id,
+                "text": text,
+                "parse_mode": "HTML",
+                "disable_web_page_preview": True,
+            },
+        )
+        data = answer.json()
+        if answer.status == 200 and data.get("ok") is True:
+            result = data.get("result")
+            number = result.get("message_id") if isinstance(result, dict) else None
+            return f"HTTP 200, message {number}" if number is not None else "HTTP 200"
+        parameters = data.get("parameters")
+        wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
+        if isinstance(wait, int | float) and not isinstance(wait, bool):
+            answer = Answer(answer.status, answer.body, float(wait))
+        detail = printable(one_line(data.get("description") or answer.text or "no description"))
+        raise self.refused(answer, "Telegram", detail, self._HINTS)
+
+
+class SlackTransport(Transport):
+    channel: SlackChannel
+
+    _HINTS: ClassVar[Mapping[int, str]] = {
+        400: "Slack could not read the message",
+        403: "the webhook may not post to its channel",
+        404: "the webhook was removed: create a new one",
+        410: "the channel was archived",
+    }
+
+    def send(self, message: Message) -> str:
+        text = slack_mrkdwn(fit(document(message), SLACK_LIMIT))
+        answer = self.post(
+            self.channel.webhook_url, {"text": text, "unfurl_links": False, "unfurl_media": False}
+        )
+        if answer.status == 200:
+            return f"HTTP 200 {answer.text}".rstrip()
+        raise self.refused(answer, "Slack", answer.text or "no description", self._HINTS)
+
+
+class WebhookTransport(Transport):
+    channel: WebhookChannel
+
+    def __init__(self, channel: WebhookChannel, *, external_url: str = "", **kwargs: Any) -> None:
+        super().__init__(channel, **kwargs)
+        self.external_url = external_url
+
+    def send(self, message: Message) -> str:
+        answer = self.post(self.channel.url, webhook_payload(message, self.external_url))
+        if 200 <= answer.status < 300:
+            return f"HTTP {answer.status}"
+        hints = {status: "follow the redirect in the url" for status in range(300, 400)}
+        raise self.refused(answer, "the webhook", answer.text or "no description", hints)
+
+
+def make_transport(
+    channel: Channel,
+    settings: NotifySettings,
+    *,
+    external_url: str = "",
+    session: requests.Session | None = None,
+) -> Transport:
+    timeouts: dict[str, Any] = {
+        "connect_timeout": settings.connect_timeout,
+        "read_timeout": settings.read_timeout,
+        "session": session,
+    }
+    if isinstance(channel, TelegramChannel):
+        return TelegramTransport(channel, **timeouts)
+    if isinstance(channel, SlackChannel):
+        return SlackTransport(channel, **timeouts)
+    return WebhookTransport(channel, external_url=external_url, **timeouts)
