@@ -7,8 +7,8 @@ reaches the page goes through :func:`_e`: application names, queries and lock
 names come from any client of the database.
 
 Sections are functions from a :class:`Page` to HTML, listed in ``SECTIONS``;
-queues and jobs get their own section there, and their numbers over time a
-line in ``MEASURES``.
+numbers worth a chart of the last hour come from :func:`measures`. Job runs
+get a section and measures of their own there when lockwatch samples them.
 """
 
 from __future__ import annotations
@@ -26,31 +26,39 @@ import lockwatch
 from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import format_duration
 from lockwatch.publish.api import findings_document, iso_utc, locks_document, utc_now
+from lockwatch.publish.queue_api import queues_document
 
 CHART_WINDOW = 3600.0  # seconds of history behind each chart
 CHART_POINTS = 360  # at most this many points per chart; peaks win within a slot
 REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
 
 
-def _waiting_sessions(view: TargetView) -> float | None:
+WAITING = "waiting"
+
+
+def queue_series(queue: str) -> str:
+    return f"queue {queue}"
+
+
+def measures(view: TargetView) -> dict[str, float]:
+    """What the charts plot, from one published view of a target: sessions
+    waiting on advisory locks, and the depth of each queue; only what the
+    view knows."""
+    found: dict[str, float] = {}
     snapshot = None if view.status is None else view.status.snapshot
-    if snapshot is None:
-        return None
-    ignored = view.target.locks.ignored
-    return float(
-        sum(
-            1
-            for lock in snapshot.locks
-            if not lock.granted and not ignored(lock.database, lock.key)
+    if snapshot is not None:
+        ignored = view.target.locks.ignored
+        found[WAITING] = float(
+            sum(
+                1
+                for lock in snapshot.locks
+                if not lock.granted and not ignored(lock.database, lock.key)
+            )
         )
-    )
-
-
-# What the charts plot, per target: name -> the number in one published view
-# (None when the view does not know it). Queue depth and worker CPU go here.
-MEASURES: Mapping[str, Callable[[TargetView], float | None]] = {
-    "waiting": _waiting_sessions,
-}
+    for queue in view.queues:
+        if queue.latest is not None:
+            found[queue_series(queue.name)] = float(queue.latest.depth)
+    return found
 
 
 class History:
@@ -70,10 +78,7 @@ class History:
 
     def record(self, view: TargetView) -> None:
         now = self._monotonic()
-        for name, measure in MEASURES.items():
-            value = measure(view)
-            if value is None:
-                continue
+        for name, value in measures(view).items():
             with self._lock:
                 series = self._series.setdefault((view.target.name, name), deque())
                 if series and now - series[-1][0] < self.slot:
@@ -101,6 +106,7 @@ class Page:
     views: tuple[TargetView, ...]
     findings: list[dict[str, Any]]  # as /api/v1/findings serves them
     locks: dict[str, list[dict[str, Any]]]  # target -> its locks, as /api/v1/locks
+    queues: dict[str, dict[str, Any]]  # target -> its queues and workers, as /api/v1/queues
     history: History
 
 
@@ -123,6 +129,7 @@ class StatusPage:
             locks={
                 entry["target"]: entry["locks"] for entry in locks_document(views, now)["targets"]
             },
+            queues={entry["target"]: entry for entry in queues_document(views)["targets"]},
             history=self.history,
         )
         return render_page(page)
@@ -325,7 +332,7 @@ def _targets_section(page: Page) -> str:
             if status is None or status.error is None
             else f"<br><small>{_e(status.error)}</small>"
         )
-        chart = sparkline(page.history.points(view.target.name, "waiting"), page.history.window)
+        chart = sparkline(page.history.points(view.target.name, WAITING), page.history.window)
         rows.append(
             f'<tr class="{"up" if view.up else "down"}"><td>{_e(view.target.name)}</td>'
             f"<td>{_e(state)}{error}</td>"
@@ -345,8 +352,75 @@ def _targets_section(page: Page) -> str:
     )
 
 
-# The page, top to bottom. Queue and job sections go between locks and targets.
-SECTIONS: tuple[Callable[[Page], str], ...] = (_findings_section, _locks_section, _targets_section)
+def _percent_of_a_core(cores: object) -> str:
+    if isinstance(cores, int | float) and not isinstance(cores, bool):
+        return _e(f"{cores * 100:.0f}% of a core")
+    return _e(None)
+
+
+def _queue_rows(page: Page, target: str, queues: list[dict[str, Any]]) -> str:
+    rows = []
+    for queue in queues:
+        growth = queue["growth_per_second"]
+        chart = sparkline(
+            page.history.points(target, queue_series(queue["name"])), page.history.window
+        )
+        rows.append(
+            f"<tr><td>{_e(queue['name'])}</td><td>{_e(queue['depth'])}</td>"
+            f"<td>{_seconds(queue['oldest_age_seconds'])}</td><td>{_e(queue['in_flight'])}</td>"
+            f"<td>{_e(None if growth is None else f'{growth:+.2f}/s')}</td>"
+            f"<td>{_e(', '.join(queue['workers']))}</td><td>{chart}</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th>queue</th><th>pending</th><th>oldest</th><th>in flight</th>"
+        "<th>growth</th><th>workers</th><th>pending, last hour</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _worker_rows(workers: list[dict[str, Any]]) -> str:
+    rows = []
+    for group in workers:
+        sessions = ", ".join(f"{n} {state}" for state, n in (group["sessions"] or {}).items() if n)
+        waits = ", ".join(
+            f"{w['sessions']} on lock {w['lock']} in {w['database']}" for w in group["waiting_on"]
+        )
+        rows.append(
+            f"<tr><td>{_e(group['name'])}</td><td>{_e(', '.join(group['queues']))}</td>"
+            f"<td>{_e(group['processes'])}</td><td>{_percent_of_a_core(group['cpu_cores'])}</td>"
+            f"<td>{_e(sessions or None)}</td><td>{_e(waits or None)}</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th>workers</th><th>queues</th><th>processes</th><th>CPU</th>"
+        "<th>sessions</th><th>waiting</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _queues_section(page: Page) -> str:
+    """Shown only for targets with queues or worker groups."""
+    blocks = []
+    for view in page.views:
+        entry = page.queues.get(view.target.name) or {}
+        queues, workers = entry.get("queues") or [], entry.get("workers") or []
+        if queues or workers:
+            blocks.append(
+                f"<h3>{_e(view.target.name)}</h3>"
+                + (_queue_rows(page, view.target.name, queues) if queues else "")
+                + (_worker_rows(workers) if workers else "")
+            )
+    if not blocks:
+        return ""
+    return f'<section id="queues"><h2>Queues and workers</h2>{"".join(blocks)}</section>'
+
+
+# The page, top to bottom; a jobs section goes after the queues.
+SECTIONS: tuple[Callable[[Page], str], ...] = (
+    _findings_section,
+    _locks_section,
+    _queues_section,
+    _targets_section,
+)
 
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f4f5f7}

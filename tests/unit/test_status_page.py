@@ -7,7 +7,18 @@ from dataclasses import dataclass
 
 from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model import Finding, FindingKind, Severity, Subject, TargetStatus
+from lockwatch.model import (
+    Finding,
+    FindingKind,
+    QueueSample,
+    QueueView,
+    SessionWait,
+    Severity,
+    Subject,
+    TargetStatus,
+    WorkerSample,
+    WorkerView,
+)
 from lockwatch.publish.status import History, StatusPage, sparkline
 from lockwatch.settings import LockSettings, Target
 from tests.factories import NOW, TARGET, backend, held, snapshot, waiting
@@ -120,3 +131,48 @@ def test_the_sparkline_puts_the_newest_point_at_the_right_edge_and_the_peak_at_t
 
     assert 'points="0.0,38.0 60.0,2.0 120.0,20.0"' in svg
     assert "now 2, highest 4" in svg
+
+
+def queue_view(depth: int) -> TargetView:
+    queue = QueueView(
+        name="webhooks<b>",
+        source="webhooks",
+        window=60.0,
+        latest=QueueSample(at=NOW, depth=depth, oldest_age_seconds=95.0, in_flight=1),
+        growth_per_second=2.0,
+        workers=("webhook-workers",),
+    )
+    workers = WorkerView(
+        name="webhook-workers",
+        queues=("webhooks<b>",),
+        window=60.0,
+        latest=WorkerSample(at=NOW, cpu_seconds=12.0, processes=6),
+        cpu_cores=0.02,
+        sessions={"active": 1, "waiting_lock": 5},
+        waiting_on=(SessionWait(database="app", lock="42", key="42", sessions=5),),
+    )
+    return TargetView(Target(TARGET, "postgresql://db/app"), queues=(queue,), workers=(workers,))
+
+
+def test_queues_show_depth_growth_and_their_workers_cpu_and_lock_waits() -> None:
+    page = render(queue_view(120))
+
+    assert "<h2>Queues and workers</h2>" in page
+    assert "<td>webhooks&lt;b&gt;</td><td>120</td><td>1m35s</td><td>1</td><td>+2.00/s</td>" in page
+    assert "<td>2% of a core</td><td>1 active, 5 waiting_lock</td>" in page
+    assert "5 on lock 42 in app" in page
+
+
+def test_a_page_without_queues_has_no_queue_section() -> None:
+    assert "Queues and workers" not in render(convoy_view())
+
+
+def test_history_charts_each_queue_depth() -> None:
+    clock = Clock()
+    history = History(window=100.0, points=10, monotonic=clock)
+
+    for depth in (10, 20, 30):
+        history.record(queue_view(depth))
+        clock.now += 10
+
+    assert [v for _, v in history.points(TARGET, "queue webhooks<b>")] == [10.0, 20.0, 30.0]
