@@ -109,9 +109,17 @@ class LockwatchProcess:
 LOCKS = "{max_hold: 2s, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s}"
 
 
-def write_config(tmp_path: Path, port: int, targets: dict[str, str], *, locks: str = LOCKS) -> Path:
+def write_config(
+    tmp_path: Path,
+    port: int,
+    targets: dict[str, str],
+    *,
+    locks: str = LOCKS,
+    extra: Mapping[str, str] | None = None,
+) -> Path:
     """A config polling every 500 ms, each DSN in a file of its own; ``locks``
-    is the defaults' lock settings as a YAML flow mapping."""
+    is the defaults' lock settings as a YAML flow mapping, ``extra`` more YAML
+    for a target (``{"main": "locks: {named: [...]}"}``)."""
     lines = [
         f"listen: 127.0.0.1:{port}",
         f"state_dir: {tmp_path / 'state'}",
@@ -126,6 +134,7 @@ def write_config(tmp_path: Path, port: int, targets: dict[str, str], *, locks: s
         dsn_file = tmp_path / f"{name}.dsn"
         dsn_file.write_text(dsn + "\n")
         lines += [f"  - name: {name}", f"    dsn_file: {dsn_file}"]
+        lines += [f"    {line}" for line in (extra or {}).get(name, "").splitlines()]
     config = tmp_path / "lockwatch.yml"
     config.write_text("\n".join(lines) + "\n")
     return config

@@ -5,16 +5,18 @@ query of every panel returns data from a real Prometheus that scraped
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 
-from lockwatch.scenarios import ConvoyIncident, OrphanIncident
+from lockwatch.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
 from tests.processes import LockwatchProcess, write_config
 from tests.prometheus_server import PrometheusServer
 from tests.support import PgDatabase, free_port, wait_until
@@ -107,16 +109,26 @@ def test_every_query_filters_by_the_variables_and_rates_over_the_rate_interval()
             assert windows, where
 
 
-def test_rows_cover_findings_locks_and_lockwatch_itself() -> None:
+def test_rows_cover_findings_locks_queues_and_lockwatch_itself() -> None:
     rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
     ids = [p["id"] for p in dashboard()["panels"]]
 
-    assert rows[:2] == ["Active findings", "Advisory locks"]
-    assert rows[-1] == "lockwatch health"
+    assert rows == ["Active findings", "Advisory locks", "Queues and workers", "lockwatch health"]
     assert len(ids) == len(set(ids))
     for panel in dashboard()["panels"]:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24, panel["title"]
+
+
+def test_queue_depth_and_worker_cpu_share_one_panel_on_two_axes() -> None:
+    (panel,) = [p for p in panels() if p["title"] == "Queue depth and worker CPU"]
+    exprs = " ".join(target["expr"] for target in panel["targets"])
+
+    assert "lockwatch_queue_depth" in exprs and "lockwatch_worker_cpu_seconds_total" in exprs
+    (override,) = panel["fieldConfig"]["overrides"]
+    properties = {prop["id"]: prop["value"] for prop in override["properties"]}
+    assert properties["custom.axisPlacement"] == "right"
+    assert properties["unit"] == "percentunit"
 
 
 def test_the_provisioning_example_points_grafana_at_a_dashboards_directory() -> None:
@@ -130,24 +142,42 @@ def test_the_provisioning_example_points_grafana_at_a_dashboards_directory() -> 
 
 @pytest.fixture
 def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
-    """``lockwatch run`` watching a convoy (seed 002) and an orphan (seed 003)."""
+    """``lockwatch run`` watching seed 002 whole (webhook workers stalled
+    behind a hung delivery under lock 42, the queue growing) and the orphan of
+    seed 003."""
+    incident = WebhookQueueIncident(pg.admin_dsn)
+    incident.prepare()
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+        admin.execute(f"GRANT SELECT ON webhook_jobs TO {pg.monitor_user}")
+    # The workers are threads of this process: its CPU is theirs.
+    pidfile = tmp_path / "workers.pid"
+    pidfile.write_text(f"{os.getpid()}\n")
+    queue_sql = json.dumps(webhook_queue_sql())
     port = free_port()
     config = write_config(
         tmp_path,
         port,
         {"main": pg.monitor_dsn},
         locks="{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s}",
+        extra={
+            "main": f"""queues:
+  - {{name: webhooks, sql: {queue_sql}, window: 5s, min_growth: 0.1, stall_cpu: 0.5}}
+workers:
+  - name: webhook-workers
+    queues: [webhooks]
+    processes: {{pidfile: {pidfile}, children: false}}
+    sessions: ["webhook-worker-*"]"""
+        },
     )
     lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-    convoy = ConvoyIncident(pg.admin_dsn, waiters=3)
     orphan = OrphanIncident(pg.admin_dsn)
     lockwatch.start()
-    convoy.start()
+    incident.start()
     orphan.start()
     try:
         yield lockwatch
     finally:
-        convoy.stop()
+        incident.stop()
         orphan.stop()
         assert lockwatch.stop() == 0, lockwatch.log(whole=True)
 
@@ -158,6 +188,7 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
     tmp_path: Path, replay: LockwatchProcess
 ) -> None:
     wait_until(lambda: replay.finding("lock_orphaned", "main"), message="the orphan is found")
+    wait_until(lambda: replay.finding("lock_convoy", "main"), message="the convoy is found")
     host_port = replay.base.removeprefix("http://")
     with PrometheusServer(tmp_path / "prometheus", [host_port]) as prometheus:
         queries = [(where, substitute(expr), instant) for where, expr, instant in expressions()]
