@@ -106,8 +106,9 @@ class RedisQueueSampler:
 
     def _explain(self, exc: redis.RedisError) -> str:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if detail.startswith("WRONGTYPE"):
-            detail = f"a key holds another type than {self.spec.type.value}"
+        if "WRONGTYPE" in detail:
+            keys = ", ".join(self.spec.keys)
+            detail = f"a key of {keys} holds another type than {self.spec.type.value}"
         return redact(f"queue {self.queue.name}: redis: {detail}", self._secrets)
 
     def _plain(self, client: redis.Redis, now: datetime) -> QueueSample:
@@ -167,23 +168,19 @@ class RedisQueueSampler:
         pipe.llen(f"{RQ_PREFIX}:queue:{name}")
         pipe.lindex(f"{RQ_PREFIX}:queue:{name}", 0)  # RQ appends and takes from the head
         pipe.zcard(f"{RQ_PREFIX}:wip:{name}")
-        pipe.smembers(f"{RQ_PREFIX}:workers:{name}")
-        depth, head, started, workers = pipe.execute()
-        pipe = client.pipeline(transaction=False)
+        # RQ's own record of finished jobs, kept for their result_ttl (500 s by
+        # default); entries that expire only lower it, which is no progress.
+        pipe.zcard(f"{RQ_PREFIX}:finished:{name}")
+        pipe.zcard(f"{RQ_PREFIX}:failed:{name}")
+        depth, head, started, finished, failed = pipe.execute()
+        enqueued_at = None
         if head is not None:
-            pipe.hget(f"{RQ_PREFIX}:job:{_text(head)}", "enqueued_at")
-        for worker in sorted(workers):
-            pipe.hmget(worker, "successful_job_count", "failed_job_count")
-        replies = pipe.execute()
-        enqueued_at = _rq_time(replies.pop(0)) if head is not None else None
-        # Each worker counts the jobs it finished; a worker that leaves takes its
-        # count along, which a growing-only reading of the total tolerates.
-        completed = sum(int(n or 0) for counts in replies for n in counts)
+            enqueued_at = _rq_time(client.hget(f"{RQ_PREFIX}:job:{_text(head)}", "enqueued_at"))
         return QueueSample(
             now,
             depth=int(depth),
             oldest_age_seconds=_age(now, enqueued_at),
-            completed_total=completed,
+            completed_total=int(finished) + int(failed),
             in_flight=int(started),
         )
 
