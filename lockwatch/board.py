@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from lockwatch.model import Finding, QueueView, SourceHealth, TargetStatus, WorkerView
+from lockwatch.model import Finding, JobView, QueueView, SourceHealth, TargetStatus, WorkerView
 from lockwatch.settings import Target
 
 
@@ -28,6 +28,7 @@ class TargetView:
     sources: tuple[SourceHealth, ...] = ()
     queues: tuple[QueueView, ...] = ()
     workers: tuple[WorkerView, ...] = ()
+    jobs: tuple[JobView, ...] = ()
 
     @property
     def up(self) -> bool:

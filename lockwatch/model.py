@@ -266,6 +266,21 @@ class JobRun:
         return self.status is RunStatus.RUNNING and self.finished_at is None
 
 
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job as the metrics, the API and the status page show it."""
+
+    name: str
+    source: str  # "sql" or "ping"
+    starts_total: int = 0  # starts lockwatch has seen since it started
+    duplicate_starts_total: int = 0  # of those, starts for a run key that had started already
+    running: int = 0
+    last_start: datetime | None = None
+    last_success: datetime | None = None
+    last_duration: float | None = None  # seconds, of the last finished run
+    recent: tuple[JobRun, ...] = ()  # the latest runs, newest first
+
+
 class Severity(enum.StrEnum):
     CRITICAL = "critical"
     WARNING = "warning"
