@@ -1,0 +1,277 @@
+"""Seed 002 replayed against a real ``lockwatch run``: worker processes claim
+webhook jobs under lock 42 while a producer inserts them, one delivery hangs
+on a receiver that never answers, and the stalled queue is one finding with
+its whole chain. And the cases that must not stall."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockwatch.pgcluster import LocalCluster
+from lockwatch.scenarios import (
+    WEBHOOK_JOBS_DDL,
+    Blackhole,
+    Producer,
+    Receiver,
+    webhook_queue_sql,
+)
+from tests.processes import LockwatchProcess, write_config
+from tests.support import MONITOR_USER, PgDatabase, free_port, wait_until
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+WORKER = Path(__file__).resolve().parents[1] / "workloads" / "webhook_worker.py"
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL = 0.5  # write_config polls every 500 ms
+WINDOW = 6.0
+ONE_VERSION = pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
+
+
+class Workers:
+    """Webhook worker processes of one test, stopped at teardown."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, dsn: str, name: str, group: str, *options: str) -> None:
+        self.procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), name, group, *options],
+                env={**os.environ, "WEBHOOK_DSN": dsn, "PYTHONPATH": str(ROOT)},
+                stdin=subprocess.DEVNULL,
+            )
+        )
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # the one stuck in its delivery ignores SIGTERM, as in the seed
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    started = Workers()
+    yield started
+    started.stop()
+
+
+def webhook_database(server: LocalCluster, databases: list[PgDatabase]) -> PgDatabase:
+    database = PgDatabase(server)
+    databases.append(database)
+    with database.connect() as admin:
+        admin.execute(WEBHOOK_JOBS_DDL)
+        admin.execute(f"GRANT SELECT ON webhook_jobs TO {MONITOR_USER}")
+    return database
+
+
+@pytest.fixture
+def databases() -> Iterator[list[PgDatabase]]:
+    made: list[PgDatabase] = []
+    yield made
+    for database in made:
+        database.close()
+
+
+def queue(name: str, *, completed: bool) -> str:
+    sql = webhook_queue_sql(completed=completed).replace("\n", " ")
+    return (
+        f"  - name: {name}\n"
+        f"    sql: {sql!r}\n"
+        f"    window: {WINDOW:g}s\n"
+        "    min_growth: 0.2\n"
+        "    stall_cpu: 0.2\n"
+    )
+
+
+def worker_group(name: str, queue_name: str, tag: str, sessions: str | None = None) -> str:
+    text = (
+        f"  - name: {name}\n"
+        f"    queues: [{queue_name}]\n"
+        f"    processes: {{cmdline: 'webhook_worker\\.py \\S+ {tag}'}}\n"
+    )
+    if sessions is not None:
+        text += f"    sessions: [{sessions!r}]\n"
+    return text
+
+
+def holder_of_42(database: PgDatabase) -> int | None:
+    with database.connect() as admin:
+        row = admin.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid = 0 AND objid = 42 AND objsubid = 1"
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+@ONE_VERSION
+def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
+    tmp_path: Path,
+    pg_server: LocalCluster,
+    databases: list[PgDatabase],
+    workers: Workers,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    database = webhook_database(pg_server, databases)
+    tag = uuid.uuid4().hex[:8]
+    port = free_port()
+    # The queue reports no completions, so only the workers' CPU can tell a
+    # stall from a backlog: the seed's "grows while the CPU stays flat".
+    extra = (
+        "locks: {named: [{name: webhook-delivery, key: 42, max_hold: 3s}]}\n"
+        "queues:\n"
+        + queue("webhooks", completed=False)
+        + "workers:\n"
+        + worker_group("webhook-workers", "webhooks", tag, sessions="webhook-worker-*")
+    )
+    config = write_config(tmp_path, port, {"main": database.monitor_dsn}, extra={"main": extra})
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    blackhole, receiver = Blackhole(), Receiver()
+    producer = Producer(
+        database.admin_dsn, 4.0, lambda n: blackhole.url if n == 8 else receiver.url
+    )
+    try:
+        lockwatch.start()
+        for number in range(1, 7):
+            workers.start(database.admin_dsn, f"webhook-worker-{number}", tag)
+        wait_until(
+            lambda: (
+                lockwatch.metric(
+                    "lockwatch_worker_processes", target="main", group="webhook-workers"
+                )
+                == 6
+            ),
+            message="the six workers are seen",
+        )
+
+        replay_started = time.monotonic()
+        producer.start()
+        wait_until(lambda: blackhole.accepted, message="a worker takes the poisoned job")
+        stall_started = time.monotonic()
+        stalled = wait_until(
+            lambda: lockwatch.finding("queue_stalled", "main"),
+            timeout=WINDOW + 2 * INTERVAL + 1.0,
+            message="queue_stalled within the window plus two polls of the stall",
+        )
+        detected = time.monotonic()
+        with capsys.disabled():
+            print(
+                f"\nseed 002 replay: queue_stalled {detected - replay_started:.1f}s after the "
+                f"replay started, {detected - stall_started:.1f}s after the delivery hung "
+                f"(window {WINDOW:g}s, polls every {INTERVAL:g}s)"
+            )
+
+        holder = holder_of_42(database)
+        evidence = stalled["evidence"]
+        assert stalled["subject"]["queue"] == "webhooks"
+        chain = evidence["lock"]
+        assert (chain["lock"], chain["key"]) == ("webhook-delivery", "42")
+        assert chain["worker_sessions"] == 6
+        assert chain["waiting_sessions"] == 5
+        (facts,) = chain["holders"]
+        assert facts["pid"] == holder
+        assert facts["application_name"].startswith("webhook-worker-")
+        assert facts["client_addr"] == "127.0.0.1"
+        assert facts["state"] == "idle"
+        assert facts["worker_group"] == "webhook-workers"
+        assert evidence["worker_cpu_cores"] < 0.2
+        assert evidence["workers"][0]["processes"] == 6
+        assert f"held by pid {holder} (webhook-worker-" in stalled["summary"]
+        assert "5 of 6 worker sessions wait on lock webhook-delivery (42)" in stalled["summary"]
+        related = {(r["kind"], r["subject"]["lock"]) for r in evidence["related"]}
+        assert ("lock_convoy", "webhook-delivery") in related
+        assert (lockwatch.metric("lockwatch_queue_depth", target="main", queue="webhooks") or 0) > 0
+        wait_until(lambda: "firing queue_stalled" in lockwatch.log(), message="logged once")
+    finally:
+        producer.stop()
+        blackhole.close()
+        receiver.close()
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+
+
+@ONE_VERSION
+def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_one_never_stall(
+    tmp_path: Path,
+    pg_server: LocalCluster,
+    databases: list[PgDatabase],
+    workers: Workers,
+) -> None:
+    busy, unbound, draining = (webhook_database(pg_server, databases) for _ in range(3))
+    tag = uuid.uuid4().hex[:8]
+    port = free_port()
+    extra = {
+        "busy": "queues:\n"
+        + queue("webhooks", completed=False)
+        + "workers:\n"
+        + worker_group("burners", "webhooks", f"{tag}-busy"),
+        "unbound": "queues:\n" + queue("webhooks", completed=False),
+        "draining": "queues:\n"
+        + queue("webhooks", completed=True)
+        + "workers:\n"
+        + worker_group("fast", "webhooks", f"{tag}-draining", sessions="fast-*"),
+    }
+    targets = {"busy": busy.monitor_dsn, "unbound": unbound.monitor_dsn}
+    targets["draining"] = draining.monitor_dsn
+    config = write_config(tmp_path, port, targets, extra=extra)
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    receiver = Receiver()
+    producers = [
+        Producer(busy.admin_dsn, 15.0, lambda n: receiver.url),
+        Producer(unbound.admin_dsn, 3.0, lambda n: receiver.url),
+        Producer(draining.admin_dsn, 3.0, lambda n: receiver.url),
+    ]
+    try:
+        lockwatch.start()
+        # each job burns 0.1 s of CPU: one worker does at most ten a second
+        workers.start(busy.admin_dsn, "burner-1", f"{tag}-busy", "--burn", "0.1", "--no-lock")
+        workers.start(draining.admin_dsn, "fast-1", f"{tag}-draining")
+        for producer in producers:
+            producer.start()
+
+        wait_until(
+            lambda: (
+                lockwatch.finding("queue_growing", "busy")
+                and lockwatch.finding("queue_growing", "unbound")
+            ),
+            timeout=WINDOW * 4,
+            message="both backlogs grow",
+        )
+        polls = lockwatch.metric("lockwatch_polls_total", target="draining") or 0
+        wait_until(
+            lambda: (
+                (lockwatch.metric("lockwatch_polls_total", target="draining") or 0)
+                >= polls + WINDOW / INTERVAL
+            ),
+            timeout=WINDOW * 3,
+            message="a whole window more of polls",
+        )
+
+        assert "firing queue_stalled" not in lockwatch.log()
+        assert [f["kind"] for f in lockwatch.findings()].count("queue_stalled") == 0
+        busy_growth = lockwatch.finding("queue_growing", "busy")
+        assert busy_growth is not None
+        assert busy_growth["evidence"]["worker_cpu_cores"] > 0.2
+        assert [f for f in lockwatch.findings() if f["target"] == "draining"] == []
+        assert (
+            lockwatch.metric("lockwatch_queue_completed_total", target="draining", queue="webhooks")
+            or 0
+        ) > 0
+        assert lockwatch.metric("lockwatch_worker_cpu_cores", target="busy", group="burners") > 0.2  # type: ignore[operator]
+    finally:
+        for producer in producers:
+            producer.stop()
+        receiver.close()
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
