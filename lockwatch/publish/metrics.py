@@ -8,6 +8,7 @@ clients do, the number of series stays bounded.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
@@ -20,11 +21,14 @@ from prometheus_client.registry import Collector
 import lockwatch
 from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import one_line
-from lockwatch.model import Finding, FindingKind, Severity
+from lockwatch.model import Finding, FindingKind, Severity, Subject
 from lockwatch.publish.api import LockGroup, lock_groups, printable, sorted_findings, utc_now
 from lockwatch.publish.queue_metrics import queue_metrics, source_metrics, worker_metrics
 from lockwatch.settings import LockSettings
 
+# A finding's subject, one label per part (empty when unused, which Prometheus
+# reads as absent): database and lock, queue, job, a target's own source.
+SUBJECT_LABELS = tuple(f.name for f in dataclasses.fields(Subject))
 # Active findings exported one series each, per target; the rest are counted.
 FINDING_SERIES_CAP = 100
 
@@ -187,14 +191,14 @@ class BoardCollector(Collector):
             "lockwatch_finding_active",
             f"1 for each active finding (at most {FINDING_SERIES_CAP} per target, "
             "most severe and oldest first).",
-            ["target", "kind", "database", "lock"],
+            ["target", "kind", *SUBJECT_LABELS],
         )
         info = _gauge(
             "lockwatch_finding_info",
             "1 for each series of lockwatch_finding_active, with the finding's severity and "
             'its holder ("pid 1234 (app from 10.0.0.5)", empty when it names none) for alert '
             "messages. Alert on this without the holder label: a new holder is a new series.",
-            ["target", "kind", "database", "lock", "severity", "holder"],
+            ["target", "kind", *SUBJECT_LABELS, "severity", "holder"],
         )
         dropped = _gauge(
             "lockwatch_finding_series_dropped",
@@ -222,13 +226,13 @@ class BoardCollector(Collector):
         yield from (counts, active, info, dropped)
 
 
-def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, str, str], Finding]:
-    """Distinct (kind, database, lock) label sets, most severe and oldest first,
+def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, ...], Finding]:
+    """Distinct (kind, *subject) label sets, most severe and oldest first,
     each with the first finding that has it."""
-    series: dict[tuple[str, str, str], Finding] = {}
+    series: dict[tuple[str, ...], Finding] = {}
     for finding in sorted_findings(findings):
         subject = finding.subject
-        labels = (finding.kind.value, subject.database or "", subject.lock or "")
+        labels = (finding.kind.value, *(getattr(subject, name) or "" for name in SUBJECT_LABELS))
         series.setdefault(labels, finding)
     return series
 

@@ -19,7 +19,7 @@ from lockwatch.model import (
     Subject,
     TargetStatus,
 )
-from lockwatch.publish.metrics import FINDING_SERIES_CAP, build_registry
+from lockwatch.publish.metrics import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
 from lockwatch.settings import LockSettings, NamedLock, Target
 from tests.factories import NOW, TARGET, ago, backend, held, lock_snapshots, snapshot, waiting
 
@@ -234,7 +234,13 @@ def test_it_exports_every_finding_kind_and_severity_even_when_none_is_active() -
         )
         == 0
     )
-    active = {"target": TARGET, "kind": "lock_held_too_long", "database": "app", "lock": "42"}
+    active = {
+        "target": TARGET,
+        "kind": "lock_held_too_long",
+        **dict.fromkeys(SUBJECT_LABELS, ""),
+        "database": "app",
+        "lock": "42",
+    }
     assert registry.get_sample_value("lockwatch_finding_active", active) == 1
     assert registry.get_sample_value("lockwatch_finding_series_dropped", {"target": TARGET}) == 0
 

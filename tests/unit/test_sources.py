@@ -13,10 +13,12 @@ from prometheus_client import CollectorRegistry
 
 from lockwatch.board import Board, TargetView
 from lockwatch.model import (
+    Finding,
     FindingKind,
     QueueSample,
     QueueView,
     SessionWait,
+    Severity,
     SourceHealth,
     Subject,
     WorkerSample,
@@ -228,3 +230,18 @@ def test_the_queues_document_shows_queues_workers_and_sources() -> None:
         ("queue/webhooks", True, None),
         ("workers/webhook-workers", False, "gone"),
     ]
+
+
+def test_findings_about_two_queues_are_two_series_of_finding_active() -> None:
+    findings = tuple(
+        Finding(FindingKind.QUEUE_STALLED, TARGET, Subject(queue=q), Severity.CRITICAL, NOW, q)
+        for q in ("webhooks", "mail")
+    )
+    view = TargetView(Target(TARGET, "postgresql://mon@127.0.0.1/app"), findings=findings)
+
+    registry = registry_of(view)
+
+    for queue in ("webhooks", "mail"):
+        labels = {"target": TARGET, "kind": "queue_stalled", "database": "", "lock": ""}
+        labels |= {"queue": queue, "job": "", "source": ""}
+        assert registry.get_sample_value("lockwatch_finding_active", labels) == 1
