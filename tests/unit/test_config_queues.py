@@ -259,3 +259,37 @@ def test_a_source_with_keys_of_another_kind_is_refused(
 
     where = "targets[0].queues[0]" + (f".{path}" if path else "")
     assert message in found[where].message
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_file_documents_queues_and_worker_groups(tmp_path: Path) -> None:
+    (tmp_path / "reports-dsn").write_text("host=db dbname=reports\n")
+    settings = load_settings(
+        ROOT / "docs" / "lockwatch.example.yml",
+        {"ORDERS_DSN": DSN, "CREDENTIALS_DIRECTORY": str(tmp_path)},
+    )
+
+    orders = settings.targets[0]
+    assert [q.name for q in orders.queues] == ["webhooks", "events", "reports"]
+    assert [q.preset for q in orders.queues] == [None, None, "procrastinate"]
+    assert [type(g.cpu).__name__ for g in orders.workers] == [
+        "ProcessMatch",
+        "CgroupCpu",
+        "PrometheusCpu",
+    ]
+
+
+def test_the_readme_queue_example_loads(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Queues and workers", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "lockwatch.yml"
+    path.write_text(example)
+
+    settings = load_settings(path, {"APP_DSN": DSN, "REDIS_URL": "redis://127.0.0.1:6390/0"})
+
+    (app,) = settings.targets
+    assert [q.name for q in app.queues] == ["webhooks", "emails"]
+    assert app.workers[0].sessions == ("webhook-worker-*",)
