@@ -15,7 +15,7 @@ import ipaddress
 import math
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -65,6 +65,7 @@ MIN_INTERVAL = 0.1
 MAX_TOP_N = 1000
 
 _T = TypeVar("_T")
+_H = TypeVar("_H", bound=Hashable)
 
 # ---------------------------------------------------------------------------
 # Durations
@@ -422,6 +423,25 @@ class _Reader:
         for i, item in enumerate(self.sequence(node, path) or ()):
             yield _index(path, i), item
 
+    def unique_items(
+        self,
+        node: yaml.Node,
+        path: str,
+        read: Callable[[yaml.Node, str], _H | None],
+        shown: Callable[[_H], str],
+    ) -> dict[_H, str]:
+        """A list's items, each with its path; a repeated one is reported and left out."""
+        found: dict[_H, str] = {}
+        for item_path, item in self.items(node, path):
+            value = read(item, item_path)
+            if value is None:
+                continue
+            if value in found:
+                self.report(item_path, item, f"{shown(value)} is already listed at {found[value]}")
+                continue
+            found[value] = item_path
+        return found
+
     # -- scalars -----------------------------------------------------------
 
     def value(self, node: yaml.Node, path: str) -> _Value | None:
@@ -708,15 +728,7 @@ class _Loader:
         return locks, ignored
 
     def ignore_list(self, node: yaml.Node, path: str) -> tuple[_Ignored, ...]:
-        found: dict[LockKey, str] = {}
-        for item_path, item in self.r.items(node, path):
-            key = self.r.lock_key(item, item_path)
-            if key is None:
-                continue
-            if key in found:
-                self.r.report(item_path, item, f"key {key} is already listed at {found[key]}")
-                continue
-            found[key] = item_path
+        found = self.r.unique_items(node, path, self.r.lock_key, lambda key: f"key {key}")
         return tuple(_Ignored(key, where) for key, where in found.items())
 
     def name(self, entries: dict[str, yaml.Node], path: str, taken: dict[str, str]) -> str | None:

@@ -330,15 +330,7 @@ class QueueConfig:
                 self.r.report(_child(path, key), entries[key], f"does not go with '{kind}'")
 
     def sub_queues(self, node: yaml.Node, path: str) -> tuple[str, ...]:
-        names: dict[str, str] = {}
-        for item_path, item in self.r.items(node, path):
-            name = self.r.text(item, item_path)
-            if name is None:
-                continue
-            if name in names:
-                self.r.report(item_path, item, f"{name!r} is already listed at {names[name]}")
-                continue
-            names[name] = item_path
+        names = self.r.unique_items(node, path, self.r.text, repr)
         if isinstance(node, yaml.SequenceNode) and not node.value:
             self.r.report(path, node, "needs at least one sub-queue")
         return tuple(names)

@@ -249,6 +249,11 @@ def test_every_queue_and_worker_problem_is_reported_at_once_with_its_path(
         ("redis: redis://127.0.0.1:1", "", "'redis' needs 'key' (or a 'preset')"),
         ("redis: redis://127.0.0.1:1\nkey: k\ngroup: g", "group", "only a stream has groups"),
         ("sql: SELECT 1 AS depth\nsub_queues: []", "sub_queues", "needs at least one sub-queue"),
+        (
+            "sql: SELECT 1 AS depth\nsub_queues: [a, a]",
+            "sub_queues[1]",
+            "'a' is already listed at targets[0].queues[0].sub_queues[0]",
+        ),
     ],
 )
 def test_a_source_with_keys_of_another_kind_is_refused(
