@@ -11,7 +11,8 @@ One ``ChatStandin`` answers all three on 127.0.0.1 (a free port):
 - ``POST /services/...`` (``slack_url``) as a Slack incoming webhook.
 - ``POST /hooks/...`` (``webhook_url``) as any webhook receiver.
 
-``reply()`` queues one-shot answers (500, 429 with ``retry_after``, ...);
+``reply()`` queues one-shot answers (500, 429 with ``retry_after``, ...), for
+one service or any;
 ``hang()`` makes every request wait, unanswered, until ``recover()``: the
 receiver of seed 002 that accepts and never answers. ``delivered`` holds what
 was answered with a success, in arrival order.
@@ -133,29 +134,29 @@ class ChatStandin:
         self.chat_id = chats[0]
         hook = secrets.token_urlsafe(16)
         self.received: list[Received] = []
-        self._replies: deque[Reply] = deque()
+        self._replies: dict[str | None, deque[Reply]] = {}
         self._hanging = threading.Event()
         self._released = threading.Event()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.standin = self  # type: ignore[attr-defined]
-        host, port = self._server.server_address[:2]
-        self.base = f"http://{host}:{port}"
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
         self.telegram_api = self.base
         self.slack_url = f"{self.base}/services/T0001/B0001/{hook}"
         self.webhook_url = f"{self.base}/hooks/{hook}"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="chat-standin", daemon=True
+            target=self._server.serve_forever, args=(0.05,), name="chat-standin", daemon=True
         )
         self._thread.start()
 
     # -- control ---------------------------------------------------------------
 
-    def reply(self, *replies: Reply) -> None:
-        """Answer the next requests with these, in order, then as usual again."""
+    def reply(self, *replies: Reply, service: str | None = None) -> None:
+        """Answer the next requests (to ``service``: telegram, slack or webhook;
+        None: to any) with these, in order, then as usual again."""
         with self._lock:
-            self._replies.extend(replies)
+            self._replies.setdefault(service, deque()).extend(replies)
 
     def hang(self) -> None:
         self._released.clear()
@@ -195,13 +196,16 @@ class ChatStandin:
 
     # -- answering -------------------------------------------------------------
 
-    def _next_reply(self) -> Reply | None:
+    def _next_reply(self, service: str) -> Reply | None:
         with self._lock:
-            return self._replies.popleft() if self._replies else None
+            for queue in (self._replies.get(service), self._replies.get(None)):
+                if queue:
+                    return queue.popleft()
+        return None
 
     def answer(self, path: str, body: dict[str, Any]) -> tuple[str, Reply]:
         service = self._service(path)
-        scripted = self._next_reply()
+        scripted = self._next_reply(service)
         if self._hanging.is_set() or (scripted is not None and scripted.hang):
             return service, Reply(hang=True)
         if scripted is not None:

@@ -13,13 +13,13 @@ import hashlib
 import html
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from lockwatch.detect.locks import ELLIPSIS, format_duration, one_line
 from lockwatch.model import Finding
 from lockwatch.notify.message import Entry, EntryState, Message, alert_name, runbook_url
-from lockwatch.publish.api import printable
+from lockwatch.publish.api import iso_utc, printable
 
 TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 units
 # Slack cuts text past 40,000 characters; 3,000 visible ones stay readable and,
@@ -75,12 +75,7 @@ def utf16_len(text: str) -> int:
 
 
 def iso(moment: datetime) -> str:
-    """
-    >>> iso(datetime(2025, 3, 14, 21, 40, 5, 120000, tzinfo=UTC))
-    '2025-03-14T21:40:05.12Z'
-    """
-    text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".")
-    return text + "Z"
+    return iso_utc(moment) or ""
 
 
 def _where(finding: Finding) -> str:

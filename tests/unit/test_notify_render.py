@@ -105,7 +105,9 @@ def test_any_client_text_renders_as_valid_telegram_html_within_the_limit(
     app: str, query: str, summary: str
 ) -> None:
     findings = convoy(app=app, query=query)
-    findings.append(finding(summary=summary or "x", evidence={"holders": [{"pid": 1, "query": app}]}))
+    findings.append(
+        finding(summary=summary or "x", evidence={"holders": [{"pid": 1, "query": app}]})
+    )
     lines = fit(document(message(*(Entry(EntryState.NEW, f) for f in findings))), TELEGRAM_LIMIT)
     assert utf16_len(telegram_text(telegram_html(lines))) <= TELEGRAM_LIMIT
     assert "\n" not in "".join(span.text for line in lines for span in line)
@@ -119,9 +121,7 @@ def test_a_huge_group_is_cut_at_the_limit_and_says_so() -> None:
     assert re.search(r"… cut: \d+ more lines$", shown)
 
 
-@given(
-    st.lists(st.lists(st.text(max_size=300), max_size=5), max_size=40), st.integers(40, 2000)
-)
+@given(st.lists(st.lists(st.text(max_size=300), max_size=5), max_size=40), st.integers(40, 2000))
 def test_fit_never_exceeds_its_limit(texts: list[list[str]], limit: int) -> None:
     lines = [tuple(Span(t.replace("\n", " "), Style.BOLD) for t in line) for line in texts]
     kept = fit(lines, limit)

@@ -1,0 +1,132 @@
+"""The notifier inside a real ``lockwatch run`` during a real convoy (seed 002):
+a receiver that never answers holds up no poll, and restarts neither lose a
+pending notification nor announce a firing finding twice."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockwatch.scenarios import ConvoyIncident
+from tests.processes import LockwatchProcess, write_config
+from tests.standins import ChatStandin
+from tests.support import PgDatabase, free_port, wait_until
+
+pytestmark = [
+    pytest.mark.pg,
+    pytest.mark.slow,
+    # Delivery does not depend on the server version: one is enough.
+    pytest.mark.parametrize("pg_server", ["pg18"], indirect=True),
+]
+
+LOCKS = "{max_hold: 1h, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s}"
+
+
+@pytest.fixture
+def standin() -> Iterator[ChatStandin]:
+    with ChatStandin() as server:
+        yield server
+
+
+@pytest.fixture
+def incident(pg: PgDatabase) -> Iterator[ConvoyIncident]:
+    convoy = ConvoyIncident(pg.admin_dsn, waiters=3)
+    yield convoy
+    convoy.stop()
+
+
+@pytest.fixture
+def lockwatch(tmp_path: Path, pg: PgDatabase, standin: ChatStandin) -> Iterator[LockwatchProcess]:
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": pg.monitor_dsn}, locks=LOCKS)
+    token = tmp_path / "telegram-token"
+    token.write_text(standin.token + "\n")
+    with config.open("a") as extra:
+        extra.write(
+            f"""notify:
+  connect_timeout: 1s
+  read_timeout: 1s
+  channels:
+    - name: ops
+      type: telegram
+      bot_token_file: {token}
+      chat_id: "{standin.chat_id}"
+      api_url: {standin.telegram_api}
+"""
+        )
+    process = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    yield process
+    if process.proc is not None:
+        assert process.stop() in (0, -signal.SIGKILL), process.log(whole=True)
+        assert standin.token not in process.log(whole=True)
+
+
+def pending(lockwatch: LockwatchProcess) -> float | None:
+    return lockwatch.metric("lockwatch_notifications_pending", channel="ops")
+
+
+def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_once_it_recovers(
+    lockwatch: LockwatchProcess, incident: ConvoyIncident, standin: ChatStandin
+) -> None:
+    standin.hang()
+    lockwatch.start()
+    incident.start()
+    wait_until(lambda: standin.requests("telegram"), message="a first delivery attempt")
+    polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+    # Two more attempts, each hanging for its whole 1 s read timeout: main,
+    # polled every 500 ms, must keep its pace meanwhile.
+    wait_until(lambda: len(standin.requests("telegram")) >= 3, message="two more hung attempts")
+    polled = (lockwatch.metric("lockwatch_polls_total", target="main") or 0) - polls
+    assert polled >= 4, f"main polled only {polled} times while deliveries hung"
+    assert pending(lockwatch) == 1
+    assert (lockwatch.metric("lockwatch_notification_errors_total", channel="ops") or 0) >= 2
+
+    standin.recover()
+    wait_until(lambda: pending(lockwatch) == 0, message="the pending message delivered")
+    (firing,) = standin.delivered("telegram")
+    assert "FIRING: lock_convoy (critical)" in firing.text
+    assert f"holder: pid {incident.holder.pid} · webhook-worker-1" in firing.text  # type: ignore[union-attr]
+
+    incident.stop()
+    wait_until(lambda: len(standin.delivered("telegram")) == 2, message="the resolution")
+    assert standin.delivered("telegram")[1].text.startswith("✅ RESOLVED: lock_convoy")
+    assert lockwatch.metric("lockwatch_notifications_sent_total", channel="ops") == 2
+
+
+def test_restarts_neither_lose_a_pending_notification_nor_announce_a_firing_finding_twice(
+    lockwatch: LockwatchProcess, incident: ConvoyIncident, standin: ChatStandin
+) -> None:
+    standin.hang()
+    lockwatch.start()
+    incident.start()
+    # An attempt starts only once the message is saved in the outbox.
+    wait_until(lambda: standin.requests("telegram"), message="a pending notification")
+    lockwatch.kill()
+    standin.recover()
+
+    lockwatch.start()
+    wait_until(lambda: standin.delivered("telegram"), message="the pending message after a restart")
+    assert "notify ops: restored 1 announced findings and 1 pending messages" in lockwatch.log(), (
+        lockwatch.log(whole=True)
+    )
+
+    lockwatch.kill()
+    lockwatch.start()
+    polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+    wait_until(
+        lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 6,
+        message="a few polls with the convoy still on",
+    )
+    assert lockwatch.finding("lock_convoy", "main") is not None, (
+        lockwatch.findings(),
+        lockwatch.locks("main"),
+        lockwatch.log(whole=True),
+    )
+    assert len(standin.delivered("telegram")) == 1, "the firing convoy was announced again"
+
+    incident.stop()
+    wait_until(lambda: len(standin.delivered("telegram")) == 2, message="the resolution")
+    assert standin.delivered("telegram")[1].text.startswith("✅ RESOLVED: lock_convoy")
