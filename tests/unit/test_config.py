@@ -670,6 +670,9 @@ def test_every_bad_flag_is_reported_at_once_without_the_password(tmp_path: Path)
 
 def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     (tmp_path / "reports-dsn").write_text("host=db dbname=reports user=lockwatch\n")
+    (tmp_path / "telegram-token").write_text("123456:token\n")
+    for url in ("slack-webhook-url", "alert-webhook-url"):
+        (tmp_path / url).write_text("https://example.invalid/hook\n")
     values = (line.split(" #")[0] for line in EXAMPLE.read_text().splitlines())
     referenced = {name for line in values for name in re.findall(r"^[^#]*\$\{(\w+)\}", line)}
     assert referenced == {"ORDERS_DSN", "CREDENTIALS_DIRECTORY"}
@@ -685,3 +688,8 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     assert orders.locks.ignored("app", LockKey.parse("7,13")) is False
     assert orders.locks.ignored("other", LockKey.parse("7,13")) is True
     assert reports.dsn == "host=db dbname=reports user=lockwatch"
+    assert [channel.name for channel in settings.notify.channels] == [
+        "ops-telegram",
+        "team-slack",
+        "receiver",
+    ]
