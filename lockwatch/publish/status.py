@@ -185,16 +185,33 @@ def _label(key: str) -> str:
     return _LABELS.get(key) or key.removesuffix("_seconds").replace("_", " ")
 
 
+def _plain(value: object) -> str:
+    """A nested value as one line of text, leaving out what is empty.
+
+    >>> _plain({"sessions": {"active": 1, "idle": 0}, "lock": None, "share": 0.33333})
+    'sessions active 1, share 0.33'
+    """
+    if isinstance(value, Mapping):
+        return ", ".join(
+            f"{k} {_plain(v)}" for k, v in value.items() if v not in (None, "", 0, [], {})
+        )
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{round(value, 2):g}"
+    return str(value)
+
+
 def _cell(key: str, value: object) -> str:
     if key.endswith("_seconds"):
         return _seconds(value)
-    if isinstance(value, list | tuple):
-        return _e(", ".join(str(v) for v in value)) if value else ""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
     if key == "query" and value is not None:
         return f"<code>{_e(value)}</code>"
-    return _e(value)
+    if key == "subject" and isinstance(value, Mapping):
+        return _e("/".join(str(v) for v in value.values() if v))
+    return _e(None if value is None else _plain(value))
 
 
 def _table(rows: Sequence[Mapping[str, Any]], css: str = "") -> str:
@@ -241,7 +258,7 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
         elif isinstance(value, Mapping):
             parts.append(f"<h4>{title}</h4>{_evidence(value)}")
         else:
-            facts.append(f"<dt>{title}</dt><dd>{_cell(key, value)}</dd>")
+            facts.append(f"<div><dt>{title}</dt><dd>{_cell(key, value)}</dd></div>")
     if facts:
         parts.insert(0, '<dl class="facts">' + "".join(facts) + "</dl>")
     return "".join(parts)
@@ -250,15 +267,18 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
 def sparkline(
     points: Sequence[tuple[float, float]], window: float, width: int = 240, height: int = 36
 ) -> str:
-    """An inline SVG line of (seconds ago, value) over ``window`` seconds, newest at the right."""
+    """An inline SVG line of (seconds ago, value), newest at the right, over
+    the points' own span (a daemon started a minute ago has a minute to show)
+    up to ``window`` seconds."""
+    span = min(max((ago for ago, _ in points), default=0.0), window) or window
     top = max((value for _, value in points), default=0.0)
     scale = max(top, 1.0)
     coords = " ".join(
-        f"{width * (1 - min(ago, window) / window):.1f},{height - 2 - (height - 4) * value / scale:.1f}"
+        f"{width * (1 - min(ago, span) / span):.1f},{height - 2 - (height - 4) * value / scale:.1f}"
         for ago, value in points
     )
     last = points[-1][1] if points else 0.0
-    label = f"last {format_duration(window)}: now {last:g}, highest {top:g}"
+    label = f"last {format_duration(span)}: now {last:g}, highest {top:g}"
     return (
         f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
         f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>'
@@ -276,16 +296,22 @@ def _findings_section(page: Page) -> str:
     if not page.findings:
         return '<section id="findings"><h2>Findings</h2><p class="ok">Nothing is wrong right now.</p></section>'
     articles = []
+    shown: set[tuple[str, str]] = set()
     for finding in page.findings:
         subject = "/".join(v for v in finding["subject"].values() if v) or "—"
         severity = finding["severity"]
+        # Findings about one subject share most of their evidence: it is
+        # open under the first (the most severe) and folded under the others.
+        first = (finding["target"], subject) not in shown
+        shown.add((finding["target"], subject))
         articles.append(
             f'<article class="finding {_e(severity)}">'
             f'<h3><span class="badge">{_e(severity)}</span> {_e(finding["kind"])} '
             f'<span class="where">{_e(finding["target"])} · {_e(subject)}</span></h3>'
             f'<p class="summary">{_e(finding["summary"])}</p>'
             f'<p class="since">since {_moment(page.now, finding["since"])}</p>'
-            f"<details open><summary>evidence</summary>{_evidence(finding['evidence'])}</details>"
+            f"<details{' open' if first else ''}><summary>evidence</summary>"
+            f"{_evidence(finding['evidence'])}</details>"
             "</article>"
         )
     return f'<section id="findings"><h2>Findings ({len(page.findings)})</h2>{"".join(articles)}</section>'
@@ -344,7 +370,7 @@ def _targets_section(page: Page) -> str:
     head = (
         "<tr><th>target</th><th>state</th><th>last successful poll</th><th>poll took</th>"
         "<th>polls</th><th>failed</th><th>state saves failed</th>"
-        "<th>sessions waiting on advisory locks, last hour</th></tr>"
+        "<th>waiting on advisory locks, up to the last hour</th></tr>"
     )
     return (
         '<section id="targets"><h2>Targets</h2>'
@@ -373,7 +399,7 @@ def _queue_rows(page: Page, target: str, queues: list[dict[str, Any]]) -> str:
         )
     return (
         "<table><thead><tr><th>queue</th><th>pending</th><th>oldest</th><th>in flight</th>"
-        "<th>growth</th><th>workers</th><th>pending, last hour</th></tr></thead>"
+        "<th>growth</th><th>workers</th><th>pending, up to the last hour</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -441,7 +467,7 @@ code{font-size:12px;background:#f0f1f3;padding:0 3px;white-space:pre-wrap;word-b
 .critical .badge{background:#a4262c}.info .badge{background:#3a6fb0}
 .where,.since{color:#505a6b;font-weight:normal}
 .summary{font-weight:600;margin:4px 0}
-.facts{display:grid;grid-template-columns:max-content auto;gap:0 12px;margin:4px 0}
+.facts{display:flex;flex-wrap:wrap;gap:2px 20px;margin:4px 0}.facts div{display:flex;gap:6px}
 .facts dt{color:#505a6b}.facts dd{margin:0}
 .chain li{margin:2px 0}
 .lock{margin:6px 0 12px}
