@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lockwatch.board import TargetView
+from lockwatch.config import load_settings
 from lockwatch.daemon import Daemon
 from lockwatch.sdnotify import Notifier
 from lockwatch.settings import Settings, Target
@@ -170,3 +171,19 @@ def test_the_watchdog_is_pinged_only_while_polls_make_progress(
     finally:
         daemon.http.stop()
         notifier.close()
+
+
+def test_the_readme_service_config_loads_its_dsn_from_the_credentials_directory(
+    tmp_path: Path,
+) -> None:
+    section = (ROOT / "README.md").read_text().split("## Installing as a service", 1)[1]
+    config = section.split("<<'YAML'\n", 1)[1].split("YAML\n", 1)[0]
+    (tmp_path / "lockwatch.yml").write_text(config)
+    (tmp_path / "orders-dsn").write_text("postgresql://lockwatch:pw@db:5432/orders\n")
+    credential = service_settings()["LoadCredential"][0].split(":", 1)[0]
+
+    settings = load_settings(tmp_path / "lockwatch.yml", {"CREDENTIALS_DIRECTORY": str(tmp_path)})
+
+    (target,) = settings.targets
+    assert target.dsn == "postgresql://lockwatch:pw@db:5432/orders"
+    assert f"${{CREDENTIALS_DIRECTORY}}/{credential}" in config
