@@ -387,7 +387,9 @@ class SourceHealth:
     errors_total: int = 0
 
     def succeeded(self, now: datetime) -> SourceHealth:
-        return SourceHealth(self.name, True, now, None, None, self.samples_total + 1, self.errors_total)
+        return SourceHealth(
+            self.name, True, now, None, None, self.samples_total + 1, self.errors_total
+        )
 
     def failed(self, now: datetime, error: str) -> SourceHealth:
         return SourceHealth(
@@ -414,7 +416,8 @@ class QueueView:
     source: str  # the name of the source that reads it
     window: float  # seconds the growth rate is measured over
     latest: QueueSample | None = None
-    growth_per_second: float | None = None  # least-squares slope of the depth; None before 2 samples
+    # least-squares slope of the depth over the window; None before 2 samples
+    growth_per_second: float | None = None
     workers: tuple[str, ...] = ()  # the worker groups bound to it
 
 
