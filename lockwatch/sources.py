@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from psycopg import sql
 
+from lockwatch.board import TargetView
 from lockwatch.detect.locks import one_line
 from lockwatch.detect.targets import ERROR_SUMMARY_LIMIT
 from lockwatch.model import (
@@ -98,7 +99,7 @@ class Monitor(Protocol):
 
     def poll(self, context: PollContext) -> MonitorResult: ...
 
-    def publish(self, view: Any) -> Any:
+    def publish(self, view: TargetView) -> TargetView:
         """The board's view of the target with this monitor's state filled in."""
         ...
 
