@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from lockwatch.board import Board, TargetView
+from lockwatch.daemon import TargetRunner
 from lockwatch.model import (
     Finding,
     FindingKind,
@@ -29,7 +30,9 @@ from lockwatch.publish.queue_api import queues_document
 from lockwatch.sample.pg_locks import SampleError, TargetUnavailableError
 from lockwatch.settings import Target
 from lockwatch.sources import SampleContext, SourceRunner, detect_source_down
+from lockwatch.statefile import StateStore
 from tests.factories import NOW, TARGET, ago
+from tests.support import free_port
 
 
 @dataclass
@@ -245,3 +248,30 @@ def test_findings_about_two_queues_are_two_series_of_finding_active() -> None:
         labels = {"target": TARGET, "kind": "queue_stalled", "database": "", "lock": ""}
         labels |= {"queue": queue, "job": "", "source": ""}
         assert registry.get_sample_value("lockwatch_finding_active", labels) == 1
+
+
+class Exploding:
+    """A monitor with a bug."""
+
+    def poll(self, context: object) -> object:
+        raise RuntimeError("bug")
+
+    def publish(self, view: TargetView) -> TargetView:
+        return view
+
+    def close(self) -> None:
+        """Holds nothing."""
+
+
+def test_a_monitor_that_breaks_is_logged_and_costs_the_target_nothing_else(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    target = Target(TARGET, f"postgresql://nobody@127.0.0.1:{free_port()}/app", connect_timeout=1.0)
+    runner = TargetRunner(target, Board(), StateStore(None))
+    runner.monitors = (Exploding(),)  # type: ignore[assignment]
+
+    view = runner.poll_once()
+
+    assert [f.kind for f in view.findings] == [FindingKind.TARGET_DOWN]
+    assert view.polls_total == 1
+    assert "Exploding failed; its findings stay as they were" in caplog.text
