@@ -53,6 +53,9 @@ class Blackhole:
 
     def close(self) -> None:
         self._closed.set()
+        # close() alone leaves the accept() in the other thread blocked.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for conn in self._accepted:
             with contextlib.suppress(OSError):

@@ -204,8 +204,10 @@ class ChannelWorker:
                 self._retry(pending, exc)
                 continue
             self.state.outbox.pop(0)
-            self.sent_total += 1
             self._save()
+            # Counted once saved: a crash between the answer and the save would
+            # send the message again, the one way a message can arrive twice.
+            self.sent_total += 1
             if self._failing is not None:
                 log.info("notify %s: delivering again (%s)", self.name, answer)
                 self._failing = None
