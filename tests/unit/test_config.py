@@ -693,3 +693,5 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
         "team-slack",
         "receiver",
     ]
+    assert [queue.name for queue in orders.queues] == ["webhooks", "events", "reports"]
+    assert [group.name for group in orders.workers] == ["webhook-workers", "senders", "reporters"]

@@ -269,23 +269,6 @@ def test_a_source_with_keys_of_another_kind_is_refused(
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_example_file_documents_queues_and_worker_groups(tmp_path: Path) -> None:
-    (tmp_path / "reports-dsn").write_text("host=db dbname=reports\n")
-    settings = load_settings(
-        ROOT / "docs" / "lockwatch.example.yml",
-        {"ORDERS_DSN": DSN, "CREDENTIALS_DIRECTORY": str(tmp_path)},
-    )
-
-    orders = settings.targets[0]
-    assert [q.name for q in orders.queues] == ["webhooks", "events", "reports"]
-    assert [q.preset for q in orders.queues] == [None, None, "procrastinate"]
-    assert [type(g.cpu).__name__ for g in orders.workers] == [
-        "ProcessMatch",
-        "CgroupCpu",
-        "PrometheusCpu",
-    ]
-
-
 def test_the_readme_queue_example_loads(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Queues and workers", 1)[1]
