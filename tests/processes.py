@@ -39,12 +39,16 @@ class LockwatchProcess:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
             )
-        wait_until(self._answers, message=f"lockwatch answering on {self.base}\n{self.log()}")
+        try:
+            # Generous: a loaded CI machine can take long to start a Python process.
+            wait_until(self._answers, timeout=60, message=f"lockwatch answering on {self.base}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log:\n{self.log()}") from None
 
     def _answers(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"lockwatch exited with {self.proc.returncode}:\n{self.log()}")
+            raise RuntimeError(f"lockwatch exited with {self.proc.returncode}:\n{self.log()}")
         try:
             return requests.get(f"{self.base}/healthz", timeout=2).status_code == 200
         except requests.ConnectionError:
