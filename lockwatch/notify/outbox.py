@@ -3,8 +3,9 @@
 ``evaluate`` is pure: from what the channel was already told (``announced``),
 the findings active now and the clock, it makes the messages that are due.
 Related findings travel together: findings on the same target and subject,
-and findings whose evidence links to another's subject
-(``evidence["links"] = [{"target": ..., "subject": {...}}]``), form one
+and findings whose evidence relates them to another subject
+(``evidence["related"] = [{"kind": ..., "subject": {...}}]``, optionally with a
+``target``; a stalled queue names the lock its workers wait on so), form one
 group; when anything in a group is due, one message tells the group's whole
 state, and every finding in it counts as announced.
 """
@@ -45,8 +46,9 @@ def _place(target: str, subject: Mapping[str, Any]) -> str:
 
 
 def _linked_places(finding: Finding) -> list[str]:
-    """The subjects ``evidence["links"]`` points at; malformed links are skipped."""
-    links = finding.evidence.get("links")
+    """The subjects ``evidence["related"]`` names; plain kind names (related
+    findings on the finding's own subject) and malformed entries are skipped."""
+    links = finding.evidence.get("related")
     places = []
     for link in links if isinstance(links, list) else ():
         if not isinstance(link, Mapping) or not isinstance(link.get("subject"), Mapping):
@@ -59,7 +61,7 @@ def _linked_places(finding: Finding) -> list[str]:
 
 
 def groups(findings: Iterable[Finding]) -> list[list[Finding]]:
-    """Findings joined by shared subjects and links, each group in input order."""
+    """Findings joined by shared subjects and relations, each group in input order."""
     parent: dict[str, str] = {}
 
     def root(place: str) -> str:

@@ -20,6 +20,7 @@ from lockwatch.detect.locks import ELLIPSIS, format_duration, one_line
 from lockwatch.model import Finding
 from lockwatch.notify.message import Entry, EntryState, Message, alert_name, runbook_url
 from lockwatch.publish.api import iso_utc, printable
+from lockwatch.publish.metrics import named_holders
 
 TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 units
 # Slack cuts text past 40,000 characters; 3,000 visible ones stay readable and,
@@ -137,9 +138,7 @@ def _records(evidence: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
 
 
 def _holder_lines(evidence: Mapping[str, Any]) -> list[Line]:
-    holders = _records(evidence, "holders")
-    lead = evidence.get("holder_pid")
-    holders.sort(key=lambda h: h.get("pid") != lead)
+    holders = named_holders(evidence)
     lines: list[Line] = []
     for holder in holders[:SHOWN_HOLDERS]:
         facts = [f"pid {_value(holder.get('pid'))}", _value(holder.get("application_name") or "-")]

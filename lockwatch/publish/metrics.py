@@ -160,17 +160,12 @@ class BoardCollector(Collector):
                 # Without a poll result nothing is known; 0 would claim "not held".
                 continue
             target = view.target.name
-            groups = lock_groups(snapshot, view.target.locks, now)
-            per_database: dict[str, list[int]] = {}
-            for group in groups:
-                if not group.ignored:
-                    tally = per_database.setdefault(group.database, [0, 0])
-                    tally[0] += len(group.holders)
-                    tally[1] += len(group.waiters)
-            for database, (held, waiting) in sorted(per_database.items()):
+            settings = view.target.locks
+            for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
                 _add(counts, [target, database, "held"], held)
                 _add(counts, [target, database, "waiting"], waiting)
-            for database, lock, exported in exported_locks(groups, view.target.locks):
+            groups = lock_groups(snapshot, settings, now, top=settings.top_n)
+            for database, lock, exported in exported_locks(groups, settings):
                 series = [target, database, lock]
                 _add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
                 _add(waiters, series, 0 if exported is None else len(exported.waiters))
@@ -237,23 +232,35 @@ def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, ...], Findin
     return series
 
 
-def holder_label(evidence: Mapping[str, Any]) -> str:
-    """The session a finding names as its holder, on one bounded line; "" for none.
-
-    >>> holder_label({"holder_pid": 7, "holders": [
-    ...     {"pid": 7, "application_name": "worker\\n<b>", "client_addr": None}]})
-    'pid 7 (worker <b> from local socket)'
-    """
-    pid = evidence.get("holder_pid")
+def named_holders(evidence: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The sessions a finding names as holders, the one it blames first: lock
+    findings list them in ``holders`` and blame ``holder_pid``; a stalled queue
+    names the holders of the lock its workers wait on, under ``lock``."""
     holders = evidence.get("holders")
-    if not isinstance(pid, int) or isinstance(pid, bool):
+    chain = evidence.get("lock")
+    if not isinstance(holders, list) and isinstance(chain, Mapping):
+        holders = chain.get("holders")
+    records = [h for h in holders if isinstance(h, Mapping)] if isinstance(holders, list) else []
+    lead = evidence.get("holder_pid")
+    return sorted(records, key=lambda holder: holder.get("pid") != lead)
+
+
+def holder_label(evidence: Mapping[str, Any]) -> str:
+    """The session a finding blames, on one bounded line; "" for none.
+
+    >>> holder_label({"holder_pid": 7, "holders": [{"pid": 6}, {"pid": 7,
+    ...     "application_name": "worker\\n<b>", "client_addr": None}]})
+    'pid 7 (worker <b> from local socket)'
+    >>> holder_label({"lock": {"holders": [{"pid": 9, "client_addr": "10.0.0.5"}]}})
+    'pid 9 (no application_name from 10.0.0.5)'
+    """
+    holders = named_holders(evidence)
+    if not holders:
         return ""
-    for holder in holders if isinstance(holders, list) else ():
-        if isinstance(holder, Mapping) and holder.get("pid") == pid:
-            app = one_line(holder.get("application_name") or "") or "no application_name"
-            where = one_line(holder.get("client_addr") or "") or "local socket"
-            return printable(f"pid {pid} ({app} from {where})")
-    return f"pid {pid}"
+    holder = holders[0]
+    app = one_line(holder.get("application_name") or "") or "no application_name"
+    where = one_line(holder.get("client_addr") or "") or "local socket"
+    return printable(f"pid {one_line(holder.get('pid'))} ({app} from {where})")
 
 
 def build_registry(board: Board, clock: Callable[[], datetime] = utc_now) -> CollectorRegistry:

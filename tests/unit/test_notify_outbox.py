@@ -98,19 +98,35 @@ def test_related_findings_on_one_lock_go_out_as_one_message() -> None:
     ]
 
 
+def test_a_relation_to_a_subject_on_another_target_names_that_target() -> None:
+    stalled = finding(
+        FindingKind.QUEUE_STALLED,
+        None,
+        subject=Subject(queue="q"),
+        evidence={"related": [{"target": "other", "subject": {"database": "app", "lock": "42"}}]},
+    )
+    assert [len(m.entries) for m in Channel().poll([*convoy(), stalled])] == [2, 1]
+    assert [len(m.entries) for m in Channel().poll([*convoy(target="other"), stalled])] == [3]
+
+
 def test_findings_on_different_locks_go_out_as_separate_messages() -> None:
     channel = Channel()
     messages = channel.poll([*convoy(), finding(lock="7,13")])
     assert [len(m.entries) for m in messages] == [2, 1]
 
 
-def test_a_stalled_queue_that_links_to_its_lock_joins_the_lock_message() -> None:
+def test_a_stalled_queue_related_to_its_lock_joins_the_lock_message() -> None:
     stalled = finding(
         FindingKind.QUEUE_STALLED,
         None,
         subject=Subject(queue="webhook_jobs"),
         severity=Severity.CRITICAL,
-        evidence={"links": [{"target": TARGET, "subject": {"database": "app", "lock": "42"}}]},
+        evidence={
+            "related": [
+                {"kind": "queue_growing", "subject": {"queue": "webhook_jobs"}},
+                {"kind": "lock_convoy", "subject": {"database": "app", "lock": "42"}},
+            ]
+        },
     )
     channel = Channel()
     (message,) = channel.poll([*convoy(), stalled])
@@ -121,12 +137,12 @@ def test_a_stalled_queue_that_links_to_its_lock_joins_the_lock_message() -> None
     ]
 
 
-def test_malformed_links_are_ignored_rather_than_grouping_anything() -> None:
+def test_malformed_relations_are_ignored_rather_than_grouping_anything() -> None:
     odd = finding(
         FindingKind.QUEUE_STALLED,
         None,
         subject=Subject(queue="q"),
-        evidence={"links": ["42", {"subject": "app/42"}, {"subject": {"colour": "red"}}]},
+        evidence={"related": ["lock_convoy", {"subject": "app/42"}, {"subject": {"colour": 1}}]},
     )
     assert [len(m.entries) for m in Channel().poll([*convoy(), odd])] == [2, 1]
 
