@@ -160,12 +160,17 @@ class BoardCollector(Collector):
                 # Without a poll result nothing is known; 0 would claim "not held".
                 continue
             target = view.target.name
-            settings = view.target.locks
-            for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
+            groups = lock_groups(snapshot, view.target.locks, now)
+            per_database: dict[str, list[int]] = {}
+            for group in groups:
+                if not group.ignored:
+                    tally = per_database.setdefault(group.database, [0, 0])
+                    tally[0] += len(group.holders)
+                    tally[1] += len(group.waiters)
+            for database, (held, waiting) in sorted(per_database.items()):
                 _add(counts, [target, database, "held"], held)
                 _add(counts, [target, database, "waiting"], waiting)
-            groups = lock_groups(snapshot, settings, now, top=settings.top_n)
-            for database, lock, exported in exported_locks(groups, settings):
+            for database, lock, exported in exported_locks(groups, view.target.locks):
                 series = [target, database, lock]
                 _add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
                 _add(waiters, series, 0 if exported is None else len(exported.waiters))
