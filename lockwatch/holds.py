@@ -9,18 +9,19 @@ state dir so that a restart neither forgets an hour-long hold nor invents one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.model import AdvisoryLock, Backend, LockKey
 
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
+# A lock as the sampler gave it, as filled in, its observation and first sighting.
+_Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, datetime]
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 
 
-def _observation(lock: AdvisoryLock, backend: Backend | None) -> ObservationKey:
-    started = backend.backend_start.isoformat() if backend and backend.backend_start else ""
+def _observation(lock: AdvisoryLock, started: str) -> ObservationKey:
     return (
         lock.pid,
         started,
@@ -33,12 +34,6 @@ def _observation(lock: AdvisoryLock, backend: Backend | None) -> ObservationKey:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Sighting:
-    first_seen: datetime
-    last_seen: datetime
-
-
 class HoldTracker:
     """Remembers first sightings across polls (and restarts) for one target."""
 
@@ -47,57 +42,72 @@ class HoldTracker:
         # been held throughout; past it, only proof from the session's state
         # keeps the old first sighting.
         self.continuity_gap = continuity_gap
-        self._sightings: dict[ObservationKey, Sighting] = {}
+        self._first_seen: dict[ObservationKey, datetime] = {}
         self._dumped_keys: frozenset[ObservationKey] = frozenset()
-        # When the sightings were last confirmed against the server; a save
-        # while sampling fails must not vouch for locks nobody has seen since.
+        # When the sightings were last confirmed against the server, all of
+        # them at once; a save while sampling fails must not vouch for locks
+        # nobody has seen since.
         self._observed_at: datetime | None = None
+        # The last poll's locks by id(): the sampler hands out the very same
+        # object for a lock it saw unchanged (same session, key, mode and
+        # wait), and such a lock keeps its filled-in copy without a lookup.
+        self._filled: dict[int, _Filled] = {}
 
     def __len__(self) -> int:
-        return len(self._sightings)
+        return len(self._first_seen)
 
     def observe(
         self, locks: tuple[AdvisoryLock, ...], backends: Mapping[int, Backend], now: datetime
     ) -> tuple[AdvisoryLock, ...]:
         """Fill ``first_seen`` on every lock and forget locks no longer present."""
-        seen: dict[ObservationKey, Sighting] = {}
-        filled: list[AdvisoryLock] = []
-        for lock in locks:
-            backend = backends.get(lock.pid)
-            key = _observation(lock, backend)
-            previous = seen.get(key) or self._sightings.get(key)
-            first_seen = now
-            if previous is not None and self._continuous(previous, backend, now):
-                first_seen = previous.first_seen
-            seen[key] = Sighting(first_seen, now)
-            filled.append(replace(lock, first_seen=first_seen))
-        self._sightings = seen
-        self._observed_at = now
-        return tuple(filled)
-
-    def _continuous(self, previous: Sighting, backend: Backend | None, now: datetime) -> bool:
-        # The same rule holds after a restart and after an outage of the
-        # target: a gap lockwatch did not see through is bridged only by proof.
-        if now - previous.last_seen <= timedelta(seconds=self.continuity_gap):
-            return True
-        # Taking the lock again would have meant running SQL, which moves
-        # state_change; an idle session unchanged since we last saw it has
-        # held the lock all along.
-        return (
-            backend is not None
-            and backend.state in IDLE_STATES
-            and backend.state_change is not None
-            and backend.state_change <= previous.last_seen
+        last_seen = self._observed_at
+        bridged = last_seen is not None and now - last_seen <= timedelta(
+            seconds=self.continuity_gap
         )
+        previous = self._filled if bridged else {}
+        seen: dict[ObservationKey, datetime] = {}
+        remembered: dict[int, _Filled] = {}
+        started: dict[int, str] = {}
+        result: list[AdvisoryLock] = []
+        for lock in locks:
+            hit = previous.get(id(lock))
+            if hit is not None and hit[0] is lock:
+                _, filled, key, first_seen = hit
+            else:
+                backend = backends.get(lock.pid)
+                if lock.pid not in started:
+                    begun = backend.backend_start if backend else None
+                    started[lock.pid] = begun.isoformat() if begun else ""
+                key = _observation(lock, started[lock.pid])
+                first_seen = seen.get(key) or self._since(key, backend, bridged) or now
+                filled = replace(lock, first_seen=first_seen)
+            seen[key] = first_seen
+            remembered[id(lock)] = (lock, filled, key, first_seen)
+            result.append(filled)
+        self._first_seen = seen
+        self._filled = remembered
+        self._observed_at = now
+        return tuple(result)
+
+    def _since(
+        self, key: ObservationKey, backend: Backend | None, bridged: bool
+    ) -> datetime | None:
+        """The remembered first sighting of ``key``, if it still holds: the gap
+        since the last poll was bridged, or the session proves the lock was
+        held throughout."""
+        first_seen = self._first_seen.get(key)
+        if first_seen is not None and (bridged or _held_throughout(backend, self._observed_at)):
+            return first_seen
+        return None
 
     def changed_since_dump(self) -> bool:
-        return self._dumped_keys != frozenset(self._sightings)
+        return self._dumped_keys != frozenset(self._first_seen)
 
     def dump(self, now: datetime) -> dict[str, Any]:
         """First sightings, dated by the last poll that saw them (``now`` if
         none has). ``last_seen`` is stored once for all: the file only needs
         rewriting when the set of locks changes."""
-        self._dumped_keys = frozenset(self._sightings)
+        self._dumped_keys = frozenset(self._first_seen)
         saved_at = self._observed_at or now
         return {
             "saved_at": saved_at.isoformat(),
@@ -109,15 +119,15 @@ class HoldTracker:
                     "key": LockKey(key[3], key[4], key[5]).render(),
                     "mode": key[6],
                     "granted": key[7],
-                    "first_seen": sighting.first_seen.isoformat(),
+                    "first_seen": first_seen.isoformat(),
                 }
-                for key, sighting in self._sightings.items()
+                for key, first_seen in self._first_seen.items()
             ],
         }
 
     def load(self, document: dict[str, Any]) -> None:
         """Restore a dump; malformed entries are dropped, not guessed at."""
-        restored: dict[ObservationKey, Sighting] = {}
+        restored: dict[ObservationKey, datetime] = {}
         try:
             saved_at = _aware(document["saved_at"])
             entries = list(document["locks"])
@@ -139,10 +149,29 @@ class HoldTracker:
                 first_seen = _aware(entry["first_seen"])
             except (KeyError, TypeError, ValueError):
                 continue
-            restored[key] = Sighting(min(first_seen, saved_at), saved_at)
-        self._sightings = restored
+            restored[key] = min(first_seen, saved_at)
+        self._first_seen = restored
+        self._filled = {}
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at
+
+
+def _held_throughout(backend: Backend | None, last_seen: datetime | None) -> bool:
+    """Proof that a lock seen before a gap lockwatch did not see through was
+    held all along. The same rule holds after a restart and after an outage
+    of the target.
+
+    Taking the lock again would have meant running SQL, which moves
+    state_change; an idle session unchanged since we last saw it has held
+    the lock all along.
+    """
+    return (
+        backend is not None
+        and last_seen is not None
+        and backend.state in IDLE_STATES
+        and backend.state_change is not None
+        and backend.state_change <= last_seen
+    )
 
 
 def _aware(text: Any) -> datetime:

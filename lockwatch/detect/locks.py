@@ -332,9 +332,62 @@ def _evidence(
     }
 
 
-def _groups(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -> list[_Group]:
-    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+def _before(now: datetime, seconds: float) -> datetime:
+    """``now`` less ``seconds``, and a millisecond later: a cut-off that is never
+    stricter than the checks' own arithmetic in seconds."""
+    try:
+        return now - timedelta(seconds=seconds) + timedelta(milliseconds=1)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=now.tzinfo)
+
+
+def _worth_checking(
+    snapshot: LockSnapshot, settings: LockSettings, now: datetime, pooled: frozenset[int]
+) -> list[AdvisoryLock]:
+    """The rows of every key that could raise a finding.
+
+    In a busy database most keys are held by a working session for less than
+    any budget; a few comparisons tell them apart, where building their groups
+    and evidence would be most of a poll at 50,000 locks. A key is kept for a
+    waiter, a hold past the target's max_hold, a holder idle past its
+    orphan_after or on a pooled server connection, or a name (which may carry
+    its own budgets and allowed holders). A new check must fire only on keys
+    kept here.
+    """
+    if settings.max_hold < 0 or settings.orphan_after < 0:
+        return list(snapshot.locks)  # every holder is past a negative budget
+    held_before = _before(now, settings.max_hold)
+    idle_before = _before(now, settings.orphan_after)
+    named = {lock.key for lock in settings.named}
+    suspects = pooled | {
+        pid
+        for pid, backend in snapshot.backends.items()
+        if backend.state in IDLE_STATES
+        and backend.state_change is not None
+        and backend.state_change < idle_before
+    }
+    loud: set[tuple[str, LockKey]] = set()
     for lock in snapshot.locks:
+        if (
+            not lock.granted
+            or (lock.first_seen is not None and lock.first_seen < held_before)
+            or lock.pid in suspects
+            or (named and lock.key in named)
+        ):
+            loud.add((lock.database, lock.key))
+    if not loud:
+        return []
+    return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+
+
+def _groups(
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    pooled: frozenset[int] = frozenset(),
+) -> list[_Group]:
+    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    for lock in _worth_checking(snapshot, settings, now, pooled):
         rows.setdefault((lock.database, lock.key), []).append(lock)
     groups = []
     for (database, key), locks in sorted(rows.items()):
@@ -625,7 +678,14 @@ def detect_locks(
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``evidence["related"]``.
     """
-    groups = _groups(snapshot, settings, now)
+    pooled: frozenset[int] = frozenset()
+    if pooler is not None:
+        pooled = frozenset(
+            server.remote_pid
+            for server in pooler.servers
+            if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
+        )
+    groups = _groups(snapshot, settings, now, pooled)
     drafts = [
         draft
         for group in groups

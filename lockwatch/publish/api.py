@@ -4,6 +4,7 @@ metrics. Pure functions over board views: no I/O, the caller passes ``now``."""
 from __future__ import annotations
 
 import enum
+import heapq
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -84,13 +85,51 @@ class LockGroup:
         return rows[0].mode if rows else None
 
 
-def lock_groups(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -> list[LockGroup]:
-    """The snapshot's advisory locks grouped per (database, key), longest-held first."""
-    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+GroupId = tuple[str, LockKey]  # (database, key)
+# Longest-held first, then most waiters, then database and key.
+GroupOrder = tuple[float, int, str, bool, int, int]
+
+
+def _order(group: GroupId, hold_seconds: float | None, waiters: int) -> GroupOrder:
+    database, key = group
+    return (-(hold_seconds or 0.0), -waiters, database, key.pair, key.first, key.second)
+
+
+def _rough_order(group: GroupId, locks: list[AdvisoryLock], now: datetime) -> GroupOrder:
+    """``_order`` of a group not built yet: cheaper per key than building it."""
+    first: datetime | None = None
+    waiters = 0
+    for lock in locks:
+        if not lock.granted:
+            waiters += 1
+        elif lock.first_seen is not None and (first is None or lock.first_seen < first):
+            first = lock.first_seen
+    return _order(group, _age(now, first), waiters)
+
+
+def lock_groups(
+    snapshot: LockSnapshot, settings: LockSettings, now: datetime, *, top: int | None = None
+) -> list[LockGroup]:
+    """The snapshot's advisory locks grouped per (database, key), longest-held first.
+
+    With ``top``, of the keys neither named nor ignored only the ``top``
+    longest-held come back, all the metrics export, and only those are built:
+    a scrape of 50,000 locks then costs a sort key per lock, not a group.
+    """
+    rows: dict[GroupId, list[AdvisoryLock]] = {}
     for lock in snapshot.locks:
         rows.setdefault((lock.database, lock.key), []).append(lock)
+    chosen = list(rows)
+    configured = {named.key for named in settings.named} | set(settings.ignore)
+    plain = [group for group in chosen if group[1] not in configured]
+    if top is not None and len(plain) > top:
+        chosen = [group for group in chosen if group[1] in configured]
+        chosen += heapq.nsmallest(
+            max(top, 0), plain, key=lambda group: _rough_order(group, rows[group], now)
+        )
     groups = []
-    for (database, key), locks in rows.items():
+    for database, key in chosen:
+        locks = rows[database, key]
         named = settings.named_lock(database, key)
         holders = tuple(lock for lock in locks if lock.granted)
         waiters = tuple(lock for lock in locks if not lock.granted)
@@ -112,10 +151,20 @@ def lock_groups(snapshot: LockSnapshot, settings: LockSettings, now: datetime) -
                 longest_wait_seconds=max(waits, default=None),
             )
         )
-    groups.sort(
-        key=lambda g: (-(g.hold_seconds or 0.0), -len(g.waiters), g.database, g.key),
-    )
+    groups.sort(key=lambda g: _order((g.database, g.key), g.hold_seconds, len(g.waiters)))
     return groups
+
+
+def lock_counts(snapshot: LockSnapshot, settings: LockSettings) -> dict[str, tuple[int, int]]:
+    """(held, waiting) rows per database, not counting ignored keys."""
+    configured = {named.key for named in settings.named} | set(settings.ignore)
+    tallies: dict[str, list[int]] = {}
+    for lock in snapshot.locks:
+        if configured and lock.key in configured and settings.ignored(lock.database, lock.key):
+            continue
+        tally = tallies.setdefault(lock.database, [0, 0])
+        tally[0 if lock.granted else 1] += 1
+    return {database: (held, waiting) for database, (held, waiting) in tallies.items()}
 
 
 def _views(board_or_views: Board | Iterable[TargetView]) -> tuple[TargetView, ...]:

@@ -22,7 +22,14 @@ import lockwatch
 from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import one_line
 from lockwatch.model import Finding, FindingKind, Severity, Subject
-from lockwatch.publish.api import LockGroup, lock_groups, printable, sorted_findings, utc_now
+from lockwatch.publish.api import (
+    LockGroup,
+    lock_counts,
+    lock_groups,
+    printable,
+    sorted_findings,
+    utc_now,
+)
 from lockwatch.publish.queue_metrics import queue_metrics, source_metrics, worker_metrics
 from lockwatch.settings import LockSettings
 
@@ -160,17 +167,12 @@ class BoardCollector(Collector):
                 # Without a poll result nothing is known; 0 would claim "not held".
                 continue
             target = view.target.name
-            groups = lock_groups(snapshot, view.target.locks, now)
-            per_database: dict[str, list[int]] = {}
-            for group in groups:
-                if not group.ignored:
-                    tally = per_database.setdefault(group.database, [0, 0])
-                    tally[0] += len(group.holders)
-                    tally[1] += len(group.waiters)
-            for database, (held, waiting) in sorted(per_database.items()):
+            settings = view.target.locks
+            for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
                 _add(counts, [target, database, "held"], held)
                 _add(counts, [target, database, "waiting"], waiting)
-            for database, lock, exported in exported_locks(groups, view.target.locks):
+            groups = lock_groups(snapshot, settings, now, top=settings.top_n)
+            for database, lock, exported in exported_locks(groups, settings):
                 series = [target, database, lock]
                 _add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
                 _add(waiters, series, 0 if exported is None else len(exported.waiters))

@@ -13,8 +13,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -53,6 +54,14 @@ class RawSample:
     seconds: float
 
 
+# Bits of the ``flags`` array of advisory_locks.sql.
+PAIR_KEY, SHARED, WAITING = 1, 2, 4
+
+
+def _sql_text(name: str) -> str:
+    return (resources.files("lockwatch.sample") / "sql" / name).read_text(encoding="utf-8")
+
+
 @cache
 def advisory_locks_query(server_version: int) -> sql.Composed:
     """The advisory-lock query for a server version, composed once per version.
@@ -60,11 +69,13 @@ def advisory_locks_query(server_version: int) -> sql.Composed:
     The versions differ in one column only, so one file serves them all and the
     difference goes in as an SQL fragment, never as text pasted into the query.
     """
-    text = (resources.files("lockwatch.sample") / "sql" / "advisory_locks.sql").read_text(
-        encoding="utf-8"
-    )
     waitstart = sql.SQL("l.waitstart" if server_version >= 140000 else "NULL::timestamptz")
-    return sql.SQL(text).format(waitstart=waitstart)
+    return sql.SQL(_sql_text("advisory_locks.sql")).format(waitstart=waitstart)
+
+
+@cache
+def lock_sessions_query() -> sql.SQL:
+    return sql.SQL(_sql_text("lock_sessions.sql"))
 
 
 def backend_from_row(row: Mapping[str, Any]) -> Backend:
@@ -88,37 +99,98 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
     )
 
 
-def rows_to_sample(
-    rows: Iterable[dict[str, Any]],
-) -> tuple[tuple[AdvisoryLock, ...], dict[int, Backend]]:
-    locks: list[AdvisoryLock] = []
-    backends: dict[int, Backend] = {}
-    for row in rows:
-        backend = backend_from_row(row)
-        backends[backend.pid] = backend
-        if row["classids"] is None:
+# One element of advisory_locks.sql's arrays, with the session it belongs to.
+LockRow = tuple[int, datetime | None, int, int, int, datetime | None]
+
+
+def decode_locks(
+    arrays: Mapping[str, Any],
+    backends: Mapping[int, Backend],
+    known: Mapping[LockRow, AdvisoryLock] | None = None,
+) -> dict[LockRow, AdvisoryLock]:
+    """The locks in advisory_locks.sql's row, by the raw values they came from.
+
+    Locks of a pid missing from ``backends`` are left out: the session ended
+    between the two queries, and its locks with it. A lock found in ``known``
+    (the previous poll's answer) is that same object again, so that most of
+    a poll over many long-held locks costs one lookup per lock.
+    """
+    known = known or {}
+    decoded: dict[LockRow, AdvisoryLock] = {}
+    pids = arrays["pids"]
+    if pids is None:
+        return decoded
+    waitstarts = iter(arrays["waitstarts"] or ())
+    for pid, classid, objid, flags in zip(
+        pids, arrays["classids"], arrays["objids"], arrays["flags"], strict=True
+    ):
+        wait_start = next(waitstarts, None) if flags & WAITING else None
+        backend = backends.get(pid)
+        if backend is None:
             continue
-        for classid, objid, objsubid, mode, granted, waitstart in zip(
-            row["classids"],
-            row["objids"],
-            row["objsubids"],
-            row["modes"],
-            row["granteds"],
-            row["waitstarts"],
-            strict=True,
-        ):
-            locks.append(
-                AdvisoryLock(
-                    # An advisory lock lives in the database its session is connected to.
-                    database=backend.database or "",
-                    key=LockKey.from_pg_locks(classid, objid, objsubid),
-                    mode=mode,
-                    granted=granted,
-                    pid=backend.pid,
-                    wait_start=waitstart,
-                )
+        raw: LockRow = (pid, backend.backend_start, classid, objid, flags, wait_start)
+        lock = known.get(raw)
+        if lock is None:
+            lock = AdvisoryLock(
+                # An advisory lock lives in the database its session is connected to.
+                database=backend.database or "",
+                key=LockKey.from_pg_locks(classid, objid, 2 if flags & PAIR_KEY else 1),
+                mode="ShareLock" if flags & SHARED else "ExclusiveLock",
+                granted=not flags & WAITING,
+                pid=pid,
+                wait_start=wait_start,
             )
-    return tuple(locks), backends
+        decoded[raw] = lock
+    return decoded
+
+
+def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
+    return {"pids": sorted(pids), "query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN}
+
+
+def _chains(sessions: Mapping[int, Backend], pids: Iterable[int]) -> dict[int, Backend]:
+    """The sessions of ``pids`` and those blocking them, MAX_CHAIN steps deep:
+    what lock_sessions.sql returns for ``pids`` alone."""
+    keep = {pid for pid in pids if pid in sessions}
+    step = keep
+    for _ in range(MAX_CHAIN):
+        step = {b for pid in step for b in sessions[pid].blocked_by if b in sessions} - keep
+        keep |= step
+    return {pid: sessions[pid] for pid in sorted(keep)}
+
+
+def read_advisory_locks(
+    conn: psycopg.Connection[dict[str, Any]],
+    server_version: int,
+    known: Mapping[LockRow, AdvisoryLock] | None = None,
+    expected: Collection[int] = (),
+) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend]]:
+    """Every advisory lock and the sessions behind them (and their blockers).
+
+    Two statements: the locks, as arrays, and the sessions that hold or await
+    them. Which sessions those are is only known from the locks, so the
+    sessions of ``expected`` (the last poll's) are asked for in the same round
+    trip, in a pipeline; only sessions that took a lock since cost a second.
+    """
+    with conn.pipeline():
+        arrays = conn.execute(advisory_locks_query(server_version), prepare=True, binary=True)
+        guessed = (
+            conn.execute(lock_sessions_query(), _sessions_params(expected), prepare=True)
+            if expected
+            else None
+        )
+    row = arrays.fetchone()
+    if row is None or row["pids"] is None:
+        return {}, {}
+    pids = set(row["pids"])
+    rows = guessed.fetchall() if guessed is not None else []
+    missing = pids.difference(r["pid"] for r in rows)
+    if missing:
+        rows += conn.execute(
+            lock_sessions_query(), _sessions_params(missing), prepare=True
+        ).fetchall()
+    backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
+    return decode_locks(row, backends, known), backends
 
 
 class PgLockSampler:
@@ -139,6 +211,8 @@ class PgLockSampler:
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
         self._server_version = 0
         self._guard = threading.Lock()
+        self._known: dict[LockRow, AdvisoryLock] = {}  # the last poll's locks
+        self._expected: tuple[int, ...] = ()  # and the pids of their sessions
 
     @property
     def where(self) -> str:
@@ -184,19 +258,22 @@ class PgLockSampler:
                 conn = self._connect()
                 with self._guard:
                     self._conn = conn
-            cursor = conn.execute(
-                advisory_locks_query(self._server_version),
-                {"query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN},
-                prepare=True,
+            self._known, backends = read_advisory_locks(
+                conn, self._server_version, self._known, self._expected
             )
-            locks, backends = rows_to_sample(cursor.fetchall())
+            self._expected = tuple(backends)
         except psycopg.Error as exc:
             self.close()
             raise SampleError(self._explain(exc)) from None
         except OSError as exc:
             self.close()
             raise SampleError(redact(f"{self.where}: {exc}", self._secrets)) from None
-        return RawSample(self._server_version, locks, backends, time.perf_counter() - started)
+        return RawSample(
+            self._server_version,
+            tuple(self._known.values()),
+            backends,
+            time.perf_counter() - started,
+        )
 
     def _explain(
         self, exc: psycopg.Error, what: str = "poll query", grant: str = "pg_monitor"

@@ -21,7 +21,7 @@ from lockwatch.board import Board
 from lockwatch.daemon import TargetRunner
 from lockwatch.model import Finding, FindingKind, LockKey
 from lockwatch.publish.metrics import build_registry
-from lockwatch.sample.pg_locks import advisory_locks_query, rows_to_sample
+from lockwatch.sample.pg_locks import read_advisory_locks
 from lockwatch.scenarios import OrphanIncident
 from lockwatch.settings import AllowedHolders, LockRole, LockSettings, NamedLock, Target
 from lockwatch.statefile import StateStore
@@ -345,10 +345,8 @@ def test_the_query_for_each_server_version_runs_and_reads_waiters(
     queued = run_in_thread(lambda: take_and_release(waiter, 42))
     wait_until(lambda: waiting_count(pg, 42) == 1, message="waiter queued")
     with psycopg.connect(pg.monitor_dsn, row_factory=dict_row) as conn:
-        rows = conn.execute(
-            advisory_locks_query(version), {"query_chars": 100, "max_chain": 4}
-        ).fetchall()
-    locks, backends = rows_to_sample(rows)
+        decoded, backends = read_advisory_locks(conn, version)
+    locks = list(decoded.values())
     assert {(lock.pid, lock.granted) for lock in locks} == {
         (holder.info.backend_pid, True),
         (waiter.info.backend_pid, False),

@@ -3,6 +3,7 @@ from __future__ import annotations
 import doctest
 import ipaddress
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -646,6 +647,35 @@ def test_findings_are_well_formed_for_any_snapshot(
         assert finding.since <= NOW
         assert set(finding.evidence["related"]) <= {k.value for k in FindingKind}
         assert finding.kind.value not in finding.evidence["related"]
+
+
+@st.composite
+def snapshots_near_budgets(draw: st.DrawFn) -> tuple[LockSnapshot, LockSettings]:
+    """Holds, waits and idle times on both sides of the budgets, often with
+    no key named or ignored (a named key is always checked in full)."""
+    snap = draw(lock_snapshots(max_age=1500.0))
+    if draw(st.booleans()):
+        keys = sorted({lock.key for lock in snap.locks} | {draw(lock_keys)})
+        return snap, draw(lock_settings(keys))
+    budgets = st.floats(0, 1500)
+    return snap, LockSettings(
+        max_hold=draw(budgets),
+        orphan_after=draw(budgets),
+        convoy_waiters=draw(st.integers(1, 3)),
+        convoy_wait=draw(st.floats(0, 100)),
+    )
+
+
+@fast
+@given(snapshots_near_budgets())
+def test_passing_over_keys_that_cannot_fire_changes_no_finding(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    snap, settings_ = case
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(locks_module, "_worth_checking", lambda snapshot, *_: list(snapshot.locks))
+        every_key = detect_locks(snap, settings_, NOW)
+    assert detect_locks(snap, settings_, NOW) == every_key
 
 
 @fast

@@ -1,0 +1,99 @@
+"""The sampler asks for the last poll's sessions in the same round trip as the
+locks; what it returns must not depend on that guess being right."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from lockwatch.sample.pg_locks import PgLockSampler, RawSample
+from tests.support import PgDatabase, run_in_thread, wait_until
+
+pytestmark = pytest.mark.pg
+
+
+@pytest.fixture
+def sampler(pg: PgDatabase) -> Iterator[PgLockSampler]:
+    sampler = PgLockSampler(pg.monitor_dsn)
+    yield sampler
+    sampler.close()
+
+
+def fresh(pg: PgDatabase) -> RawSample:
+    """A sample by a sampler that has never polled, so guesses nothing."""
+    sampler = PgLockSampler(pg.monitor_dsn)
+    try:
+        return sampler.sample()
+    finally:
+        sampler.close()
+
+
+def lock_pids(sample: RawSample) -> set[tuple[int, str]]:
+    return {(lock.pid, lock.key.render()) for lock in sample.locks}
+
+
+def test_sessions_that_let_go_drop_out_and_new_holders_come_in(
+    pg: PgDatabase, sampler: PgLockSampler
+) -> None:
+    first, second = pg.connect("first"), pg.connect("second")
+    first.execute("SELECT pg_advisory_lock(1)")
+    assert set(sampler.sample().backends) == {first.info.backend_pid}
+
+    first.execute("SELECT pg_advisory_unlock(1)")
+    second.execute("SELECT pg_advisory_lock(2)")
+    sample = sampler.sample()
+    assert lock_pids(sample) == {(second.info.backend_pid, "2")}
+    assert set(sample.backends) == {second.info.backend_pid}
+
+
+def test_a_guessed_poll_gives_what_a_fresh_one_gives_along_a_blocking_chain(
+    pg: PgDatabase, sampler: PgLockSampler
+) -> None:
+    setup = pg.connect("setup")
+    setup.execute("CREATE TABLE jobs (id int PRIMARY KEY)")
+    setup.execute("INSERT INTO jobs VALUES (1)")
+    row_holder = pg.connect("row-holder", autocommit=False)
+    row_holder.execute("UPDATE jobs SET id = 1 WHERE id = 1")
+    lock_holder = pg.connect("lock-holder")
+    lock_holder.execute("SELECT pg_advisory_lock(42)")
+    sampler.sample()  # the guess: the lock holder alone, not yet waiting
+    stuck = run_in_thread(lambda: lock_holder.execute("UPDATE jobs SET id = 1 WHERE id = 1"))
+    wait_until(
+        lambda: sampler.sample().backends[lock_holder.info.backend_pid].blocked_by,
+        message="the lock holder waits on the row lock",
+    )
+
+    guessed, unguessed = sampler.sample(), fresh(pg)
+    assert (
+        set(guessed.backends)
+        == set(unguessed.backends)
+        == {
+            lock_holder.info.backend_pid,
+            row_holder.info.backend_pid,
+        }
+    )
+    assert lock_pids(guessed) == lock_pids(unguessed)
+    row_holder.rollback()
+    stuck.join()
+
+
+def test_a_holder_that_disconnects_leaves_no_trace(pg: PgDatabase, sampler: PgLockSampler) -> None:
+    holder = pg.connect("holder")
+    holder.execute("SELECT pg_advisory_lock(7)")
+    pid = holder.info.backend_pid
+    assert lock_pids(sampler.sample()) == {(pid, "7")}
+    holder.close()
+    with psycopg.connect(pg.admin_dsn) as admin:
+        wait_until(
+            lambda: (
+                not admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
+                ).fetchone()
+            ),
+            message="the session is gone",
+        )
+    sample = sampler.sample()
+    assert sample.locks == ()
+    assert sample.backends == {}
