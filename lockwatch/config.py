@@ -43,9 +43,11 @@ from lockwatch.settings import (
     DEFAULT_LISTEN,
     AllowedHolders,
     IpNetwork,
+    JobSpec,
     LockRole,
     LockSettings,
     NamedLock,
+    PingSettings,
     Settings,
     Target,
     parse_listen,
@@ -307,9 +309,18 @@ def _child(path: str, key: str) -> str:
 
 _LOCK_FIELDS = ("max_hold", "orphan_after", "convoy_waiters", "convoy_wait", "top_n", "ignore")
 _TIMING_FIELDS = ("interval", "connect_timeout", "statement_timeout")
-_TOP_KEYS = ("listen", "state_dir", "defaults", "targets", "notify")
+_TOP_KEYS = ("listen", "state_dir", "defaults", "targets", "notify", "pings", "jobs")
 _DEFAULTS_KEYS = (*_TIMING_FIELDS, "locks", "queues")
-_TARGET_KEYS = ("name", "dsn", "dsn_file", *_TIMING_FIELDS, "locks", "queues", "workers")
+_TARGET_KEYS = (
+    "name",
+    "dsn",
+    "dsn_file",
+    *_TIMING_FIELDS,
+    "locks",
+    "queues",
+    "workers",
+    "pgbouncer",
+)
 _TARGET_LOCK_KEYS = (*_LOCK_FIELDS, "named")
 _NAMED_KEYS = (
     "name",
@@ -629,10 +640,12 @@ class _Loader:
     """The schema: which keys go where, what each one means, how levels inherit."""
 
     def __init__(self, reader: _Reader) -> None:
+        from lockwatch.config_jobs import JobConfig
         from lockwatch.config_queues import QueueConfig
 
         self.r = reader
         self.queues = QueueConfig(reader)
+        self.jobs = JobConfig(self)
         self.queue_defaults = QueueThresholds()
 
     def settings(self, root: yaml.Node, source: Path) -> Settings:
@@ -662,8 +675,20 @@ class _Loader:
         notify = NotifySettings()
         if "notify" in top:
             notify = _NotifyLoader(self.r).notify(top["notify"], names)
+        pings = PingSettings()
+        if "pings" in top:
+            pings = self.jobs.pings(top["pings"], "pings")
+        jobs: tuple[JobSpec, ...] = ()
+        if "jobs" in top:
+            jobs = self.jobs.jobs(top["jobs"], "jobs", names, pings, state_dir)
         return Settings(
-            tuple(targets), listen=listen, state_dir=state_dir, source=source, notify=notify
+            tuple(targets),
+            listen=listen,
+            state_dir=state_dir,
+            source=source,
+            notify=notify,
+            jobs=jobs,
+            pings=pings,
         )
 
     def defaults(
@@ -771,6 +796,9 @@ class _Loader:
         queues, workers = self.queues.read(
             entries, path, self.queue_defaults, own_timing["interval"]
         )
+        pgbouncer = None
+        if "pgbouncer" in entries:
+            pgbouncer = self.jobs.pgbouncer(entries["pgbouncer"], _child(path, "pgbouncer"))
         if name is None or dsn is None:
             return None
         return Target(
@@ -782,6 +810,7 @@ class _Loader:
             locks=locks,
             queues=queues,
             workers=workers,
+            pgbouncer=pgbouncer,
         )
 
     def dsn(self, entries: dict[str, yaml.Node], node: yaml.Node, path: str) -> str | None:

@@ -16,7 +16,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -30,16 +30,27 @@ from lockwatch.config import ConfigError
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.targets import detect_target_down
 from lockwatch.holds import HoldTracker
+from lockwatch.job_monitor import JobMonitor
+from lockwatch.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.ledger import FindingLedger, Transitions
-from lockwatch.model import Finding, FindingKind, LockSnapshot, Subject, TargetStatus
+from lockwatch.model import (
+    Finding,
+    FindingKind,
+    LockSnapshot,
+    PoolerSnapshot,
+    Subject,
+    TargetStatus,
+)
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics import build_registry
+from lockwatch.publish.pings import PingReceiver
 from lockwatch.queue_monitor import QueueMonitor
 from lockwatch.sample.pg_locks import PgLockSampler, SampleError
+from lockwatch.sample.pgbouncer import PgBouncerSampler
 from lockwatch.sdnotify import Notifier
-from lockwatch.settings import Settings, Target
-from lockwatch.sources import Monitor, PollContext
+from lockwatch.settings import JobSpec, Settings, Target
+from lockwatch.sources import Monitor, PollContext, SampleContext, SourceRunner, detect_source_down
 from lockwatch.statefile import StateStore
 
 log = logging.getLogger(__name__)
@@ -85,11 +96,17 @@ def log_transitions(transitions: Transitions) -> None:
         )
 
 
-def build_monitors(target: Target) -> tuple[Monitor, ...]:
+def build_monitors(
+    target: Target, jobs: Sequence[JobSpec] = (), job_store: JobStore | None = None
+) -> tuple[Monitor, ...]:
     """Everything a target samples besides its advisory locks."""
+    monitors: list[Monitor] = []
     if target.queues or target.workers:
-        return (QueueMonitor(target),)
-    return ()
+        monitors.append(QueueMonitor(target))
+    own_jobs = [job for job in jobs if job.target == target.name]
+    if own_jobs:
+        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=utc_now()))
+    return tuple(monitors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +129,8 @@ class TargetRunner:
     clock: Clock = utc_now
     listeners: tuple[TransitionListener, ...] = ()
     stop_event: threading.Event = field(default_factory=threading.Event)
+    jobs: tuple[JobSpec, ...] = ()  # every configured job; the runner follows its own
+    job_store: JobStore | None = None
 
     def __post_init__(self) -> None:
         self.sampler = PgLockSampler(
@@ -119,7 +138,18 @@ class TargetRunner:
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
         )
-        self.monitors = build_monitors(self.target)
+        self.monitors = build_monitors(self.target, self.jobs, self.job_store)
+        self.pooler: SourceRunner[PoolerSnapshot] | None = None
+        if self.target.pgbouncer is not None:
+            self.pooler = SourceRunner(
+                self.target.name,
+                "pgbouncer",
+                PgBouncerSampler(
+                    self.target.pgbouncer.dsn, connect_timeout=self.target.connect_timeout
+                ),
+                None,
+                self.target.interval,
+            )
         self._db = _RunnerDatabase(self)
         self.tracker = HoldTracker(continuity_gap=max(3 * self.target.interval, 30.0))
         self.ledger = FindingLedger(self.target.name)
@@ -164,14 +194,19 @@ class TargetRunner:
             return self._view
         now = status.checked_at
         keep: frozenset[FindingKind] = frozenset()
+        pooler_found: list[Finding] = []
+        pooler_undecided: set[tuple[FindingKind, Subject]] = set()
         if status.snapshot is not None:
-            current = detect_locks(status.snapshot, self.target.locks, now)
+            pooled = self._sample_pooler(now, pooler_found, pooler_undecided)
+            current = detect_locks(status.snapshot, self.target.locks, now, pooled)
         else:
             current = detect_target_down(status, now)
             keep = LOCK_KINDS
         found, undecided = self._poll_monitors(
             PollContext(now, self._db if status.up else None, status.snapshot, tuple(current))
         )
+        found.extend(pooler_found)
+        undecided |= pooler_undecided
         transitions = self.ledger.update([*current, *found], keep=keep, hold=undecided)
         view = TargetView(
             target=self.target,
@@ -184,6 +219,8 @@ class TargetRunner:
         )
         for monitor in self.monitors:
             view = monitor.publish(view)
+        if self.pooler is not None:
+            view = replace(view, sources=(*view.sources, self.pooler.health))
         if not self._persist(now, changed=bool(transitions.fired or transitions.resolved)):
             view = replace(view, state_write_errors_total=view.state_write_errors_total + 1)
         self._view = view
@@ -191,6 +228,26 @@ class TargetRunner:
         for listener in self.listeners:
             listener(transitions)
         return view
+
+    def _sample_pooler(
+        self,
+        now: datetime,
+        found: list[Finding],
+        undecided: set[tuple[FindingKind, Subject]],
+    ) -> PoolerSnapshot | None:
+        """pgbouncer's view of this server, or None; while it cannot be read,
+        pooled-session findings neither fire nor resolve."""
+        if self.pooler is None:
+            return None
+        pooled = self.pooler.poll(SampleContext(now, None))
+        if pooled is None:
+            undecided |= {
+                (f.kind, f.subject)
+                for f in self.ledger.active
+                if f.kind is FindingKind.LOCK_POOLED_SESSION
+            }
+        found.extend(detect_source_down(self.target.name, [self.pooler.health], now))
+        return pooled
 
     def _poll_monitors(
         self, context: PollContext
@@ -308,6 +365,8 @@ class TargetRunner:
         self.sampler.close()
         for monitor in self.monitors:
             monitor.close()
+        if self.pooler is not None:
+            self.pooler.close()
 
     def check_watchdog(self, now: float) -> None:
         started = self.poll_started
@@ -347,6 +406,22 @@ class TargetRunner:
         return self.ledger.active
 
 
+def pinged_jobs(settings: Settings) -> set[str]:
+    """Jobs whose runs come from pings: those without a query of their own."""
+    return {job.name for job in settings.jobs if job.query is None}
+
+
+def open_job_store(settings: Settings) -> JobStore | None:
+    """Where pinged runs are kept; None when no job is pinged. Opened lazily:
+    a store that fails costs pings and pinged jobs, never the daemon."""
+    if not pinged_jobs(settings):
+        return None
+    if settings.pings.store_dsn is not None:
+        return PostgresJobStore(settings.pings.store_dsn, settings.pings.table)
+    assert settings.state_dir is not None  # the config loader insists on one
+    return SqliteJobStore(settings.state_dir / "jobs.sqlite3")
+
+
 class Daemon:
     """Runs every target, the HTTP server and the watchdog until stopped."""
 
@@ -382,6 +457,7 @@ class Daemon:
         self.notifier = Notifier() if notifier is None else notifier
         self._last_ping: float | None = None
         self._ping_withheld = False
+        self.job_store = open_job_store(settings)
         self.runners = [self._runner(target) for target in settings.targets]
         self.registry = build_registry(self.board)
         if self.alerts is not None:
@@ -389,9 +465,21 @@ class Daemon:
         self.http = HttpServer(
             self.board, self.registry, settings.listen, self._stale_after(self.runners)
         )
+        if self.job_store is not None:
+            self.http.pings = PingReceiver(
+                jobs=pinged_jobs(settings), token=settings.pings.token, store=self.job_store
+            )
 
     def _runner(self, target: Target) -> TargetRunner:
-        return TargetRunner(target, self.board, self.store, self._clock, self._listeners)
+        return TargetRunner(
+            target,
+            self.board,
+            self.store,
+            self._clock,
+            self._listeners,
+            jobs=self.settings.jobs,
+            job_store=self.job_store,
+        )
 
     @staticmethod
     def _stale_after(runners: list[TargetRunner]) -> float:
@@ -496,9 +584,13 @@ class Daemon:
         old = {runner.target.name: runner for runner in self.runners}
         runners: list[TargetRunner] = []
         counts = {"kept": 0, "changed": 0, "added": 0, "removed": 0}
+        jobs_changed = settings.jobs != self.settings.jobs
+        self.settings = replace(self.settings, jobs=settings.jobs)
+        if self.http.pings is not None:
+            self.http.pings.jobs = pinged_jobs(settings)
         for target in settings.targets:
             previous = old.pop(target.name, None)
-            if previous is not None and previous.target == target:
+            if previous is not None and previous.target == target and not jobs_changed:
                 runners.append(previous)
                 counts["kept"] += 1
                 continue
@@ -516,7 +608,7 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify"):
+        for setting in ("listen", "state_dir", "notify", "pings"):
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
@@ -524,6 +616,7 @@ class Daemon:
             listen=self.settings.listen,
             state_dir=self.settings.state_dir,
             notify=self.settings.notify,
+            pings=self.settings.pings,
         )
         log.info(
             "config reloaded: %(kept)d target(s) unchanged, %(changed)d changed, "
@@ -545,5 +638,7 @@ class Daemon:
         if self.alerts is not None:
             self.alerts.stop(STOP_GRACE)
         self.http.stop()
+        if self.job_store is not None:
+            self.job_store.close()
         self.notifier.close()
         log.info("lockwatch stopped")

@@ -172,29 +172,36 @@ _SCHEMA = (
     " started_at {time} NOT NULL, finished_at {time}, status TEXT NOT NULL, exit_code INTEGER,"
     " PRIMARY KEY (job, run_id))"
 )
+_INDEX = "CREATE INDEX IF NOT EXISTS {index} ON {table} (job, started_at)"
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
 class SqliteJobStore(JobStore):
+    """Opened at first use, so a state dir that cannot be written costs the
+    pings (503) and the pinged jobs (a failing source), never the daemon."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._run(_SCHEMA.replace("{time}", "TEXT"), {})
-            self._run(
-                "CREATE INDEX IF NOT EXISTS job_runs_started ON {table} (job, started_at)", {}
+        self._db: sqlite3.Connection | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        for statement in (_SCHEMA.replace("{time}", "TEXT"), _INDEX):
+            db.execute(
+                statement.replace("{table}", "job_runs").replace("{index}", "job_runs_started")
             )
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the job store {path}: {exc}") from None
+        return db
 
     def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         text = _PLACEHOLDER.sub(r":\1", query.replace("{table}", "job_runs"))
         try:
+            if self._db is None:
+                self._db = self._open()
             return list(self._db.execute(text, dict(params)).fetchall())
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"job store {self.path}: {exc}") from None
 
     def _timestamp(self, moment: datetime) -> str:
@@ -205,7 +212,8 @@ class SqliteJobStore(JobStore):
         return datetime.fromisoformat(str(stored))
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 class PostgresJobStore(JobStore):
@@ -218,17 +226,19 @@ class PostgresJobStore(JobStore):
         self._table = table
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
-        self._run(_SCHEMA.replace("{time}", "timestamptz"), {})
-        self._run("CREATE INDEX IF NOT EXISTS {table}_started ON {table} (job, started_at)", {})
 
-    def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        composed = sql.SQL(query.replace("{table}_started", "{index}")).format(
+    def _compose(self, query: str) -> sql.Composed:
+        return sql.SQL(query).format(
             table=sql.Identifier(self._table), index=sql.Identifier(f"{self._table}_started")
         )
+
+    def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
-            cursor = self._conn.execute(composed, dict(params))
+                for statement in (_SCHEMA.replace("{time}", "timestamptz"), _INDEX):
+                    self._conn.execute(self._compose(statement))
+            cursor = self._conn.execute(self._compose(query), dict(params))
             return list(cursor.fetchall()) if cursor.description else []
         except psycopg.Error as exc:
             if self._conn is not None:

@@ -54,8 +54,10 @@ class Schedule:
         >>> Schedule("0 3 * * *").slot_of(datetime(2026, 11, 29, 3, 0, 40, tzinfo=UTC))
         datetime.datetime(2026, 11, 29, 3, 0, tzinfo=zoneinfo.ZoneInfo(key='UTC'))
         """
-        local = moment.astimezone(self.zone)
-        # cronsim going backwards starts strictly before its start time.
+        local = moment.astimezone(self.zone).replace(microsecond=0)
+        # cronsim going backwards starts strictly before its start time, and
+        # slots fall on whole seconds: a second past the moment's own second
+        # includes a slot at that very second and nothing after the moment.
         return next(CronSim(self.cron, local + timedelta(seconds=1), reverse=True))
 
     def slots_between(self, start: datetime, end: datetime) -> Iterator[datetime]:

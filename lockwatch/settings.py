@@ -145,6 +145,23 @@ class Target:
     locks: LockSettings = field(default_factory=LockSettings)
     queues: tuple[Queue, ...] = ()
     workers: tuple[WorkerGroup, ...] = ()
+    pgbouncer: PoolerSpec | None = None  # the pooler in front of this server, if any
+
+
+@dataclass(frozen=True, slots=True)
+class PoolerSpec:
+    """pgbouncer's admin console, read to join its server connections to pg_locks."""
+
+    dsn: str = field(repr=False)  # dbname=pgbouncer, a stats_users login is enough
+
+
+@dataclass(frozen=True, slots=True)
+class PingSettings:
+    """``POST /ping/<job>/...``: the token clients must send, and where runs are kept."""
+
+    token: str | None = field(default=None, repr=False)  # None: pings are refused
+    store_dsn: str | None = field(default=None, repr=False)  # None: SQLite in the state dir
+    table: str = "lockwatch_job_runs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +171,8 @@ class Settings:
     state_dir: Path | None = None
     source: Path | None = None  # the config file, when there is one
     notify: NotifySettings = field(default_factory=NotifySettings)
+    jobs: tuple[JobSpec, ...] = ()
+    pings: PingSettings = field(default_factory=PingSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,5 +184,5 @@ class JobSpec:
     max_duration: float | None = None  # seconds a run may take before job_too_long
     lookback: float = 2 * 86400.0  # seconds of run history considered
     event_ttl: float = 3600.0  # seconds a duplicate start or a failure stays a finding
-    target: str | None = None  # for the SQL source: the target whose database holds the runs
+    target: str | None = None  # the target whose findings it joins (and whose database the query reads)
     query: str | None = None  # the SQL source's query; None: runs come from pings

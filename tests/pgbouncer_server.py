@@ -36,7 +36,9 @@ class PgBouncer:
     which is the whole point of the incidents replayed through it.
     """
 
-    def __init__(self, server: LocalCluster, *, pool_mode: str = "transaction", pool_size: int = 2) -> None:
+    def __init__(
+        self, server: LocalCluster, *, pool_mode: str = "transaction", pool_size: int = 2
+    ) -> None:
         self.server = server
         self.pool_mode = pool_mode
         self.port = free_port()
@@ -66,7 +68,9 @@ class PgBouncer:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        as_user = {} if self._user is None else {"user": self._user.pw_uid, "group": self._user.pw_gid}
+        as_user = (
+            {} if self._user is None else {"user": self._user.pw_uid, "group": self._user.pw_gid}
+        )
         self._proc = subprocess.Popen(
             [pgbouncer_binary(), str(self.dir / "pgbouncer.ini")],
             stdout=subprocess.DEVNULL,
@@ -76,8 +80,11 @@ class PgBouncer:
         deadline = time.monotonic() + 20
         while True:
             try:
-                with psycopg.connect(self.dsn("pgbouncer", user=ADMIN_USER), autocommit=True,
-                                     cursor_factory=psycopg.ClientCursor):
+                with psycopg.connect(
+                    self.dsn("pgbouncer", user=ADMIN_USER),
+                    autocommit=True,
+                    cursor_factory=psycopg.ClientCursor,
+                ):
                     return
             except psycopg.OperationalError:
                 if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -113,6 +120,9 @@ class PgBouncer:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()

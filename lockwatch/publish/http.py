@@ -6,6 +6,7 @@ Every response is rendered from the board; no request reaches a database.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 from collections.abc import Callable, Mapping
@@ -26,12 +27,16 @@ from lockwatch.publish.api import (
     render_json,
     utc_now,
 )
+from lockwatch.publish.job_api import jobs_document
+from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
+from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.queue_api import queues_document
 from lockwatch.publish.status import StatusPage
 from lockwatch.settings import parse_listen
 
 logger = logging.getLogger(__name__)
 
+_QUERY = re.compile(r"\?\S*")
 JSON = "application/json"
 TEXT = "text/plain; charset=utf-8"
 HTML = "text/html; charset=utf-8"
@@ -64,10 +69,15 @@ class _Handler(BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
-        if self.command != "GET":
+        pings = (
+            self.command == "POST"
+            and self.path.startswith("/ping/")
+            and self.server.app.pings is not None
+        )
+        if self.command != "GET" and not pings:
             # Refused before dispatch, so every method, known to http.server or not, gets 405.
             self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
-            self.send_header("Allow", "GET")
+            self.send_header("Allow", "POST" if self.path.startswith("/ping/") else "GET")
             self.send_header("Content-Type", TEXT)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -84,6 +94,28 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             logger.exception("failed to answer %s", printable(self.path))
             self.send_error(HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def do_POST(self) -> None:
+        receiver = self.server.app.pings
+        assert receiver is not None  # parse_request lets POST through only then
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_PING_BODY:
+            # Refused before reading: an oversized body is never buffered.
+            self.close_connection = True
+            status = HTTPStatus.BAD_REQUEST if length < 0 else HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+            body = render_json({"ok": False, "error": f"body must be 0 to {MAX_PING_BODY} bytes"})
+            self.reply(status, JSON, body)
+            return
+        try:
+            payload = self.rfile.read(length)
+            url = urlsplit(self.path)
+            answer = receiver.handle(url.path, url.query, dict(self.headers.items()), payload)
+            self.reply(answer.status, JSON, render_json(answer.body))
+        except (ConnectionError, TimeoutError):
+            logger.debug("%s went away during a ping", self.address_string())
 
     def reply(
         self,
@@ -103,7 +135,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("%s %s", self.address_string(), printable(format % args))
+        # Query strings are cut: a client may put a token there despite the docs.
+        logger.debug("%s %s", self.address_string(), printable(_QUERY.sub("?…", format % args)))
 
 
 class HttpServer:
@@ -127,6 +160,7 @@ class HttpServer:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._started: float = 0.0
+        self.pings: PingReceiver | None = None  # POST /ping/... when jobs are pinged
 
     @property
     def address(self) -> tuple[str, int]:
@@ -180,6 +214,8 @@ class HttpServer:
             request.reply(HTTPStatus.OK, JSON, render_json(document))
         elif path == "/api/v1/queues":
             request.reply(HTTPStatus.OK, JSON, render_json(queues_document(self._board)))
+        elif path == "/api/v1/jobs":
+            request.reply(HTTPStatus.OK, JSON, render_json(jobs_document(self._board)))
         elif path == "/healthz":
             status, reason = self.health()
             request.reply(status, TEXT, (reason + "\n").encode("utf-8"))

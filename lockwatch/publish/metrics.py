@@ -30,6 +30,7 @@ from lockwatch.publish.api import (
     sorted_findings,
     utc_now,
 )
+from lockwatch.publish.job_metrics import job_metrics
 from lockwatch.publish.queue_metrics import queue_metrics, source_metrics, worker_metrics
 from lockwatch.settings import LockSettings
 
@@ -94,6 +95,7 @@ class BoardCollector(Collector):
         yield from source_metrics(views)
         yield from queue_metrics(views)
         yield from worker_metrics(views)
+        yield from job_metrics(views)
 
     def _poll_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
         up = _gauge(

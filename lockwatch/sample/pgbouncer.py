@@ -7,9 +7,8 @@ query protocol, hence the client-side cursor.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -17,6 +16,7 @@ import psycopg
 from lockwatch.model import PoolerConnection, PoolerSnapshot
 from lockwatch.sample.pg_locks import SampleError
 from lockwatch.secrets import describe_dsn, dsn_password, redact
+from lockwatch.sources import SampleContext
 
 
 def _text(row: Mapping[str, Any], column: str) -> str | None:
@@ -87,8 +87,8 @@ class PgBouncerSampler:
     def where(self) -> str:
         return describe_dsn(self._dsn)
 
-    def sample(self) -> tuple[PoolerSnapshot, float]:
-        started = time.perf_counter()
+    def sample(self, context: SampleContext) -> PoolerSnapshot:
+        """One reading (a source of its target: see lockwatch.sources)."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(
@@ -102,7 +102,7 @@ class PgBouncerSampler:
                 _rows(conn, "SHOW POOLS"),
                 _rows(conn, "SHOW SERVERS"),
                 _rows(conn, "SHOW CLIENTS"),
-                datetime.now(UTC),
+                context.now,
             )
         except (psycopg.Error, OSError) as exc:
             self.close()
@@ -112,7 +112,7 @@ class PgBouncerSampler:
             raise SampleError(
                 redact(f"pgbouncer {self.where}: {first_line}", self._secrets)
             ) from None
-        return snapshot, time.perf_counter() - started
+        return snapshot
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

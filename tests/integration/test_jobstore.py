@@ -70,9 +70,21 @@ def test_only_runs_since_the_given_time_are_returned(store: JobStore) -> None:
     assert [run.started_at for run in store.runs("nightly", T0 - timedelta(days=1))] == [T0]
 
 
-def test_a_store_it_cannot_reach_fails_with_a_clear_error_and_no_password(pg: PgDatabase) -> None:
+def test_a_store_it_cannot_reach_fails_at_use_with_a_clear_error_and_no_password(
+    pg: PgDatabase,
+) -> None:
     dsn = f"postgresql://someone:{MONITOR_PASSWORD}@127.0.0.1:1/{pg.database}?connect_timeout=2"
+    unreachable = PostgresJobStore(dsn)  # opened at first use: lockwatch starts regardless
     with pytest.raises(StoreError) as caught:
-        PostgresJobStore(dsn)
+        unreachable.runs("nightly", T0)
     assert MONITOR_PASSWORD not in str(caught.value)
     assert "127.0.0.1:1" in str(caught.value)
+
+
+def test_a_sqlite_store_in_an_unwritable_place_fails_at_use_not_at_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    store = SqliteJobStore(blocker / "state" / "jobs.sqlite3")
+    with pytest.raises(StoreError, match="job store"):
+        store.record(ping("start", T0))
+    store.close()

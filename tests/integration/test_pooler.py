@@ -19,6 +19,7 @@ from lockwatch.model import Finding, FindingKind, LockSnapshot
 from lockwatch.sample.pg_locks import PgLockSampler
 from lockwatch.sample.pgbouncer import PgBouncerSampler
 from lockwatch.settings import LockSettings
+from lockwatch.sources import SampleContext
 from tests.pgbouncer_server import STATS_USER, PgBouncer
 from tests.support import MONITOR_PASSWORD, PgDatabase
 
@@ -51,8 +52,8 @@ class Watcher:
 
     def findings(self) -> list[Finding]:
         raw = self.locks.sample()
-        pool, _ = self.pooler.sample()
         now = datetime.now(UTC)
+        pool = self.pooler.sample(SampleContext(now, None))
         locks = self.tracker.observe(raw.locks, raw.backends, now)
         snapshot = LockSnapshot("main", now, raw.server_version, locks, raw.backends)
         return detect_locks(snapshot, LockSettings(), now, pool)

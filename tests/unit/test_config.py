@@ -274,7 +274,7 @@ def test_an_unknown_key_far_from_any_known_one_lists_the_choices(tmp_path: Path)
     (problem,) = problems_of(write(tmp_path, minimal(top_extra="colour: blue\n")))
 
     assert problem.path == "colour"
-    assert "expected one of: defaults, listen, notify, state_dir, targets" in problem.message
+    assert "expected one of: defaults, jobs, listen, notify, pings, state_dir, targets" in problem.message
 
 
 def test_a_misspelt_nested_key_gets_a_did_you_mean_hint(tmp_path: Path) -> None:

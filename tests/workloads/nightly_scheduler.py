@@ -20,7 +20,9 @@ LEADER_LOCK = 4242
 def main() -> None:
     dsn, host, report_date = sys.argv[1:4]
     # No server-side prepared statements: they do not survive transaction pooling.
-    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None, application_name=f"scheduler-{host}") as conn:
+    with psycopg.connect(
+        dsn, autocommit=True, prepare_threshold=None, application_name=f"scheduler-{host}"
+    ) as conn:
         row = conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK,)).fetchone()
         if not (row and row[0]):
             print("not a leader")
