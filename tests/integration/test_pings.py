@@ -4,6 +4,7 @@ command runs on time whatever lockwatch does."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -15,10 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
+from lockwatch.board import Board
 from lockwatch.jobstore import SqliteJobStore
 from lockwatch.model import RunStatus
-from lockwatch.publish.pings import MAX_BODY, PingReceiver
+from lockwatch.publish.http import HttpServer
+from lockwatch.publish.metrics import build_registry
+from lockwatch.publish.pings import MAX_BODY, TOKEN_HEADER, PingReceiver
 from lockwatch.scenarios import Blackhole
 from tests.support import wait_until
 
@@ -206,3 +211,54 @@ def test_exec_reports_a_missing_command_as_127() -> None:
     assert wrapper.returncode == 127
     assert "command not found" in err
     assert recorder.received[-1]["body"]["exit_code"] == 127
+
+
+@pytest.fixture
+def ping_server(receiver: PingReceiver) -> Iterator[str]:
+    board = Board()
+    server = HttpServer(board, build_registry(board), "127.0.0.1:0", 60.0)
+    server.pings = receiver
+    server.start()
+    host, port = server.address
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_pings_over_http_record_runs_and_refuse_bad_requests(
+    ping_server: str, receiver: PingReceiver
+) -> None:
+    ok = requests.post(
+        f"{ping_server}/ping/nightly/start", json={"host": "app-1"}, headers=AUTH, timeout=5
+    )
+    assert ok.status_code == 200 and ok.json()["ok"] is True
+    refused = {
+        "no token": requests.post(f"{ping_server}/ping/nightly/start", timeout=5),
+        "token in url": requests.post(f"{ping_server}/ping/nightly/start?token={TOKEN}", timeout=5),
+        "unknown job": requests.post(f"{ping_server}/ping/weekly/start", headers=AUTH, timeout=5),
+        "dot dot": requests.post(f"{ping_server}/ping/%2E%2E/start", headers=AUTH, timeout=5),
+        "broken json": requests.post(
+            f"{ping_server}/ping/nightly/fail", data=b"{", headers=AUTH, timeout=5
+        ),
+        "get": requests.get(f"{ping_server}/ping/nightly/start", headers=AUTH, timeout=5),
+    }
+    assert {name: r.status_code for name, r in refused.items()} == {
+        "no token": 401,
+        "token in url": 400,
+        "unknown job": 404,
+        "dot dot": 404,
+        "broken json": 400,
+        "get": 404,
+    }
+    assert len(receiver.store.runs("nightly", SINCE)) == 1
+
+
+def test_an_oversized_ping_is_refused_before_its_body_is_read(ping_server: str) -> None:
+    host, port = ping_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        # Announce 100 MB and send none of it: the answer must come at once.
+        raw.sendall(
+            b"POST /ping/nightly/start HTTP/1.1\r\nHost: x\r\n"
+            + f"{TOKEN_HEADER}: {TOKEN}\r\nContent-Length: 100000000\r\n\r\n".encode()
+        )
+        answer = raw.recv(4096).decode()
+    assert answer.startswith("HTTP/1.0 413") or answer.startswith("HTTP/1.1 413")
