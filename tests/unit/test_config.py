@@ -673,6 +673,8 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     (tmp_path / "telegram-token").write_text("123456:token\n")
     for url in ("slack-webhook-url", "alert-webhook-url"):
         (tmp_path / url).write_text("https://example.invalid/hook\n")
+    (tmp_path / "pgbouncer-admin-dsn").write_text("host=db port=6432 dbname=pgbouncer user=stats\n")
+    (tmp_path / "ping-token").write_text("a-long-random-ping-token\n")
     values = (line.split(" #")[0] for line in EXAMPLE.read_text().splitlines())
     referenced = {name for line in values for name in re.findall(r"^[^#]*\$\{(\w+)\}", line)}
     assert referenced == {"ORDERS_DSN", "CREDENTIALS_DIRECTORY"}
@@ -695,3 +697,9 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     ]
     assert [queue.name for queue in orders.queues] == ["webhooks", "events", "reports"]
     assert [group.name for group in orders.workers] == ["webhook-workers", "senders", "reporters"]
+    assert orders.pgbouncer is not None and "dbname=pgbouncer" in orders.pgbouncer.dsn
+    nightly, hourly = settings.jobs
+    assert (nightly.target, nightly.query is not None, nightly.max_duration) == ("orders", True, 1800)
+    assert nightly.schedule is not None and nightly.schedule.timezone == "Europe/Berlin"
+    assert (hourly.target, hourly.query) == ("orders", None)
+    assert settings.pings.token == "a-long-random-ping-token"
