@@ -7,8 +7,7 @@ reaches the page goes through :func:`_e`: application names, queries and lock
 names come from any client of the database.
 
 Sections are functions from a :class:`Page` to HTML, listed in ``SECTIONS``;
-numbers worth a chart of the last hour come from :func:`measures`. Job runs
-get a section and measures of their own there when lockwatch samples them.
+numbers worth a chart of the last hour come from :func:`measures`.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import lockwatch
 from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import format_duration
 from lockwatch.publish.api import findings_document, iso_utc, locks_document, utc_now
+from lockwatch.publish.job_api import jobs_document
 from lockwatch.publish.queue_api import queues_document
 
 CHART_WINDOW = 3600.0  # seconds of history behind each chart
@@ -107,6 +107,7 @@ class Page:
     findings: list[dict[str, Any]]  # as /api/v1/findings serves them
     locks: dict[str, list[dict[str, Any]]]  # target -> its locks, as /api/v1/locks
     queues: dict[str, dict[str, Any]]  # target -> its queues and workers, as /api/v1/queues
+    jobs: dict[str, list[dict[str, Any]]]  # target -> its jobs, as /api/v1/jobs
     history: History
 
 
@@ -130,6 +131,7 @@ class StatusPage:
                 entry["target"]: entry["locks"] for entry in locks_document(views, now)["targets"]
             },
             queues={entry["target"]: entry for entry in queues_document(views)["targets"]},
+            jobs={entry["target"]: entry["jobs"] for entry in jobs_document(views)["targets"]},
             history=self.history,
         )
         return render_page(page)
@@ -150,12 +152,23 @@ def _seconds(value: object) -> str:
     return _e(value)
 
 
-def _moment(now: datetime, iso: str | None) -> str:
+def _moment_text(now: datetime, iso: str | None) -> str | None:
+    """
+    >>> _moment_text(datetime.fromisoformat("2026-11-29T03:05:00+00:00"), "2026-11-29T03:00:00Z")
+    '2026-11-29 03:00:00 UTC (5m ago)'
+    """
     if iso is None:
-        return _e(None)
+        return None
     since = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     ago = format_duration((now - since).total_seconds())
-    return f'<time datetime="{_e(iso)}">{_e(iso.replace("T", " ").replace("Z", " UTC"))}</time> ({_e(ago)} ago)'
+    return f"{iso.replace('T', ' ').replace('Z', ' UTC')} ({ago} ago)"
+
+
+def _moment(now: datetime, iso: str | None) -> str:
+    text = _moment_text(now, iso)
+    if iso is None or text is None:
+        return _e(None)
+    return f'<time datetime="{_e(iso)}">{_e(text)}</time>'
 
 
 _LABELS = {
@@ -440,11 +453,53 @@ def _queues_section(page: Page) -> str:
     return f'<section id="queues"><h2>Queues and workers</h2>{"".join(blocks)}</section>'
 
 
-# The page, top to bottom; a jobs section goes after the queues.
+RECENT_RUNS = 5  # runs shown per job, newest first
+
+
+def _jobs_section(page: Page) -> str:
+    """Shown only for targets that follow jobs."""
+    blocks = []
+    for view in page.views:
+        jobs = page.jobs.get(view.target.name) or []
+        if not jobs:
+            continue
+        rows = []
+        for job in jobs:
+            runs = _table(
+                [
+                    {
+                        "run_key": run["run_key"],
+                        "started": _moment_text(page.now, run["started_at"]),
+                        "finished": _moment_text(page.now, run["finished_at"]),
+                        "status": run["status"],
+                        "host": run["host"],
+                        "exit_code": run["exit_code"],
+                        "source": run["source"],
+                    }
+                    for run in job["recent_runs"][:RECENT_RUNS]
+                ]
+            )
+            duplicates = job["duplicate_starts_total"]
+            rows.append(
+                f'<div class="job"><h4>{_e(job["name"])} <span class="where">'
+                f"{_e(job['source'])}; {_e(job['starts_total'])} start(s), "
+                f"{_e(duplicates)} duplicate(s), {_e(job['running'])} running; last success "
+                f"{_moment(page.now, job['last_success'])}, last run took "
+                f"{_seconds(job['last_duration_seconds'])}</span></h4>"
+                f"{runs if job['recent_runs'] else '<p>no runs seen yet</p>'}</div>"
+            )
+        blocks.append(f"<h3>{_e(view.target.name)}</h3>{''.join(rows)}")
+    if not blocks:
+        return ""
+    return f'<section id="jobs"><h2>Jobs</h2>{"".join(blocks)}</section>'
+
+
+# The page, top to bottom.
 SECTIONS: tuple[Callable[[Page], str], ...] = (
     _findings_section,
     _locks_section,
     _queues_section,
+    _jobs_section,
     _targets_section,
 )
 

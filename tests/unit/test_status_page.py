@@ -10,8 +10,11 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.model import (
     Finding,
     FindingKind,
+    JobRun,
+    JobView,
     QueueSample,
     QueueView,
+    RunStatus,
     SessionWait,
     Severity,
     Subject,
@@ -21,7 +24,7 @@ from lockwatch.model import (
 )
 from lockwatch.publish.status import History, StatusPage, sparkline
 from lockwatch.settings import LockSettings, Target
-from tests.factories import NOW, TARGET, backend, held, snapshot, waiting
+from tests.factories import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -176,3 +179,42 @@ def test_history_charts_each_queue_depth() -> None:
         clock.now += 10
 
     assert [v for _, v in history.points(TARGET, "queue webhooks<b>")] == [10.0, 20.0, 30.0]
+
+
+def job_view() -> TargetView:
+    runs = (
+        JobRun("nightly-report", "2026-11-29", ago(60), host="<b>app-2</b>", source="ping"),
+        JobRun(
+            "nightly-report",
+            "2026-11-29",
+            ago(70),
+            finished_at=ago(10),
+            status=RunStatus.SUCCESS,
+            host="app-1",
+            source="ping",
+            exit_code=0,
+        ),
+    )
+    job = JobView(
+        "nightly-report",
+        "ping",
+        starts_total=2,
+        duplicate_starts_total=1,
+        running=1,
+        last_start=ago(60),
+        last_success=ago(10),
+        last_duration=60.0,
+        recent=runs,
+    )
+    return TargetView(Target(TARGET, "postgresql://db/app"), jobs=(job,))
+
+
+def test_jobs_show_their_counters_and_latest_runs() -> None:
+    page = render(job_view())
+
+    assert "<h2>Jobs</h2>" in page
+    assert "2 start(s), 1 duplicate(s), 1 running" in page
+    assert "last run took 1m" in page
+    assert "&lt;b&gt;app-2&lt;/b&gt;" in page and "<b>app-2" not in page
+    assert page.count("<td>2026-11-29</td>") == 2
+    assert "<td>success</td>" in page and "<td>running</td>" in page
