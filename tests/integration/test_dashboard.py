@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import requests
 import yaml
 
 from lockwatch.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_FILE = ROOT / "grafana" / "lockwatch.json"
 PROVISIONING_FILE = ROOT / "grafana" / "provisioning" / "lockwatch.yml"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+PING_TOKEN = "dashboard-ping-token-5d2e"
 # What Grafana would put in place of the variables with "All" selected and a
 # 1 s scrape interval (rate windows of four scrapes).
 SUBSTITUTIONS = {
@@ -109,11 +111,17 @@ def test_every_query_filters_by_the_variables_and_rates_over_the_rate_interval()
             assert windows, where
 
 
-def test_rows_cover_findings_locks_queues_and_lockwatch_itself() -> None:
+def test_rows_cover_findings_locks_queues_jobs_and_lockwatch_itself() -> None:
     rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
     ids = [p["id"] for p in dashboard()["panels"]]
 
-    assert rows == ["Active findings", "Advisory locks", "Queues and workers", "lockwatch health"]
+    assert rows == [
+        "Active findings",
+        "Advisory locks",
+        "Queues and workers",
+        "Jobs",
+        "lockwatch health",
+    ]
     assert len(ids) == len(set(ids))
     for panel in dashboard()["panels"]:
         grid = panel["gridPos"]
@@ -140,11 +148,23 @@ def test_the_provisioning_example_points_grafana_at_a_dashboards_directory() -> 
     assert provider["options"]["path"].startswith("/")
 
 
+def ping(lockwatch: LockwatchProcess, event: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = requests.post(
+        f"{lockwatch.base}/ping/nightly-report/{event}",
+        data=json.dumps(body),
+        headers={"Authorization": f"Bearer {PING_TOKEN}"},
+        timeout=5,
+    )
+    response.raise_for_status()
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
 @pytest.fixture
 def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
     """``lockwatch run`` watching seed 002 whole (webhook workers stalled
-    behind a hung delivery under lock 42, the queue growing) and the orphan of
-    seed 003."""
+    behind a hung delivery under lock 42, the queue growing), the orphan of
+    seed 003, and a pinged job that ran twice for one night (seed 000)."""
     incident = WebhookQueueIncident(pg.admin_dsn)
     incident.prepare()
     with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
@@ -169,11 +189,20 @@ workers:
     sessions: ["webhook-worker-*"]"""
         },
     )
+    (tmp_path / "ping-token").write_text(PING_TOKEN)
+    config.write_text(
+        config.read_text()
+        + f"pings: {{token_file: {tmp_path / 'ping-token'}}}\n"
+        + "jobs:\n  - {name: nightly-report, target: main, schedule: {cron: '0 3 * * *'}}\n"
+    )
     lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
     orphan = OrphanIncident(pg.admin_dsn)
     lockwatch.start()
     incident.start()
     orphan.start()
+    run_id = ping(lockwatch, "start", {"run_key": "2026-11-29", "host": "app-1"})["run_id"]
+    ping(lockwatch, "success", {"run_id": run_id, "exit_code": 0})
+    ping(lockwatch, "start", {"run_key": "2026-11-29", "host": "app-2"})
     try:
         yield lockwatch
     finally:
@@ -189,6 +218,9 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
 ) -> None:
     wait_until(lambda: replay.finding("lock_orphaned", "main"), message="the orphan is found")
     wait_until(lambda: replay.finding("lock_convoy", "main"), message="the convoy is found")
+    wait_until(
+        lambda: replay.finding("job_duplicate_start", "main"), message="the second start is found"
+    )
     host_port = replay.base.removeprefix("http://")
     with PrometheusServer(tmp_path / "prometheus", [host_port]) as prometheus:
         queries = [(where, substitute(expr), instant) for where, expr, instant in expressions()]
