@@ -72,7 +72,7 @@ def utf16_len(text: str) -> int:
     >>> utf16_len("ab"), utf16_len("🔥")
     (2, 2)
     """
-    return len(text.encode("utf-16-le")) // 2
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def iso(moment: datetime) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
@@ -299,8 +300,9 @@ class AlertNotifier:
         and the outbox is on disk whatever happens to it."""
         for worker in self.workers:
             worker.stop()
+        deadline = time.monotonic() + timeout
         for worker in self.workers:
-            worker.join(timeout)
+            worker.join(max(0.0, deadline - time.monotonic()))
 
     def collector(self) -> Collector:
         return _NotifierCollector(self)
