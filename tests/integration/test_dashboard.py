@@ -19,7 +19,7 @@ import yaml
 
 from lockwatch.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
 from tests.processes import LockwatchProcess, write_config
-from tests.prometheus_server import PrometheusServer
+from tests.promstack import Prometheus
 from tests.support import PgDatabase, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,7 +222,7 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
         lambda: replay.finding("job_duplicate_start", "main"), message="the second start is found"
     )
     host_port = replay.base.removeprefix("http://")
-    with PrometheusServer(tmp_path / "prometheus", [host_port]) as prometheus:
+    with Prometheus(tmp_path / "prometheus", scrape={"lockwatch": [host_port]}) as prometheus:
         queries = [(where, substitute(expr), instant) for where, expr, instant in expressions()]
 
         def empty() -> list[str]:
@@ -232,10 +232,14 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
                 if instant:
                     result = prometheus.query(expr)
                 else:
-                    data = prometheus.api(
-                        "query_range", query=expr, start=now - 30, end=now, step="1s"
+                    answer = prometheus.get(
+                        "/api/v1/query_range",
+                        query=expr,
+                        start=str(now - 30),
+                        end=str(now),
+                        step="1s",
                     )
-                    result = data["result"]
+                    result = answer["data"]["result"]
                 if not result:
                     missing.append(f"{where}: {expr}")
             return missing
@@ -256,6 +260,9 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
             definition = substitute(variables()[name]["definition"])
             match = re.fullmatch(r"label_values\((.+), (\w+)\)", definition)
             assert match is not None, definition
-            values = prometheus.api(f"label/{match.group(2)}/values", **{"match[]": match.group(1)})
+            values = prometheus.get(
+                f"/api/v1/label/{match.group(2)}/values", **{"match[]": match.group(1)}
+            )["data"]
             assert values, f"variable {name} would offer nothing"
-        assert prometheus.api("label/target/values", **{"match[]": "lockwatch_up"}) == ["main"]
+        targets = prometheus.get("/api/v1/label/target/values", **{"match[]": "lockwatch_up"})
+        assert targets["data"] == ["main"]
