@@ -79,7 +79,11 @@ class HoldTracker:
                     begun = backend.backend_start if backend else None
                     started[lock.pid] = begun.isoformat() if begun else ""
                 key = _observation(lock, started[lock.pid])
-                first_seen = seen.get(key) or self._since(key, backend, bridged) or now
+                first_seen = (
+                    seen.get(key)
+                    or self._since(key, backend, bridged)
+                    or _taken_by(lock, backend, now)
+                )
                 filled = replace(lock, first_seen=first_seen)
             seen[key] = first_seen
             remembered[id(lock)] = (lock, filled, key, first_seen)
@@ -154,6 +158,25 @@ class HoldTracker:
         self._filled = {}
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at
+
+
+def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> datetime:
+    """The latest a lock seen for the first time can have been taken.
+
+    An idle session has run no SQL since its state_change, and taking a lock
+    takes SQL: it held the lock by then. A lock taken just before lockwatch
+    looked is then as old as it is, not a poll interval younger, and a hold
+    found after a gap (or at start) keeps what can be proven of its age.
+    Anyone else may have taken it just now.
+    """
+    if (
+        lock.granted
+        and backend is not None
+        and backend.state in IDLE_STATES
+        and backend.state_change is not None
+    ):
+        return min(now, backend.state_change)
+    return now
 
 
 def _held_throughout(backend: Backend | None, last_seen: datetime | None) -> bool:

@@ -50,6 +50,34 @@ def restarted(tracker: HoldTracker, now: datetime) -> HoldTracker:
 # -- within one process --------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ("idle", NOW - timedelta(seconds=90)),
+        ("idle in transaction", NOW - timedelta(seconds=90)),
+        ("active", NOW),
+        (None, NOW),
+    ],
+)
+def test_a_lock_first_seen_on_an_idle_session_is_dated_from_when_it_went_idle(
+    state: str | None, expected: datetime
+) -> None:
+    # Taking a lock takes SQL; an idle session ran none since its state_change.
+    holder = sessions(backend(1234, state=state, state_for=90))
+    assert first_seen(HoldTracker(continuity_gap=GAP), [lock(1234)], holder, NOW) == expected
+
+
+def test_a_wait_first_seen_is_dated_now_whatever_its_session_does() -> None:
+    session = sessions(backend(1234, state="idle", state_for=90))
+    waiter = lock(1234, granted=False)
+    assert first_seen(HoldTracker(continuity_gap=GAP), [waiter], session, NOW) == NOW
+
+
+def test_a_state_change_ahead_of_the_clock_never_dates_a_hold_in_the_future() -> None:
+    ahead = sessions(backend(1234, state="idle", state_for=-5))
+    assert first_seen(HoldTracker(continuity_gap=GAP), [lock(1234)], ahead, NOW) == NOW
+
+
 def test_it_keeps_first_seen_across_polls_while_the_same_backend_holds_the_key() -> None:
     tracker = HoldTracker(continuity_gap=GAP)
     worker = sessions(backend(1234))
@@ -111,7 +139,8 @@ def test_after_a_long_gap_an_idle_holder_unchanged_since_the_save_keeps_its_firs
     tracker.observe((lock(1234),), idle, NOW)
     fresh = restarted(tracker, NOW)
     still_idle = sessions(worker(at=3600, idle_for=3610))
-    assert first_seen(fresh, [lock(1234)], still_idle, later(3600)) == NOW
+    # first seen idle, so dated from when it went idle: it held the lock by then
+    assert first_seen(fresh, [lock(1234)], still_idle, later(3600)) == NOW - timedelta(seconds=10)
 
 
 def test_after_a_long_gap_an_idle_holder_that_ran_sql_since_the_save_starts_over() -> None:
@@ -120,7 +149,8 @@ def test_after_a_long_gap_an_idle_holder_that_ran_sql_since_the_save_starts_over
     fresh = restarted(tracker, NOW)
     # idle again, but its state changed after the save: it may have re-taken the lock
     idle_again = sessions(worker(at=3600, idle_for=60))
-    assert first_seen(fresh, [lock(1234)], idle_again, later(3600)) == later(3600)
+    # ... and held it since going idle again at the latest
+    assert first_seen(fresh, [lock(1234)], idle_again, later(3600)) == later(3540)
 
 
 @pytest.mark.parametrize("state", ["active", None])
@@ -264,9 +294,10 @@ def test_an_outage_longer_than_the_gap_resets_a_hold_whose_session_ran_sql_meanw
     busy = backend(7, state="idle", state_for=1)
     start = NOW - timedelta(hours=1)
     tracker.observe((held(42, 7),), {7: replace(busy, state_change=start)}, start)
-    # Sampling failed for an hour; now the session has run SQL since the last sighting.
+    # Sampling failed for an hour; now the session has run SQL since the last
+    # sighting: the hold starts over, from when the session went idle again.
     (lock,) = tracker.observe((held(42, 7),), {7: busy}, NOW)
-    assert lock.first_seen == NOW
+    assert lock.first_seen == busy.state_change == NOW - timedelta(seconds=1)
 
 
 def test_an_outage_keeps_a_hold_whose_session_stayed_idle_throughout() -> None:
@@ -275,4 +306,4 @@ def test_an_outage_keeps_a_hold_whose_session_stayed_idle_throughout() -> None:
     idle = replace(backend(7, state="idle"), state_change=start - timedelta(seconds=1))
     tracker.observe((held(42, 7),), {7: idle}, start)
     (lock,) = tracker.observe((held(42, 7),), {7: idle}, NOW)
-    assert lock.first_seen == start
+    assert lock.first_seen == idle.state_change
