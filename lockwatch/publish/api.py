@@ -247,22 +247,34 @@ def _lock_entry(group: LockGroup, snapshot: LockSnapshot, now: datetime) -> dict
     }
 
 
-def _target_entry(view: TargetView, now: datetime) -> dict[str, Any]:
+def _target_entry(view: TargetView, now: datetime, shown: int | None) -> dict[str, Any]:
     status = view.status
     snapshot = None if status is None else status.snapshot
     groups = [] if snapshot is None else lock_groups(snapshot, view.target.locks, now)
-    return {
+    left_out = 0
+    if shown is not None:
+        relevant = [g for g in groups if not g.ignored]
+        groups, left_out = relevant[:shown], max(0, len(relevant) - shown)
+    entry = {
         "target": view.target.name,
         "up": view.up,
         "error": None if status is None else status.error,
         "checked_at": None if status is None else iso_utc(status.checked_at),
         "locks": [] if snapshot is None else [_lock_entry(g, snapshot, now) for g in groups],
     }
+    if shown is not None:
+        entry["locks_left_out"] = left_out
+    return entry
 
 
-def locks_document(views: Board | Iterable[TargetView], now: datetime) -> dict[str, Any]:
+def locks_document(
+    views: Board | Iterable[TargetView], now: datetime, *, shown: int | None = None
+) -> dict[str, Any]:
+    """Every target's advisory locks, longest-held first. With ``shown`` (for
+    pages, which must stay small whatever the database holds): only the first
+    ``shown`` keys that are not ignored, and how many more in ``locks_left_out``."""
     document: dict[str, Any] = json_safe(
-        {"targets": [_target_entry(view, now) for view in _views(views)]}
+        {"targets": [_target_entry(view, now, shown) for view in _views(views)]}
     )
     return document
 

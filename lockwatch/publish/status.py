@@ -31,6 +31,7 @@ from lockwatch.publish.queue_api import queues_document
 CHART_WINDOW = 3600.0  # seconds of history behind each chart
 CHART_POINTS = 360  # at most this many points per chart; peaks win within a slot
 REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
+LOCKS_SHOWN = 50  # per target, longest-held first; /api/v1/locks has them all
 
 
 WAITING = "waiting"
@@ -105,7 +106,8 @@ class Page:
     now: datetime
     views: tuple[TargetView, ...]
     findings: list[dict[str, Any]]  # as /api/v1/findings serves them
-    locks: dict[str, list[dict[str, Any]]]  # target -> its locks, as /api/v1/locks
+    # target -> its entry in /api/v1/locks, cut to the first LOCKS_SHOWN locks
+    locks: dict[str, dict[str, Any]]
     queues: dict[str, dict[str, Any]]  # target -> its queues and workers, as /api/v1/queues
     jobs: dict[str, list[dict[str, Any]]]  # target -> its jobs, as /api/v1/jobs
     history: History
@@ -128,7 +130,8 @@ class StatusPage:
             views=views,
             findings=findings_document(views)["findings"],
             locks={
-                entry["target"]: entry["locks"] for entry in locks_document(views, now)["targets"]
+                entry["target"]: entry
+                for entry in locks_document(views, now, shown=LOCKS_SHOWN)["targets"]
             },
             queues={entry["target"]: entry for entry in queues_document(views)["targets"]},
             jobs={entry["target"]: entry["jobs"] for entry in jobs_document(views)["targets"]},
@@ -333,8 +336,8 @@ def _findings_section(page: Page) -> str:
 def _locks_section(page: Page) -> str:
     blocks = []
     for view in page.views:
-        locks = page.locks.get(view.target.name, [])
-        shown = [lock for lock in locks if not lock["ignored"]]
+        entry = page.locks.get(view.target.name) or {}
+        shown = entry.get("locks") or []
         if not view.up:
             body = "<p>not sampled: the target is down</p>"
         elif not shown:
@@ -356,6 +359,12 @@ def _locks_section(page: Page) -> str:
                     f"{holders}{waiters}</div>"
                 )
             body = "".join(rows)
+            left_out = entry.get("locks_left_out") or 0
+            if left_out:
+                body += (
+                    f'<p>and {_e(left_out)} more, held for less long: all are in <a href="/api/v1/locks">'
+                    "/api/v1/locks</a></p>"
+                )
         blocks.append(f"<h3>{_e(view.target.name)}</h3>{body}")
     return f'<section id="locks"><h2>Advisory locks now</h2>{"".join(blocks)}</section>'
 

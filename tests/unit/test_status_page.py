@@ -22,7 +22,7 @@ from lockwatch.model import (
     WorkerSample,
     WorkerView,
 )
-from lockwatch.publish.status import History, StatusPage, sparkline
+from lockwatch.publish.status import LOCKS_SHOWN, History, StatusPage, sparkline
 from lockwatch.settings import LockSettings, Target
 from tests.factories import NOW, TARGET, ago, backend, held, snapshot, waiting
 
@@ -218,3 +218,19 @@ def test_jobs_show_their_counters_and_latest_runs() -> None:
     assert "&lt;b&gt;app-2&lt;/b&gt;" in page and "<b>app-2" not in page
     assert page.count("<td>2026-11-29</td>") == 2
     assert "<td>success</td>" in page and "<td>running</td>" in page
+
+
+def test_a_target_with_many_locks_shows_the_longest_held_and_counts_the_rest() -> None:
+    locks = [held(key, 1000 + key, held_for=float(key)) for key in range(LOCKS_SHOWN + 10)]
+    view = TargetView(
+        Target(TARGET, "postgresql://db/app"),
+        TargetStatus(TARGET, NOW, snapshot(*locks)),
+        last_success=NOW,
+    )
+
+    page = render(view)
+
+    assert page.count('<div class="lock">') == LOCKS_SHOWN
+    assert f"<h4>lock {LOCKS_SHOWN + 9} " in page, "the longest-held lock is left out"
+    assert "<h4>lock 0 " not in page
+    assert "and 10 more, held for less long" in page
