@@ -32,6 +32,7 @@ CHART_WINDOW = 3600.0  # seconds of history behind each chart
 CHART_POINTS = 360  # at most this many points per chart; peaks win within a slot
 REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
 LOCKS_SHOWN = 50  # per target, longest-held first; /api/v1/locks has them all
+TABLE_ROWS = 50  # sessions per table (a convoy of thousands); the API has them all
 
 
 WAITING = "waiting"
@@ -230,17 +231,20 @@ def _cell(key: str, value: object) -> str:
     return _e(None if value is None else _plain(value))
 
 
-def _table(rows: Sequence[Mapping[str, Any]], css: str = "") -> str:
-    """A table of dicts: known columns first, in reading order; empty columns dropped."""
+def _table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A table of dicts: known columns first, in reading order; empty columns
+    dropped; at most TABLE_ROWS rows, the rest counted."""
     keys: list[str] = [k for k in _LABELS if any(k in row for row in rows)]
     keys += sorted({k for row in rows for k in row} - set(keys) - _HIDDEN)
     keys = [k for k in keys if any(row.get(k) not in (None, [], "") for row in rows)]
     head = "".join(f"<th>{_e(_label(k))}</th>" for k in keys)
     body = "".join(
-        "<tr>" + "".join(f"<td>{_cell(k, row.get(k))}</td>" for k in keys) + "</tr>" for row in rows
+        "<tr>" + "".join(f"<td>{_cell(k, row.get(k))}</td>" for k in keys) + "</tr>"
+        for row in rows[:TABLE_ROWS]
     )
-    cls = f' class="{_e(css)}"' if css else ""
-    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if len(rows) > TABLE_ROWS:
+        body += f'<tr><td colspan="{len(keys)}">and {len(rows) - TABLE_ROWS} more</td></tr>'
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _chain(steps: Sequence[Mapping[str, Any]]) -> str:

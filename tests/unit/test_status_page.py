@@ -22,7 +22,7 @@ from lockwatch.model import (
     WorkerSample,
     WorkerView,
 )
-from lockwatch.publish.status import LOCKS_SHOWN, History, StatusPage, sparkline
+from lockwatch.publish.status import LOCKS_SHOWN, TABLE_ROWS, History, StatusPage, sparkline
 from lockwatch.settings import LockSettings, Target
 from tests.factories import NOW, TARGET, ago, backend, held, snapshot, waiting
 
@@ -234,3 +234,17 @@ def test_a_target_with_many_locks_shows_the_longest_held_and_counts_the_rest() -
     assert f"<h4>lock {LOCKS_SHOWN + 9} " in page, "the longest-held lock is left out"
     assert "<h4>lock 0 " not in page
     assert "and 10 more, held for less long" in page
+
+
+def test_a_convoy_of_thousands_lists_the_first_waiters_and_counts_the_rest() -> None:
+    waiters = [waiting(42, 2000 + n, waited_for=10) for n in range(TABLE_ROWS + 25)]
+    view = TargetView(
+        Target(TARGET, "postgresql://db/app"),
+        TargetStatus(TARGET, NOW, snapshot(held(42, 1234, held_for=60), *waiters)),
+    )
+
+    page = render(view)
+
+    assert f"<td>{2000 + TABLE_ROWS - 1}</td>" in page
+    assert f"<td>{2000 + TABLE_ROWS}</td>" not in page
+    assert ">and 25 more</td>" in page
