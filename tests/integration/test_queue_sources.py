@@ -47,7 +47,7 @@ from lockwatch.scenarios import WEBHOOK_JOBS_DDL, webhook_queue_sql
 from lockwatch.settings import LockSettings, Target
 from lockwatch.sources import SampleContext
 from lockwatch.statefile import StateStore
-from tests.prometheus_server import PrometheusServer
+from tests.promstack import Prometheus
 from tests.redis_server import RedisServer
 from tests.support import MONITOR_USER, PgDatabase, free_port, run_in_thread, wait_until
 
@@ -468,7 +468,8 @@ def test_a_prometheus_query_reads_worker_cpu_from_a_scraped_exporter(tmp_path: P
     port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     try:
-        with PrometheusServer(tmp_path, [f"127.0.0.1:{port}"], job="process-exporter") as prom:
+        scrape = {"process-exporter": [f"127.0.0.1:{port}"]}
+        with Prometheus(tmp_path, scrape=scrape) as prom:
             query = 'sum(namedprocess_namegroup_cpu_seconds_total{groupname="webhook"})'
             sampler = opened(PrometheusCpuSampler(PrometheusCpu(prom.url, query, timeout=2.0)))
             first = wait_until(
