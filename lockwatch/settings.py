@@ -184,5 +184,7 @@ class JobSpec:
     max_duration: float | None = None  # seconds a run may take before job_too_long
     lookback: float = 2 * 86400.0  # seconds of run history considered
     event_ttl: float = 3600.0  # seconds a duplicate start or a failure stays a finding
-    target: str | None = None  # the target whose findings it joins (and whose database the query reads)
+    target: str | None = (
+        None  # the target whose findings it joins (and whose database the query reads)
+    )
     query: str | None = None  # the SQL source's query; None: runs come from pings

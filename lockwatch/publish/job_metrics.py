@@ -1,6 +1,7 @@
 """Prometheus metrics of the jobs lockwatch follows, rendered from the board.
 
-Job names come from the config, so the series are bounded by it.
+Job names come from the config, so the series are bounded by it. Their label is
+``job_name``: Prometheus owns ``job`` and would rename ours to exported_job.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from lockwatch.publish.queue_metrics import _add, _gauge
 
 
 def job_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
-    labels = ["target", "job"]
+    labels = ["target", "job_name"]
     starts = CounterMetricFamily(
         "lockwatch_job_starts",
         "Starts of the job lockwatch has seen since it started.",

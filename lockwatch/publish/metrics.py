@@ -36,7 +36,9 @@ from lockwatch.settings import LockSettings
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.
-SUBJECT_LABELS = tuple(f.name for f in dataclasses.fields(Subject))
+SUBJECT_FIELDS = tuple(f.name for f in dataclasses.fields(Subject))
+# Prometheus owns ``job`` (the scrape job); a subject's job is ``job_name``.
+SUBJECT_LABELS = tuple("job_name" if name == "job" else name for name in SUBJECT_FIELDS)
 # Active findings exported one series each, per target; the rest are counted.
 FINDING_SERIES_CAP = 100
 
@@ -236,7 +238,7 @@ def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, ...], Findin
     series: dict[tuple[str, ...], Finding] = {}
     for finding in sorted_findings(findings):
         subject = finding.subject
-        labels = (finding.kind.value, *(getattr(subject, name) or "" for name in SUBJECT_LABELS))
+        labels = (finding.kind.value, *(getattr(subject, name) or "" for name in SUBJECT_FIELDS))
         series.setdefault(labels, finding)
     return series
 

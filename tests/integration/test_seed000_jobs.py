@@ -119,11 +119,12 @@ def test_both_schedulers_lead_through_pgbouncer_and_lockwatch_reports_the_duplic
             "app-2",
         ]
         assert (
-            lockwatch.metric("lockwatch_job_starts_total", target="main", job="nightly-report") == 2
+            lockwatch.metric("lockwatch_job_starts_total", target="main", job_name="nightly-report")
+            == 2
         )
         assert (
             lockwatch.metric(
-                "lockwatch_job_duplicate_starts_total", target="main", job="nightly-report"
+                "lockwatch_job_duplicate_starts_total", target="main", job_name="nightly-report"
             )
             == 1
         )
@@ -218,7 +219,8 @@ def test_the_fix_a_direct_dsn_gives_one_leader_and_no_duplicate(
                 message="lockwatch polls the runs a few times",
             )
         assert (
-            lockwatch.metric("lockwatch_job_starts_total", target="main", job="nightly-report") == 1
+            lockwatch.metric("lockwatch_job_starts_total", target="main", job_name="nightly-report")
+            == 1
         )
         assert job_finding(lockwatch, "job_duplicate_start") is None
     finally:

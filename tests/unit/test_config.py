@@ -274,7 +274,10 @@ def test_an_unknown_key_far_from_any_known_one_lists_the_choices(tmp_path: Path)
     (problem,) = problems_of(write(tmp_path, minimal(top_extra="colour: blue\n")))
 
     assert problem.path == "colour"
-    assert "expected one of: defaults, jobs, listen, notify, pings, state_dir, targets" in problem.message
+    assert (
+        "expected one of: defaults, jobs, listen, notify, pings, state_dir, targets"
+        in problem.message
+    )
 
 
 def test_a_misspelt_nested_key_gets_a_did_you_mean_hint(tmp_path: Path) -> None:
@@ -699,7 +702,11 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     assert [group.name for group in orders.workers] == ["webhook-workers", "senders", "reporters"]
     assert orders.pgbouncer is not None and "dbname=pgbouncer" in orders.pgbouncer.dsn
     nightly, hourly = settings.jobs
-    assert (nightly.target, nightly.query is not None, nightly.max_duration) == ("orders", True, 1800)
+    assert (nightly.target, nightly.query is not None, nightly.max_duration) == (
+        "orders",
+        True,
+        1800,
+    )
     assert nightly.schedule is not None and nightly.schedule.timezone == "Europe/Berlin"
     assert (hourly.target, hourly.query) == ("orders", None)
     assert settings.pings.token == "a-long-random-ping-token"
