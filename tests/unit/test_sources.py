@@ -246,7 +246,7 @@ def test_findings_about_two_queues_are_two_series_of_finding_active() -> None:
 
     for queue in ("webhooks", "mail"):
         labels = {"target": TARGET, "kind": "queue_stalled", "database": "", "lock": ""}
-        labels |= {"queue": queue, "job": "", "source": ""}
+        labels |= {"queue": queue, "job_name": "", "source": ""}
         assert registry.get_sample_value("lockwatch_finding_active", labels) == 1
 
 
