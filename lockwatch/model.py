@@ -330,6 +330,16 @@ class Subject:
         return "/".join(parts) if parts else "-"
 
 
+def subject_label(part: str) -> str:
+    """The Prometheus label of a subject part. Prometheus owns ``job`` (the
+    scrape job), so a subject's job is ``job_name``.
+
+    >>> subject_label("job"), subject_label("queue")
+    ('job_name', 'queue')
+    """
+    return "job_name" if part == "job" else part
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One problem, now. ``evidence`` holds JSON-ready facts (str, int, float,

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from lockwatch.detect.locks import ELLIPSIS, format_duration, one_line
-from lockwatch.model import Finding
+from lockwatch.model import Finding, subject_label
 from lockwatch.notify.message import Entry, EntryState, Message, alert_name, runbook_url
 from lockwatch.publish.api import iso_utc, printable
 from lockwatch.publish.metrics import named_holders
@@ -279,7 +279,7 @@ def alert_labels(finding: Finding) -> dict[str, str]:
     }
     for name, value in finding.subject.as_dict().items():
         if value:
-            labels[name] = _value(value)
+            labels[subject_label(name)] = _value(value)
     return labels
 
 

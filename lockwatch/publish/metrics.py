@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 import lockwatch
 from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import one_line
-from lockwatch.model import Finding, FindingKind, Severity, Subject
+from lockwatch.model import Finding, FindingKind, Severity, Subject, subject_label
 from lockwatch.publish.api import (
     LockGroup,
     lock_counts,
@@ -37,8 +37,7 @@ from lockwatch.settings import LockSettings
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.
 SUBJECT_FIELDS = tuple(f.name for f in dataclasses.fields(Subject))
-# Prometheus owns ``job`` (the scrape job); a subject's job is ``job_name``.
-SUBJECT_LABELS = tuple("job_name" if name == "job" else name for name in SUBJECT_FIELDS)
+SUBJECT_LABELS = tuple(subject_label(name) for name in SUBJECT_FIELDS)
 # Active findings exported one series each, per target; the rest are counted.
 FINDING_SERIES_CAP = 100
 
