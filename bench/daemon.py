@@ -38,12 +38,17 @@ def target_config(
 class LockwatchProcess(Process):
     """``python -m lockwatch run -c <file>`` with the given targets."""
 
-    def __init__(self, targets: list[dict[str, Any]], workdir: Path, name: str) -> None:
+    def __init__(
+        self,
+        targets: list[dict[str, Any]],
+        workdir: Path,
+        name: str,
+        top: Mapping[str, Any] | None = None,
+    ) -> None:
         self.base = f"http://127.0.0.1:{free_port()}"
         config = workdir / f"{name}.yml"
-        config.write_text(
-            yaml.safe_dump({"listen": self.base.removeprefix("http://"), "targets": targets})
-        )
+        listen = self.base.removeprefix("http://")
+        config.write_text(yaml.safe_dump({"listen": listen, "targets": targets, **(top or {})}))
         super().__init__(
             [sys.executable, "-m", "lockwatch", "run", "-c", str(config)], workdir / f"{name}.log"
         )

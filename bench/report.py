@@ -159,6 +159,7 @@ def footprint_section(results: Results) -> list[str]:
 
 def detection_section(results: Results) -> list[str]:
     missing = ", ".join(f"{name} (`{kind.value}`)" for name, kind in NOT_YET)
+    note = f"Not measured: {missing}; the daemon runs no detector for them yet." if missing else ""
     return [
         "### Detection time",
         "",
@@ -172,7 +173,7 @@ def detection_section(results: Results) -> list[str]:
                 [
                     d.incident,
                     f"`{d.kind.value}`",
-                    f"{d.threshold_name} {d.threshold:g} s",
+                    "none" if d.threshold_name is None else f"{d.threshold_name} {d.threshold:g} s",
                     f"{d.budget:g} s",
                     "not detected" if d.seconds is None else f"{d.seconds:.2f} s",
                     "yes"
@@ -184,8 +185,7 @@ def detection_section(results: Results) -> list[str]:
                 for d in results.detections
             ),
         ),
-        f"Not measured: {missing}; the daemon runs no detector for them yet.",
-        "",
+        *([note, ""] if note else []),
     ]
 
 
