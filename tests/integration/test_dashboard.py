@@ -17,6 +17,7 @@ import pytest
 import requests
 import yaml
 
+from lockwatch.publish.metrics import SUBJECT_LABELS
 from lockwatch.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
 from tests.processes import LockwatchProcess, write_config
 from tests.promstack import Prometheus
@@ -137,6 +138,19 @@ def test_queue_depth_and_worker_cpu_share_one_panel_on_two_axes() -> None:
     properties = {prop["id"]: prop["value"] for prop in override["properties"]}
     assert properties["custom.axisPlacement"] == "right"
     assert properties["unit"] == "percentunit"
+
+
+def test_the_findings_table_names_every_part_of_a_subject() -> None:
+    (panel,) = [p for p in panels() if p["title"] == "Active findings by subject"]
+    (target,) = panel["targets"]
+
+    grouping = re.search(r"by \(([^)]*)\)", target["expr"])
+    assert grouping is not None
+    assert {label.strip() for label in grouping.group(1).split(",")} == {
+        "target",
+        "kind",
+        *SUBJECT_LABELS,
+    }
 
 
 def test_the_provisioning_example_points_grafana_at_a_dashboards_directory() -> None:
