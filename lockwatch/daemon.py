@@ -69,6 +69,10 @@ LOCK_KINDS = frozenset(
     }
 )
 WATCHDOG_TICK = 0.2
+# A live server cancels a slow statement itself at statement_timeout, so
+# nothing of lockwatch's keeps running there; no answer this long after that
+# means the server, or the path to it, has gone silent.
+WATCHDOG_MARGIN = 1.0
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
 
 
@@ -153,11 +157,15 @@ class TargetRunner:
         self._db = _RunnerDatabase(self)
         self.tracker = HoldTracker(continuity_gap=max(3 * self.target.interval, 30.0))
         self.ledger = FindingLedger(self.target.name)
-        self.poll_started: float | None = None  # monotonic, while a poll runs
+        self.poll_started: float | None = None  # monotonic, while a poll's queries run
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
-        self.poll_timeout = self.target.connect_timeout + self.target.statement_timeout + 1.0
+        # Timed from the first query, the connection being made: a silent
+        # server fails the poll within interval + statement_timeout + margin
+        # of going silent, two intervals while statement_timeout + margin is
+        # under the interval (the defaults: 5 s + 1 s of 10 s).
+        self.poll_timeout = self.target.statement_timeout + WATCHDOG_MARGIN
         self._failing_since: datetime | None = None
         self._view = TargetView(self.target)
         self._thread: threading.Thread | None = None
@@ -183,7 +191,6 @@ class TargetRunner:
     # -- one poll -----------------------------------------------------------
 
     def poll_once(self) -> TargetView:
-        self.poll_started = time.monotonic()
         self._aborted = False
         try:
             status = self._sample()
@@ -285,6 +292,8 @@ class TargetRunner:
 
     def _sample(self) -> TargetStatus:
         try:
+            self.sampler.connect()
+            self.poll_started = time.monotonic()
             raw = self.sampler.sample()
         except SampleError as exc:
             now = self.clock()
@@ -485,7 +494,7 @@ class Daemon:
     def _stale_after(runners: list[TargetRunner]) -> float:
         """Seconds without a finished poll after which the loop counts as stalled."""
         return max(3 * max(r.target.interval for r in runners), 10.0) + max(
-            r.poll_timeout for r in runners
+            r.target.connect_timeout + r.poll_timeout for r in runners
         )
 
     def _status_line(self) -> str:

@@ -257,26 +257,42 @@ class PgLockSampler:
         self._server_version = int(row["v"]) if row else 0
         return conn
 
+    def connect(self) -> psycopg.Connection[dict[str, Any]]:
+        """The poll's session, opened if there is none. Raises SampleError.
+
+        Bounded by connect_timeout alone: ``abort()`` cannot break a
+        connection still being made, so the watchdog times only what follows.
+        """
+        with self._guard:
+            conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        try:
+            conn = self._connect()
+        except (psycopg.Error, OSError) as exc:
+            raise self._failed(exc) from None
+        with self._guard:
+            self._conn = conn
+        return conn
+
+    def _failed(self, exc: psycopg.Error | OSError) -> SampleError:
+        """The session closed for the next poll to reopen, and the error to raise."""
+        self.close()
+        if isinstance(exc, psycopg.Error):
+            return SampleError(self._explain(exc))
+        return SampleError(redact(f"{self.where}: {exc}", self._secrets))
+
     def sample(self) -> RawSample:
         """One poll: connect if needed, read advisory locks. Raises SampleError."""
         started = time.perf_counter()
+        conn = self.connect()
         try:
-            with self._guard:
-                conn = self._conn
-            if conn is None or conn.closed:
-                conn = self._connect()
-                with self._guard:
-                    self._conn = conn
             self._known, backends = read_advisory_locks(
                 conn, self._server_version, self._known, self._expected
             )
             self._expected = tuple(backends)
-        except psycopg.Error as exc:
-            self.close()
-            raise SampleError(self._explain(exc)) from None
-        except OSError as exc:
-            self.close()
-            raise SampleError(redact(f"{self.where}: {exc}", self._secrets)) from None
+        except (psycopg.Error, OSError) as exc:
+            raise self._failed(exc) from None
         return RawSample(
             self._server_version,
             tuple(self._known.values()),

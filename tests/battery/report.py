@@ -1,0 +1,127 @@
+"""The battery's table: every case it must run, what each run measured, and
+the markdown that goes to the terminal and to docs/reliability.md.
+
+Each test records its case with the numbers it measured; a case whose test
+failed shows FAILED, one that did not run shows "not run". The doc is
+rewritten only when every case ran and passed, so a partial run (``-k``, one
+file) never replaces the table of a whole one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+BEGIN = "<!-- begin: written by the battery (tests/battery) -->"
+END = "<!-- end: written by the battery -->"
+
+
+def soak() -> bool:
+    """Long variants: LOCKWATCH_SOAK=1 (minutes per case instead of seconds)."""
+    return os.environ.get("LOCKWATCH_SOAK", "") not in ("", "0")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    id: str
+    area: str  # fault, load, hostile
+    name: str
+
+
+CASES = (
+    Case("pg-restart", "fault", "PostgreSQL restarted"),
+    Case("pg-kill", "fault", "PostgreSQL killed (SIGKILL)"),
+    Case("pg-silent", "fault", "PostgreSQL unreachable, connection left open"),
+    Case("pgbouncer-down", "fault", "pgbouncer goes away and comes back"),
+    Case("redis-down", "fault", "Redis goes away and comes back"),
+    Case("prometheus-down", "fault", "Prometheus worker source goes away and comes back"),
+    Case("receiver-down", "fault", "Notification receiver hangs, refuses, errors"),
+    Case("state-dir-full", "fault", "State dir full"),
+    Case("state-dir-readonly", "fault", "State dir unwritable"),
+    Case("lockwatch-kill", "fault", "lockwatch SIGKILLed mid-incident"),
+    Case("key-churn", "load", "Distinct advisory lock keys taken and released"),
+    Case("locks-held", "load", "Advisory locks held at once"),
+    Case("slow-pg-locks", "load", "pg_locks query gets slow"),
+    Case("many-targets", "load", "Many targets at a 1 s interval"),
+    Case("hostile-values", "hostile", "Hostile client values"),
+    Case("invalid-utf8", "hostile", "Invalid UTF-8 in application_name"),
+    Case("ping-api", "hostile", "Hostile ping API clients"),
+    Case("slow-loris", "hostile", "Slow-loris clients"),
+    Case("least-privilege", "hostile", "pg_monitor-only role"),
+    Case("secrets", "hostile", "Secrets in every output"),
+    Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
+)
+CASE_IDS = frozenset(case.id for case in CASES)
+
+
+@dataclass(slots=True)
+class Row:
+    case: Case
+    injected: str
+    did: str
+    intact: str  # nothing lost, leaked, doubled or let through: yes/no with numbers
+    nodeid: str
+    status: str = "running"  # passed, FAILED
+
+
+@dataclass
+class Results:
+    rows: dict[str, Row] = field(default_factory=dict)
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, case_id: str, nodeid: str, injected: str, did: str, intact: str) -> None:
+        if case_id not in CASE_IDS:
+            raise KeyError(f"no battery case {case_id!r} in tests/battery/report.py CASES")
+        case = next(c for c in CASES if c.id == case_id)
+        with self._lock:
+            self.rows[case_id] = Row(case, injected, did, intact, nodeid)
+
+    def finished(self, nodeid: str, passed: bool) -> None:
+        with self._lock:
+            for row in self.rows.values():
+                if row.nodeid == nodeid and row.status == "running":
+                    row.status = "passed" if passed else "FAILED"
+
+    def complete(self) -> bool:
+        """Every case ran and passed: the table may replace the doc's."""
+        return self.rows.keys() == CASE_IDS and all(
+            row.status == "passed" for row in self.rows.values()
+        )
+
+    def table(self) -> str:
+        lines = [
+            "| | case | injected | what lockwatch did | nothing lost |",
+            "|---|---|---|---|---|",
+        ]
+        for case in CASES:
+            row = self.rows.get(case.id)
+            if row is None:
+                lines.append(f"| {case.area} | {case.name} | not run | | |")
+                continue
+            name = case.name if row.status == "passed" else f"{case.name} ({row.status})"
+            cells = (case.area, name, row.injected, row.did, row.intact)
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        return "\n".join(lines)
+
+    def write_doc(self, path: Path = DOC) -> None:
+        mode = "soak (LOCKWATCH_SOAK=1)" if soak() else "CI sizes"
+        block = (
+            f"{BEGIN}\n"
+            f"Run of {self.started:%Y-%m-%d %H:%M} UTC, {mode}, "
+            f"{os.cpu_count()} cores.\n\n{self.table()}\n{END}"
+        )
+        text = path.read_text(encoding="utf-8")
+        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+        if not pattern.search(text):
+            raise RuntimeError(f"{path} has no {BEGIN} ... {END} markers for the table")
+        path.write_text(pattern.sub(lambda _: block, text), encoding="utf-8")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
