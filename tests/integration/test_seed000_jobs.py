@@ -194,7 +194,16 @@ def test_lockwatch_exec_pings_report_the_duplicate_without_reading_the_applicati
             message="duplicate start from pings",
         )
         assert {start["source"] for start in duplicate["evidence"]["starts"]} == {"ping"}
-        assert {start["status"] for start in duplicate["evidence"]["starts"]} == {"success"}
+
+        def both_finished() -> bool:
+            finding = job_finding(lockwatch, "job_duplicate_start")
+            return finding is not None and all(
+                start["status"] == "success" for start in finding["evidence"]["starts"]
+            )
+
+        # A poll may have seen the second start before its success ping: the
+        # evidence follows the runs from poll to poll.
+        wait_until(both_finished, message="both pinged runs finished in the evidence")
         assert PING_TOKEN not in lockwatch.log(whole=True)
     finally:
         assert lockwatch.stop() == 0, lockwatch.log(whole=True)
