@@ -16,7 +16,7 @@ from lockwatch.pgcluster import ClusterError
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 QUICK = Options(
     locks=(100, 1_000, 10_000),
-    polls=5,
+    polls=10,
     daemon_polls=3,
     targets=(1, 10, 50),
     scale_seconds=5.0,

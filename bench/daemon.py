@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.exporter import series_count
-from bench.process import Process, http_get
+from bench.process import Process, http_get, samples, series_count
 from bench.server import LOCKWATCH_ROLE, BenchServer
 from lockwatch.pgcluster import free_port
 
@@ -63,14 +61,8 @@ class LockwatchProcess(Process):
         return time.perf_counter() - started, body
 
     def metric(self, name: str, **labels: str) -> float | None:
-        text = self.get("/metrics")[1].decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(
-                    sample.labels.get(k) == v for k, v in labels.items()
-                ):
-                    return float(sample.value)
-        return None
+        values = samples(self.get("/metrics")[1].decode(), name, **labels)
+        return values[0] if values else None
 
     def polls(self, target: str = TARGET) -> int:
         return int(self.metric("lockwatch_polls_total", target=target) or 0)
@@ -126,11 +118,7 @@ def measure(server: BenchServer, workdir: Path, polls: int, interval: float) -> 
             seconds, body = daemon.get("/metrics")
             timings.append(seconds * 1000)
         text = body.decode()
-        held = None
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "lockwatch_advisory_locks" and sample.labels["state"] == "held":
-                    held = (held or 0.0) + sample.value
+        held = samples(text, "lockwatch_advisory_locks", state="held")
     return Footprint(
         locks=server.locks_held,
         polls=done,
@@ -139,5 +127,5 @@ def measure(server: BenchServer, workdir: Path, polls: int, interval: float) -> 
         metrics_ms=statistics.median(timings),
         metrics_bytes=len(body),
         series=series_count(text),
-        held=held,
+        held=sum(held) if held else None,
     )

@@ -9,9 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from bench.process import Process, http_get
+from bench.process import Process, http_get, samples
 from bench.server import DATABASE, EXPORTER_ROLE, BenchServer
 from lockwatch.pgcluster import free_port
 
@@ -73,17 +71,5 @@ class PostgresExporter(Process):
 
 
 def advisory_count(text: str) -> float | None:
-    for family in text_string_to_metric_families(text):
-        if family.name != "pg_locks_count":
-            continue
-        for sample in family.samples:
-            if (
-                sample.labels.get("datname") == DATABASE
-                and sample.labels.get("mode") == ADVISORY_MODE
-            ):
-                return float(sample.value)
-    return None
-
-
-def series_count(text: str) -> int:
-    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    counts = samples(text, "pg_locks_count", datname=DATABASE, mode=ADVISORY_MODE)
+    return counts[0] if counts else None

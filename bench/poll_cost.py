@@ -19,7 +19,8 @@ from typing import Any
 
 import psycopg
 
-from bench.exporter import ExporterCost, PostgresExporter, advisory_count, series_count
+from bench.exporter import ExporterCost, PostgresExporter, advisory_count
+from bench.process import series_count
 from bench.server import EXPORTER_ROLE, FLOOR_ROLE, LOCKWATCH_ROLE, ROLES, BenchServer
 from lockwatch.board import Board
 from lockwatch.daemon import TargetRunner

@@ -11,10 +11,25 @@ from types import TracebackType
 
 import psutil
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 LOG_TAIL = 2000  # characters of a child's log shown when it fails
+
+
+def samples(text: str, name: str, **labels: str) -> list[float]:
+    """The values of the samples named ``name`` in an exposition that carry ``labels``."""
+    return [
+        float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
+
+
+def series_count(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
 
 
 def http_get(url: str, timeout: float = 30.0) -> requests.Response:
