@@ -3,6 +3,8 @@ footprint (threads, file descriptors, memory) and its sessions on a server."""
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,3 +85,56 @@ def lockwatch_sessions(admin_dsn: str, database: str | None = None) -> int:
             {"db": database},
         ).fetchone()
     return int(row[0]) if row else -1
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    at: float  # monotonic
+    metrics: Scrape
+    footprint: Footprint
+
+
+class Observer:
+    """Scrapes a lockwatch process and reads its footprint every ``every``
+    seconds from a thread of its own, for as long as the ``with`` lasts."""
+
+    def __init__(self, base: str, pid: int, every: float = 0.25, **request: Any) -> None:
+        self.base = base
+        self.pid = pid
+        self.every = every
+        self.request = request
+        self.seen: list[Observation] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="observer", daemon=True)
+
+    def __enter__(self) -> Observer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                metrics = scrape(self.base, **self.request)
+                self.seen.append(Observation(time.monotonic(), metrics, footprint(self.pid)))
+            except (requests.RequestException, psutil.Error) as exc:
+                self.errors.append(str(exc))
+            self._stop.wait(self.every)
+
+    def missed_polls(self, target: str, interval: float) -> tuple[int, int]:
+        """(slots missed, slots) of ``target``'s schedule over the observation."""
+        first, last = self.seen[0], self.seen[-1]
+        polls = (last.metrics.get("lockwatch_polls_total", target=target) or 0) - (
+            first.metrics.get("lockwatch_polls_total", target=target) or 0
+        )
+        slots = math.floor((last.at - first.at) / interval)
+        return max(0, slots - int(polls)), slots
+
+    def rss_curve(self, points: int = 8) -> list[float]:
+        """RSS in MB at ``points`` evenly spaced observations."""
+        step = max(1, (len(self.seen) - 1) // max(1, points - 1))
+        return [o.footprint.rss_mb for o in self.seen[::step]][:points]
