@@ -573,6 +573,69 @@ class _Reader:
         text = self.text(node, path)
         return None if text is None else self.base_dir / text
 
+    def unique_name(
+        self, entries: Mapping[str, yaml.Node], path: str, taken: dict[str, str]
+    ) -> str | None:
+        """The entry's name, checked for format and against the names before it
+        (``taken`` maps each name to where it was first used)."""
+        if "name" not in entries:
+            return None
+        name_path = _child(path, "name")
+        name = self.text(entries["name"], name_path, _check_name)
+        if name is None:
+            return None
+        if name in taken:
+            self.report(name_path, entries["name"], f"{name!r} is already used at {taken[name]}")
+            return None
+        taken[name] = path
+        return name
+
+    def secret(
+        self,
+        entries: dict[str, yaml.Node],
+        node: yaml.Node,
+        path: str,
+        key: str,
+        check: Callable[[str], str | None],
+    ) -> str | None:
+        """A token or URL from ``<key>_file`` or from ``${VAR}``; never written
+        in the config file itself, which is read by more eyes than a secret."""
+        file_key = f"{key}_file"
+        if key in entries and file_key in entries:
+            self.report(path, node, f"set either {key!r} or {file_key!r}, not both")
+            return None
+        if file_key in entries:
+            where = _child(path, file_key)
+            secret = self.secret_file(entries[file_key], where)
+        elif key in entries:
+            where = _child(path, key)
+            value = self.value(entries[key], where)
+            if value is None:
+                return None
+            if not isinstance(value.data, str) or not value.data:
+                self.report(where, entries[key], f"expected a string, got {_kind(entries[key])}")
+                return None
+            self.secrets.append(value.data)
+            if value.origin is None:
+                self.report(
+                    where,
+                    entries[key],
+                    f"keep the secret out of the config file: use {file_key}, "
+                    f"or take it from the environment with ${{VAR}}",
+                )
+                return None
+            secret = value.data
+        else:
+            self.report(path, node, f"missing required key {key!r} (or {file_key!r})")
+            return None
+        if secret is None:
+            return None
+        problem = check(secret)
+        if problem is not None:
+            self.report(where, entries.get(file_key, entries.get(key)), problem)
+            return None
+        return secret
+
     def secret_file(self, node: yaml.Node, path: str) -> str | None:
         file = self.path_value(node, path)
         if file is None:
@@ -756,19 +819,10 @@ class _Loader:
         found = self.r.unique_items(node, path, self.r.lock_key, lambda key: f"key {key}")
         return tuple(_Ignored(key, where) for key, where in found.items())
 
-    def name(self, entries: dict[str, yaml.Node], path: str, taken: dict[str, str]) -> str | None:
-        """The entry's name, checked for format and against the names before it."""
-        if "name" not in entries:
-            return None
-        name_path = _child(path, "name")
-        name = self.r.text(entries["name"], name_path, _check_name)
-        if name is None:
-            return None
-        if name in taken:
-            self.r.report(name_path, entries["name"], f"{name!r} is already used at {taken[name]}")
-        else:
-            taken[name] = path
-        return name
+    def name(
+        self, entries: Mapping[str, yaml.Node], path: str, taken: dict[str, str]
+    ) -> str | None:
+        return self.r.unique_name(entries, path, taken)
 
     def target(
         self,
@@ -1027,7 +1081,7 @@ class _NotifyLoader(_Loader):
                     f"not a key of a {kind} channel (those are: {', '.join(own)})",
                 )
         if kind == "telegram":
-            token = self.secret(entries, node, path, "bot_token", self._check_token)
+            token = self.r.secret(entries, node, path, "bot_token", self._check_token)
             chat_id = self.chat_id(entries, node, path)
             api_url: str | None = TELEGRAM_API
             if "api_url" in entries:
@@ -1036,7 +1090,7 @@ class _NotifyLoader(_Loader):
                 return None
             return TelegramChannel(name, token, chat_id, api_url.rstrip("/"))
         key = "webhook_url" if kind == "slack" else "url"
-        url = self.secret(entries, node, path, key, _check_http_url)
+        url = self.r.secret(entries, node, path, key, _check_http_url)
         if name is None or url is None:
             return None
         return SlackChannel(name, url) if kind == "slack" else WebhookChannel(name, url)
@@ -1051,52 +1105,6 @@ class _NotifyLoader(_Loader):
         if _BOT_TOKEN.fullmatch(text):
             return None
         return f"not a bot token (like 123456:ABC-DEF...) {_NOT_SHOWN}"
-
-    def secret(
-        self,
-        entries: dict[str, yaml.Node],
-        node: yaml.Node,
-        path: str,
-        key: str,
-        check: Callable[[str], str | None],
-    ) -> str | None:
-        """A token or URL from ``<key>_file`` or from ``${VAR}``; never written
-        in the config file itself, which is read by more eyes than a secret."""
-        file_key = f"{key}_file"
-        if key in entries and file_key in entries:
-            self.r.report(path, node, f"set either {key!r} or {file_key!r}, not both")
-            return None
-        if file_key in entries:
-            where = _child(path, file_key)
-            secret = self.r.secret_file(entries[file_key], where)
-        elif key in entries:
-            where = _child(path, key)
-            value = self.r.value(entries[key], where)
-            if value is None:
-                return None
-            if not isinstance(value.data, str) or not value.data:
-                self.r.report(where, entries[key], f"expected a string, got {_kind(entries[key])}")
-                return None
-            self.r.secrets.append(value.data)
-            if value.origin is None:
-                self.r.report(
-                    where,
-                    entries[key],
-                    f"keep the secret out of the config file: use {file_key}, "
-                    f"or take it from the environment with ${{VAR}}",
-                )
-                return None
-            secret = value.data
-        else:
-            self.r.report(path, node, f"missing required key {key!r} (or {file_key!r})")
-            return None
-        if secret is None:
-            return None
-        problem = check(secret)
-        if problem is not None:
-            self.r.report(where, entries.get(file_key, entries.get(key)), problem)
-            return None
-        return secret
 
     def chat_id(self, entries: dict[str, yaml.Node], node: yaml.Node, path: str) -> str | None:
         if "chat_id" not in entries:

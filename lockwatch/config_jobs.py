@@ -60,12 +60,10 @@ class JobConfig:
         return None if dsn is None else PoolerSpec(dsn)
 
     def pings(self, node: yaml.Node, path: str) -> PingSettings:
-        from lockwatch.config import _NotifyLoader
-
         entries = self.r.mapping(node, path, _PING_KEYS)
         if entries is None:
             return PingSettings()
-        token = _NotifyLoader(self.r).secret(entries, node, path, "token", _check_token)
+        token = self.r.secret(entries, node, path, "token", _check_token)
         store = "sqlite"
         if "store" in entries:
             store = self.r.text(entries["store"], _child(path, "store"), _check_store) or store

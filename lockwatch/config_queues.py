@@ -18,7 +18,6 @@ import yaml
 
 from lockwatch.config import (
     _check_interval,
-    _check_name,
     _child,
     _did_you_mean,
     _positive,
@@ -154,21 +153,6 @@ class QueueConfig:
             return None
         return url
 
-    def unique_name(
-        self, entries: Mapping[str, yaml.Node], path: str, taken: dict[str, str]
-    ) -> str | None:
-        if "name" not in entries:
-            return None
-        name_path = _child(path, "name")
-        name = self.r.text(entries["name"], name_path, _check_name)
-        if name is None:
-            return None
-        if name in taken:
-            self.r.report(name_path, entries["name"], f"{name!r} is already used at {taken[name]}")
-            return None
-        taken[name] = path
-        return name
-
     # -- thresholds ----------------------------------------------------------
 
     def thresholds(
@@ -244,7 +228,7 @@ class QueueConfig:
         entries = self.r.mapping(node, path, _QUEUE_KEYS, required=("name",))
         if entries is None:
             return None
-        name = self.unique_name(entries, path, taken)
+        name = self.r.unique_name(entries, path, taken)
         thresholds = self.thresholds(entries, path, defaults)
         interval = self.interval(entries, path, target_interval)
         every = interval or target_interval
@@ -392,7 +376,7 @@ class QueueConfig:
         entries = self.r.mapping(node, path, _WORKER_KEYS, required=("name", "queues"))
         if entries is None:
             return None
-        name = self.unique_name(entries, path, names)
+        name = self.r.unique_name(entries, path, names)
         queues: list[str] = []
         if "queues" in entries:
             queues_path = _child(path, "queues")
