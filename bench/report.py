@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bench.detection import GRACE, NOT_YET
 from bench.run import Results
+from bench.server import HOLDER_SESSIONS
 
 WALL_TARGET = 1.3  # lockwatch's poll against the floor
 BEGIN = "<!-- begin: written by python -m bench -->"
@@ -49,7 +50,8 @@ def cost_section(results: Results) -> list[str]:
     return [
         "### Cost per poll against the floor",
         "",
-        "Milliseconds per poll with N session advisory locks held on 20 idle sessions, "
+        f"Milliseconds per poll with N session advisory locks held on {HOLDER_SESSIONS} idle "
+        "sessions, "
         f"over {results.costs[0].polls if results.costs else 0} rounds; client time is the "
         "median, server time the mean from pg_stat_statements. "
         f"Target: lockwatch within {WALL_TARGET}x of the floor.",

@@ -6,12 +6,12 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import daemon, detection, exporter, poll_cost, scale
-from bench.server import BenchServer
+from bench.server import HOLDER_SESSIONS, BenchServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +34,11 @@ class Results:
     seconds: float
     postgres: str
     machine: str
-    costs: list[poll_cost.PollCost] = field(default_factory=list)
-    exporter: list[exporter.ExporterCost] = field(default_factory=list)
-    footprints: list[daemon.Footprint] = field(default_factory=list)
-    scales: list[scale.Scale] = field(default_factory=list)
-    detections: list[detection.Detection] = field(default_factory=list)
+    costs: tuple[poll_cost.PollCost, ...] = ()
+    exporter: tuple[exporter.ExporterCost, ...] = ()
+    footprints: tuple[daemon.Footprint, ...] = ()
+    scales: tuple[scale.Scale, ...] = ()
+    detections: tuple[detection.Detection, ...] = ()
 
 
 def machine() -> str:
@@ -50,12 +50,16 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     tell = say or (lambda _: None)
     started = datetime.now(UTC)
     clock = time.monotonic()
-    costs, exporter_costs, footprints, scales, detections = [], [], [], [], []
+    costs: list[poll_cost.PollCost] = []
+    exporter_costs: list[exporter.ExporterCost] = []
+    footprints: list[daemon.Footprint] = []
+    scales: list[scale.Scale] = []
+    detections: list[detection.Detection] = []
     with BenchServer(workdir, options.postgres) as server:
         version = server.version
         with exporter.PostgresExporter(server, workdir) as pg_exporter:
             for step, locks in enumerate(sorted(options.locks)):
-                tell(f"holding {locks:,} advisory locks on 20 idle sessions")
+                tell(f"holding {locks:,} advisory locks on {HOLDER_SESSIONS} idle sessions")
                 server.hold_locks(locks)
                 tell(f"  {options.polls} rounds of floor, lockwatch poll, postgres_exporter scrape")
                 cost, exporter_cost = poll_cost.measure(server, pg_exporter, options.polls)
@@ -83,9 +87,9 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
         seconds=time.monotonic() - clock,
         postgres=version,
         machine=machine(),
-        costs=costs,
-        exporter=exporter_costs,
-        footprints=footprints,
-        scales=scales,
-        detections=detections,
+        costs=tuple(costs),
+        exporter=tuple(exporter_costs),
+        footprints=tuple(footprints),
+        scales=tuple(scales),
+        detections=tuple(detections),
     )
