@@ -16,6 +16,7 @@ import click
 from lockwatch import __version__
 from lockwatch.config import ConfigError, load_settings, parse_duration, settings_from_flags
 from lockwatch.settings import DEFAULT_LISTEN, Settings, parse_listen
+from lockwatch.web_config import WebConfig, WebConfigError, load_web_config
 
 EXIT_BAD_CONFIG = 2
 
@@ -63,13 +64,26 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _settings_from_file(path: Path, listen: str | None, state_dir: Path | None) -> Settings:
+def _settings_from_file(
+    path: Path, listen: str | None, state_dir: Path | None, web: WebConfig | None = None
+) -> Settings:
     settings = load_settings(path)
-    if listen is None and state_dir is None:
+    if listen is None and state_dir is None and web is None:
         return settings
     return replace(
-        settings, listen=listen or settings.listen, state_dir=state_dir or settings.state_dir
+        settings,
+        listen=listen or settings.listen,
+        state_dir=state_dir or settings.state_dir,
+        web=web or settings.web,
     )
+
+
+def _web_config(path: Path) -> WebConfig:
+    try:
+        return load_web_config(path)
+    except WebConfigError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_BAD_CONFIG)
 
 
 def _fail_config(error: ConfigError) -> NoReturn:
@@ -121,6 +135,12 @@ def main() -> None:
     help="Where hold times and findings survive restarts.",
 )
 @click.option(
+    "--web-config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="TLS and basic auth, in the web-config file format of Prometheus exporters.",
+)
+@click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"
 )
 def run(
@@ -132,6 +152,7 @@ def run(
     orphan_after: float | None,
     convoy_waiters: int | None,
     state_dir: Path | None,
+    web_config: Path | None,
     log_level: str,
 ) -> None:
     """Run the daemon: poll, detect, serve /metrics, the API and the status page.
@@ -149,9 +170,10 @@ def run(
     if config_file is None and dsn is None:
         raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
     # SIGHUP reads the file again, and the flags still win over it.
+    web = _web_config(web_config) if web_config is not None else None
     reload: Callable[[], Settings] | None = None
     if config_file is not None:
-        reload = functools.partial(_settings_from_file, config_file, listen, state_dir)
+        reload = functools.partial(_settings_from_file, config_file, listen, state_dir, web)
     try:
         if reload is not None:
             settings = reload()
@@ -166,6 +188,7 @@ def run(
                 convoy_waiters=convoy_waiters,
                 state_dir=state_dir,
             )
+            settings = replace(settings, web=web)
     except ConfigError as exc:
         _fail_config(exc)
     _setup_logging(log_level)

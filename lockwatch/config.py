@@ -52,6 +52,7 @@ from lockwatch.settings import (
     Target,
     parse_listen,
 )
+from lockwatch.web_config import WebConfig, WebConfigError, load_web_config
 
 __all__ = [
     "ConfigError",
@@ -309,7 +310,7 @@ def _child(path: str, key: str) -> str:
 
 _LOCK_FIELDS = ("max_hold", "orphan_after", "convoy_waiters", "convoy_wait", "top_n", "ignore")
 _TIMING_FIELDS = ("interval", "connect_timeout", "statement_timeout")
-_TOP_KEYS = ("listen", "state_dir", "defaults", "targets", "notify", "pings", "jobs")
+_TOP_KEYS = ("listen", "state_dir", "web_config", "defaults", "targets", "notify", "pings", "jobs")
 _DEFAULTS_KEYS = (*_TIMING_FIELDS, "locks", "queues")
 _TARGET_KEYS = (
     "name",
@@ -752,7 +753,19 @@ class _Loader:
             notify=notify,
             jobs=jobs,
             pings=pings,
+            web=self.web_config(top["web_config"]) if "web_config" in top else None,
         )
+
+    def web_config(self, node: yaml.Node) -> WebConfig | None:
+        path = self.r.path_value(node, "web_config")
+        if path is None:
+            return None
+        try:
+            return load_web_config(path)
+        except WebConfigError as exc:
+            for problem in exc.problems:
+                self.r.report("web_config", node, problem)
+        return None
 
     def defaults(
         self, node: yaml.Node

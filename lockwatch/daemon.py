@@ -457,7 +457,7 @@ class Daemon:
                 settings.notify,
                 settings.state_dir,
                 targets=[target.name for target in settings.targets],
-                external_url=f"http://{settings.listen}/",
+                external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
                 clock=clock,
             )
             self._listeners = (*listeners, self.alerts)
@@ -472,7 +472,11 @@ class Daemon:
         if self.alerts is not None:
             self.registry.register(self.alerts.collector())
         self.http = HttpServer(
-            self.board, self.registry, settings.listen, self._stale_after(self.runners)
+            self.board,
+            self.registry,
+            settings.listen,
+            self._stale_after(self.runners),
+            web=settings.web,
         )
         if self.job_store is not None:
             self.http.pings = PingReceiver(
@@ -617,7 +621,7 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify", "pings"):
+        for setting in ("listen", "state_dir", "notify", "pings", "web"):
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
@@ -626,6 +630,7 @@ class Daemon:
             state_dir=self.settings.state_dir,
             notify=self.settings.notify,
             pings=self.settings.pings,
+            web=self.settings.web,
         )
         log.info(
             "config reloaded: %(kept)d target(s) unchanged, %(changed)d changed, "

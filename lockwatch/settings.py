@@ -14,6 +14,7 @@ from lockwatch.model import LockKey
 from lockwatch.notify.settings import NotifySettings
 from lockwatch.queue_settings import Queue, WorkerGroup
 from lockwatch.schedule import Schedule
+from lockwatch.web_config import WebConfig
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
@@ -173,6 +174,7 @@ class Settings:
     notify: NotifySettings = field(default_factory=NotifySettings)
     jobs: tuple[JobSpec, ...] = ()
     pings: PingSettings = field(default_factory=PingSettings)
+    web: WebConfig | None = None  # TLS and basic auth for the HTTP endpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -33,6 +34,7 @@ from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.queue_api import queues_document
 from lockwatch.publish.status import StatusPage
 from lockwatch.settings import parse_listen
+from lockwatch.web_config import BasicAuth, WebConfig
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +55,40 @@ REQUEST_TIMEOUT = 10.0
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # A burst of connections (slow clients, say) must not fill the backlog
+    # and leave Prometheus's connect waiting for a SYN retry.
+    request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], family: socket.AddressFamily, app: HttpServer):
+    def __init__(
+        self,
+        address: tuple[str, int],
+        family: socket.AddressFamily,
+        app: HttpServer,
+        tls: ssl.SSLContext | None = None,
+    ):
         # The base class creates its socket from this attribute in __init__.
         self.address_family = family
         self.app = app
+        self.tls = tls
         super().__init__(address, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        # The handshake happens here, in the connection's own thread and under
+        # its timeout: in accept() a client that never says hello would stall
+        # every other connection.
+        request.settimeout(REQUEST_TIMEOUT)
+        try:
+            secured = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            logger.debug("TLS handshake with %s failed: %s", client_address[0], exc)
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            self.shutdown_request(secured)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -85,6 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
+        if not self.server.app.authorized(self):
+            return
         try:
             self.server.app.route(self)
         except ConnectionError:
@@ -149,6 +181,7 @@ class HttpServer:
         listen: str,
         stale_after: float,
         clock: Callable[[], datetime] = utc_now,
+        web: WebConfig | None = None,
     ) -> None:
         self._board = board
         self._registry = registry
@@ -161,6 +194,8 @@ class HttpServer:
         self._thread: threading.Thread | None = None
         self._started: float = 0.0
         self.pings: PingReceiver | None = None  # POST /ping/... when jobs are pinged
+        self._web = web
+        self._auth = BasicAuth(web.users) if web is not None and web.users else None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -171,11 +206,12 @@ class HttpServer:
         return str(host), int(port)
 
     def start(self) -> None:
+        tls = self._web.ssl_context() if self._web is not None and self._web.tls else None
         try:
             family = socket.getaddrinfo(
                 self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
             )[0][0]
-            server = _Server((self._host, self._port), family, self)
+            server = _Server((self._host, self._port), family, self, tls)
         except OSError as error:
             raise OSError(
                 error.errno, f"cannot listen on {self._listen}: {error.strerror or error}"
@@ -190,7 +226,8 @@ class HttpServer:
             daemon=True,
         )
         self._thread.start()
-        logger.info("serving metrics and API on http://%s:%d/", *self.address)
+        scheme = "https" if tls is not None else "http"
+        logger.info("serving metrics and API on %s://%s:%d/", scheme, *self.address)
 
     def stop(self) -> None:
         if self._server is None:
@@ -201,6 +238,29 @@ class HttpServer:
             self._thread.join()
         self._server = None
         self._thread = None
+
+    def authorized(self, request: _Handler) -> bool:
+        """True when no basic auth is configured or the request passes it;
+        otherwise answers 401. Every GET path is protected, /healthz too, as
+        exporters do; pings carry their own token."""
+        if self._auth is None:
+            return True
+        accepted, user = self._auth.check(request.headers.get("Authorization"))
+        if accepted:
+            return True
+        logger.warning(
+            "refused %s from %s: %s",
+            printable(_QUERY.sub("?…", urlsplit(request.path).path))[:200],
+            request.address_string(),
+            f"wrong password for user {printable(user)[:64]!r}" if user else "no credentials",
+        )
+        request.reply(
+            HTTPStatus.UNAUTHORIZED,
+            TEXT,
+            b"unauthorized\n",
+            {"WWW-Authenticate": 'Basic realm="lockwatch", charset="UTF-8"'},
+        )
+        return False
 
     def route(self, request: _Handler) -> None:
         path = urlsplit(request.path).path
