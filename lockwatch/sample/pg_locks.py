@@ -22,6 +22,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.abc import Buffer
+from psycopg.adapt import AdaptersMap, Loader
+from psycopg.pq import Format
 from psycopg.rows import dict_row
 
 from lockwatch.model import AdvisoryLock, Backend, LockKey
@@ -34,6 +37,26 @@ QUERY_CHARS = 1024  # enough to recognise a statement, bounded whatever clients 
 MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
 LOCK_TIMEOUT_MS = 1000  # lockwatch takes no locks; this guards catalog reads all the same
 WORK_MEM = "32MB"  # enough to copy 100,000 locks without a temp file
+
+
+class _ClientText(Loader):
+    """Text as any client left it: a session in a SQL_ASCII database can put
+    bytes that are not UTF-8 into its query, and pg_stat_activity hands them
+    on unchecked. One such client must not fail every poll: bad bytes show
+    as U+FFFD instead."""
+
+    def load(self, data: Buffer) -> str:
+        return bytes(data).decode("utf-8", errors="replace")
+
+
+class _ClientTextBinary(_ClientText):
+    format = Format.BINARY
+
+
+CLIENT_TEXT = AdaptersMap(psycopg.adapters)
+for _type in ("text", "varchar", "name", "bpchar"):
+    CLIENT_TEXT.register_loader(_type, _ClientText)
+    CLIENT_TEXT.register_loader(_type, _ClientTextBinary)
 
 
 class SampleError(Exception):
@@ -233,6 +256,7 @@ class PgLockSampler:
             tcp_user_timeout=int((self._statement_timeout + self._connect_timeout) * 1000),
             autocommit=True,
             row_factory=dict_row,
+            context=CLIENT_TEXT,
         )
         # Session settings go through SET rather than the ``options`` startup
         # parameter, which connection poolers reject. pg_lock_status() copies
