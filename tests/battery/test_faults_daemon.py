@@ -74,7 +74,7 @@ def pending(lockwatch: LockwatchProcess) -> float | None:
 def test_a_receiver_that_hangs_refuses_and_errors_gets_every_message_once_and_polls_keep_pace(
     tmp_path: Path, battery_db: PgDatabase, battery: Record
 ) -> None:
-    phase = 60.0 if soak() else 4.0  # seconds of hanging, then of refusing
+    phase = 60.0 if soak() else 2.5  # seconds of hanging, then of refusing
     standin = ChatStandin()
     relay = Relay(("127.0.0.1", int(standin.base.rsplit(":", 1)[1])))
     port = free_port()
@@ -103,7 +103,7 @@ def test_a_receiver_that_hangs_refuses_and_errors_gets_every_message_once_and_po
             )
             errors = lockwatch.metric("lockwatch_notification_errors_total", channel="ops") or 0
             waiting = pending(lockwatch)
-            standin.reply(Reply(500, {"ok": False}), Reply(502, b"bad gateway"), telegram_flood(1))
+            standin.reply(Reply(500, {"ok": False}), telegram_flood(1))
             relay.mend()
             wait_until(lambda: pending(lockwatch) == 0, timeout=120, message="outbox delivered")
             second.stop()
@@ -127,13 +127,13 @@ def test_a_receiver_that_hangs_refuses_and_errors_gets_every_message_once_and_po
         ("resolved", "43"),
     ]
     statuses = Counter(r.status for r in standin.requests("telegram"))
-    assert statuses[200] == 4 and statuses[500] == statuses[502] == statuses[429] == 1
+    assert statuses[200] == 4 and statuses[500] == statuses[429] == 1
     assert missed <= 1, f"main missed {missed} of {slots} poll slots while deliveries failed"
     battery(
         "receiver-down",
         injected=(
             f"Telegram behind a relay: {phase:g} s dropping every byte (each attempt hangs to "
-            f"its 1 s read timeout), {phase:g} s refusing connections, then 500, 502 and a "
+            f"its 1 s read timeout), {phase:g} s refusing connections, then a 500 and a "
             "429 retry_after 1; two convoys fire and resolve meanwhile"
         ),
         did=(

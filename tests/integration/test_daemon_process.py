@@ -1,4 +1,6 @@
-"""``lockwatch run`` as a real process, watched from outside through its HTTP API."""
+"""``lockwatch run`` as a real process, watched from outside through its HTTP API.
+
+Restarts and kills, of PostgreSQL and of lockwatch, are in tests/battery."""
 
 from __future__ import annotations
 
@@ -10,19 +12,11 @@ import psycopg
 import pytest
 import requests
 
-from lockwatch.pgcluster import LocalCluster, embedded_bin_dir
 from lockwatch.scenarios import Blackhole
 from tests.processes import LockwatchProcess, write_config
 from tests.support import MONITOR_PASSWORD, PgDatabase, free_port, run_in_thread, wait_until
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
-
-
-@pytest.fixture
-def spare_server() -> Iterator[LocalCluster]:
-    """A second server of the test's own, so it can be stopped and started."""
-    with LocalCluster(embedded_bin_dir()) as server:
-        yield server
 
 
 @pytest.fixture
@@ -73,70 +67,6 @@ def test_the_daemon_serves_a_convoy_through_its_api_metrics_and_log(
     )
     everything = lockwatch.log() + requests.get(f"{lockwatch.base}/metrics", timeout=5).text
     assert MONITOR_PASSWORD not in everything
-
-
-def test_a_hold_time_survives_a_kill_and_restart_without_a_second_announcement(
-    pg: PgDatabase, lockwatch: LockwatchProcess
-) -> None:
-    holder = pg.connect("nightly-report")
-    holder.execute("SELECT pg_advisory_lock(42)")
-    lockwatch.start()
-
-    def held_seconds() -> float | None:
-        locks = [lock for lock in lockwatch.locks("main") if lock["key"] == "42"]
-        return locks[0]["hold_seconds"] if locks else None
-
-    too_long = wait_until(
-        lambda: lockwatch.finding("lock_held_too_long", "main"), message="held too long"
-    )
-    before = wait_until(held_seconds, message="hold time reported")
-    lockwatch.kill()
-
-    lockwatch.start()
-    after = wait_until(held_seconds, message="hold time reported after the restart")
-    assert after >= before, "the restart forgot how long the lock has been held"
-    # The holder has been idle since it took the lock, so the old sighting is trusted;
-    # the restart took a few seconds at most, which is all the hold may have grown.
-    assert after <= before + 30
-    again = lockwatch.finding("lock_held_too_long", "main")
-    assert again is not None and again["since"] == too_long["since"]
-    assert "firing lock_held_too_long" not in lockwatch.log(), "announced twice"
-    assert "restored" in lockwatch.log()
-
-
-def test_a_stopped_database_is_down_while_the_other_target_keeps_its_schedule(
-    tmp_path: Path, pg: PgDatabase, spare_server: LocalCluster
-) -> None:
-    port = free_port()
-    config = write_config(tmp_path, port, {"main": pg.monitor_dsn, "spare": spare_server.dsn()})
-    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-    lockwatch.start()
-    try:
-        wait_until(
-            lambda: lockwatch.metric("lockwatch_up", target="spare") == 1, message="spare up"
-        )
-
-        spare_server.stop()
-        down = wait_until(lambda: lockwatch.finding("target_down", "spare"), message="spare down")
-        assert lockwatch.metric("lockwatch_up", target="spare") == 0
-        assert "spare" in down["summary"]
-        polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
-        wait_until(
-            lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4,
-            message="main keeps being polled while spare is down",
-        )
-        assert lockwatch.metric("lockwatch_up", target="main") == 1
-
-        spare_server.start()
-        wait_until(
-            lambda: lockwatch.metric("lockwatch_up", target="spare") == 1, message="spare recovers"
-        )
-        wait_until(
-            lambda: lockwatch.finding("target_down", "spare") is None,
-            message="target_down resolves",
-        )
-    finally:
-        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
 
 
 def test_sigterm_stops_the_daemon_cleanly_and_saves_its_state(
