@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 TELEGRAM_LIMIT = 4096
@@ -318,3 +319,23 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.do_POST()
+
+
+def add_telegram(config: Path, standin: ChatStandin, api_url: str | None = None) -> None:
+    """Append a notify section sending to ``standin``'s Telegram API (or to
+    ``api_url``, e.g. a relay in front of it) to a lockwatch config file."""
+    token = config.parent / "telegram-token"
+    token.write_text(standin.token + "\n")
+    with config.open("a") as extra:
+        extra.write(
+            f"""notify:
+  connect_timeout: 1s
+  read_timeout: 1s
+  channels:
+    - name: ops
+      type: telegram
+      bot_token_file: {token}
+      chat_id: "{standin.chat_id}"
+      api_url: {api_url or standin.telegram_api}
+"""
+        )

@@ -21,7 +21,7 @@ from tests.battery.probes import Observer
 from tests.battery.relay import Relay
 from tests.battery.report import soak
 from tests.processes import LockwatchProcess, write_config
-from tests.standins import ChatStandin, Reply, telegram_flood
+from tests.standins import ChatStandin, Reply, add_telegram, telegram_flood
 from tests.support import PgDatabase, free_port, wait_until
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -31,24 +31,6 @@ QUIET = "{max_hold: 1h, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s}"
 EAGER = "{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s}"
 # One line per finding in a notification: "[firing] lock_convoy · critical · main · app/42".
 ENTRY = re.compile(r"^\[(firing|resolved|still firing)\] (\w+) · \w+ · \S+ · (.+)$", re.M)
-
-
-def add_telegram(config: Path, standin: ChatStandin, api_url: str) -> None:
-    token = config.parent / "telegram-token"
-    token.write_text(standin.token + "\n")
-    with config.open("a") as extra:
-        extra.write(
-            f"""notify:
-  connect_timeout: 1s
-  read_timeout: 1s
-  channels:
-    - name: ops
-      type: telegram
-      bot_token_file: {token}
-      chat_id: "{standin.chat_id}"
-      api_url: {api_url}
-"""
-        )
 
 
 def told(standin: ChatStandin) -> Counter[tuple[str, str, str]]:

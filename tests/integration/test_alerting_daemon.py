@@ -12,7 +12,7 @@ import pytest
 
 from lockwatch.scenarios import ConvoyIncident
 from tests.processes import LockwatchProcess, write_config
-from tests.standins import ChatStandin
+from tests.standins import ChatStandin, add_telegram
 from tests.support import PgDatabase, free_port, wait_until
 
 pytestmark = [
@@ -42,21 +42,7 @@ def incident(pg: PgDatabase) -> Iterator[ConvoyIncident]:
 def lockwatch(tmp_path: Path, pg: PgDatabase, standin: ChatStandin) -> Iterator[LockwatchProcess]:
     port = free_port()
     config = write_config(tmp_path, port, {"main": pg.monitor_dsn}, locks=LOCKS)
-    token = tmp_path / "telegram-token"
-    token.write_text(standin.token + "\n")
-    with config.open("a") as extra:
-        extra.write(
-            f"""notify:
-  connect_timeout: 1s
-  read_timeout: 1s
-  channels:
-    - name: ops
-      type: telegram
-      bot_token_file: {token}
-      chat_id: "{standin.chat_id}"
-      api_url: {standin.telegram_api}
-"""
-        )
+    add_telegram(config, standin)
     process = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
     yield process
     if process.proc is not None:
