@@ -150,7 +150,8 @@ class BoardCollector(Collector):
         hold = _gauge(
             "lockwatch_advisory_lock_hold_seconds",
             "Seconds the lock has been held, measured from when lockwatch first saw it "
-            "granted (PostgreSQL records no grant time); 0 when nobody holds it. "
+            "granted, or from an idle holder's last state change, which came after the "
+            "grant (PostgreSQL records no grant time); 0 when nobody holds it. "
             "Named locks, plus the longest-held other keys up to top_n per target.",
             labels,
         )
