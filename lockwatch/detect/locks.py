@@ -32,6 +32,10 @@ IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (ab
 QUERY_LIMIT = 200
 SUMMARY_VALUE_LIMIT = 60
 ELLIPSIS = "…"
+# Findings of one kind reported one by one per target; the rest become one.
+FINDINGS_PER_KIND = 100
+OVERFLOW_SUBJECT = "(more locks)"
+OVERFLOW_KEYS = 50  # keys listed in the evidence of the overflow finding
 
 
 def format_duration(seconds: float) -> str:
@@ -699,11 +703,12 @@ def detect_locks(
             if (draft := _pooled_session(group, settings, snapshot, now, pooler)) is not None
         )
     drafts.extend(_leaders_missing(snapshot, settings, now))
+    drafts, overflow = _capped(drafts)
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
     kinds: dict[Subject, set[str]] = {}
     for draft in drafts:
         kinds.setdefault(draft.group.subject, set()).add(draft.kind.value)
-    return [
+    findings = [
         Finding(
             draft.kind,
             snapshot.target,
@@ -715,3 +720,52 @@ def detect_locks(
         )
         for draft in drafts
     ]
+    findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
+    return findings
+
+
+def _capped(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[_Draft]]]:
+    """At most FINDINGS_PER_KIND findings of one kind: named locks first, then
+    the most severe and oldest. The rest of each kind come back apart, to be
+    told as one finding: 50,000 orphaned locks are one problem to a person,
+    and 50,000 log lines and messages would bury it."""
+    by_kind: dict[FindingKind, list[_Draft]] = {}
+    for draft in drafts:
+        by_kind.setdefault(draft.kind, []).append(draft)
+    kept: list[_Draft] = []
+    overflow: list[list[_Draft]] = []
+    for kind_drafts in by_kind.values():
+        kind_drafts.sort(
+            key=lambda d: (
+                d.group.named is None,
+                d.severity is not Severity.CRITICAL,
+                d.since,
+                d.group.key,
+            )
+        )
+        kept.extend(kind_drafts[:FINDINGS_PER_KIND])
+        if len(kind_drafts) > FINDINGS_PER_KIND:
+            overflow.append(kind_drafts[FINDINGS_PER_KIND:])
+    return kept, overflow
+
+
+def _overflow_finding(target: str, rest: list[_Draft]) -> Finding:
+    """The findings of one kind past the cap, as one: how many, since when, which keys."""
+    kind = rest[0].kind
+    keys = [f"{d.group.database or '*'}/{d.group.label()}" for d in rest]
+    critical = any(d.severity is Severity.CRITICAL for d in rest)
+    return Finding(
+        kind,
+        target,
+        Subject(lock=OVERFLOW_SUBJECT),
+        Severity.CRITICAL if critical else Severity.WARNING,
+        min(d.since for d in rest),
+        f"{len(rest)} more advisory locks with {kind.value} beyond the "
+        f"{FINDINGS_PER_KIND} reported one by one, e.g. {', '.join(keys[:5])}",
+        {
+            "count": len(rest),
+            "locks": keys[:OVERFLOW_KEYS],
+            "cap": FINDINGS_PER_KIND,
+            "related": [],
+        },
+    )

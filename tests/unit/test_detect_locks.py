@@ -690,3 +690,24 @@ def test_ignored_keys_never_appear_in_findings(case: tuple[LockSnapshot, LockSet
             assert not any(n.ignore for n in settings_.named if n.name == finding.subject.lock)
         else:
             assert not settings_.ignored(database, k)
+
+
+def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
+    count = locks_module.FINDINGS_PER_KIND + 50
+    # One idle session per key, each past orphan_after; key 7 is named.
+    locks = [held(key_value, 1000 + key_value, held_for=900) for key_value in range(1, count + 1)]
+    sessions = [backend(1000 + key_value, idle_for=900) for key_value in range(1, count + 1)]
+    named = NamedLock("nightly", LockKey.bigint(count))
+    findings = detect_locks(
+        snapshot(*locks, backends=sessions), LockSettings(max_hold=3600, named=(named,)), NOW
+    )
+
+    orphans = [f for f in findings if f.kind is FindingKind.LOCK_ORPHANED]
+    one_by_one = [f for f in orphans if f.subject.lock != locks_module.OVERFLOW_SUBJECT]
+    (rest,) = [f for f in orphans if f.subject.lock == locks_module.OVERFLOW_SUBJECT]
+    assert len(one_by_one) == locks_module.FINDINGS_PER_KIND
+    assert "nightly" in {f.subject.lock for f in one_by_one}, "named locks are kept first"
+    assert rest.evidence["count"] == 50
+    assert len(rest.evidence["locks"]) == locks_module.OVERFLOW_KEYS
+    assert rest.summary.startswith("50 more advisory locks with lock_orphaned")
+    assert len(findings) == locks_module.FINDINGS_PER_KIND + 1
