@@ -5,6 +5,7 @@ Every response is rendered from the board; no request reaches a database.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import socket
@@ -51,6 +52,10 @@ PAGE_POLICY = (
 
 # Seconds a connection may sit idle before its thread gives up on it.
 REQUEST_TIMEOUT = 10.0
+# Seconds a whole request may take to arrive and be answered: per-read
+# timeouts alone let a client that sends a byte every few seconds keep its
+# thread for ever.
+REQUEST_DEADLINE = 30.0
 
 
 class _Server(ThreadingHTTPServer):
@@ -95,6 +100,21 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = REQUEST_TIMEOUT
     server_version = "lockwatch"
+
+    def handle_one_request(self) -> None:
+        deadline = threading.Timer(self.server.app.request_deadline, self._cut_off)
+        deadline.daemon = True
+        deadline.start()
+        try:
+            super().handle_one_request()
+        finally:
+            deadline.cancel()
+
+    def _cut_off(self) -> None:
+        """Past the deadline: the blocked read wakes with an error, the thread ends."""
+        logger.debug("%s took too long to send a request; cut off", self.address_string())
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def parse_request(self) -> bool:
         if not super().parse_request():
@@ -182,8 +202,10 @@ class HttpServer:
         stale_after: float,
         clock: Callable[[], datetime] = utc_now,
         web: WebConfig | None = None,
+        request_deadline: float = REQUEST_DEADLINE,
     ) -> None:
         self._board = board
+        self.request_deadline = request_deadline
         self._registry = registry
         self._listen = listen
         self._host, self._port = parse_listen(listen)

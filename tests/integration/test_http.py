@@ -285,3 +285,30 @@ def _has_ipv6_loopback() -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_client_that_trickles_its_request_is_cut_off_at_the_deadline() -> None:
+    board = Board()
+    server = HttpServer(
+        board, build_registry(board), "127.0.0.1:0", STALE_AFTER, request_deadline=1.0
+    )
+    server.start()
+    host, port = server.address
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT) as slow:
+            slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            cut_off = False
+            # A header line every 0.2 s: each read is far inside the 10 s idle
+            # timeout, so only the whole-request deadline can end this.
+            for _ in range(100):
+                try:
+                    slow.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    cut_off = True
+                    break
+                time.sleep(0.2)
+            assert cut_off, "a request trickling in for 20 s was never cut off"
+        answer = requests.get(f"http://{host}:{port}/metrics", timeout=TIMEOUT)
+        assert answer.status_code == 200
+    finally:
+        server.stop()
