@@ -20,6 +20,7 @@ __all__ = [
     "Background",
     "PgDatabase",
     "free_port",
+    "queue_on_lock",
     "run_in_thread",
     "wait_until",
 ]
@@ -95,6 +96,17 @@ class Background(Generic[T]):
 def run_in_thread(fn: Callable[[], T]) -> Background[T]:
     """Run a (blocking) call in the background, e.g. a session waiting on pg_advisory_lock(42)."""
     return Background(fn)
+
+
+def queue_on_lock(conn: psycopg.Connection[Any], key: int) -> Background[None]:
+    """A worker queueing on advisory lock ``key``: it waits in the background,
+    and releases the lock as soon as it gets it, so a convoy drains on its own."""
+
+    def take_and_release() -> None:
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    return Background(take_and_release)
 
 
 class PgDatabase:

@@ -14,7 +14,13 @@ import requests
 
 from lockwatch.scenarios import Blackhole
 from tests.processes import LockwatchProcess, write_config
-from tests.support import MONITOR_PASSWORD, PgDatabase, free_port, run_in_thread, wait_until
+from tests.support import (
+    MONITOR_PASSWORD,
+    PgDatabase,
+    free_port,
+    queue_on_lock,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -36,12 +42,7 @@ def test_the_daemon_serves_a_convoy_through_its_api_metrics_and_log(
     holder = pg.connect("webhook-worker-1")
     holder.execute("SELECT pg_advisory_lock(42)")
     waiters = [pg.connect(f"webhook-worker-{n}") for n in range(2, 5)]
-    blocked = [
-        run_in_thread(
-            lambda c=c: c.execute("SELECT pg_advisory_lock(42); SELECT pg_advisory_unlock(42)")
-        )
-        for c in waiters
-    ]
+    blocked = [queue_on_lock(c, 42) for c in waiters]
 
     convoy = wait_until(
         lambda: lockwatch.finding("lock_convoy", "main"), message="convoy in the API"

@@ -25,7 +25,7 @@ from lockwatch.sample.pg_locks import read_advisory_locks
 from lockwatch.scenarios import OrphanIncident
 from lockwatch.settings import AllowedHolders, LockRole, LockSettings, NamedLock, Target
 from lockwatch.statefile import StateStore
-from tests.support import MONITOR_PASSWORD, PgDatabase, run_in_thread, wait_until
+from tests.support import MONITOR_PASSWORD, PgDatabase, queue_on_lock, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg
 
@@ -81,11 +81,6 @@ def waiting_count(pg: PgDatabase, key: int) -> int:
     return int(row[0]) if row else 0
 
 
-def take_and_release(conn: psycopg.Connection[Any], key: int) -> None:
-    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-
 @pytest.fixture
 def convoy(pg: PgDatabase) -> Iterator[dict[str, Any]]:
     """Seed 002: worker 1 holds lock 42 and sits idle (stuck in an HTTP call
@@ -93,7 +88,7 @@ def convoy(pg: PgDatabase) -> Iterator[dict[str, Any]]:
     holder = pg.connect("webhook-worker-1")
     holder.execute("SELECT pg_advisory_lock(42)")
     waiters = [pg.connect(f"webhook-worker-{n}") for n in range(2, 7)]
-    blocked = [run_in_thread(lambda c=c: take_and_release(c, 42)) for c in waiters]
+    blocked = [queue_on_lock(c, 42) for c in waiters]
     wait_until(lambda: waiting_count(pg, 42) == 5, message="five workers queued on lock 42")
     yield {
         "holder_pid": holder.info.backend_pid,
@@ -342,7 +337,7 @@ def test_the_query_for_each_server_version_runs_and_reads_waiters(
     holder = pg.connect("holder")
     holder.execute("SELECT pg_advisory_lock(42)")
     waiter = pg.connect("waiter")
-    queued = run_in_thread(lambda: take_and_release(waiter, 42))
+    queued = queue_on_lock(waiter, 42)
     wait_until(lambda: waiting_count(pg, 42) == 1, message="waiter queued")
     with psycopg.connect(pg.monitor_dsn, row_factory=dict_row) as conn:
         decoded, backends = read_advisory_locks(conn, version)

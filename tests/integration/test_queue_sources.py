@@ -49,7 +49,14 @@ from lockwatch.sources import SampleContext
 from lockwatch.statefile import StateStore
 from tests.promstack import Prometheus
 from tests.redis_server import RedisServer
-from tests.support import MONITOR_USER, PgDatabase, free_port, run_in_thread, wait_until
+from tests.support import (
+    MONITOR_USER,
+    PgDatabase,
+    free_port,
+    queue_on_lock,
+    run_in_thread,
+    wait_until,
+)
 
 REDIS_PASSWORD = "redis-pw-" + str(free_port())
 
@@ -347,12 +354,7 @@ def test_worker_sessions_are_counted_by_state_with_the_lock_they_wait_on(
     holder = pg.connect("webhook-worker-1")
     holder.execute("SELECT pg_advisory_lock(42)")
     waiters = [pg.connect(f"webhook-worker-{n}") for n in (2, 3)]
-    blocked = [
-        run_in_thread(
-            lambda c=c: c.execute("SELECT pg_advisory_lock(42); SELECT pg_advisory_unlock(42)")
-        )
-        for c in waiters
-    ]
+    blocked = [queue_on_lock(c, 42) for c in waiters]
     pg.connect("webhook-worker-4")  # idle
     pg.connect("someone-else")
     group = WorkerGroup("webhook-workers", ("webhooks",), sessions=("webhook-worker-*",))

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.processes import LockwatchProcess, write_config
-from tests.support import MONITOR_PASSWORD, PgDatabase, free_port, run_in_thread, wait_until
+from tests.support import (
+    MONITOR_PASSWORD,
+    PgDatabase,
+    free_port,
+    queue_on_lock,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -113,12 +119,7 @@ def test_sigterm_during_a_convoy_saves_it_and_the_restarted_daemon_carries_on(
     holder = pg.connect("webhook-worker-1")
     holder.execute("SELECT pg_advisory_lock(42)")
     waiters = [pg.connect(f"webhook-worker-{n}") for n in (2, 3)]
-    blocked = [
-        run_in_thread(
-            lambda c=c: c.execute("SELECT pg_advisory_lock(42); SELECT pg_advisory_unlock(42)")
-        )
-        for c in waiters
-    ]
+    blocked = [queue_on_lock(c, 42) for c in waiters]
     lockwatch.start()
     convoy = wait_until(lambda: lockwatch.finding("lock_convoy", "main"), message="convoy")
 
