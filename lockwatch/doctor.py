@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from lockwatch.secrets import describe_dsn, dsn_password, redact
+from lockwatch.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 EXIT_SAFE = 0
 EXIT_POOLED = 1
@@ -98,7 +98,7 @@ def _backend_within(
 
 def diagnose(dsn: str) -> Diagnosis:
     """Raises RuntimeError with a secret-free message when the DSN does not work."""
-    secrets = tuple(s for s in (dsn_password(dsn), dsn) if s)
+    secrets = dsn_secrets(dsn)
     try:
         with _connect(dsn) as first, _connect(dsn) as second:
             row = first.execute(
@@ -124,8 +124,7 @@ def diagnose(dsn: str) -> Diagnosis:
                 other_pids.add(_backend(second))
                 first_pids.add(_backend(first))
     except psycopg.Error as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line}", secrets)) from None
+        raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line(exc)}", secrets)) from None
     shared = sorted(first_pids & other_pids)
     if queued:
         pooled, evidence = (

@@ -22,7 +22,7 @@ import psycopg
 from psycopg import sql
 
 from lockwatch.model import JobRun, RunStatus
-from lockwatch.secrets import describe_dsn, dsn_password, redact
+from lockwatch.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 RETENTION = timedelta(days=30)
 
@@ -222,7 +222,7 @@ class PostgresJobStore(JobStore):
 
     def __init__(self, dsn: str, table: str = "lockwatch_job_runs") -> None:
         self._dsn = dsn
-        self._secrets = tuple(s for s in (dsn_password(dsn), dsn) if s)
+        self._secrets = dsn_secrets(dsn)
         self._table = table
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
@@ -244,9 +244,8 @@ class PostgresJobStore(JobStore):
             if self._conn is not None:
                 self._conn.close()
             self._conn = None
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreError(
-                redact(f"job store {describe_dsn(self._dsn)}: {first}", self._secrets)
+                redact(f"job store {describe_dsn(self._dsn)}: {first_line(exc)}", self._secrets)
             ) from None
 
     def _timestamp(self, moment: datetime) -> datetime:

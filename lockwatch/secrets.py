@@ -41,6 +41,24 @@ def dsn_password(dsn: str) -> str | None:
     return str(password) if password else None
 
 
+def dsn_secrets(dsn: str) -> tuple[str, ...]:
+    """What of a DSN must never be shown: the DSN itself and its password."""
+    return tuple(s for s in (dsn_password(dsn), dsn) if s)
+
+
+def first_line(error: BaseException) -> str:
+    """An error's message as one line, its type when it has none: drivers add
+    DETAIL and HINT lines that may quote values from the database.
+
+    >>> first_line(ValueError("connection refused\\nDETAIL: ..."))
+    'connection refused'
+    >>> first_line(TimeoutError())
+    'TimeoutError'
+    """
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def describe_dsn(dsn: str) -> str:
     """A DSN as it may be shown: host, port, database and user, never the password.
 

@@ -28,7 +28,7 @@ from psycopg.pq import Format
 from psycopg.rows import dict_row
 
 from lockwatch.model import AdvisoryLock, Backend, LockKey
-from lockwatch.secrets import describe_dsn, dsn_password, redact
+from lockwatch.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class PgLockSampler:
         statement_timeout: float = 5.0,
     ) -> None:
         self._dsn = dsn
-        self._secrets = tuple(s for s in (dsn_password(dsn), dsn) if s)
+        self._secrets = dsn_secrets(dsn)
         self._connect_timeout = connect_timeout
         self._statement_timeout = statement_timeout
         self._conn: psycopg.Connection[dict[str, Any]] | None = None
@@ -332,7 +332,7 @@ class PgLockSampler:
         elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
             reason = f"insufficient privilege (grant {grant} to the role): {exc}"
         else:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = first_line(exc)
         return redact(f"{self.where}: {reason}", self._secrets)
 
     def query(

@@ -15,7 +15,7 @@ import psycopg
 
 from lockwatch.model import PoolerConnection, PoolerSnapshot
 from lockwatch.sample.pg_locks import SampleError
-from lockwatch.secrets import describe_dsn, dsn_password, redact
+from lockwatch.secrets import describe_dsn, dsn_secrets, first_line, redact
 from lockwatch.sources import SampleContext
 
 
@@ -79,7 +79,7 @@ class PgBouncerSampler:
 
     def __init__(self, dsn: str, *, connect_timeout: float = 5.0) -> None:
         self._dsn = dsn
-        self._secrets = tuple(s for s in (dsn_password(dsn), dsn) if s)
+        self._secrets = dsn_secrets(dsn)
         self._connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -106,11 +106,8 @@ class PgBouncerSampler:
             )
         except (psycopg.Error, OSError) as exc:
             self.close()
-            first_line = (
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            )
             raise SampleError(
-                redact(f"pgbouncer {self.where}: {first_line}", self._secrets)
+                redact(f"pgbouncer {self.where}: {first_line(exc)}", self._secrets)
             ) from None
         return snapshot
 

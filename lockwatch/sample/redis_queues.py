@@ -18,7 +18,7 @@ from redis.retry import Retry
 from lockwatch.model import QueueSample
 from lockwatch.queue_settings import Queue, RedisLayout, RedisQueueSource, RedisType
 from lockwatch.sample.pg_locks import SampleError
-from lockwatch.secrets import redact
+from lockwatch.secrets import first_line, redact
 from lockwatch.sources import SampleContext
 
 # kombu keeps a Celery queue's priorities 3, 6 and 9 in lists of their own,
@@ -105,7 +105,7 @@ class RedisQueueSampler:
             raise SampleError(self._explain(exc)) from None
 
     def _explain(self, exc: redis.RedisError) -> str:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = first_line(exc)
         if "WRONGTYPE" in detail:
             keys = ", ".join(self.spec.keys)
             detail = f"a key of {keys} holds another type than {self.spec.type.value}"
