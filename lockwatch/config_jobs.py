@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
@@ -83,7 +84,7 @@ class JobConfig:
         path: str,
         targets: Collection[str],
         pings: PingSettings,
-        state_dir: object,
+        state_dir: Path | None,
     ) -> tuple[JobSpec, ...]:
         jobs = []
         names: dict[str, str] = {}

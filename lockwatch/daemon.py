@@ -204,7 +204,7 @@ class TargetRunner:
         pooler_found: list[Finding] = []
         pooler_undecided: set[tuple[FindingKind, Subject]] = set()
         if status.snapshot is not None:
-            pooled = self._sample_pooler(now, pooler_found, pooler_undecided)
+            pooled, pooler_found, pooler_undecided = self._sample_pooler(now)
             current = detect_locks(status.snapshot, self.target.locks, now, pooled)
         else:
             current = detect_target_down(status, now)
@@ -237,24 +237,22 @@ class TargetRunner:
         return view
 
     def _sample_pooler(
-        self,
-        now: datetime,
-        found: list[Finding],
-        undecided: set[tuple[FindingKind, Subject]],
-    ) -> PoolerSnapshot | None:
-        """pgbouncer's view of this server, or None; while it cannot be read,
-        pooled-session findings neither fire nor resolve."""
+        self, now: datetime
+    ) -> tuple[PoolerSnapshot | None, list[Finding], set[tuple[FindingKind, Subject]]]:
+        """pgbouncer's view of this server (None without one, or when it cannot
+        be read), the finding for the pooler as a source, and the pooled-session
+        findings that, unread, neither fire nor resolve."""
         if self.pooler is None:
-            return None
+            return None, [], set()
         pooled = self.pooler.poll(SampleContext(now, None))
+        undecided: set[tuple[FindingKind, Subject]] = set()
         if pooled is None:
-            undecided |= {
+            undecided = {
                 (f.kind, f.subject)
                 for f in self.ledger.active
                 if f.kind is FindingKind.LOCK_POOLED_SESSION
             }
-        found.extend(detect_source_down(self.target.name, [self.pooler.health], now))
-        return pooled
+        return pooled, detect_source_down(self.target.name, [self.pooler.health], now), undecided
 
     def _poll_monitors(
         self, context: PollContext

@@ -9,12 +9,11 @@ in lockwatch's read-only session under its statement timeout.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from lockwatch.model import JobRun, RunStatus
 from lockwatch.sample.pg_locks import SampleError
-from lockwatch.settings import JobSpec
 
 _STATUS_WORDS = {
     RunStatus.SUCCESS: {"success", "succeeded", "ok", "done", "finished", "completed"},
@@ -77,7 +76,3 @@ def runs_from_rows(job: str, rows: Sequence[Mapping[str, Any]]) -> list[JobRun]:
         except (TypeError, ValueError) as exc:
             raise SampleError(f"job {job}: row {number}: {exc}") from None
     return runs
-
-
-def lookback_start(spec: JobSpec, now: datetime) -> datetime:
-    return now - timedelta(seconds=spec.lookback)
