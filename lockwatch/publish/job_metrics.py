@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from lockwatch.board import TargetView
-from lockwatch.publish.queue_metrics import _add, _gauge
+from lockwatch.publish.families import add, gauge
 
 
 def job_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
@@ -26,30 +26,30 @@ def job_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
         "Starts for a run key that had started already (the job ran twice).",
         labels=labels,
     )
-    running = _gauge(
+    running = gauge(
         "lockwatch_job_runs_in_progress", "Runs of the job started and not finished.", labels
     )
-    last_start = _gauge(
+    last_start = gauge(
         "lockwatch_job_last_start_timestamp_seconds", "Unix time of the job's latest start.", labels
     )
-    last_success = _gauge(
+    last_success = gauge(
         "lockwatch_job_last_success_timestamp_seconds",
         "Unix time the job last finished successfully; absent until it has.",
         labels,
     )
-    last_duration = _gauge(
+    last_duration = gauge(
         "lockwatch_job_last_duration_seconds", "How long the job's last finished run took.", labels
     )
     for view in views:
         for job in view.jobs:
             names = [view.target.name, job.name]
-            _add(starts, names, job.starts_total)
-            _add(duplicates, names, job.duplicate_starts_total)
-            _add(running, names, job.running)
+            add(starts, names, job.starts_total)
+            add(duplicates, names, job.duplicate_starts_total)
+            add(running, names, job.running)
             if job.last_start is not None:
-                _add(last_start, names, job.last_start.timestamp())
+                add(last_start, names, job.last_start.timestamp())
             if job.last_success is not None:
-                _add(last_success, names, job.last_success.timestamp())
+                add(last_success, names, job.last_success.timestamp())
             if job.last_duration is not None:
-                _add(last_duration, names, job.last_duration)
+                add(last_duration, names, job.last_duration)
     yield from (starts, duplicates, running, last_start, last_success, last_duration)

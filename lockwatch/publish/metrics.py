@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Info
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 import lockwatch
@@ -30,6 +30,7 @@ from lockwatch.publish.api import (
     sorted_findings,
     utc_now,
 )
+from lockwatch.publish.families import add, gauge
 from lockwatch.publish.job_metrics import job_metrics
 from lockwatch.publish.queue_metrics import queue_metrics, source_metrics, worker_metrics
 from lockwatch.settings import LockSettings
@@ -40,14 +41,6 @@ SUBJECT_FIELDS = tuple(f.name for f in dataclasses.fields(Subject))
 SUBJECT_LABELS = tuple(subject_label(name) for name in SUBJECT_FIELDS)
 # Active findings exported one series each, per target; the rest are counted.
 FINDING_SERIES_CAP = 100
-
-
-def _gauge(name: str, documentation: str, labels: Iterable[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, labels=list(labels))
-
-
-def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float) -> None:
-    family.add_metric([printable(label) for label in labels], value)
 
 
 def exported_locks(
@@ -99,12 +92,12 @@ class BoardCollector(Collector):
         yield from job_metrics(views)
 
     def _poll_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
-        up = _gauge(
+        up = gauge(
             "lockwatch_up",
             "1 if the last poll of the target succeeded, 0 if it failed or none finished yet.",
             ["target"],
         )
-        duration = _gauge(
+        duration = gauge(
             "lockwatch_last_poll_duration_seconds",
             "How long the last successful poll of the target took.",
             ["target"],
@@ -121,33 +114,33 @@ class BoardCollector(Collector):
             "while this grows, a restart forgets them.",
             labels=["target"],
         )
-        last_success = _gauge(
+        last_success = gauge(
             "lockwatch_last_successful_poll_timestamp_seconds",
             "Unix time of the last successful poll of the target; absent until one succeeded.",
             ["target"],
         )
         for view in views:
             target = [view.target.name]
-            _add(up, target, 1.0 if view.up else 0.0)
-            _add(polls, target, view.polls_total)
-            _add(errors, target, view.poll_errors_total)
-            _add(state_errors, target, view.state_write_errors_total)
+            add(up, target, 1.0 if view.up else 0.0)
+            add(polls, target, view.polls_total)
+            add(errors, target, view.poll_errors_total)
+            add(state_errors, target, view.state_write_errors_total)
             snapshot = None if view.status is None else view.status.snapshot
             if snapshot is not None:
-                _add(duration, target, snapshot.poll_seconds)
+                add(duration, target, snapshot.poll_seconds)
             if view.last_success is not None:
-                _add(last_success, target, view.last_success.timestamp())
+                add(last_success, target, view.last_success.timestamp())
         yield from (up, duration, polls, errors, state_errors, last_success)
 
     def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
-        counts = _gauge(
+        counts = gauge(
             "lockwatch_advisory_locks",
             "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
             "not counting ignored keys.",
             ["target", "database", "state"],
         )
         labels = ["target", "database", "lock"]
-        hold = _gauge(
+        hold = gauge(
             "lockwatch_advisory_lock_hold_seconds",
             "Seconds the lock has been held, measured from when lockwatch first saw it "
             "granted, or from an idle holder's last state change, which came after the "
@@ -155,12 +148,12 @@ class BoardCollector(Collector):
             "Named locks, plus the longest-held other keys up to top_n per target.",
             labels,
         )
-        waiters = _gauge(
+        waiters = gauge(
             "lockwatch_advisory_lock_waiters",
             "Sessions waiting for the lock.",
             labels,
         )
-        longest_wait = _gauge(
+        longest_wait = gauge(
             "lockwatch_advisory_lock_longest_wait_seconds",
             "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
             labels,
@@ -173,14 +166,14 @@ class BoardCollector(Collector):
             target = view.target.name
             settings = view.target.locks
             for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
-                _add(counts, [target, database, "held"], held)
-                _add(counts, [target, database, "waiting"], waiting)
+                add(counts, [target, database, "held"], held)
+                add(counts, [target, database, "waiting"], waiting)
             groups = lock_groups(snapshot, settings, now, top=settings.top_n)
             for database, lock, exported in exported_locks(groups, settings):
                 series = [target, database, lock]
-                _add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
-                _add(waiters, series, 0 if exported is None else len(exported.waiters))
-                _add(
+                add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
+                add(waiters, series, 0 if exported is None else len(exported.waiters))
+                add(
                     longest_wait,
                     series,
                     0.0 if exported is None else exported.longest_wait_seconds or 0.0,
@@ -188,25 +181,25 @@ class BoardCollector(Collector):
         yield from (counts, hold, waiters, longest_wait)
 
     def _finding_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
-        counts = _gauge(
+        counts = gauge(
             "lockwatch_findings",
             "Active findings by kind and severity; every combination is present, 0 when none.",
             ["target", "kind", "severity"],
         )
-        active = _gauge(
+        active = gauge(
             "lockwatch_finding_active",
             f"1 for each active finding (at most {FINDING_SERIES_CAP} per target, "
             "most severe and oldest first).",
             ["target", "kind", *SUBJECT_LABELS],
         )
-        info = _gauge(
+        info = gauge(
             "lockwatch_finding_info",
             "1 for each series of lockwatch_finding_active, with the finding's severity and "
             'its holder ("pid 1234 (app from 10.0.0.5)", empty when it names none) for alert '
             "messages. Alert on this without the holder label: a new holder is a new series.",
             ["target", "kind", *SUBJECT_LABELS, "severity", "holder"],
         )
-        dropped = _gauge(
+        dropped = gauge(
             "lockwatch_finding_series_dropped",
             "Active findings left out of lockwatch_finding_active by the per-target cap.",
             ["target"],
@@ -220,15 +213,15 @@ class BoardCollector(Collector):
                 )
             for kind in FindingKind:
                 for severity in Severity:
-                    _add(
+                    add(
                         counts, [target, kind.value, severity.value], tally.get((kind, severity), 0)
                     )
             shown = _finding_series(view.findings)
             for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
-                _add(active, [target, *labels], 1.0)
+                add(active, [target, *labels], 1.0)
                 details = [finding.severity.value, holder_label(finding.evidence)]
-                _add(info, [target, *labels, *details], 1.0)
-            _add(dropped, [target], max(0, len(shown) - FINDING_SERIES_CAP))
+                add(info, [target, *labels, *details], 1.0)
+            add(dropped, [target], max(0, len(shown) - FINDING_SERIES_CAP))
         yield from (counts, active, info, dropped)
 
 

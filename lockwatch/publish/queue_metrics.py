@@ -9,25 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from lockwatch.board import TargetView
 from lockwatch.detect.queues import SESSION_STATES
-from lockwatch.publish.api import printable
+from lockwatch.publish.families import add, gauge
 
 WAITS_PER_GROUP = 5  # locks exported per worker group, most waiting sessions first
 
 
-def _gauge(name: str, documentation: str, labels: Iterable[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, labels=list(labels))
-
-
-def _add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float) -> None:
-    family.add_metric([printable(label) for label in labels], value)
-
-
 def source_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
-    up = _gauge(
+    up = gauge(
         "lockwatch_source_up",
         "1 if the last attempt to sample the target's source (a queue, a worker group, "
         "the workers' sessions) succeeded, 0 if it failed or waits for the database.",
@@ -41,27 +33,25 @@ def source_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
     for view in views:
         for health in view.sources:
             labels = [view.target.name, health.name]
-            _add(up, labels, 1.0 if health.up else 0.0)
-            _add(errors, labels, health.errors_total)
+            add(up, labels, 1.0 if health.up else 0.0)
+            add(errors, labels, health.errors_total)
     yield from (up, errors)
 
 
 def queue_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
     labels = ["target", "queue"]
-    depth = _gauge(
-        "lockwatch_queue_depth", "Items waiting in the queue at the last sample.", labels
-    )
-    oldest = _gauge(
+    depth = gauge("lockwatch_queue_depth", "Items waiting in the queue at the last sample.", labels)
+    oldest = gauge(
         "lockwatch_queue_oldest_age_seconds",
         "Age of the oldest waiting item; absent when the source does not tell.",
         labels,
     )
-    in_flight = _gauge(
+    in_flight = gauge(
         "lockwatch_queue_in_flight",
         "Items taken by a worker and not finished; absent when the source does not tell.",
         labels,
     )
-    growth = _gauge(
+    growth = gauge(
         "lockwatch_queue_growth_per_second",
         "Least-squares slope of the depth over the queue's window (negative: draining).",
         labels,
@@ -78,15 +68,15 @@ def queue_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
             latest = queue.latest
             if latest is None:
                 continue  # never sampled: 0 would claim an empty queue
-            _add(depth, series, latest.depth)
+            add(depth, series, latest.depth)
             if latest.oldest_age_seconds is not None:
-                _add(oldest, series, latest.oldest_age_seconds)
+                add(oldest, series, latest.oldest_age_seconds)
             if latest.in_flight is not None:
-                _add(in_flight, series, latest.in_flight)
+                add(in_flight, series, latest.in_flight)
             if latest.completed_total is not None:
-                _add(completed, series, latest.completed_total)
+                add(completed, series, latest.completed_total)
             if queue.growth_per_second is not None:
-                _add(growth, series, queue.growth_per_second)
+                add(growth, series, queue.growth_per_second)
     yield from (depth, oldest, in_flight, growth, completed)
 
 
@@ -98,21 +88,21 @@ def worker_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
         "a counter that survives restarts of the workers.",
         labels=labels,
     )
-    processes = _gauge(
+    processes = gauge(
         "lockwatch_worker_processes", "Processes in the worker group at the last sample.", labels
     )
-    cores = _gauge(
+    cores = gauge(
         "lockwatch_worker_cpu_cores",
         "Average cores the worker group used over its window (the longest of its queues').",
         labels,
     )
-    sessions = _gauge(
+    sessions = gauge(
         "lockwatch_worker_sessions",
         "The group's database sessions by state: active (running SQL), waiting_lock "
         "(waiting on a lock), idle, idle_in_transaction, other.",
         [*labels, "state"],
     )
-    waiting = _gauge(
+    waiting = gauge(
         "lockwatch_worker_sessions_waiting_on_lock",
         f"The group's sessions waiting on each advisory lock (at most {WAITS_PER_GROUP} "
         "locks per group, most waiters first).",
@@ -122,14 +112,14 @@ def worker_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
         for group in view.workers:
             series = [view.target.name, group.name]
             if group.latest is not None:
-                _add(cpu, series, group.latest.cpu_seconds)
+                add(cpu, series, group.latest.cpu_seconds)
                 if group.latest.processes is not None:
-                    _add(processes, series, group.latest.processes)
+                    add(processes, series, group.latest.processes)
             if group.cpu_cores is not None:
-                _add(cores, series, group.cpu_cores)
+                add(cores, series, group.cpu_cores)
             if group.sessions is not None:
                 for state in SESSION_STATES:
-                    _add(sessions, [*series, state], group.sessions.get(state, 0))
+                    add(sessions, [*series, state], group.sessions.get(state, 0))
             for wait in group.waiting_on[:WAITS_PER_GROUP]:
-                _add(waiting, [*series, wait.database, wait.lock], wait.sessions)
+                add(waiting, [*series, wait.database, wait.lock], wait.sessions)
     yield from (cpu, processes, cores, sessions, waiting)
