@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.report import render, write_into
 from bench.run import Options, run
-from lockwatch.pgcluster import ClusterError
+from lockwatch.demo.pgcluster import ClusterError
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 QUICK = Options(

@@ -15,7 +15,7 @@ import yaml
 
 from bench.process import Process, http_get, samples, series_count
 from bench.server import LOCKWATCH_ROLE, BenchServer
-from lockwatch.pgcluster import free_port
+from lockwatch.demo.pgcluster import free_port
 
 TARGET = "bench"
 SCRAPES = 3

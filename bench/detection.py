@@ -24,14 +24,14 @@ from psycopg import sql
 
 from bench.daemon import TARGET, LockwatchProcess, target_config
 from bench.server import DATABASE, LOCKWATCH_ROLE, BenchServer
-from lockwatch.model import FindingKind
-from lockwatch.scenarios import (
+from lockwatch.demo.scenarios import (
     WEBHOOK_JOBS_DDL,
     ConvoyIncident,
     OrphanIncident,
     WebhookQueueIncident,
     webhook_queue_sql,
 )
+from lockwatch.model.findings import FindingKind
 from tests.pgbouncer_server import STATS_USER, PgBouncer
 
 POLL = 0.01  # seconds between looks at the stage and at the API

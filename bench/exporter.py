@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.process import Process, http_get, samples
 from bench.server import DATABASE, EXPORTER_ROLE, BenchServer
-from lockwatch.pgcluster import free_port
+from lockwatch.demo.pgcluster import free_port
 
 BINARY = "prometheus-postgres-exporter"
 # What pg_locks_count calls the mode of an advisory lock taken by pg_advisory_lock().

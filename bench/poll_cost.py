@@ -22,10 +22,11 @@ import psycopg
 from bench.exporter import ExporterCost, PostgresExporter, advisory_count
 from bench.process import series_count
 from bench.server import EXPORTER_ROLE, FLOOR_ROLE, LOCKWATCH_ROLE, ROLES, BenchServer
-from lockwatch.board import Board
-from lockwatch.daemon import TargetRunner
-from lockwatch.settings import LockSettings, Target
-from lockwatch.statefile import StateStore
+from lockwatch.runner import TargetRunner
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
 
 FLOOR_SQL = (Path(__file__).parent / "floor.sql").read_text(encoding="utf-8")
 # Budgets no lock of the run reaches: the cost of watching a healthy server,

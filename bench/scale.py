@@ -18,9 +18,10 @@ import psutil
 
 from bench.poll_cost import bench_target
 from bench.server import BenchServer
-from lockwatch.board import Board, TargetView
-from lockwatch.daemon import TargetRunner
-from lockwatch.statefile import StateStore
+from lockwatch.model.views import TargetView
+from lockwatch.runner import TargetRunner
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
 
 WARMUP = 1.5  # seconds for every runner to connect and see the locks once
 

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from lockwatch.pgcluster import LocalCluster, debian_bin_dirs, embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster, debian_bin_dirs, embedded_bin_dir
 
 DATABASE = "bench"
 HOLDER_SESSIONS = 20

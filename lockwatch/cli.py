@@ -14,9 +14,10 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
-from lockwatch.config import ConfigError, load_settings, parse_duration, settings_from_flags
-from lockwatch.settings import DEFAULT_LISTEN, Settings, parse_listen
-from lockwatch.web_config import WebConfig, WebConfigError, load_web_config
+from lockwatch.config.loader import ConfigError, load_settings, parse_duration, settings_from_flags
+from lockwatch.config.web import load_web_config
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
+from lockwatch.settings.web import WebConfig, WebConfigError
 
 EXIT_BAD_CONFIG = 2
 
@@ -264,7 +265,7 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
 @click.option("--statement-timeout", type=DURATION, default=5.0, show_default=True)
 def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
     """Print the advisory locks held and awaited right now, with their sessions."""
-    from lockwatch.snapshot import render_snapshot, take_snapshot
+    from lockwatch.commands.snapshot import render_snapshot, take_snapshot
 
     try:
         settings = settings_from_flags(dsn=dsn)
@@ -277,7 +278,7 @@ def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
         click.echo(f"lockwatch: {exc}", err=True)
         sys.exit(1)
     if as_json:
-        from lockwatch.publish.api import locks_document
+        from lockwatch.publish.api.locks import locks_document
 
         assert view.status is not None
         click.echo(json.dumps(locks_document((view,), view.status.checked_at), indent=2))
@@ -303,7 +304,7 @@ def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
 def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -> None:
     """Replay the seed incidents (a lock convoy, an orphaned lock) and show what lockwatch finds."""
     _setup_logging(log_level)
-    from lockwatch.demo import run_demo
+    from lockwatch.demo.run import run_demo
 
     sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen))
 
@@ -314,7 +315,7 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
 @click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
 def export_command(what: str, directory: Path, force: bool) -> None:
     """Write the bundled Prometheus alert rules, Grafana dashboard or systemd unit into DIRECTORY."""
-    from lockwatch.export import ExportError, export
+    from lockwatch.commands.export import ExportError, export
 
     try:
         written = export(what, directory, force=force)
@@ -356,7 +357,7 @@ def exec_command(
     """Run COMMAND and report its start and its end to lockwatch: lockwatch exec --job nightly -- ./report.sh"""
     import os
 
-    from lockwatch.execwrap import PingClient, run_wrapped
+    from lockwatch.commands.exec import PingClient, run_wrapped
 
     if token_file is not None:
         try:
@@ -382,7 +383,7 @@ def exec_command(
 )
 def doctor(dsn: str) -> None:
     """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), or broken (2)."""
-    from lockwatch.doctor import EXIT_ERROR, diagnose
+    from lockwatch.commands.doctor import EXIT_ERROR, diagnose
 
     try:
         diagnosis = diagnose(dsn)

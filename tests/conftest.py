@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.pgcluster import LocalCluster, debian_bin_dirs, embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster, debian_bin_dirs, embedded_bin_dir
 from tests.support import MONITOR_PASSWORD, MONITOR_USER, PgDatabase
 
 DEBIAN_VERSION = 15

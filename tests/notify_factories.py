@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model import Finding, FindingKind, Severity, Subject
-from lockwatch.settings import LockSettings
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.settings.locks import LockSettings
 from tests.factories import DB, NOW, TARGET, backend, held, snapshot, waiting
 
 HOLDER_PID = 1234

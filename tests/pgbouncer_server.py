@@ -15,7 +15,7 @@ from types import TracebackType
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from lockwatch.pgcluster import LocalCluster, free_port
+from lockwatch.demo.pgcluster import LocalCluster, free_port
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
 ADMIN_USER = "postgres"

@@ -12,7 +12,7 @@ from typing import Any, Generic, Literal, TypeVar
 import psycopg
 from psycopg import sql
 
-from lockwatch.pgcluster import LocalCluster, free_port
+from lockwatch.demo.pgcluster import LocalCluster, free_port
 
 __all__ = [
     "MONITOR_PASSWORD",

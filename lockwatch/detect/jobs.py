@@ -11,9 +11,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.detect.locks import format_duration, one_line
-from lockwatch.model import Finding, FindingKind, JobRun, RunStatus, Severity, Subject
-from lockwatch.settings import JobSpec
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.jobs import JobRun, RunStatus
+from lockwatch.settings.jobs import JobSpec
+from lockwatch.text import format_duration, one_line
 
 
 def run_key_of(spec: JobSpec, run: JobRun) -> str:

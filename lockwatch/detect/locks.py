@@ -7,160 +7,29 @@ findings in the same order.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model import (
-    SHARED_POOL_MODES,
-    AdvisoryLock,
-    Backend,
-    Finding,
-    FindingKind,
-    LockKey,
-    LockSnapshot,
-    PoolerConnection,
-    PoolerSnapshot,
-    Severity,
-    Subject,
-)
-from lockwatch.settings import LockRole, LockSettings, NamedLock
+from lockwatch.detect.evidence import age_seconds, backend_facts, blocking_chain, seconds_between
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerConnection, PoolerSnapshot
+from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
+from lockwatch.text import format_duration, one_line
 
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
-QUERY_LIMIT = 200
-SUMMARY_VALUE_LIMIT = 60
-ELLIPSIS = "…"
+
+
 # Findings of one kind reported one by one per target; the rest become one.
 FINDINGS_PER_KIND = 100
+
+
 OVERFLOW_SUBJECT = "(more locks)"
+
+
 OVERFLOW_KEYS = 50  # keys listed in the evidence of the overflow finding
-
-
-def format_duration(seconds: float) -> str:
-    """A duration the way a person reads it, to two units at most.
-
-    >>> format_duration(42.7)
-    '42s'
-    >>> format_duration(340)
-    '5m40s'
-    >>> format_duration(300)
-    '5m'
-    >>> format_duration(3 * 3600 + 2 * 60 + 9)
-    '3h2m'
-    >>> format_duration(2 * 86400 + 3600)
-    '2d1h'
-    >>> format_duration(-5)
-    '0s'
-    """
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    for big, big_unit, small, small_unit in (
-        (days, "d", hours, "h"),
-        (hours, "h", minutes, "m"),
-        (minutes, "m", secs, "s"),
-    ):
-        if big:
-            return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
-    return f"{secs}s"
-
-
-def _breaks_line(ch: str) -> bool:
-    """Control, format and private characters, and the Unicode line and
-    paragraph separators: anything a terminal or chat client may render as a
-    break or not at all."""
-    category = unicodedata.category(ch)
-    return category[0] == "C" or category in ("Zl", "Zp")
-
-
-def one_line(text: object, limit: int = SUMMARY_VALUE_LIMIT) -> str:
-    """A value from a database client made safe to put inside a one-line summary:
-    control characters and line breaks become spaces, runs of blanks collapse,
-    and the result is capped at ``limit`` characters.
-
-    >>> one_line("SELECT\\n  pg_advisory_lock(42);\\x00")
-    'SELECT pg_advisory_lock(42);'
-    >>> one_line("x" * 70, 10)
-    'xxxxxxxxxx…'
-    """
-    cleaned = "".join(" " if _breaks_line(ch) else ch for ch in str(text))
-    collapsed = " ".join(cleaned.split())
-    return collapsed if len(collapsed) <= limit else collapsed[:limit] + ELLIPSIS
-
-
-def truncate(text: str, limit: int = QUERY_LIMIT) -> str:
-    """
-    >>> truncate("abcdef", 3)
-    'abc…'
-    """
-    return text if len(text) <= limit else text[:limit] + ELLIPSIS
-
-
-def _seconds(now: datetime, then: datetime | None) -> float:
-    """Seconds from ``then`` to ``now``; never negative, 0 when unknown."""
-    if then is None:
-        return 0.0
-    return max(0.0, (now - then).total_seconds())
-
-
-def _age(now: datetime, then: datetime | None) -> float | None:
-    return None if then is None else round(_seconds(now, then), 1)
-
-
-def backend_facts(backend: Backend | None, pid: int, now: datetime) -> dict[str, Any]:
-    """A session as findings show it: who, from where, doing what, for how long."""
-    if backend is None:
-        return {
-            "pid": pid,
-            "application_name": None,
-            "client_addr": None,
-            "state": None,
-            "state_seconds": None,
-            "wait_event_type": None,
-            "wait_event": None,
-            "query": None,
-            "blocked_by": [],
-        }
-    return {
-        "pid": pid,
-        "application_name": backend.application_name,
-        "client_addr": backend.client_addr,
-        "state": backend.state,
-        "state_seconds": _age(now, backend.state_change),
-        "wait_event_type": backend.wait_event_type,
-        "wait_event": backend.wait_event,
-        "query": truncate(backend.query),
-        "blocked_by": list(backend.blocked_by),
-    }
-
-
-def blocking_chain(
-    snapshot: LockSnapshot, pid: int, now: datetime, max_depth: int = 10
-) -> list[dict[str, Any]]:
-    """Who ``pid`` waits for, who that one waits for, and so on.
-
-    One step per backend, following ``Backend.blocked_by`` (the first blocker
-    lockwatch knows, when there are several). A step that leads back to a pid
-    already in the chain ends it with ``cycle: True``; at most ``max_depth``
-    steps are returned.
-    """
-    chain: list[dict[str, Any]] = []
-    seen: set[int] = set()
-    current: int | None = pid
-    while current is not None and len(chain) < max_depth:
-        backend = snapshot.backends.get(current)
-        step = backend_facts(backend, current, now)
-        step["cycle"] = current in seen
-        chain.append(step)
-        if step["cycle"] or backend is None or not backend.blocked_by:
-            break
-        seen.add(current)
-        known = [p for p in backend.blocked_by if p in snapshot.backends]
-        current = (known or list(backend.blocked_by))[0]
-    return chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +153,7 @@ def _holder_facts(holder: _Holder, now: datetime) -> dict[str, Any]:
         "usename": backend.usename if backend else None,
         "held_seconds": round(holder.held, 1),
         "mode": holder.lock.mode,
-        "xact_seconds": _age(now, backend.xact_start) if backend else None,
+        "xact_seconds": age_seconds(now, backend.xact_start) if backend else None,
     }
 
 
@@ -404,11 +273,11 @@ def _groups(
             if lock.granted:
                 idle = None
                 if backend is not None and backend.state in IDLE_STATES:
-                    idle = _seconds(now, backend.state_change)
-                holders.append(_Holder(lock, backend, _seconds(now, lock.first_seen), idle))
+                    idle = seconds_between(now, backend.state_change)
+                holders.append(_Holder(lock, backend, seconds_between(now, lock.first_seen), idle))
             else:
                 started = lock.wait_start or lock.first_seen
-                waiters.append(_Waiter(lock, backend, _seconds(now, started)))
+                waiters.append(_Waiter(lock, backend, seconds_between(now, started)))
         holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
         waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
         groups.append(
@@ -563,7 +432,7 @@ def _leaders_missing(
             _Waiter(
                 lock,
                 snapshot.backends.get(lock.pid),
-                _seconds(now, lock.wait_start or lock.first_seen),
+                seconds_between(now, lock.wait_start or lock.first_seen),
             )
             for lock in rows
         ]

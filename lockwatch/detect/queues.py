@@ -27,21 +27,13 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any, TypeVar
 
-from lockwatch.detect.locks import backend_facts, format_duration, one_line
-from lockwatch.model import (
-    Backend,
-    Finding,
-    FindingKind,
-    LockKey,
-    LockSnapshot,
-    QueueSample,
-    SessionWait,
-    Severity,
-    Subject,
-    WorkerSample,
-)
-from lockwatch.queue_settings import QueueThresholds, WorkerGroup
-from lockwatch.settings import LockSettings
+from lockwatch.detect.evidence import backend_facts
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.locks import Backend, LockKey, LockSnapshot
+from lockwatch.model.queues import QueueSample, SessionWait, WorkerSample
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.queues import QueueThresholds, WorkerGroup
+from lockwatch.text import format_duration, one_line
 
 COVERAGE = 0.8  # share of the window the samples must span before a queue is judged
 MIN_SAMPLES = 3

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from lockwatch.detect.locks import one_line
-from lockwatch.model import Finding, FindingKind, Severity, Subject, TargetStatus
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.views import TargetStatus
+from lockwatch.text import one_line
 
 # Driver errors can be long and span lines; the summary keeps their gist, the
 # evidence keeps the whole (already secret-free) text.

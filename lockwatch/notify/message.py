@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockwatch.ledger import dump_finding, load_finding
-from lockwatch.model import Finding, Severity
+from lockwatch.model.findings import Finding, Severity
+from lockwatch.state.ledger import dump_finding, load_finding
 
 RUNBOOKS = "https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md"
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}

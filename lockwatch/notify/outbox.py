@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.ledger import dump_finding, load_finding
-from lockwatch.model import Finding, Subject
+from lockwatch.model.findings import Finding, Subject
 from lockwatch.notify.message import Entry, EntryState, Message, order_entries
-from lockwatch.notify.settings import NotifySettings
+from lockwatch.settings.notify import NotifySettings
+from lockwatch.state.ledger import dump_finding, load_finding
 
 _SUBJECT_FIELDS = frozenset(f.name for f in fields(Subject))
 

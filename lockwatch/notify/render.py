@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockwatch.detect.locks import ELLIPSIS, format_duration, one_line
-from lockwatch.model import Finding, subject_label
+from lockwatch.model.findings import Finding, subject_label
 from lockwatch.notify.message import Entry, EntryState, Message, alert_name, runbook_url
-from lockwatch.publish.api import iso_utc, printable
-from lockwatch.publish.metrics import named_holders
+from lockwatch.publish.metrics.locks import named_holders
+from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
 
 TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 units
 # Slack cuts text past 40,000 characters; 3,000 visible ones stay readable and,

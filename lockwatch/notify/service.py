@@ -24,13 +24,13 @@ import requests
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from lockwatch.ledger import Transitions
-from lockwatch.model import Finding
+from lockwatch.model.findings import Finding
 from lockwatch.notify.message import Message
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
-from lockwatch.notify.settings import Channel, NotifySettings
 from lockwatch.notify.transports import Transport, TransportError, make_transport
-from lockwatch.statefile import StateStore
+from lockwatch.settings.notify import Channel, NotifySettings
+from lockwatch.state.ledger import Transitions
+from lockwatch.state.statefile import StateStore
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 import requests
 
-from lockwatch.detect.locks import one_line
 from lockwatch.notify.message import Message
 from lockwatch.notify.render import (
     SLACK_LIMIT,
@@ -32,15 +31,15 @@ from lockwatch.notify.render import (
     telegram_html,
     webhook_payload,
 )
-from lockwatch.notify.settings import (
+from lockwatch.settings.notify import (
     Channel,
     NotifySettings,
     SlackChannel,
     TelegramChannel,
     WebhookChannel,
 )
-from lockwatch.publish.api import printable
-from lockwatch.secrets import redact
+from lockwatch.text import one_line, printable
+from lockwatch.util.secrets import redact
 
 MAX_ANSWER = 64 * 1024  # bytes of an answer read; receivers say little
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\)\]]+)")

@@ -21,21 +21,19 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from lockwatch.board import Board
-from lockwatch.publish.api import (
-    findings_document,
-    locks_document,
-    printable,
-    render_json,
-    utc_now,
-)
-from lockwatch.publish.job_api import jobs_document
+from lockwatch.publish.api.encode import render_json, utc_now
+from lockwatch.publish.api.findings import findings_document
+from lockwatch.publish.api.jobs import jobs_document
+from lockwatch.publish.api.locks import locks_document
+from lockwatch.publish.api.queues import queues_document
+from lockwatch.publish.auth import BasicAuth
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
-from lockwatch.publish.queue_api import queues_document
-from lockwatch.publish.status import StatusPage
-from lockwatch.settings import parse_listen
-from lockwatch.web_config import BasicAuth, WebConfig
+from lockwatch.publish.status.page import StatusPage
+from lockwatch.settings.targets import parse_listen
+from lockwatch.settings.web import WebConfig
+from lockwatch.state.board import Board
+from lockwatch.text import printable
 
 logger = logging.getLogger(__name__)
 

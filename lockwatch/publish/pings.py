@@ -18,7 +18,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs
 
-from lockwatch.jobstore import JobStore, PingEvent, StoreError
+from lockwatch.state.jobstore import JobStore, PingEvent, StoreError
 
 log = logging.getLogger(__name__)
 

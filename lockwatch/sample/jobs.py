@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from lockwatch.model import JobRun, RunStatus
-from lockwatch.sample.pg_locks import SampleError
+from lockwatch.model.jobs import JobRun, RunStatus
+from lockwatch.sample.locks import SampleError
 
 _STATUS_WORDS = {
     RunStatus.SUCCESS: {"success", "succeeded", "ok", "done", "finished", "completed"},

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model import QueueSample
-from lockwatch.queue_settings import Queue, SqlQueueSource
-from lockwatch.sample.pg_locks import SampleError
-from lockwatch.sources import SampleContext
+from lockwatch.model.queues import QueueSample
+from lockwatch.sample.base import SampleContext
+from lockwatch.sample.locks import SampleError
+from lockwatch.settings.queues import Queue, SqlQueueSource
 
 REQUIRED = "depth"
 OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight")
@@ -63,7 +63,7 @@ def readings_from_rows(
     its ``queue`` column, where a sub-queue without a row is empty (as GROUP BY
     leaves it) and one that is not configured is left out.
 
-    >>> from lockwatch.queue_settings import Queue, SqlQueueSource
+    >>> from lockwatch.settings.queues import Queue, SqlQueueSource
     >>> q = Queue("jobs", SqlQueueSource("...", sub_queues=("mail", "hooks")))
     >>> now = datetime(2025, 1, 1)
     >>> sorted((n, s.depth) for n, s in readings_from_rows(q, [{"queue": "mail", "depth": 3}], now).items())

@@ -21,11 +21,12 @@ from typing import Any
 import psutil
 import requests
 
-from lockwatch.model import Backend, WorkerSample
-from lockwatch.queue_settings import CgroupCpu, ProcessMatch, PrometheusCpu
-from lockwatch.sample.pg_locks import QUERY_CHARS, SampleError, backend_from_row
-from lockwatch.secrets import redact
-from lockwatch.sources import SampleContext
+from lockwatch.model.locks import Backend
+from lockwatch.model.queues import WorkerSample
+from lockwatch.sample.base import SampleContext
+from lockwatch.sample.locks import QUERY_CHARS, SampleError, backend_from_row
+from lockwatch.settings.queues import CgroupCpu, ProcessMatch, PrometheusCpu
+from lockwatch.util.secrets import redact
 
 MAX_SESSIONS = 2000  # sessions read per poll, whatever the patterns match
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import pytest
 
-from lockwatch.pgcluster import LocalCluster, embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster, embedded_bin_dir
 from tests.battery.report import Results
 from tests.support import MONITOR_PASSWORD, MONITOR_USER, PgDatabase
 

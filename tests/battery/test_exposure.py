@@ -24,9 +24,9 @@ import pytest
 import requests
 from psycopg import sql
 
-from lockwatch.pgcluster import SCRAM_GROUP, LocalCluster
-from lockwatch.sample.pg_locks import PgLockSampler, SampleError
-from lockwatch.scenarios import WEBHOOK_JOBS_DDL
+from lockwatch.demo.pgcluster import SCRAM_GROUP, LocalCluster
+from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL
+from lockwatch.sample.locks import PgLockSampler, SampleError
 from tests.battery.conftest import Record
 from tests.battery.probes import scrape
 from tests.processes import LockwatchProcess, write_config

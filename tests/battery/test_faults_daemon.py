@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.scenarios import ConvoyIncident, OrphanIncident
+from lockwatch.demo.scenarios import ConvoyIncident, OrphanIncident
 from tests.battery.conftest import Record
 from tests.battery.probes import Observer
 from tests.battery.relay import Relay

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from lockwatch.pgcluster import LocalCluster
+from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
 from tests.battery.probes import Scrape, scrape
 from tests.battery.report import soak

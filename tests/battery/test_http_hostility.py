@@ -19,7 +19,7 @@ import bcrypt
 import pytest
 import requests
 
-from lockwatch.pgcluster import LocalCluster
+from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.publish.http import REQUEST_TIMEOUT
 from lockwatch.publish.pings import TOKEN_HEADER
 from tests.battery.conftest import Record

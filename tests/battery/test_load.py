@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from lockwatch.pgcluster import LocalCluster
+from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
 from tests.battery.probes import Observer, Scrape, footprint, scrape
 from tests.battery.report import soak

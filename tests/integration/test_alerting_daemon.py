@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.scenarios import ConvoyIncident
+from lockwatch.demo.scenarios import ConvoyIncident
 from tests.processes import LockwatchProcess, write_config
 from tests.standins import ChatStandin, add_telegram
 from tests.support import PgDatabase, free_port, wait_until

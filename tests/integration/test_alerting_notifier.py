@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from lockwatch.cli import main
-from lockwatch.ledger import Transitions
-from lockwatch.model import Finding
+from lockwatch.model.findings import Finding
 from lockwatch.notify.service import AlertNotifier, Backoff, ChannelWorker
-from lockwatch.notify.settings import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
+from lockwatch.settings.notify import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
+from lockwatch.state.ledger import Transitions
 from tests.factories import NOW, TARGET
 from tests.notify_factories import HOLDER_PID, convoy, finding
 from tests.standins import ChatStandin, Reply, telegram_flood

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lockwatch.scenarios import ConvoyIncident
+from lockwatch.demo.scenarios import ConvoyIncident
 from tests.processes import LockwatchProcess, write_config
 from tests.promstack import Alertmanager, Prometheus, binary
 from tests.standins import ChatStandin, Received

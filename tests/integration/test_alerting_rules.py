@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lockwatch.model import FindingKind
+from lockwatch.model.findings import FindingKind
 from lockwatch.notify.message import alert_name, runbook_url
 from tests.promstack import binary
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import requests
 
-from lockwatch.scenarios import Blackhole
+from lockwatch.demo.scenarios import Blackhole
 from tests.processes import LockwatchProcess, write_config
 from tests.support import (
     MONITOR_PASSWORD,

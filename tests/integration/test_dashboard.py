@@ -17,8 +17,8 @@ import pytest
 import requests
 import yaml
 
-from lockwatch.publish.metrics import SUBJECT_LABELS
-from lockwatch.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
+from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
+from lockwatch.publish.metrics.registry import SUBJECT_LABELS
 from tests.processes import LockwatchProcess, write_config
 from tests.promstack import Prometheus
 from tests.support import PgDatabase, free_port, wait_until

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from lockwatch.demo import run_demo
+from lockwatch.demo.run import run_demo
 from tests.support import PgDatabase
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from lockwatch.board import Board, TargetView
-from lockwatch.model import Finding, FindingKind, LockKey, Severity, Subject, TargetStatus
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.locks import LockKey
+from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.publish.http import HttpServer
-from lockwatch.publish.metrics import build_registry
-from lockwatch.settings import LockSettings, NamedLock, Target
+from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.settings.locks import LockSettings, NamedLock
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 from tests.factories import NOW, TARGET, backend, held, snapshot, waiting
 
 STALE_AFTER = 30.0

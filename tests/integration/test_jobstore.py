@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.jobstore import JobStore, PingEvent, PostgresJobStore, SqliteJobStore, StoreError
-from lockwatch.model import RunStatus
+from lockwatch.model.jobs import RunStatus
+from lockwatch.state.jobstore import (
+    JobStore,
+    PingEvent,
+    PostgresJobStore,
+    SqliteJobStore,
+    StoreError,
+)
 from tests.support import MONITOR_PASSWORD, PgDatabase
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)

@@ -17,14 +17,16 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from lockwatch.board import Board
-from lockwatch.daemon import TargetRunner
-from lockwatch.model import Finding, FindingKind, LockKey
-from lockwatch.publish.metrics import build_registry
-from lockwatch.sample.pg_locks import read_advisory_locks
-from lockwatch.scenarios import OrphanIncident
-from lockwatch.settings import AllowedHolders, LockRole, LockSettings, NamedLock, Target
-from lockwatch.statefile import StateStore
+from lockwatch.demo.scenarios import OrphanIncident
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.locks import LockKey
+from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.runner import TargetRunner
+from lockwatch.sample.locks import read_advisory_locks
+from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
 from tests.support import MONITOR_PASSWORD, PgDatabase, queue_on_lock, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg

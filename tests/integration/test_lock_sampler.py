@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from lockwatch.sample.pg_locks import PgLockSampler, RawSample
+from lockwatch.sample.locks import PgLockSampler, RawSample
 from tests.support import PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg

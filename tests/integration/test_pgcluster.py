@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from lockwatch.pgcluster import ClusterError, LocalCluster
+from lockwatch.demo.pgcluster import ClusterError, LocalCluster
 from tests.support import MONITOR_USER, PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg

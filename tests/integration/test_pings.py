@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import requests
 
-from lockwatch.board import Board
-from lockwatch.jobstore import SqliteJobStore
-from lockwatch.model import RunStatus
+from lockwatch.demo.scenarios import Blackhole
+from lockwatch.model.jobs import RunStatus
 from lockwatch.publish.http import HttpServer
-from lockwatch.publish.metrics import build_registry
+from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.pings import MAX_BODY, TOKEN_HEADER, PingReceiver
-from lockwatch.scenarios import Blackhole
+from lockwatch.state.board import Board
+from lockwatch.state.jobstore import SqliteJobStore
 from tests.support import wait_until
 
 TOKEN = "ping-token-7f3a9"

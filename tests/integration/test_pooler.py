@@ -14,12 +14,13 @@ from psycopg import sql
 
 from lockwatch.cli import main
 from lockwatch.detect.locks import detect_locks
-from lockwatch.holds import HoldTracker
-from lockwatch.model import Finding, FindingKind, LockSnapshot
-from lockwatch.sample.pg_locks import PgLockSampler
-from lockwatch.sample.pgbouncer import PgBouncerSampler
-from lockwatch.settings import LockSettings
-from lockwatch.sources import SampleContext
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.sample.base import SampleContext
+from lockwatch.sample.locks import PgLockSampler
+from lockwatch.sample.pooler import PgBouncerSampler
+from lockwatch.settings.locks import LockSettings
+from lockwatch.state.holds import HoldTracker
 from tests.pgbouncer_server import STATS_USER, PgBouncer
 from tests.support import MONITOR_PASSWORD, PgDatabase
 

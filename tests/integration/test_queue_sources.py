@@ -21,11 +21,20 @@ from celery import Celery
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from psycopg.rows import dict_row
 
-from lockwatch.board import Board
-from lockwatch.daemon import TargetRunner
-from lockwatch.model import FindingKind, Subject
-from lockwatch.presets import preset_source
-from lockwatch.queue_settings import (
+from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL, webhook_queue_sql
+from lockwatch.model.findings import FindingKind, Subject
+from lockwatch.runner import TargetRunner
+from lockwatch.sample.base import SampleContext
+from lockwatch.sample.locks import SampleError
+from lockwatch.sample.presets.registry import preset_source
+from lockwatch.sample.redis import RedisQueueSampler
+from lockwatch.sample.workers import (
+    CgroupCpuSampler,
+    ProcessCpuSampler,
+    PrometheusCpuSampler,
+)
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.queues import (
     CgroupCpu,
     ProcessMatch,
     PrometheusCpu,
@@ -36,17 +45,9 @@ from lockwatch.queue_settings import (
     SqlQueueSource,
     WorkerGroup,
 )
-from lockwatch.sample.pg_locks import SampleError
-from lockwatch.sample.redis_queues import RedisQueueSampler
-from lockwatch.sample.workers import (
-    CgroupCpuSampler,
-    ProcessCpuSampler,
-    PrometheusCpuSampler,
-)
-from lockwatch.scenarios import WEBHOOK_JOBS_DDL, webhook_queue_sql
-from lockwatch.settings import LockSettings, Target
-from lockwatch.sources import SampleContext
-from lockwatch.statefile import StateStore
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
 from tests.promstack import Prometheus
 from tests.redis_server import RedisServer
 from tests.support import (

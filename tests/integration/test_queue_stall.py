@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.pgcluster import LocalCluster
-from lockwatch.scenarios import (
+from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.demo.scenarios import (
     WEBHOOK_JOBS_DDL,
     Blackhole,
     Producer,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from lockwatch.scenarios import ConvoyIncident, OrphanIncident
+from lockwatch.demo.scenarios import ConvoyIncident, OrphanIncident
 from tests.processes import LockwatchProcess, write_config
 from tests.support import PgDatabase, free_port, wait_until
 

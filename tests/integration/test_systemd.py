@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.board import TargetView
-from lockwatch.config import load_settings
+from lockwatch.config.loader import load_settings
 from lockwatch.daemon import Daemon
-from lockwatch.sdnotify import Notifier
-from lockwatch.settings import Settings, Target
+from lockwatch.model.views import TargetView
+from lockwatch.settings.targets import Settings, Target
+from lockwatch.util.sdnotify import Notifier
 from tests.notify_socket import NotifySocket
 from tests.processes import LockwatchProcess, write_config
 from tests.support import PgDatabase, free_port, wait_until

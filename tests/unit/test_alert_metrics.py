@@ -6,12 +6,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lockwatch.board import Board, TargetView
-from lockwatch.model import Finding, TargetStatus
+from lockwatch.model.findings import Finding
+from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.notify.service import AlertNotifier
-from lockwatch.notify.settings import NotifySettings, SlackChannel, WebhookChannel
-from lockwatch.publish.metrics import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
-from lockwatch.settings import Target
+from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
+from lockwatch.settings.notify import NotifySettings, SlackChannel, WebhookChannel
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 from tests.factories import NOW, TARGET, snapshot
 from tests.notify_factories import HOLDER_PID, convoy, finding
 

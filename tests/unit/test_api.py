@@ -3,18 +3,15 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from lockwatch.board import Board, TargetView
-from lockwatch.model import (
-    Finding,
-    FindingKind,
-    LockKey,
-    LockSnapshot,
-    Severity,
-    Subject,
-    TargetStatus,
-)
-from lockwatch.publish.api import findings_document, locks_document, render_json
-from lockwatch.settings import LockSettings, NamedLock, Target
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.locks import LockKey, LockSnapshot
+from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.api.encode import render_json
+from lockwatch.publish.api.findings import findings_document
+from lockwatch.publish.api.locks import locks_document
+from lockwatch.settings.locks import LockSettings, NamedLock
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 from tests.factories import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 

@@ -11,23 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.config import (
+from lockwatch.config.loader import (
     ConfigError,
     ConfigProblem,
     load_settings,
     parse_duration,
     settings_from_flags,
 )
-from lockwatch.model import LockKey
-from lockwatch.settings import (
-    DEFAULT_LISTEN,
-    AllowedHolders,
-    LockRole,
-    LockSettings,
-    NamedLock,
-    Settings,
-    Target,
-)
+from lockwatch.model.locks import LockKey
+from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, Target
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lockwatch.example.yml"
 DSN = "postgresql://mon@127.0.0.1:6432/app"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config import ConfigError, load_settings
+from lockwatch.config.loader import ConfigError, load_settings
 from tests.unit.test_config import DSN, minimal, problems_of, write
 
 TOKEN = "a-ping-token-of-length"

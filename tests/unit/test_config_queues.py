@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config import ConfigError, ConfigProblem, load_settings
-from lockwatch.presets import preset_source
-from lockwatch.queue_settings import (
+from lockwatch.config.loader import ConfigError, ConfigProblem, load_settings
+from lockwatch.sample.presets.registry import preset_source
+from lockwatch.settings.queues import (
     CgroupCpu,
     ProcessMatch,
     PrometheusCpu,

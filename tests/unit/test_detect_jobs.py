@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lockwatch.detect.jobs import detect_jobs, run_key_of
-from lockwatch.model import FindingKind, JobRun, RunStatus
-from lockwatch.schedule import Schedule
-from lockwatch.settings import JobSpec
+from lockwatch.model.findings import FindingKind
+from lockwatch.model.jobs import JobRun, RunStatus
+from lockwatch.settings.jobs import JobSpec
+from lockwatch.settings.schedule import Schedule
 
 NOW = datetime(2026, 11, 29, 3, 30, tzinfo=UTC)
 SLOT = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model import Backend, Finding, FindingKind, PoolerConnection, PoolerSnapshot
-from lockwatch.settings import LockSettings
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.locks import Backend
+from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
+from lockwatch.settings.locks import LockSettings
 from tests.factories import NOW, ago, backend, held, snapshot
 
 BACKEND_PID = 4242

@@ -21,9 +21,10 @@ from lockwatch.detect.queues import (
     detect_queues,
     fit_line,
 )
-from lockwatch.model import Finding, FindingKind, QueueSample, Subject, WorkerSample
-from lockwatch.queue_settings import ProcessMatch, QueueThresholds, WorkerGroup
-from lockwatch.settings import LockSettings, NamedLock
+from lockwatch.model.findings import Finding, FindingKind, Subject
+from lockwatch.model.queues import QueueSample, WorkerSample
+from lockwatch.settings.locks import LockSettings, NamedLock
+from lockwatch.settings.queues import ProcessMatch, QueueThresholds, WorkerGroup
 from tests.factories import DB, NOW, TARGET, ago, backend, held, key, snapshot, waiting
 
 WINDOW = 60.0

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from lockwatch.detect.targets import detect_target_down
-from lockwatch.model import FindingKind, Severity, Subject, TargetStatus
+from lockwatch.model.findings import FindingKind, Severity, Subject
+from lockwatch.model.views import TargetStatus
 from tests.factories import NOW, ago, snapshot
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lockwatch.holds import HoldTracker
-from lockwatch.model import AdvisoryLock, Backend
+from lockwatch.model.locks import AdvisoryLock, Backend
+from lockwatch.state.holds import HoldTracker
 from tests.factories import NOW, backend, held, waiting
 
 GAP = 30.0

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from lockwatch.ledger import FindingLedger
-from lockwatch.model import Finding, FindingKind, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.state.ledger import FindingLedger
 from tests.factories import NOW, TARGET
 
 CONVOY = FindingKind.LOCK_CONVOY

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockwatch.model import LockSnapshot
-from lockwatch.publish.api import lock_counts, lock_groups
-from lockwatch.publish.metrics import exported_locks
-from lockwatch.settings import LockSettings, NamedLock
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.publish.api.locks import lock_counts, lock_groups
+from lockwatch.publish.metrics.locks import exported_locks
+from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.factories import DB, NOW, lock_keys, lock_snapshots
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.model import LockKey
+from lockwatch.model.locks import LockKey
 from tests.factories import lock_keys
 
 int64 = st.integers(-(1 << 63), (1 << 63) - 1)

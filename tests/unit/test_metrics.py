@@ -9,18 +9,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import lockwatch
-from lockwatch.board import Board, TargetView
-from lockwatch.model import (
-    Finding,
-    FindingKind,
-    LockKey,
-    LockSnapshot,
-    Severity,
-    Subject,
-    TargetStatus,
-)
-from lockwatch.publish.metrics import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
-from lockwatch.settings import LockSettings, NamedLock, Target
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.locks import LockKey, LockSnapshot
+from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
+from lockwatch.settings.locks import LockSettings, NamedLock
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 from tests.factories import NOW, TARGET, ago, backend, held, lock_snapshots, snapshot, waiting
 
 LOCK_SERIES = (

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config import ConfigError, load_settings
-from lockwatch.model import FindingKind, Severity
-from lockwatch.notify.settings import (
+from lockwatch.config.loader import ConfigError, load_settings
+from lockwatch.model.findings import FindingKind, Severity
+from lockwatch.settings.notify import (
     TELEGRAM_API,
     NotifySettings,
     Route,

@@ -6,10 +6,10 @@ import itertools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
-from lockwatch.model import Finding, FindingKind, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.notify.message import EntryState, Message
 from lockwatch.notify.outbox import Announced, ChannelState, Pending, evaluate, finding_key
-from lockwatch.notify.settings import NotifySettings, Route, SlackChannel, TelegramChannel
+from lockwatch.settings.notify import NotifySettings, Route, SlackChannel, TelegramChannel
 from tests.factories import NOW, TARGET
 from tests.notify_factories import convoy, finding
 

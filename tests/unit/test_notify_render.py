@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockwatch.model import FindingKind, Severity
+from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.notify.message import Entry, EntryState, Message, alert_name
 from lockwatch.notify.render import (
     SLACK_LIMIT,

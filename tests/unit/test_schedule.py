@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.schedule import Schedule, check_cron
+from lockwatch.settings.schedule import Schedule, check_cron
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -80,3 +80,13 @@ def test_every_moment_belongs_to_a_slot_at_or_before_it_and_within_one_period(
     slot = quarter.slot_of(moment)
     assert slot <= moment
     assert moment - slot < timedelta(minutes=15)
+
+
+def test_a_start_in_the_hour_dst_repeats_belongs_to_the_slot_of_that_reading() -> None:
+    quarter = Schedule("*/15 * * * *", "Europe/Berlin")
+    # 01:00 UTC on 2032-10-31 is the second 02:00 of Berlin's wall clock (CET).
+    second_reading = datetime(2032, 10, 31, 1, 0, 30, tzinfo=UTC)
+    assert quarter.slot_of(second_reading) == datetime(2032, 10, 31, 1, 0, tzinfo=UTC)
+    assert quarter.run_key(second_reading) == "2032-10-31T02:00:00+01:00"
+    first_reading = datetime(2032, 10, 31, 0, 0, 30, tzinfo=UTC)
+    assert quarter.run_key(first_reading) == "2032-10-31T02:00:00+02:00"

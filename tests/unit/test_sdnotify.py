@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.sdnotify import Notifier
+from lockwatch.util.sdnotify import Notifier
 from tests.notify_socket import NotifySocket
 
 
@@ -71,7 +71,7 @@ def test_a_vanished_socket_is_logged_once_and_does_not_raise(
 ) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone")})
 
-    with caplog.at_level(logging.WARNING, logger="lockwatch.sdnotify"):
+    with caplog.at_level(logging.WARNING, logger="lockwatch.util.sdnotify"):
         results = [notifier.watchdog() for _ in range(3)]
 
     assert results == [False, False, False]

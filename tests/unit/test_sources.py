@@ -11,26 +11,18 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lockwatch.board import Board, TargetView
-from lockwatch.daemon import TargetRunner
-from lockwatch.model import (
-    Finding,
-    FindingKind,
-    QueueSample,
-    QueueView,
-    SessionWait,
-    Severity,
-    SourceHealth,
-    Subject,
-    WorkerSample,
-    WorkerView,
-)
-from lockwatch.publish.metrics import build_registry
-from lockwatch.publish.queue_api import queues_document
-from lockwatch.sample.pg_locks import SampleError, TargetUnavailableError
-from lockwatch.settings import Target
-from lockwatch.sources import SampleContext, SourceRunner, detect_source_down
-from lockwatch.statefile import StateStore
+from lockwatch.detect.sources import detect_source_down
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
+from lockwatch.model.views import SourceHealth, TargetView
+from lockwatch.publish.api.queues import queues_document
+from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.runner import TargetRunner
+from lockwatch.sample.base import SampleContext, SourceRunner
+from lockwatch.sample.locks import SampleError, TargetUnavailableError
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
 from tests.factories import NOW, TARGET, ago
 from tests.support import free_port
 
@@ -80,7 +72,7 @@ def test_a_failing_source_is_logged_once_counted_and_logged_again_when_it_recove
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     sampled, _, clock = runner([SampleError("boom"), SampleError("boom again"), 7])
-    caplog.set_level(logging.INFO, logger="lockwatch.sources")
+    caplog.set_level(logging.INFO, logger="lockwatch.sample.base")
 
     assert sampled.poll(context()) is None
     clock.now += 10

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.statefile import FORMAT_VERSION, StateStore
+from lockwatch.state.statefile import FORMAT_VERSION, StateStore
 
 DOCUMENT = {"holds": {"saved_at": "2025-03-14T21:40:00+00:00", "locks": []}, "findings": []}
 
@@ -66,7 +66,7 @@ def test_an_unwritable_directory_is_counted_logged_once_and_never_raised(
     blocker = tmp_path / "state"
     blocker.write_text("not a directory")
     store = StateStore(blocker / "lockwatch")
-    with caplog.at_level(logging.WARNING, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.WARNING, logger="lockwatch.state.statefile"):
         assert [store.save("main", DOCUMENT) for _ in range(3)] == [False, False, False]
         assert store.write_errors_total == 3
         (logged,) = errors(caplog)
@@ -87,7 +87,7 @@ def test_a_failing_rename_is_logged_once_though_each_temp_file_has_its_own_name(
     # error names the random temp file
     (tmp_path / "target-main.json").mkdir()
     store = StateStore(tmp_path)
-    with caplog.at_level(logging.ERROR, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.ERROR, logger="lockwatch.state.statefile"):
         assert not store.save("main", DOCUMENT)
         assert not store.save("main", DOCUMENT)
     (logged,) = errors(caplog)
@@ -103,7 +103,7 @@ def test_failures_of_two_targets_sharing_the_store_are_each_logged_once(
     blocker = tmp_path / "state"
     blocker.write_text("not a directory")
     store = StateStore(blocker)
-    with caplog.at_level(logging.WARNING, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.WARNING, logger="lockwatch.state.statefile"):
         for _ in range(3):
             store.save("main", DOCUMENT)
             store.save("reports", DOCUMENT)
@@ -116,7 +116,7 @@ def test_one_target_recovering_does_not_hide_another_ones_failure(
 ) -> None:
     (tmp_path / "target-reports.json").mkdir()
     store = StateStore(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.WARNING, logger="lockwatch.state.statefile"):
         for _ in range(3):
             assert store.save("main", DOCUMENT)
             assert not store.save("reports", DOCUMENT)
@@ -129,7 +129,7 @@ def test_a_document_that_is_not_json_is_not_written(
 ) -> None:
     store = StateStore(tmp_path)
     store.save("main", {"findings": [1]})
-    with caplog.at_level(logging.ERROR, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.ERROR, logger="lockwatch.state.statefile"):
         assert store.save("main", {"findings": [object()]}) is False
     assert len(errors(caplog)) == 1
     assert store.load("main") == {"version": FORMAT_VERSION, "findings": [1]}
@@ -161,7 +161,7 @@ def test_a_corrupt_file_or_unknown_version_loads_as_none_with_an_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str
 ) -> None:
     (tmp_path / "target-main.json").write_text(content)
-    with caplog.at_level(logging.ERROR, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.ERROR, logger="lockwatch.state.statefile"):
         assert StateStore(tmp_path).load("main") is None
     (logged,) = errors(caplog)
     assert "target-main.json" in logged
@@ -171,7 +171,7 @@ def test_an_unreadable_state_file_loads_as_none_with_an_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     (tmp_path / "target-main.json").mkdir()
-    with caplog.at_level(logging.ERROR, logger="lockwatch.statefile"):
+    with caplog.at_level(logging.ERROR, logger="lockwatch.state.statefile"):
         assert StateStore(tmp_path).load("main") is None
     assert len(errors(caplog)) == 1
 

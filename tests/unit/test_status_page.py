@@ -5,25 +5,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lockwatch.board import Board, TargetView
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model import (
-    Finding,
-    FindingKind,
-    JobRun,
-    JobView,
-    QueueSample,
-    QueueView,
-    RunStatus,
-    SessionWait,
-    Severity,
-    Subject,
-    TargetStatus,
-    WorkerSample,
-    WorkerView,
-)
-from lockwatch.publish.status import LOCKS_SHOWN, TABLE_ROWS, History, StatusPage, sparkline
-from lockwatch.settings import LockSettings, Target
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.jobs import JobRun, JobView, RunStatus
+from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
+from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.status.cells import TABLE_ROWS
+from lockwatch.publish.status.history import History, sparkline
+from lockwatch.publish.status.page import LOCKS_SHOWN, StatusPage
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 from tests.factories import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 HOSTILE = "<img src=x onerror=alert(1)>"

@@ -9,8 +9,10 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from lockwatch.config import ConfigError, load_settings
-from lockwatch.web_config import BasicAuth, WebConfigError, load_web_config
+from lockwatch.config.loader import ConfigError, load_settings
+from lockwatch.config.web import load_web_config
+from lockwatch.publish.auth import BasicAuth
+from lockwatch.settings.web import WebConfigError
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
 

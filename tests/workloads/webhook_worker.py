@@ -18,7 +18,7 @@ import threading
 import psycopg
 import requests
 
-from lockwatch.scenarios import claim_and_deliver
+from lockwatch.demo.scenarios import claim_and_deliver
 
 
 def main() -> None:

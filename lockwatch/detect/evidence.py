@@ -1,0 +1,73 @@
+"""The facts findings carry about sessions: who, doing what, blocked by whom."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from lockwatch.model.locks import Backend, LockSnapshot
+from lockwatch.text import truncate
+
+
+def seconds_between(now: datetime, then: datetime | None) -> float:
+    """Seconds from ``then`` to ``now``; never negative, 0 when unknown."""
+    if then is None:
+        return 0.0
+    return max(0.0, (now - then).total_seconds())
+
+
+def age_seconds(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else round(seconds_between(now, then), 1)
+
+
+def backend_facts(backend: Backend | None, pid: int, now: datetime) -> dict[str, Any]:
+    """A session as findings show it: who, from where, doing what, for how long."""
+    if backend is None:
+        return {
+            "pid": pid,
+            "application_name": None,
+            "client_addr": None,
+            "state": None,
+            "state_seconds": None,
+            "wait_event_type": None,
+            "wait_event": None,
+            "query": None,
+            "blocked_by": [],
+        }
+    return {
+        "pid": pid,
+        "application_name": backend.application_name,
+        "client_addr": backend.client_addr,
+        "state": backend.state,
+        "state_seconds": age_seconds(now, backend.state_change),
+        "wait_event_type": backend.wait_event_type,
+        "wait_event": backend.wait_event,
+        "query": truncate(backend.query),
+        "blocked_by": list(backend.blocked_by),
+    }
+
+
+def blocking_chain(
+    snapshot: LockSnapshot, pid: int, now: datetime, max_depth: int = 10
+) -> list[dict[str, Any]]:
+    """Who ``pid`` waits for, who that one waits for, and so on.
+
+    One step per backend, following ``Backend.blocked_by`` (the first blocker
+    lockwatch knows, when there are several). A step that leads back to a pid
+    already in the chain ends it with ``cycle: True``; at most ``max_depth``
+    steps are returned.
+    """
+    chain: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    current: int | None = pid
+    while current is not None and len(chain) < max_depth:
+        backend = snapshot.backends.get(current)
+        step = backend_facts(backend, current, now)
+        step["cycle"] = current in seen
+        chain.append(step)
+        if step["cycle"] or backend is None or not backend.blocked_by:
+            break
+        seen.add(current)
+        known = [p for p in backend.blocked_by if p in snapshot.backends]
+        current = (known or list(backend.blocked_by))[0]
+    return chain

@@ -1,0 +1,59 @@
+"""pgbouncer's admin console as one poll saw it: pools, server and client connections."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+# Pool modes in which a server connection is handed out per transaction or
+# statement, so session state (advisory locks included) belongs to no client.
+SHARED_POOL_MODES = frozenset({"transaction", "statement"})
+
+
+@dataclass(frozen=True, slots=True)
+class PoolerConnection:
+    """One row of SHOW SERVERS or SHOW CLIENTS."""
+
+    ptr: str
+    link: str  # ptr of the peer it is paired with right now; "" when none
+    database: str
+    user: str
+    state: str
+    addr: str | None
+    port: int | None
+    local_addr: str | None
+    local_port: int | None
+    connect_time: str | None
+    request_time: str | None
+    application_name: str | None
+    remote_pid: int | None = None  # servers: the backend's pid
+
+
+@dataclass(frozen=True, slots=True)
+class PoolerSnapshot:
+    taken_at: datetime
+    pool_modes: Mapping[tuple[str, str], str]  # (database, user) -> pool mode
+    servers: tuple[PoolerConnection, ...]
+    clients: tuple[PoolerConnection, ...]
+
+    def server_for(self, pid: int, client_port: int | None) -> PoolerConnection | None:
+        """The server connection whose backend is ``pid``.
+
+        The port check tells apart equal pids on two servers behind one pooler:
+        the backend's client port is the pooler's local port of that connection.
+        """
+        for server in self.servers:
+            if server.remote_pid == pid and (
+                client_port is None or server.local_port in (None, client_port)
+            ):
+                return server
+        return None
+
+    def client_linked_to(self, server: PoolerConnection) -> PoolerConnection | None:
+        if not server.link:
+            return None
+        return next((client for client in self.clients if client.ptr == server.link), None)
+
+    def pool_mode(self, server: PoolerConnection) -> str | None:
+        return self.pool_modes.get((server.database, server.user))

@@ -1,0 +1,68 @@
+"""Queue and worker readings, and the views the publishers show of them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """One reading of one queue. ``depth`` is the pending work; the rest is
+    known only when the source tells it."""
+
+    at: datetime
+    depth: int
+    oldest_age_seconds: float | None = None  # age of the oldest pending item
+    completed_total: int | None = None  # finished items, as a count that only grows
+    in_flight: int | None = None  # taken by a worker, not finished
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSample:
+    """The CPU a worker group had used by ``at``."""
+
+    at: datetime
+    # CPU seconds of all the group's processes, as a counter: what a process
+    # used before lockwatch first saw it counts once, at that first sight.
+    cpu_seconds: float
+    processes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue as the metrics and the API show it."""
+
+    name: str
+    source: str  # the name of the source that reads it
+    window: float  # seconds the growth rate is measured over
+    latest: QueueSample | None = None
+    # least-squares slope of the depth over the window; None before 2 samples
+    growth_per_second: float | None = None
+    workers: tuple[str, ...] = ()  # the worker groups bound to it
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWait:
+    """Sessions of a worker group that wait on one advisory lock."""
+
+    database: str
+    lock: str  # the configured name or the key as written
+    key: str
+    sessions: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One worker group as the metrics and the API show it."""
+
+    name: str
+    queues: tuple[str, ...]
+    window: float
+    latest: WorkerSample | None = None  # None without a CPU source or before a reading
+    cpu_cores: float | None = None  # average cores used over the window
+    # Sessions by state (active, waiting_lock, idle, idle_in_transaction,
+    # other); None when the group binds no sessions.
+    sessions: Mapping[str, int] | None = None
+    waiting_on: tuple[SessionWait, ...] = ()

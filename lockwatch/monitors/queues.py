@@ -1,0 +1,265 @@
+"""A target's queues and worker groups: their sources, their bounded histories,
+and the queue detectors run over them at each poll."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+from lockwatch.detect.queues import (
+    QUEUE_KINDS,
+    LockContext,
+    QueueInput,
+    S,
+    WorkerInput,
+    covered,
+    cpu_cores,
+    detect_queues,
+    growth,
+    in_window,
+    session_counts,
+    waiting_on,
+)
+from lockwatch.detect.sources import detect_source_down
+from lockwatch.model.findings import FindingKind, Subject
+from lockwatch.model.locks import Backend
+from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
+from lockwatch.model.views import TargetView
+from lockwatch.monitors.base import MonitorResult, PollContext, undecided_while_down
+from lockwatch.sample.base import SampleContext, Source, SourceRunner
+from lockwatch.sample.queues import SqlQueueSampler
+from lockwatch.sample.redis import RedisQueueSampler
+from lockwatch.sample.workers import (
+    CgroupCpuSampler,
+    ProcessCpuSampler,
+    PrometheusCpuSampler,
+    SessionSampler,
+)
+from lockwatch.settings.queues import (
+    CgroupCpu,
+    ProcessMatch,
+    Queue,
+    RedisQueueSource,
+    SqlQueueSource,
+    WorkerGroup,
+)
+from lockwatch.settings.targets import Target
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+# Samples kept per queue and group whatever the window: 2 hours at 1 s.
+MAX_HISTORY = 7200
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """An application_name pattern (``*`` and ``?``) as a regular expression.
+
+    >>> bool(glob_regex("webhook-worker-*").fullmatch("webhook-worker-12"))
+    True
+    >>> bool(glob_regex("a?c").fullmatch("a.c")), bool(glob_regex("a.c").fullmatch("abc"))
+    (True, False)
+    """
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
+        re.DOTALL,
+    )
+
+
+def queue_source(queue: Queue) -> Source[dict[str, QueueSample]]:
+    if isinstance(queue.source, SqlQueueSource):
+        return SqlQueueSampler(queue)
+    assert isinstance(queue.source, RedisQueueSource)
+    return RedisQueueSampler(queue)
+
+
+def cpu_source(group: WorkerGroup) -> Source[WorkerSample] | None:
+    spec = group.cpu
+    if spec is None:
+        return None
+    if isinstance(spec, ProcessMatch):
+        return ProcessCpuSampler(spec)
+    if isinstance(spec, CgroupCpu):
+        return CgroupCpuSampler(spec)
+    return PrometheusCpuSampler(spec)
+
+
+class QueueMonitor:
+    """Samples a target's queues and worker groups and judges its queues."""
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        make_cpu_source: Callable[[WorkerGroup], Source[WorkerSample] | None] = cpu_source,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = target
+
+        def runner(name: str, source: Source[R], interval: float | None) -> SourceRunner[R]:
+            return SourceRunner(
+                target.name, name, source, interval, target.interval, monotonic=monotonic
+            )
+
+        self._queues = [
+            (queue, runner(f"queue/{queue.name}", queue_source(queue), queue.interval))
+            for queue in target.queues
+        ]
+        self._window = {
+            name: queue.thresholds.window for queue in target.queues for name in queue.names
+        }
+        self._thresholds = {
+            name: queue.thresholds for queue in target.queues for name in queue.names
+        }
+        self._cpu: dict[str, SourceRunner[WorkerSample]] = {}
+        for group in target.workers:
+            source = make_cpu_source(group)
+            if source is not None:
+                self._cpu[group.name] = runner(f"workers/{group.name}", source, group.interval)
+        patterns = [pattern for group in target.workers for pattern in group.sessions]
+        self._sessions: SourceRunner[tuple[Backend, ...]] | None = None
+        if patterns:
+            self._sessions = runner("sessions", SessionSampler(patterns), None)
+        self._session_rules = {
+            group.name: [glob_regex(p) for p in group.sessions] for group in target.workers
+        }
+        self._history: dict[str, deque[QueueSample]] = {
+            name: deque(maxlen=MAX_HISTORY) for name in self._window
+        }
+        self._cpu_history: dict[str, deque[WorkerSample]] = {
+            name: deque(maxlen=MAX_HISTORY) for name in self._cpu
+        }
+        self._latest_sessions: tuple[Backend, ...] | None = None
+        self._queue_views: tuple[QueueView, ...] = ()
+        self._worker_views: tuple[WorkerView, ...] = ()
+
+    def _group_window(self, group: WorkerGroup) -> float:
+        return max((self._window[q] for q in group.queues), default=0.0)
+
+    def _runners(self) -> list[SourceRunner[Any]]:
+        runners: list[SourceRunner[Any]] = [runner for _, runner in self._queues]
+        runners.extend(self._cpu.values())
+        if self._sessions is not None:
+            runners.append(self._sessions)
+        return runners
+
+    def poll(self, context: PollContext) -> MonitorResult:
+        now = context.now
+        sampling = SampleContext(now, context.db)
+        undecided: set[tuple[FindingKind, Subject]] = set()
+        for queue, runner in self._queues:
+            readings = runner.poll(sampling)
+            if readings is not None:
+                for name, sample in readings.items():
+                    self._history[name].append(sample)
+            undecided |= undecided_while_down(
+                runner.health, [Subject(queue=name) for name in queue.names], QUEUE_KINDS
+            )
+        for name, cpu_runner in self._cpu.items():
+            reading = cpu_runner.poll(sampling)
+            if reading is not None:
+                self._cpu_history[name].append(reading)
+        if self._sessions is not None:
+            sessions = self._sessions.poll(sampling)
+            if sessions is not None:
+                self._latest_sessions = sessions
+            elif not self._sessions.health.up:
+                self._latest_sessions = None
+        self._prune(now)
+        inputs = [
+            QueueInput(
+                name,
+                self._thresholds[name],
+                tuple(self._history[name]),
+                tuple(self._worker_input(group) for group in self._bound(name)),
+            )
+            for name in self._window
+        ]
+        locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
+        verdicts = detect_queues(self.target.name, inputs, locks, now)
+        down = detect_source_down(self.target.name, [r.health for r in self._runners()], now)
+        self._queue_views = tuple(self._queue_view(queue, now) for queue in inputs)
+        self._worker_views = tuple(
+            self._worker_view(group, now, locks) for group in self.target.workers
+        )
+        return MonitorResult((*verdicts.findings, *down), frozenset(undecided | verdicts.undecided))
+
+    def _prune(self, now: datetime) -> None:
+        for name, history in self._history.items():
+            _drop_older(history, now, self._window[name])
+        for group in self.target.workers:
+            if group.name in self._cpu_history:
+                _drop_older(self._cpu_history[group.name], now, self._group_window(group))
+
+    def _bound(self, queue: str) -> Iterable[WorkerGroup]:
+        return (group for group in self.target.workers if queue in group.queues)
+
+    def _group_sessions(self, group: WorkerGroup) -> tuple[Backend, ...] | None:
+        if not group.sessions or self._latest_sessions is None:
+            return None
+        rules = self._session_rules[group.name]
+        return tuple(
+            backend
+            for backend in self._latest_sessions
+            if any(rule.fullmatch(backend.application_name) for rule in rules)
+        )
+
+    def _worker_input(self, group: WorkerGroup) -> WorkerInput:
+        return WorkerInput(
+            group,
+            tuple(self._cpu_history.get(group.name, ())),
+            self._group_sessions(group),
+        )
+
+    def _queue_view(self, queue: QueueInput, now: datetime) -> QueueView:
+        samples = in_window(queue.samples, now, queue.thresholds.window)
+        fit = growth(samples)
+        return QueueView(
+            name=queue.name,
+            source=next(f"queue/{q.name}" for q, _ in self._queues if queue.name in q.names),
+            window=queue.thresholds.window,
+            latest=queue.samples[-1] if queue.samples else None,
+            growth_per_second=None if fit is None else fit.slope,
+            workers=tuple(w.group.name for w in queue.workers),
+        )
+
+    def _worker_view(self, group: WorkerGroup, now: datetime, locks: LockContext) -> WorkerView:
+        window = self._group_window(group)
+        cpu = in_window(self._cpu_history.get(group.name, ()), now, window)
+        sessions = self._group_sessions(group)
+        return WorkerView(
+            name=group.name,
+            queues=group.queues,
+            window=window,
+            latest=cpu[-1] if cpu else None,
+            cpu_cores=cpu_cores(cpu) if covered(cpu, window) else None,
+            sessions=None if sessions is None else session_counts(sessions),
+            waiting_on=waiting_on(sessions or (), locks.snapshot, locks.settings),
+        )
+
+    def publish(self, view: TargetView) -> TargetView:
+        return replace(
+            view,
+            queues=self._queue_views,
+            workers=self._worker_views,
+            sources=(*view.sources, *(runner.health for runner in self._runners())),
+        )
+
+    def close(self) -> None:
+        for runner in self._runners():
+            try:
+                runner.close()
+            except Exception:
+                log.exception("%s: closing %s failed", self.target.name, runner.name)
+
+
+def _drop_older(history: deque[S], now: datetime, window: float) -> None:
+    while history and (now - history[0].at).total_seconds() > window:
+        history.popleft()

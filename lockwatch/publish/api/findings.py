@@ -1,0 +1,44 @@
+"""``/api/v1/findings``: every active finding, most severe first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from lockwatch.model.findings import Finding, Severity
+from lockwatch.model.views import TargetView
+from lockwatch.publish.api.encode import _views, json_safe
+from lockwatch.state.board import Board
+from lockwatch.text import iso_utc
+
+_SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
+
+
+def _finding_order(finding: Finding) -> tuple[int, datetime]:
+    return (_SEVERITY_RANK[finding.severity], finding.since)
+
+
+def finding_entry(finding: Finding) -> dict[str, Any]:
+    return {
+        "kind": finding.kind.value,
+        "target": finding.target,
+        "subject": finding.subject.as_dict(),
+        "severity": finding.severity.value,
+        "since": iso_utc(finding.since),
+        "summary": finding.summary,
+        "evidence": dict(finding.evidence),
+    }
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Critical first, then the oldest problem first."""
+    return sorted(findings, key=_finding_order)
+
+
+def findings_document(board_or_views: Board | Iterable[TargetView]) -> dict[str, Any]:
+    findings = [f for view in _views(board_or_views) for f in view.findings]
+    document: dict[str, Any] = json_safe(
+        {"findings": [finding_entry(f) for f in sorted_findings(findings)]}
+    )
+    return document

@@ -1,0 +1,55 @@
+"""Prometheus metrics of the jobs lockwatch follows, rendered from the board.
+
+Job names come from the config, so the series are bounded by it. Their label is
+``job_name``: Prometheus owns ``job`` and would rename ours to exported_job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from lockwatch.model.views import TargetView
+from lockwatch.publish.metrics.families import add, gauge
+
+
+def job_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
+    labels = ["target", "job_name"]
+    starts = CounterMetricFamily(
+        "lockwatch_job_starts",
+        "Starts of the job lockwatch has seen since it started.",
+        labels=labels,
+    )
+    duplicates = CounterMetricFamily(
+        "lockwatch_job_duplicate_starts",
+        "Starts for a run key that had started already (the job ran twice).",
+        labels=labels,
+    )
+    running = gauge(
+        "lockwatch_job_runs_in_progress", "Runs of the job started and not finished.", labels
+    )
+    last_start = gauge(
+        "lockwatch_job_last_start_timestamp_seconds", "Unix time of the job's latest start.", labels
+    )
+    last_success = gauge(
+        "lockwatch_job_last_success_timestamp_seconds",
+        "Unix time the job last finished successfully; absent until it has.",
+        labels,
+    )
+    last_duration = gauge(
+        "lockwatch_job_last_duration_seconds", "How long the job's last finished run took.", labels
+    )
+    for view in views:
+        for job in view.jobs:
+            names = [view.target.name, job.name]
+            add(starts, names, job.starts_total)
+            add(duplicates, names, job.duplicate_starts_total)
+            add(running, names, job.running)
+            if job.last_start is not None:
+                add(last_start, names, job.last_start.timestamp())
+            if job.last_success is not None:
+                add(last_success, names, job.last_success.timestamp())
+            if job.last_duration is not None:
+                add(last_duration, names, job.last_duration)
+    yield from (starts, duplicates, running, last_start, last_success, last_duration)

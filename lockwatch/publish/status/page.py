@@ -1,0 +1,336 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import lockwatch
+from lockwatch.model.views import TargetView
+from lockwatch.publish.api.encode import utc_now
+from lockwatch.publish.api.findings import findings_document
+from lockwatch.publish.api.jobs import jobs_document
+from lockwatch.publish.api.locks import locks_document
+from lockwatch.publish.api.queues import queues_document
+from lockwatch.publish.status.cells import (
+    escape,
+    evidence_html,
+    moment,
+    moment_text,
+    percent_of_a_core,
+    seconds_text,
+    table,
+)
+from lockwatch.publish.status.history import WAITING, History, queue_series, sparkline
+from lockwatch.state.board import Board
+from lockwatch.text import iso_utc
+
+REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
+
+
+LOCKS_SHOWN = 50  # per target, longest-held first; /api/v1/locks has them all
+
+
+@dataclass(frozen=True)
+class Page:
+    """Everything one rendering needs, read once so every section agrees."""
+
+    now: datetime
+    views: tuple[TargetView, ...]
+    findings: list[dict[str, Any]]  # as /api/v1/findings serves them
+    # target -> its entry in /api/v1/locks, cut to the first LOCKS_SHOWN locks
+    locks: dict[str, dict[str, Any]]
+    queues: dict[str, dict[str, Any]]  # target -> its queues and workers, as /api/v1/queues
+    jobs: dict[str, list[dict[str, Any]]]  # target -> its jobs, as /api/v1/jobs
+    history: History
+
+
+class StatusPage:
+    """Renders the board as the status page; keeps the history for its charts."""
+
+    def __init__(self, board: Board, clock: Callable[[], datetime] = utc_now) -> None:
+        self._board = board
+        self._clock = clock
+        self.history = History(monotonic=board.monotonic)
+        board.subscribe(self.history.record)
+
+    def render(self) -> str:
+        now = self._clock()
+        views = self._board.views()
+        page = Page(
+            now=now,
+            views=views,
+            findings=findings_document(views)["findings"],
+            locks={
+                entry["target"]: entry
+                for entry in locks_document(views, now, shown=LOCKS_SHOWN)["targets"]
+            },
+            queues={entry["target"]: entry for entry in queues_document(views)["targets"]},
+            jobs={entry["target"]: entry["jobs"] for entry in jobs_document(views)["targets"]},
+            history=self.history,
+        )
+        return render_page(page)
+
+
+def _findings_section(page: Page) -> str:
+    if not page.findings:
+        return '<section id="findings"><h2>Findings</h2><p class="ok">Nothing is wrong right now.</p></section>'
+    articles = []
+    shown: set[tuple[str, str]] = set()
+    for finding in page.findings:
+        subject = "/".join(v for v in finding["subject"].values() if v) or "—"
+        severity = finding["severity"]
+        # Findings about one subject share most of their evidence: it is
+        # open under the first (the most severe) and folded under the others.
+        first = (finding["target"], subject) not in shown
+        shown.add((finding["target"], subject))
+        articles.append(
+            f'<article class="finding {escape(severity)}">'
+            f'<h3><span class="badge">{escape(severity)}</span> {escape(finding["kind"])} '
+            f'<span class="where">{escape(finding["target"])} · {escape(subject)}</span></h3>'
+            f'<p class="summary">{escape(finding["summary"])}</p>'
+            f'<p class="since">since {moment(page.now, finding["since"])}</p>'
+            f"<details{' open' if first else ''}><summary>evidence</summary>"
+            f"{evidence_html(finding['evidence'])}</details>"
+            "</article>"
+        )
+    return f'<section id="findings"><h2>Findings ({len(page.findings)})</h2>{"".join(articles)}</section>'
+
+
+def _locks_section(page: Page) -> str:
+    blocks = []
+    for view in page.views:
+        entry = page.locks.get(view.target.name) or {}
+        shown = entry.get("locks") or []
+        if not view.up:
+            body = "<p>not sampled: the target is down</p>"
+        elif not shown:
+            body = "<p>no advisory locks held or awaited</p>"
+        else:
+            rows = []
+            for lock in shown:
+                holders = table(lock["holders"]) if lock["holders"] else "<p>nobody holds it</p>"
+                waiters = (
+                    f"<h4>{len(lock['waiters'])} waiting, the longest for "
+                    f"{seconds_text(lock['longest_wait_seconds'])}</h4>{table(lock['waiters'])}"
+                    if lock["waiters"]
+                    else ""
+                )
+                rows.append(
+                    '<div class="lock">'
+                    f'<h4>lock {escape(lock["lock"])} <span class="where">in {escape(lock["database"])}, '
+                    f"{escape(lock['mode'])}, held for {seconds_text(lock['hold_seconds'])}</span></h4>"
+                    f"{holders}{waiters}</div>"
+                )
+            body = "".join(rows)
+            left_out = entry.get("locks_left_out") or 0
+            if left_out:
+                body += (
+                    f'<p>and {escape(left_out)} more, held for less long: all are in <a href="/api/v1/locks">'
+                    "/api/v1/locks</a></p>"
+                )
+        blocks.append(f"<h3>{escape(view.target.name)}</h3>{body}")
+    return f'<section id="locks"><h2>Advisory locks now</h2>{"".join(blocks)}</section>'
+
+
+def _targets_section(page: Page) -> str:
+    rows = []
+    for view in page.views:
+        status = view.status
+        snapshot = None if status is None else status.snapshot
+        state = "waiting for the first poll" if status is None else ("up" if view.up else "down")
+        error = (
+            ""
+            if status is None or status.error is None
+            else f"<br><small>{escape(status.error)}</small>"
+        )
+        chart = sparkline(page.history.points(view.target.name, WAITING), page.history.window)
+        rows.append(
+            f'<tr class="{"up" if view.up else "down"}"><td>{escape(view.target.name)}</td>'
+            f"<td>{escape(state)}{error}</td>"
+            f"<td>{moment(page.now, iso_utc(view.last_success))}</td>"
+            f"<td>{escape(None if snapshot is None else f'{snapshot.poll_seconds * 1000:.0f} ms')}</td>"
+            f"<td>{view.polls_total}</td><td>{view.poll_errors_total}</td>"
+            f"<td>{view.state_write_errors_total}</td><td>{chart}</td></tr>"
+        )
+    head = (
+        "<tr><th>target</th><th>state</th><th>last successful poll</th><th>poll took</th>"
+        "<th>polls</th><th>failed</th><th>state saves failed</th>"
+        "<th>waiting on advisory locks, up to the last hour</th></tr>"
+    )
+    return (
+        '<section id="targets"><h2>Targets</h2>'
+        f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
+def _queue_rows(page: Page, target: str, queues: list[dict[str, Any]]) -> str:
+    rows = []
+    for queue in queues:
+        growth = queue["growth_per_second"]
+        chart = sparkline(
+            page.history.points(target, queue_series(queue["name"])), page.history.window
+        )
+        rows.append(
+            f"<tr><td>{escape(queue['name'])}</td><td>{escape(queue['depth'])}</td>"
+            f"<td>{seconds_text(queue['oldest_age_seconds'])}</td><td>{escape(queue['in_flight'])}</td>"
+            f"<td>{escape(None if growth is None else f'{growth:+.2f}/s')}</td>"
+            f"<td>{escape(', '.join(queue['workers']))}</td><td>{chart}</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th>queue</th><th>pending</th><th>oldest</th><th>in flight</th>"
+        "<th>growth</th><th>workers</th><th>pending, up to the last hour</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _worker_rows(workers: list[dict[str, Any]]) -> str:
+    rows = []
+    for group in workers:
+        sessions = ", ".join(f"{n} {state}" for state, n in (group["sessions"] or {}).items() if n)
+        waits = ", ".join(
+            f"{w['sessions']} on lock {w['lock']} in {w['database']}" for w in group["waiting_on"]
+        )
+        rows.append(
+            f"<tr><td>{escape(group['name'])}</td><td>{escape(', '.join(group['queues']))}</td>"
+            f"<td>{escape(group['processes'])}</td><td>{percent_of_a_core(group['cpu_cores'])}</td>"
+            f"<td>{escape(sessions or None)}</td><td>{escape(waits or None)}</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th>workers</th><th>queues</th><th>processes</th><th>CPU</th>"
+        "<th>sessions</th><th>waiting</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _queues_section(page: Page) -> str:
+    """Shown only for targets with queues or worker groups."""
+    blocks = []
+    for view in page.views:
+        entry = page.queues.get(view.target.name) or {}
+        queues, workers = entry.get("queues") or [], entry.get("workers") or []
+        if queues or workers:
+            blocks.append(
+                f"<h3>{escape(view.target.name)}</h3>"
+                + (_queue_rows(page, view.target.name, queues) if queues else "")
+                + (_worker_rows(workers) if workers else "")
+            )
+    if not blocks:
+        return ""
+    return f'<section id="queues"><h2>Queues and workers</h2>{"".join(blocks)}</section>'
+
+
+RECENT_RUNS = 5  # runs shown per job, newest first
+
+
+def _jobs_section(page: Page) -> str:
+    """Shown only for targets that follow jobs."""
+    blocks = []
+    for view in page.views:
+        jobs = page.jobs.get(view.target.name) or []
+        if not jobs:
+            continue
+        rows = []
+        for job in jobs:
+            runs = table(
+                [
+                    {
+                        "run_key": run["run_key"],
+                        "started": moment_text(page.now, run["started_at"]),
+                        "finished": moment_text(page.now, run["finished_at"]),
+                        "status": run["status"],
+                        "host": run["host"],
+                        "exit_code": run["exit_code"],
+                        "source": run["source"],
+                    }
+                    for run in job["recent_runs"][:RECENT_RUNS]
+                ]
+            )
+            duplicates = job["duplicate_starts_total"]
+            rows.append(
+                f'<div class="job"><h4>{escape(job["name"])} <span class="where">'
+                f"{escape(job['source'])}; {escape(job['starts_total'])} start(s), "
+                f"{escape(duplicates)} duplicate(s), {escape(job['running'])} running; last success "
+                f"{moment(page.now, job['last_success'])}, last run took "
+                f"{seconds_text(job['last_duration_seconds'])}</span></h4>"
+                f"{runs if job['recent_runs'] else '<p>no runs seen yet</p>'}</div>"
+            )
+        blocks.append(f"<h3>{escape(view.target.name)}</h3>{''.join(rows)}")
+    if not blocks:
+        return ""
+    return f'<section id="jobs"><h2>Jobs</h2>{"".join(blocks)}</section>'
+
+
+# The page, top to bottom.
+SECTIONS: tuple[Callable[[Page], str], ...] = (
+    _findings_section,
+    _locks_section,
+    _queues_section,
+    _jobs_section,
+    _targets_section,
+)
+
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f4f5f7}
+header{padding:12px 20px;color:#fff;background:#2b6e3f}
+header.bad{background:#a4262c}
+header h1{margin:0;font-size:20px;display:inline}
+header span{margin-left:16px}
+main{padding:4px 20px 20px}
+section{background:#fff;border-radius:6px;padding:8px 16px 12px;margin:12px 0}
+h2{font-size:17px;margin:6px 0}h3{font-size:15px;margin:10px 0 4px}h4{font-size:13px;margin:8px 0 2px}
+table{border-collapse:collapse;margin:4px 0}
+th,td{text-align:left;padding:2px 8px;border-bottom:1px solid #e2e4e8;vertical-align:top}
+th{font-weight:600;color:#505a6b}
+code{font-size:12px;background:#f0f1f3;padding:0 3px;white-space:pre-wrap;word-break:break-all}
+.finding{border-left:5px solid #d08a00;padding:2px 12px;margin:10px 0}
+.finding.critical{border-color:#a4262c}.finding.info{border-color:#3a6fb0}
+.badge{font-size:11px;text-transform:uppercase;padding:1px 6px;border-radius:3px;background:#d08a00;color:#fff}
+.critical .badge{background:#a4262c}.info .badge{background:#3a6fb0}
+.where,.since{color:#505a6b;font-weight:normal}
+.summary{font-weight:600;margin:4px 0}
+.facts{display:flex;flex-wrap:wrap;gap:2px 20px;margin:4px 0}.facts div{display:flex;gap:6px}
+.facts dt{color:#505a6b}.facts dd{margin:0}
+.chain li{margin:2px 0}
+.lock{margin:6px 0 12px}
+tr.down td:first-child{color:#a4262c;font-weight:600}
+.ok{color:#2b6e3f;font-weight:600}
+svg.chart polyline{fill:none;stroke:#a4262c;stroke-width:1.5}
+svg.chart .axis{stroke:#c7cbd3}
+footer{padding:0 20px 20px;color:#505a6b}
+"""
+
+
+def _refresh_seconds(views: Iterable[TargetView]) -> int:
+    intervals = [view.target.interval for view in views]
+    low, high = REFRESH_BOUNDS
+    return round(min(max(min(intervals, default=high), low), high))
+
+
+def render_page(page: Page) -> str:
+    count = len(page.findings)
+    down = sum(1 for view in page.views if view.status is not None and not view.up)
+    headline = f"{count} active finding{'s' if count != 1 else ''}" if count else "all clear"
+    if down:
+        headline += f", {down} target{'s' if down != 1 else ''} down"
+    refresh = _refresh_seconds(page.views)
+    stamp = iso_utc(page.now) or ""
+    body = "".join(section(page) for section in SECTIONS)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{refresh}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(f"lockwatch: {headline}")}</title>
+<style>{_STYLE}</style></head>
+<body>
+<header class="{"bad" if count or down else "good"}"><h1>lockwatch</h1><span id="headline">{escape(headline)}</span>
+<span>updated {escape(stamp.replace("T", " ").replace("Z", " UTC"))}, every {refresh}s</span></header>
+<main>{body}</main>
+<footer>lockwatch {escape(lockwatch.__version__)} ·
+<a href="/metrics">/metrics</a> ·
+<a href="/api/v1/findings">/api/v1/findings</a> ·
+<a href="/api/v1/locks">/api/v1/locks</a> ·
+<a href="/healthz">/healthz</a></footer>
+</body></html>
+"""

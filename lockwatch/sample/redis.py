@@ -1,0 +1,203 @@
+"""Queue depth from Redis: list, sorted-set and stream lengths, and the layouts
+of RQ and Celery (kombu), through redis-py with connect and read timeouts.
+
+Redis drops a list when its last item goes, so a missing list or sorted set
+is an empty queue, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from lockwatch.model.queues import QueueSample
+from lockwatch.sample.base import SampleContext
+from lockwatch.sample.locks import SampleError
+from lockwatch.settings.queues import Queue, RedisLayout, RedisQueueSource, RedisType
+from lockwatch.util.secrets import first_line, redact
+
+# kombu keeps a Celery queue's priorities 3, 6 and 9 in lists of their own,
+# named after the queue and this separator (priority 0 is the queue itself).
+CELERY_PRIORITY_SEPARATOR = "\x06\x16"
+CELERY_PRIORITY_STEPS = (3, 6, 9)
+RQ_PREFIX = "rq"
+# Undelivered stream entries counted one by one when Redis cannot tell the lag.
+STREAM_SCAN_LIMIT = 10_000
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _stream_id_time(entry_id: bytes | str | None) -> datetime | None:
+    """The wall time an entry was added: its id's milliseconds part.
+
+    >>> _stream_id_time(b"1700000000000-3")
+    datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc)
+    """
+    text = _text(entry_id)
+    if not text or "-" not in text:
+        return None
+    millis = text.split("-", 1)[0]
+    if not millis.isdigit():
+        return None
+    return datetime.fromtimestamp(int(millis) / 1000, UTC)
+
+
+def _rq_time(value: bytes | str | None) -> datetime | None:
+    """RQ writes times as ``2025-03-14T21:40:00.123456Z`` (UTC)."""
+    text = _text(value)
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _age(now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else max(0.0, (now - then).total_seconds())
+
+
+class RedisQueueSampler:
+    """One queue in Redis. Not thread-safe; one per queue entry."""
+
+    def __init__(self, queue: Queue) -> None:
+        assert isinstance(queue.source, RedisQueueSource)
+        self.queue = queue
+        self.spec = queue.source
+        self._secrets = (self.spec.url,)
+        self._client: redis.Redis | None = None
+        reader: dict[RedisLayout, Callable[[redis.Redis, datetime], QueueSample]] = {
+            RedisLayout.PLAIN: self._plain,
+            RedisLayout.RQ: self._rq,
+            RedisLayout.CELERY: self._celery,
+        }
+        self._read = reader[self.spec.layout]
+
+    def _connect(self) -> redis.Redis:
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self.spec.url,
+                socket_connect_timeout=self.spec.timeout,
+                socket_timeout=self.spec.timeout,
+                # The source runner retries with its own backoff; a retry here
+                # would multiply the time a dead server costs each poll.
+                retry=Retry(NoBackoff(), 0),
+                client_name="lockwatch",
+            )
+        return self._client
+
+    def sample(self, context: SampleContext) -> dict[str, QueueSample]:
+        try:
+            return {self.queue.name: self._read(self._connect(), context.now)}
+        except redis.ResponseError as exc:
+            raise SampleError(self._explain(exc)) from None
+        except redis.RedisError as exc:
+            self.close()
+            raise SampleError(self._explain(exc)) from None
+
+    def _explain(self, exc: redis.RedisError) -> str:
+        detail = first_line(exc)
+        if "WRONGTYPE" in detail:
+            keys = ", ".join(self.spec.keys)
+            detail = f"a key of {keys} holds another type than {self.spec.type.value}"
+        return redact(f"queue {self.queue.name}: redis: {detail}", self._secrets)
+
+    def _plain(self, client: redis.Redis, now: datetime) -> QueueSample:
+        if self.spec.type is RedisType.STREAM:
+            return self._stream(client, now)
+        pipe = client.pipeline(transaction=False)
+        for key in self.spec.keys:
+            if self.spec.type is RedisType.LIST:
+                pipe.llen(key)
+            else:
+                pipe.zcard(key)
+        return QueueSample(now, sum(int(n) for n in pipe.execute()))
+
+    def _stream(self, client: redis.Redis, now: datetime) -> QueueSample:
+        (key,) = self.spec.keys
+        group = self.spec.group
+        if group is None:
+            return QueueSample(now, int(client.xlen(key)))
+        if not client.exists(key):
+            raise SampleError(f"queue {self.queue.name}: no stream {key!r}")
+        groups: list[dict[str, Any]] = client.xinfo_groups(key)
+        info = next((g for g in groups if _text(g.get("name")) == group), None)
+        if info is None:
+            names = ", ".join(sorted(_text(g.get("name")) or "?" for g in groups)) or "none"
+            raise SampleError(
+                f"queue {self.queue.name}: stream {key!r} has no consumer group {group!r} "
+                f"(groups: {names})"
+            )
+        pending = int(info.get("pending") or 0)
+        last_delivered = _text(info.get("last-delivered-id")) or "0-0"
+        lag = info.get("lag")
+        undelivered = client.xrange(key, min=f"({last_delivered}", count=1)
+        if lag is None:
+            # Redis cannot tell after deletions in the stream; count, up to a cap.
+            lag = len(client.xrange(key, min=f"({last_delivered}", count=STREAM_SCAN_LIMIT) or ())
+        oldest = [
+            t
+            for t in (
+                _stream_id_time(undelivered[0][0]) if undelivered else None,
+                _oldest_pending(client, key, group) if pending else None,
+            )
+            if t is not None
+        ]
+        entries_read = info.get("entries-read")
+        return QueueSample(
+            now,
+            depth=int(lag) + pending,
+            oldest_age_seconds=_age(now, min(oldest, default=None)),
+            # delivered to the group and acknowledged
+            completed_total=None if entries_read is None else max(0, int(entries_read) - pending),
+            in_flight=pending,
+        )
+
+    def _rq(self, client: redis.Redis, now: datetime) -> QueueSample:
+        (name,) = self.spec.keys
+        pipe = client.pipeline(transaction=False)
+        pipe.llen(f"{RQ_PREFIX}:queue:{name}")
+        pipe.lindex(f"{RQ_PREFIX}:queue:{name}", 0)  # RQ appends and takes from the head
+        pipe.zcard(f"{RQ_PREFIX}:wip:{name}")
+        # RQ's own record of finished jobs, kept for their result_ttl (500 s by
+        # default); entries that expire only lower it, which is no progress.
+        pipe.zcard(f"{RQ_PREFIX}:finished:{name}")
+        pipe.zcard(f"{RQ_PREFIX}:failed:{name}")
+        depth, head, started, finished, failed = pipe.execute()
+        enqueued_at = None
+        if head is not None:
+            enqueued_at = _rq_time(client.hget(f"{RQ_PREFIX}:job:{_text(head)}", "enqueued_at"))
+        return QueueSample(
+            now,
+            depth=int(depth),
+            oldest_age_seconds=_age(now, enqueued_at),
+            completed_total=int(finished) + int(failed),
+            in_flight=int(started),
+        )
+
+    def _celery(self, client: redis.Redis, now: datetime) -> QueueSample:
+        (name,) = self.spec.keys
+        pipe = client.pipeline(transaction=False)
+        pipe.llen(name)
+        for step in CELERY_PRIORITY_STEPS:
+            pipe.llen(f"{name}{CELERY_PRIORITY_SEPARATOR}{step}")
+        return QueueSample(now, sum(int(n) for n in pipe.execute()))
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def _oldest_pending(client: redis.Redis, key: str, group: str) -> datetime | None:
+    summary = client.xpending(key, group)
+    return _stream_id_time(summary.get("min")) if summary else None

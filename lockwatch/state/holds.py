@@ -1,0 +1,205 @@
+"""Hold times, measured from first sight.
+
+``pg_locks`` has no grant time, so lockwatch remembers when it first saw each
+backend hold (or wait for) each key in each mode. A backend is named by pid +
+backend_start, because the server reuses pids. The memory is saved in the
+state dir so that a restart neither forgets an hour-long hold nor invents one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+
+ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
+# A lock as the sampler gave it, as filled in, its observation and first sighting.
+_Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, datetime]
+IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
+
+
+def _observation(lock: AdvisoryLock, started: str) -> ObservationKey:
+    return (
+        lock.pid,
+        started,
+        lock.database,
+        lock.key.pair,
+        lock.key.first,
+        lock.key.second,
+        lock.mode,
+        lock.granted,
+    )
+
+
+class HoldTracker:
+    """Remembers first sightings across polls (and restarts) for one target."""
+
+    def __init__(self, continuity_gap: float) -> None:
+        # A lock seen again after a gap no longer than this is taken to have
+        # been held throughout; past it, only proof from the session's state
+        # keeps the old first sighting.
+        self.continuity_gap = continuity_gap
+        self._first_seen: dict[ObservationKey, datetime] = {}
+        self._dumped_keys: frozenset[ObservationKey] = frozenset()
+        # When the sightings were last confirmed against the server, all of
+        # them at once; a save while sampling fails must not vouch for locks
+        # nobody has seen since.
+        self._observed_at: datetime | None = None
+        # The last poll's locks by id(): the sampler hands out the very same
+        # object for a lock it saw unchanged (same session, key, mode and
+        # wait), and such a lock keeps its filled-in copy without a lookup.
+        self._filled: dict[int, _Filled] = {}
+
+    def __len__(self) -> int:
+        return len(self._first_seen)
+
+    def observe(
+        self, locks: tuple[AdvisoryLock, ...], backends: Mapping[int, Backend], now: datetime
+    ) -> tuple[AdvisoryLock, ...]:
+        """Fill ``first_seen`` on every lock and forget locks no longer present."""
+        last_seen = self._observed_at
+        bridged = last_seen is not None and now - last_seen <= timedelta(
+            seconds=self.continuity_gap
+        )
+        previous = self._filled if bridged else {}
+        seen: dict[ObservationKey, datetime] = {}
+        remembered: dict[int, _Filled] = {}
+        started: dict[int, str] = {}
+        result: list[AdvisoryLock] = []
+        for lock in locks:
+            hit = previous.get(id(lock))
+            if hit is not None and hit[0] is lock:
+                _, filled, key, first_seen = hit
+            else:
+                backend = backends.get(lock.pid)
+                if lock.pid not in started:
+                    begun = backend.backend_start if backend else None
+                    started[lock.pid] = begun.isoformat() if begun else ""
+                key = _observation(lock, started[lock.pid])
+                first_seen = (
+                    seen.get(key)
+                    or self._since(key, backend, bridged)
+                    or _taken_by(lock, backend, now)
+                )
+                filled = replace(lock, first_seen=first_seen)
+            seen[key] = first_seen
+            remembered[id(lock)] = (lock, filled, key, first_seen)
+            result.append(filled)
+        self._first_seen = seen
+        self._filled = remembered
+        self._observed_at = now
+        return tuple(result)
+
+    def _since(
+        self, key: ObservationKey, backend: Backend | None, bridged: bool
+    ) -> datetime | None:
+        """The remembered first sighting of ``key``, if it still holds: the gap
+        since the last poll was bridged, or the session proves the lock was
+        held throughout."""
+        first_seen = self._first_seen.get(key)
+        if first_seen is not None and (bridged or _held_throughout(backend, self._observed_at)):
+            return first_seen
+        return None
+
+    def changed_since_dump(self) -> bool:
+        return self._dumped_keys != frozenset(self._first_seen)
+
+    def dump(self, now: datetime) -> dict[str, Any]:
+        """First sightings, dated by the last poll that saw them (``now`` if
+        none has). ``last_seen`` is stored once for all: the file only needs
+        rewriting when the set of locks changes."""
+        self._dumped_keys = frozenset(self._first_seen)
+        saved_at = self._observed_at or now
+        return {
+            "saved_at": saved_at.isoformat(),
+            "locks": [
+                {
+                    "pid": key[0],
+                    "backend_start": key[1],
+                    "database": key[2],
+                    "key": LockKey(key[3], key[4], key[5]).render(),
+                    "mode": key[6],
+                    "granted": key[7],
+                    "first_seen": first_seen.isoformat(),
+                }
+                for key, first_seen in self._first_seen.items()
+            ],
+        }
+
+    def load(self, document: dict[str, Any]) -> None:
+        """Restore a dump; malformed entries are dropped, not guessed at."""
+        restored: dict[ObservationKey, datetime] = {}
+        try:
+            saved_at = _aware(document["saved_at"])
+            entries = list(document["locks"])
+        except (KeyError, TypeError, ValueError):
+            return
+        for entry in entries:
+            try:
+                key_value = LockKey.parse(str(entry["key"]))
+                key: ObservationKey = (
+                    int(entry["pid"]),
+                    str(entry["backend_start"]),
+                    str(entry["database"]),
+                    key_value.pair,
+                    key_value.first,
+                    key_value.second,
+                    str(entry["mode"]),
+                    bool(entry["granted"]),
+                )
+                first_seen = _aware(entry["first_seen"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            restored[key] = min(first_seen, saved_at)
+        self._first_seen = restored
+        self._filled = {}
+        self._dumped_keys = frozenset(restored)
+        self._observed_at = saved_at
+
+
+def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> datetime:
+    """The latest a lock seen for the first time can have been taken.
+
+    An idle session has run no SQL since its state_change, and taking a lock
+    takes SQL: it held the lock by then. A lock taken just before lockwatch
+    looked is then as old as it is, not a poll interval younger, and a hold
+    found after a gap (or at start) keeps what can be proven of its age.
+    Anyone else may have taken it just now.
+    """
+    if (
+        lock.granted
+        and backend is not None
+        and backend.state in IDLE_STATES
+        and backend.state_change is not None
+    ):
+        return min(now, backend.state_change)
+    return now
+
+
+def _held_throughout(backend: Backend | None, last_seen: datetime | None) -> bool:
+    """Proof that a lock seen before a gap lockwatch did not see through was
+    held all along. The same rule holds after a restart and after an outage
+    of the target.
+
+    Taking the lock again would have meant running SQL, which moves
+    state_change; an idle session unchanged since we last saw it has held
+    the lock all along.
+    """
+    return (
+        backend is not None
+        and last_seen is not None
+        and backend.state in IDLE_STATES
+        and backend.state_change is not None
+        and backend.state_change <= last_seen
+    )
+
+
+def _aware(text: Any) -> datetime:
+    """A saved timestamp; one without a zone cannot be compared with the clock."""
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"timestamp without a time zone: {text!r}")
+    return moment

@@ -1,0 +1,107 @@
+"""Text for people: durations, one-line values from database clients, UTC times."""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, datetime
+
+QUERY_LIMIT = 200
+
+
+SUMMARY_VALUE_LIMIT = 60
+
+
+ELLIPSIS = "…"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration the way a person reads it, to two units at most.
+
+    >>> format_duration(42.7)
+    '42s'
+    >>> format_duration(340)
+    '5m40s'
+    >>> format_duration(300)
+    '5m'
+    >>> format_duration(3 * 3600 + 2 * 60 + 9)
+    '3h2m'
+    >>> format_duration(2 * 86400 + 3600)
+    '2d1h'
+    >>> format_duration(-5)
+    '0s'
+    """
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    for big, big_unit, small, small_unit in (
+        (days, "d", hours, "h"),
+        (hours, "h", minutes, "m"),
+        (minutes, "m", secs, "s"),
+    ):
+        if big:
+            return f"{big}{big_unit}{small}{small_unit}" if small else f"{big}{big_unit}"
+    return f"{secs}s"
+
+
+def _breaks_line(ch: str) -> bool:
+    """Control, format and private characters, and the Unicode line and
+    paragraph separators: anything a terminal or chat client may render as a
+    break or not at all."""
+    category = unicodedata.category(ch)
+    return category[0] == "C" or category in ("Zl", "Zp")
+
+
+def one_line(text: object, limit: int = SUMMARY_VALUE_LIMIT) -> str:
+    """A value from a database client made safe to put inside a one-line summary:
+    control characters and line breaks become spaces, runs of blanks collapse,
+    and the result is capped at ``limit`` characters.
+
+    >>> one_line("SELECT\\n  pg_advisory_lock(42);\\x00")
+    'SELECT pg_advisory_lock(42);'
+    >>> one_line("x" * 70, 10)
+    'xxxxxxxxxx…'
+    """
+    cleaned = "".join(" " if _breaks_line(ch) else ch for ch in str(text))
+    collapsed = " ".join(cleaned.split())
+    return collapsed if len(collapsed) <= limit else collapsed[:limit] + ELLIPSIS
+
+
+def truncate(text: str, limit: int = QUERY_LIMIT) -> str:
+    """
+    >>> truncate("abcdef", 3)
+    'abc…'
+    """
+    return text if len(text) <= limit else text[:limit] + ELLIPSIS
+
+
+def printable(text: str) -> str:
+    """``text`` made encodable as UTF-8.
+
+    Names and strings from database clients may carry lone surrogates (how Python
+    keeps undecodable bytes); they would break every UTF-8 encoder downstream, so
+    they are spelt out instead.
+
+    >>> printable("app\\udcff")
+    'app\\\\udcff'
+    >>> printable("plain")
+    'plain'
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def iso_utc(moment: datetime | None) -> str | None:
+    """
+    >>> iso_utc(datetime(2026, 11, 29, 9, 14, 59, 123456, tzinfo=UTC))
+    '2026-11-29T09:14:59Z'
+    """
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        # Samplers hand out aware datetimes; a naive one can only be meant as UTC.
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
