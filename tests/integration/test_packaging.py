@@ -96,7 +96,7 @@ def test_the_installed_lockwatch_runs_and_exports_from_its_own_files(
     where = run(
         venv / "bin" / "python",
         "-c",
-        "import lockwatch.export as e; print(e.bundle_root('rules'))",
+        "import lockwatch.commands.export as e; print(e.bundle_root('rules'))",
         cwd=tmp_path,
     ).stdout
     assert where.startswith(str(venv)), where
