@@ -20,7 +20,7 @@ BUNDLES = {"rules": "alerts", "dashboard": "grafana", "systemd": "systemd"}
 # promtool's unit tests of the rules travel with them but are not rules: a
 # Prometheus that loads rules/*.yml would refuse to start on one.
 LEFT_OUT = {"rules": ("*.test.yml", "*.test.yaml")}
-_CHECKOUT = Path(__file__).resolve().parent.parent
+_CHECKOUT = Path(__file__).resolve().parents[2]  # lockwatch/commands/export.py -> the checkout
 
 
 class ExportError(Exception):
