@@ -13,8 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from lockwatch.detect.locks import IDLE_STATES
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
 
 NOW = datetime(2025, 3, 14, 21, 40, tzinfo=UTC)
 DB = "app"

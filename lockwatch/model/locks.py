@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+# The states of a session that runs no SQL right now.
+IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 _INT32 = 1 << 32
 
 

@@ -13,12 +13,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey
 
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
 # A lock as the sampler gave it, as filled in, its observation and first sighting.
 _Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, datetime]
-IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 
 
 def _observation(lock: AdvisoryLock, started: str) -> ObservationKey:

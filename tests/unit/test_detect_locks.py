@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch import text as text_module
+from lockwatch.detect import lock_groups
 from lockwatch.detect import locks as locks_module
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
@@ -676,7 +677,7 @@ def test_passing_over_keys_that_cannot_fire_changes_no_finding(
 ) -> None:
     snap, settings_ = case
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(locks_module, "_worth_checking", lambda snapshot, *_: list(snapshot.locks))
+        patch.setattr(lock_groups, "worth_checking", lambda snapshot, *_: list(snapshot.locks))
         every_key = detect_locks(snap, settings_, NOW)
     assert detect_locks(snap, settings_, NOW) == every_key
 

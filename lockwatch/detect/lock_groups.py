@@ -1,0 +1,277 @@
+"""One advisory-lock key as the lock detectors see it: its holders and waiters,
+its budgets, and the evidence its findings carry.
+
+Pure, like every detector: the clock comes in as ``now``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lockwatch.detect.evidence import age_seconds, backend_facts, blocking_chain, seconds_between
+from lockwatch.model.findings import FindingKind, Severity, Subject
+from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
+from lockwatch.text import format_duration, one_line
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    lock: AdvisoryLock
+    backend: Backend | None
+    held: float
+    idle: float | None  # seconds idle, None unless the backend is in an idle state
+
+    @property
+    def waits(self) -> bool:
+        return self.backend is not None and (
+            self.backend.waiting_on_lock or bool(self.backend.blocked_by)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Waiter:
+    lock: AdvisoryLock
+    backend: Backend | None
+    waited: float
+
+    @property
+    def started(self) -> datetime | None:
+        return self.lock.wait_start or self.lock.first_seen
+
+
+@dataclass(frozen=True, slots=True)
+class KeyGroup:
+    """Every row of one (database, key), with what the settings say about it."""
+
+    database: str | None  # None only for a leader lock meant in every database
+    key: LockKey
+    named: NamedLock | None
+    holders: tuple[Holder, ...]
+    waiters: tuple[Waiter, ...]
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(self.database, self.named.name if self.named else self.key.render())
+
+    @property
+    def leader(self) -> bool:
+        return self.named is not None and self.named.role is LockRole.LEADER
+
+    @property
+    def longest_waiter(self) -> Waiter | None:
+        return max(self.waiters, key=lambda w: (w.waited, -w.lock.pid), default=None)
+
+    def label(self) -> str:
+        """``webhook-delivery (42)`` for a named lock, ``42`` otherwise."""
+        if self.named is None:
+            return self.key.render()
+        return f"{one_line(self.named.name)} ({self.key.render()})"
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A finding before it knows its target and its related findings."""
+
+    kind: FindingKind
+    group: KeyGroup
+    severity: Severity
+    since: datetime
+    summary: str
+    evidence: dict[str, Any]
+
+
+def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:
+    """(max_hold, orphan_after) for the group; None switches the check off.
+    A leader is meant to be held for ever, so it only gets the budgets it names."""
+    named = group.named
+    if named is not None and named.max_hold is not None:
+        max_hold: float | None = named.max_hold
+    else:
+        max_hold = None if group.leader else settings.max_hold
+    if named is not None and named.orphan_after is not None:
+        orphan_after: float | None = named.orphan_after
+    else:
+        orphan_after = None if group.leader else settings.orphan_after
+    return max_hold, orphan_after
+
+
+def who(holder: Holder, *, addr: bool = True) -> str:
+    """``pid 1234 (webhook-worker-1 from 10.0.0.5)``"""
+    backend = holder.backend
+    if backend is None:
+        return f"pid {holder.lock.pid}"
+    app = one_line(backend.application_name) or "no application_name"
+    if addr:
+        where = one_line(backend.client_addr) if backend.client_addr else "local socket"
+        return f"pid {holder.lock.pid} ({app} from {where})"
+    return f"pid {holder.lock.pid} ({app})"
+
+
+def doing(holder: Holder) -> str:
+    """What the holder's session is up to, for a summary: ``idle 330s``."""
+    backend = holder.backend
+    if backend is None:
+        return "session not seen"
+    if holder.waits:
+        blockers = ",".join(str(p) for p in backend.blocked_by) or "?"
+        return f"itself waiting on pid {blockers}"
+    if holder.idle is not None:
+        return f"{one_line(backend.state)} {format_duration(holder.idle)}"
+    return one_line(backend.state or "state unknown")
+
+
+def and_more(count: int) -> str:
+    return f" and {count} more" if count else ""
+
+
+def waiting_text(group: KeyGroup) -> str:
+    return f"; {len(group.waiters)} waiting" if group.waiters else ""
+
+
+def holder_facts(holder: Holder, now: datetime) -> dict[str, Any]:
+    backend = holder.backend
+    return {
+        **backend_facts(backend, holder.lock.pid, now),
+        "usename": backend.usename if backend else None,
+        "held_seconds": round(holder.held, 1),
+        "mode": holder.lock.mode,
+        "xact_seconds": age_seconds(now, backend.xact_start) if backend else None,
+    }
+
+
+def waiter_facts(waiter: Waiter) -> dict[str, Any]:
+    backend = waiter.backend
+    return {
+        "pid": waiter.lock.pid,
+        "application_name": backend.application_name if backend else None,
+        "client_addr": backend.client_addr if backend else None,
+        "state": backend.state if backend else None,
+        "wait_seconds": round(waiter.waited, 1),
+        "blocked_by": list(backend.blocked_by) if backend else [],
+    }
+
+
+def lock_evidence(
+    group: KeyGroup,
+    settings: LockSettings,
+    snapshot: LockSnapshot,
+    now: datetime,
+    holder: Holder | None,
+) -> dict[str, Any]:
+    max_hold, orphan_after = budgets(group, settings)
+    allowed = group.named.allowed if group.named else None
+    longest = group.longest_waiter
+    chain_from: int | None = None
+    if longest is not None:
+        chain_from = longest.lock.pid
+    elif holder is not None and holder.waits:
+        chain_from = holder.lock.pid
+    addresses: list[str] = []
+    if allowed is not None:
+        addresses = [str(n) for n in allowed.networks] + (["local"] if allowed.local else [])
+    return {
+        "key": group.key.render(),
+        "name": group.named.name if group.named else None,
+        "role": group.named.role.value if group.named else None,
+        "database": group.database,
+        "holder_pid": holder.lock.pid if holder else None,
+        "holders": [holder_facts(h, now) for h in group.holders],
+        "waiters": [waiter_facts(w) for w in group.waiters],
+        "waiter_count": len(group.waiters),
+        "longest_wait_seconds": round(longest.waited, 1) if longest else None,
+        "max_hold_seconds": max_hold,
+        "orphan_after_seconds": orphan_after,
+        "allowed_applications": list(allowed.applications) if allowed else [],
+        "allowed_addresses": addresses,
+        "chain": [] if chain_from is None else blocking_chain(snapshot, chain_from, now),
+    }
+
+
+def _before(now: datetime, seconds: float) -> datetime:
+    """``now`` less ``seconds``, and a millisecond later: a cut-off that is never
+    stricter than the checks' own arithmetic in seconds."""
+    try:
+        return now - timedelta(seconds=seconds) + timedelta(milliseconds=1)
+    except OverflowError:
+        return datetime.min.replace(tzinfo=now.tzinfo)
+
+
+def worth_checking(
+    snapshot: LockSnapshot, settings: LockSettings, now: datetime, pooled: frozenset[int]
+) -> list[AdvisoryLock]:
+    """The rows of every key that could raise a finding.
+
+    In a busy database most keys are held by a working session for less than
+    any budget; a few comparisons tell them apart, where building their groups
+    and evidence would be most of a poll at 50,000 locks. A key is kept for a
+    waiter, a hold past the target's max_hold, a holder idle past its
+    orphan_after or on a pooled server connection, or a name (which may carry
+    its own budgets and allowed holders). A new check must fire only on keys
+    kept here.
+    """
+    if settings.max_hold < 0 or settings.orphan_after < 0:
+        return list(snapshot.locks)  # every holder is past a negative budget
+    held_before = _before(now, settings.max_hold)
+    idle_before = _before(now, settings.orphan_after)
+    named = {lock.key for lock in settings.named}
+    suspects = pooled | {
+        pid
+        for pid, backend in snapshot.backends.items()
+        if backend.state in IDLE_STATES
+        and backend.state_change is not None
+        and backend.state_change < idle_before
+    }
+    loud: set[tuple[str, LockKey]] = set()
+    for lock in snapshot.locks:
+        if (
+            not lock.granted
+            or (lock.first_seen is not None and lock.first_seen < held_before)
+            or lock.pid in suspects
+            or (named and lock.key in named)
+        ):
+            loud.add((lock.database, lock.key))
+    if not loud:
+        return []
+    return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+
+
+def key_groups(
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    pooled: frozenset[int] = frozenset(),
+) -> list[KeyGroup]:
+    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    for lock in worth_checking(snapshot, settings, now, pooled):
+        rows.setdefault((lock.database, lock.key), []).append(lock)
+    groups = []
+    for (database, key), locks in sorted(rows.items()):
+        if settings.ignored(database, key):
+            continue
+        holders = []
+        waiters = []
+        for lock in locks:
+            backend = snapshot.backends.get(lock.pid)
+            if lock.granted:
+                idle = None
+                if backend is not None and backend.state in IDLE_STATES:
+                    idle = seconds_between(now, backend.state_change)
+                holders.append(Holder(lock, backend, seconds_between(now, lock.first_seen), idle))
+            else:
+                started = lock.wait_start or lock.first_seen
+                waiters.append(Waiter(lock, backend, seconds_between(now, started)))
+        holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
+        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+        groups.append(
+            KeyGroup(
+                database,
+                key,
+                settings.named_lock(database, key),
+                tuple(holders),
+                tuple(waiters),
+            )
+        )
+    return groups

@@ -1,0 +1,104 @@
+"""``lock_pooled_session``: a session advisory lock on a server connection that
+a transaction-mode pooler hands out per transaction.
+
+Pure: pgbouncer's view of the server comes in as a snapshot.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from lockwatch.detect.lock_groups import Draft, Holder, KeyGroup, lock_evidence
+from lockwatch.model.findings import FindingKind, Severity
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerConnection, PoolerSnapshot
+from lockwatch.settings.locks import LockSettings
+from lockwatch.text import one_line
+
+
+def session_level(holder: Holder) -> bool:
+    """Whether a held advisory lock is provably session-level.
+
+    pg_locks does not say; but a transaction-level lock ends with its
+    transaction, so a lock held with no transaction open, or seen before the
+    current transaction began, is a session lock.
+    """
+    backend = holder.backend
+    if backend is None:
+        return False
+    if backend.state == "idle" or backend.xact_start is None:
+        return True
+    return holder.lock.first_seen is not None and holder.lock.first_seen < backend.xact_start
+
+
+def pooler_facts(pooler: PoolerSnapshot, server: PoolerConnection) -> dict[str, Any]:
+    client = pooler.client_linked_to(server)
+    return {
+        "pool": {
+            "database": server.database,
+            "user": server.user,
+            "pool_mode": pooler.pool_mode(server),
+        },
+        "server_connection": {
+            "backend_pid": server.remote_pid,
+            "state": server.state,
+            "pooler_port": server.local_port,
+            "connect_time": server.connect_time,
+            "request_time": server.request_time,
+        },
+        "linked_client": None
+        if client is None
+        else {
+            "addr": client.addr,
+            "port": client.port,
+            "application_name": client.application_name,
+            "state": client.state,
+            "connect_time": client.connect_time,
+        },
+    }
+
+
+def pooled_session(
+    group: KeyGroup,
+    settings: LockSettings,
+    snapshot: LockSnapshot,
+    now: datetime,
+    pooler: PoolerSnapshot,
+) -> Draft | None:
+    pooled = []
+    for holder in group.holders:
+        server = pooler.server_for(
+            holder.lock.pid, holder.backend.client_port if holder.backend else None
+        )
+        if server is None or pooler.pool_mode(server) not in SHARED_POOL_MODES:
+            continue
+        if session_level(holder):
+            pooled.append((holder, server))
+    if not pooled:
+        return None
+    holder, server = min(
+        pooled, key=lambda pair: (pair[0].lock.first_seen or now, pair[0].lock.pid)
+    )
+    facts = pooler_facts(pooler, server)
+    client = facts["linked_client"]
+    now_serving = (
+        f"now serving client {one_line(client['addr'] or 'local')}:{client['port']}"
+        f" ({one_line(client['application_name'] or '-')})"
+        if client
+        else "no client linked to it now"
+    )
+    summary = (
+        f"session lock {group.label()} in {one_line(group.database)} held by backend pid "
+        f"{holder.lock.pid} of pgbouncer pool {one_line(server.database)}/{one_line(server.user)} "
+        f"in {facts['pool']['pool_mode']} mode: it belongs to no client ({now_serving}); "
+        "any client handed this backend can take it again"
+    )
+    return Draft(
+        FindingKind.LOCK_POOLED_SESSION,
+        group,
+        Severity.CRITICAL,
+        holder.lock.first_seen or now,
+        summary,
+        {**lock_evidence(group, settings, snapshot, now, holder), **facts},
+    )
