@@ -32,7 +32,7 @@ from lockwatch.demo.scenarios import (
     webhook_queue_sql,
 )
 from lockwatch.model.findings import FindingKind
-from tests.pgbouncer_server import STATS_USER, PgBouncer
+from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 
 POLL = 0.01  # seconds between looks at the stage and at the API
 GRACE = 1.0  # the target: never later than threshold + one interval + this

@@ -10,7 +10,7 @@ import pytest
 
 from lockwatch.demo.pgcluster import LocalCluster, embedded_bin_dir
 from tests.battery.report import Results
-from tests.support import MONITOR_PASSWORD, MONITOR_USER, PgDatabase
+from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase
 
 RESULTS = pytest.StashKey[Results]()
 Record = Callable[..., None]

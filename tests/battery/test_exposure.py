@@ -29,11 +29,17 @@ from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL
 from lockwatch.sample.locks import PgLockSampler, SampleError
 from tests.battery.conftest import Record
 from tests.battery.probes import scrape
-from tests.processes import LockwatchProcess, write_config
-from tests.promstack import binary
-from tests.redis_server import RedisServer
-from tests.standins import TELEGRAM_LIMIT, ChatStandin, utf16_len
-from tests.support import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    MONITOR_USER,
+    PgDatabase,
+    free_port,
+    wait_until,
+)
+from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.prometheus import binary
+from tests.fixtures.redis import RedisServer
+from tests.fixtures.standins import TELEGRAM_LIMIT, ChatStandin, utf16_len
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

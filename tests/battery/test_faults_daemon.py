@@ -20,9 +20,9 @@ from tests.battery.conftest import Record
 from tests.battery.probes import Observer
 from tests.battery.relay import Relay
 from tests.battery.report import soak
-from tests.processes import LockwatchProcess, write_config
-from tests.standins import ChatStandin, Reply, add_telegram, telegram_flood
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.standins import ChatStandin, Reply, add_telegram, telegram_flood
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

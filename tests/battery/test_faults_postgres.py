@@ -27,8 +27,14 @@ from tests.battery.probes import (
     settled_footprint,
 )
 from tests.battery.relay import Relay
-from tests.processes import LockwatchProcess, write_config
-from tests.support import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    MONITOR_USER,
+    PgDatabase,
+    free_port,
+    wait_until,
+)
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

@@ -17,11 +17,11 @@ from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
 from tests.battery.probes import Scrape, scrape
 from tests.battery.report import soak
-from tests.pgbouncer_server import PgBouncer
-from tests.processes import LockwatchProcess, write_config
-from tests.promstack import Prometheus
-from tests.redis_server import RedisServer
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.pgbouncer import PgBouncer
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.prometheus import Prometheus
+from tests.fixtures.redis import RedisServer
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

@@ -24,8 +24,8 @@ from lockwatch.publish.http import REQUEST_TIMEOUT
 from lockwatch.publish.pings import TOKEN_HEADER
 from tests.battery.conftest import Record
 from tests.battery.probes import footprint, scrape, settled_footprint
-from tests.processes import LockwatchProcess, write_config
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

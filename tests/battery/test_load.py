@@ -21,8 +21,8 @@ from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
 from tests.battery.probes import Observer, Scrape, footprint, scrape
 from tests.battery.report import soak
-from tests.processes import LockwatchProcess, write_config
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from lockwatch.demo.scenarios import ConvoyIncident
-from tests.processes import LockwatchProcess, write_config
-from tests.standins import ChatStandin, add_telegram
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.standins import ChatStandin, add_telegram
 
 pytestmark = [
     pytest.mark.pg,
@@ -23,12 +23,6 @@ pytestmark = [
 ]
 
 LOCKS = "{max_hold: 1h, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s}"
-
-
-@pytest.fixture
-def standin() -> Iterator[ChatStandin]:
-    with ChatStandin() as server:
-        yield server
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -18,10 +17,10 @@ from lockwatch.model.findings import Finding
 from lockwatch.notify.service import AlertNotifier, Backoff, ChannelWorker
 from lockwatch.settings.notify import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
 from lockwatch.state.ledger import Transitions
-from tests.factories import NOW, TARGET
-from tests.notify_factories import HOLDER_PID, convoy, finding
-from tests.standins import ChatStandin, Reply, telegram_flood
-from tests.support import free_port
+from tests.fixtures.notify import HOLDER_PID, convoy, finding
+from tests.fixtures.postgres import free_port
+from tests.fixtures.snapshots import NOW, TARGET
+from tests.fixtures.standins import ChatStandin, Reply, telegram_flood
 
 FAST = Backoff(first=0.01, cap=0.05)
 
@@ -35,12 +34,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def standin() -> Iterator[ChatStandin]:
-    with ChatStandin() as server:
-        yield server
 
 
 def channels(standin: ChatStandin, token: str | None = None) -> NotifySettings:

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from lockwatch.demo.scenarios import ConvoyIncident
-from tests.processes import LockwatchProcess, write_config
-from tests.promstack import Alertmanager, Prometheus, binary
-from tests.standins import ChatStandin, Received
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.prometheus import Alertmanager, Prometheus, binary
+from tests.fixtures.standins import ChatStandin, Received
 
 pytestmark = [
     pytest.mark.pg,

@@ -13,7 +13,7 @@ import yaml
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.notify.message import alert_name, runbook_url
-from tests.promstack import binary
+from tests.fixtures.prometheus import binary
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"

@@ -12,7 +12,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockwatch.cli import main
-from tests.support import MONITOR_PASSWORD, Background, PgDatabase, run_in_thread, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    Background,
+    PgDatabase,
+    run_in_thread,
+    wait_until,
+)
 
 PASSWORD = "hunter2-in-the-dsn"
 PROMPTLY = 10.0  # seconds: a command that gives up must not start anything

@@ -13,14 +13,14 @@ import pytest
 import requests
 
 from lockwatch.demo.scenarios import Blackhole
-from tests.processes import LockwatchProcess, write_config
-from tests.support import (
+from tests.fixtures.postgres import (
     MONITOR_PASSWORD,
     PgDatabase,
     free_port,
     queue_on_lock,
     wait_until,
 )
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

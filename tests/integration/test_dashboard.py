@@ -19,9 +19,9 @@ import yaml
 
 from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
 from lockwatch.publish.metrics.registry import SUBJECT_LABELS
-from tests.processes import LockwatchProcess, write_config
-from tests.promstack import Prometheus
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.prometheus import Prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_FILE = ROOT / "grafana" / "lockwatch.json"

@@ -8,7 +8,7 @@ import io
 import pytest
 
 from lockwatch.demo.run import run_demo
-from tests.support import PgDatabase
+from tests.fixtures.postgres import PgDatabase
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

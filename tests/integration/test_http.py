@@ -21,7 +21,7 @@ from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
-from tests.factories import NOW, TARGET, backend, held, snapshot, waiting
+from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 
 STALE_AFTER = 30.0
 TIMEOUT = 5.0

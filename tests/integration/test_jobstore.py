@@ -16,7 +16,7 @@ from lockwatch.state.jobstore import (
     SqliteJobStore,
     StoreError,
 )
-from tests.support import MONITOR_PASSWORD, PgDatabase
+from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 

@@ -27,7 +27,13 @@ from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, Nam
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
-from tests.support import MONITOR_PASSWORD, PgDatabase, queue_on_lock, run_in_thread, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    PgDatabase,
+    queue_on_lock,
+    run_in_thread,
+    wait_until,
+)
 
 pytestmark = pytest.mark.pg
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from lockwatch.sample.locks import PgLockSampler, RawSample
-from tests.support import PgDatabase, run_in_thread, wait_until
+from tests.fixtures.postgres import PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg
 

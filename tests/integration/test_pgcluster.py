@@ -12,7 +12,7 @@ import pytest
 from psycopg import errors
 
 from lockwatch.demo.pgcluster import ClusterError, LocalCluster
-from tests.support import MONITOR_USER, PgDatabase, run_in_thread, wait_until
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg
 

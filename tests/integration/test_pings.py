@@ -25,7 +25,7 @@ from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.pings import MAX_BODY, TOKEN_HEADER, PingReceiver
 from lockwatch.state.board import Board
 from lockwatch.state.jobstore import SqliteJobStore
-from tests.support import wait_until
+from tests.fixtures.postgres import wait_until
 
 TOKEN = "ping-token-7f3a9"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

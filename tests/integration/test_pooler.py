@@ -21,8 +21,8 @@ from lockwatch.sample.locks import PgLockSampler
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.holds import HoldTracker
-from tests.pgbouncer_server import STATS_USER, PgBouncer
-from tests.support import MONITOR_PASSWORD, PgDatabase
+from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
+from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
 
 pytestmark = pytest.mark.pg
 

@@ -48,9 +48,7 @@ from lockwatch.settings.queues import (
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
-from tests.promstack import Prometheus
-from tests.redis_server import RedisServer
-from tests.support import (
+from tests.fixtures.postgres import (
     MONITOR_USER,
     PgDatabase,
     free_port,
@@ -58,6 +56,8 @@ from tests.support import (
     run_in_thread,
     wait_until,
 )
+from tests.fixtures.prometheus import Prometheus
+from tests.fixtures.redis import RedisServer
 
 REDIS_PASSWORD = "redis-pw-" + str(free_port())
 

@@ -24,8 +24,8 @@ from lockwatch.demo.scenarios import (
     Receiver,
     webhook_queue_sql,
 )
-from tests.processes import LockwatchProcess, write_config
-from tests.support import MONITOR_USER, PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

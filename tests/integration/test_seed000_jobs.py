@@ -16,9 +16,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.pgbouncer_server import STATS_USER, PgBouncer
-from tests.processes import LockwatchProcess, write_config
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from lockwatch.demo.scenarios import ConvoyIncident, OrphanIncident
-from tests.processes import LockwatchProcess, write_config
-from tests.support import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)]
 

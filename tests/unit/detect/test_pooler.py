@@ -1,0 +1,135 @@
+"""lock_pooled_session: a session advisory lock on a backend that a
+transaction-mode pooler hands out per transaction (seed 000)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.locks import Backend
+from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
+from lockwatch.settings.locks import LockSettings
+from tests.fixtures.snapshots import NOW, ago, backend, held, snapshot
+
+BACKEND_PID = 4242
+POOLER_PORT = 51000
+
+
+def server(
+    pid: int = BACKEND_PID, *, link: str = "", local_port: int | None = POOLER_PORT
+) -> PoolerConnection:
+    return PoolerConnection(
+        ptr="0xs1",
+        link=link,
+        database="app",
+        user="scheduler",
+        state="used" if not link else "active",
+        addr="127.0.0.1",
+        port=5432,
+        local_addr="127.0.0.1",
+        local_port=local_port,
+        connect_time="2025-03-14 03:00:00 UTC",
+        request_time="2025-03-14 03:00:01 UTC",
+        application_name="app-1",
+        remote_pid=pid,
+    )
+
+
+def client(ptr: str = "0xc2", app: str = "app-2") -> PoolerConnection:
+    return PoolerConnection(
+        ptr=ptr,
+        link="0xs1",
+        database="app",
+        user="scheduler",
+        state="active",
+        addr="10.0.0.2",
+        port=40000,
+        local_addr=None,
+        local_port=None,
+        connect_time=None,
+        request_time=None,
+        application_name=app,
+    )
+
+
+def pooler(
+    mode: str = "transaction",
+    *servers: PoolerConnection,
+    clients: tuple[PoolerConnection, ...] = (),
+) -> PoolerSnapshot:
+    return PoolerSnapshot(NOW, {("app", "scheduler"): mode}, servers or (server(),), clients)
+
+
+def pooled_backend(**overrides: Any) -> Backend:
+    session = backend(BACKEND_PID, "app-1", addr="127.0.0.1", state="idle", idle_for=5)
+    return replace(session, client_port=POOLER_PORT, **overrides)
+
+
+def findings_for(pool: PoolerSnapshot, session: Backend, held_for: float = 60) -> list[Finding]:
+    snap = snapshot(held(42, BACKEND_PID, held_for=held_for), backends=[session])
+    return [
+        f
+        for f in detect_locks(snap, LockSettings(), NOW, pool)
+        if f.kind is FindingKind.LOCK_POOLED_SESSION
+    ]
+
+
+def test_it_reports_a_session_lock_on_a_transaction_pooled_backend_with_the_pool() -> None:
+    (finding,) = findings_for(pooler(), pooled_backend())
+    assert finding.subject.lock == "42"
+    assert finding.severity.value == "critical"
+    assert finding.evidence["pool"] == {
+        "database": "app",
+        "user": "scheduler",
+        "pool_mode": "transaction",
+    }
+    assert finding.evidence["server_connection"]["backend_pid"] == BACKEND_PID
+    assert finding.evidence["linked_client"] is None
+    assert "belongs to no client" in finding.summary
+    assert "transaction mode" in finding.summary
+
+
+def test_it_names_the_client_the_backend_serves_now() -> None:
+    pool = pooler("transaction", server(link="0xc2"), clients=(client(),))
+    (finding,) = findings_for(pool, pooled_backend())
+    assert finding.evidence["linked_client"]["application_name"] == "app-2"
+    assert "now serving client 10.0.0.2:40000 (app-2)" in finding.summary
+
+
+@pytest.mark.parametrize("mode", ["session", ""])
+def test_a_session_pool_is_fine(mode: str) -> None:
+    assert findings_for(pooler(mode), pooled_backend()) == []
+
+
+def test_a_lock_on_a_backend_the_pooler_does_not_know_is_not_its_business() -> None:
+    assert findings_for(pooler("transaction", server(pid=999)), pooled_backend()) == []
+
+
+def test_the_same_pid_on_another_server_behind_the_pooler_does_not_match() -> None:
+    other = server(local_port=POOLER_PORT + 1)
+    assert findings_for(pooler("transaction", other), pooled_backend()) == []
+
+
+def test_a_lock_inside_the_current_transaction_may_be_transaction_level_and_is_not_flagged() -> (
+    None
+):
+    busy = pooled_backend(state="idle in transaction", xact_start=ago(5))
+    assert findings_for(pooler(), busy, held_for=2) == []
+
+
+def test_a_lock_older_than_the_current_transaction_is_a_session_lock_even_while_active() -> None:
+    busy = pooled_backend(state="active", xact_start=ago(1), state_change=ago(1))
+    (finding,) = findings_for(pooler(), busy, held_for=120)
+    assert finding.evidence["holders"][0]["pid"] == BACKEND_PID
+
+
+def test_without_a_pooler_view_nothing_is_said_about_pooling() -> None:
+    snap = snapshot(held(42, BACKEND_PID, held_for=60), backends=[pooled_backend()])
+    assert all(
+        f.kind is not FindingKind.LOCK_POOLED_SESSION
+        for f in detect_locks(snap, LockSettings(), NOW)
+    )

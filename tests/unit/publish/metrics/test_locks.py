@@ -1,0 +1,56 @@
+"""The metrics' shortcuts over many locks give what the long way gives."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.publish.api.locks import lock_counts, lock_groups
+from lockwatch.publish.metrics.locks import exported_locks
+from lockwatch.settings.locks import LockSettings, NamedLock
+from tests.fixtures.snapshots import DB, NOW, lock_keys, lock_snapshots
+
+
+@st.composite
+def snapshots_with_settings(draw: st.DrawFn) -> tuple[LockSnapshot, LockSettings]:
+    snap = draw(lock_snapshots(max_age=1000.0))
+    keys = sorted({lock.key for lock in snap.locks} | {draw(lock_keys)})
+    some_keys = st.lists(st.sampled_from(keys), unique=True, max_size=3)
+    named = tuple(
+        NamedLock(
+            f"lock-{i}",
+            k,
+            database=draw(st.sampled_from((None, DB))),
+            ignore=draw(st.booleans()),
+        )
+        for i, k in enumerate(draw(some_keys))
+    )
+    return snap, LockSettings(
+        top_n=draw(st.integers(0, 4)), ignore=tuple(draw(some_keys)), named=named
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots_with_settings())
+def test_building_only_the_top_groups_exports_the_same_series(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    snap, settings_ = case
+    every_group = lock_groups(snap, settings_, NOW)
+    top_groups = lock_groups(snap, settings_, NOW, top=settings_.top_n)
+    assert exported_locks(top_groups, settings_) == exported_locks(every_group, settings_)
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots_with_settings())
+def test_counting_rows_matches_counting_the_groups(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    snap, settings_ = case
+    expected: dict[str, tuple[int, int]] = {}
+    for group in lock_groups(snap, settings_, NOW):
+        if not group.ignored:
+            held, waiting = expected.get(group.database, (0, 0))
+            expected[group.database] = (held + len(group.holders), waiting + len(group.waiters))
+    assert lock_counts(snap, settings_) == expected

@@ -1,0 +1,242 @@
+"""The status page renderer on synthetic views: escaping, evidence, history, chart."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.jobs import JobRun, JobView, RunStatus
+from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
+from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.status.cells import TABLE_ROWS
+from lockwatch.publish.status.history import History, sparkline
+from lockwatch.publish.status.page import LOCKS_SHOWN, StatusPage
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@dataclass
+class Clock:
+    now: float = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def convoy_view() -> TargetView:
+    snap = snapshot(
+        held(42, 1234, held_for=800),
+        waiting(42, 1301, waited_for=300),
+        waiting(42, 1302, waited_for=200),
+        backends=[
+            backend(1234, HOSTILE, idle_for=700, query=f"SELECT '{HOSTILE}'"),
+            backend(1301, f"{HOSTILE}-2", waits_on=[1234]),
+            backend(1302, "worker-3", waits_on=[1234]),
+        ],
+    )
+    target = Target(TARGET, "postgresql://mon:s3cret@db/app")
+    findings = tuple(detect_locks(snap, target.locks, NOW))
+    return TargetView(
+        target, TargetStatus(TARGET, NOW, snap), polls_total=1, last_success=NOW, findings=findings
+    )
+
+
+def render(*views: TargetView) -> str:
+    board = Board()
+    for view in views:
+        board.publish(view)
+    return StatusPage(board, clock=lambda: NOW).render()
+
+
+def test_database_values_are_escaped_everywhere_they_appear() -> None:
+    page = render(convoy_view())
+
+    assert "<img" not in page
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 4
+    assert "s3cret" not in page
+
+
+def test_a_convoy_shows_its_holder_waiters_chain_and_budgets() -> None:
+    page = render(convoy_view())
+
+    assert "lock_convoy" in page and "lock_orphaned" in page
+    assert "<h4>blocking chain</h4>" in page
+    assert "<dt>max hold</dt><dd>5m</dd>" in page
+    assert "2 waiting, the longest for 5m" in page
+    assert re.search(r"<td>1234</td>.*?<td>13m20s</td>", page)
+
+
+def test_evidence_of_kinds_the_page_does_not_know_is_still_shown() -> None:
+    finding = Finding(
+        kind=FindingKind.QUEUE_STALLED,
+        target=TARGET,
+        subject=Subject(database="app"),
+        severity=Severity.WARNING,
+        since=NOW,
+        summary="queue grows, workers idle",
+        evidence={
+            "depth": 1200,
+            "workers": [{"pid": 7, "cpu_percent": 1.5}],
+            "window_seconds": 600,
+        },
+    )
+    view = TargetView(Target(TARGET, "postgresql://db/app"), findings=(finding,))
+
+    page = render(view)
+
+    assert "<dt>depth</dt><dd>1200</dd>" in page
+    assert "<dt>window</dt><dd>10m</dd>" in page
+    assert "<th>cpu percent</th>" in page and "<td>1.5</td>" in page
+
+
+def test_an_empty_board_is_all_clear() -> None:
+    page = render(TargetView(Target(TARGET, "postgresql://db/app")))
+
+    assert "Nothing is wrong right now." in page
+    assert "<title>lockwatch: all clear</title>" in page
+
+
+def test_history_keeps_the_peak_of_each_slot_and_forgets_what_is_older_than_the_window() -> None:
+    clock = Clock()
+    history = History(window=100.0, points=10, monotonic=clock)
+    calm = TargetView(
+        Target(TARGET, "x", locks=LockSettings()), TargetStatus(TARGET, NOW, snapshot())
+    )
+    busy = convoy_view()
+
+    history.record(calm)
+    clock.now = 5.0
+    history.record(busy)
+    clock.now = 50.0
+    history.record(calm)
+    assert history.points(TARGET, "waiting") == [(50.0, 2.0), (0.0, 0.0)]
+
+    clock.now = 140.0
+    assert history.points(TARGET, "waiting") == [(90.0, 0.0)]
+
+
+def test_the_sparkline_puts_the_newest_point_at_the_right_edge_and_the_peak_at_the_top() -> None:
+    svg = sparkline([(60.0, 0.0), (30.0, 4.0), (0.0, 2.0)], window=60.0, width=120, height=40)
+
+    assert 'points="0.0,38.0 60.0,2.0 120.0,20.0"' in svg
+    assert "now 2, highest 4" in svg
+
+
+def queue_view(depth: int) -> TargetView:
+    queue = QueueView(
+        name="webhooks<b>",
+        source="webhooks",
+        window=60.0,
+        latest=QueueSample(at=NOW, depth=depth, oldest_age_seconds=95.0, in_flight=1),
+        growth_per_second=2.0,
+        workers=("webhook-workers",),
+    )
+    workers = WorkerView(
+        name="webhook-workers",
+        queues=("webhooks<b>",),
+        window=60.0,
+        latest=WorkerSample(at=NOW, cpu_seconds=12.0, processes=6),
+        cpu_cores=0.02,
+        sessions={"active": 1, "waiting_lock": 5},
+        waiting_on=(SessionWait(database="app", lock="42", key="42", sessions=5),),
+    )
+    return TargetView(Target(TARGET, "postgresql://db/app"), queues=(queue,), workers=(workers,))
+
+
+def test_queues_show_depth_growth_and_their_workers_cpu_and_lock_waits() -> None:
+    page = render(queue_view(120))
+
+    assert "<h2>Queues and workers</h2>" in page
+    assert "<td>webhooks&lt;b&gt;</td><td>120</td><td>1m35s</td><td>1</td><td>+2.00/s</td>" in page
+    assert "<td>2% of a core</td><td>1 active, 5 waiting_lock</td>" in page
+    assert "5 on lock 42 in app" in page
+
+
+def test_a_page_without_queues_has_no_queue_section() -> None:
+    assert "Queues and workers" not in render(convoy_view())
+
+
+def test_history_charts_each_queue_depth() -> None:
+    clock = Clock()
+    history = History(window=100.0, points=10, monotonic=clock)
+
+    for depth in (10, 20, 30):
+        history.record(queue_view(depth))
+        clock.now += 10
+
+    assert [v for _, v in history.points(TARGET, "queue webhooks<b>")] == [10.0, 20.0, 30.0]
+
+
+def job_view() -> TargetView:
+    runs = (
+        JobRun("nightly-report", "2026-11-29", ago(60), host="<b>app-2</b>", source="ping"),
+        JobRun(
+            "nightly-report",
+            "2026-11-29",
+            ago(70),
+            finished_at=ago(10),
+            status=RunStatus.SUCCESS,
+            host="app-1",
+            source="ping",
+            exit_code=0,
+        ),
+    )
+    job = JobView(
+        "nightly-report",
+        "ping",
+        starts_total=2,
+        duplicate_starts_total=1,
+        running=1,
+        last_start=ago(60),
+        last_success=ago(10),
+        last_duration=60.0,
+        recent=runs,
+    )
+    return TargetView(Target(TARGET, "postgresql://db/app"), jobs=(job,))
+
+
+def test_jobs_show_their_counters_and_latest_runs() -> None:
+    page = render(job_view())
+
+    assert "<h2>Jobs</h2>" in page
+    assert "2 start(s), 1 duplicate(s), 1 running" in page
+    assert "last run took 1m" in page
+    assert "&lt;b&gt;app-2&lt;/b&gt;" in page and "<b>app-2" not in page
+    assert page.count("<td>2026-11-29</td>") == 2
+    assert "<td>success</td>" in page and "<td>running</td>" in page
+
+
+def test_a_target_with_many_locks_shows_the_longest_held_and_counts_the_rest() -> None:
+    locks = [held(key, 1000 + key, held_for=float(key)) for key in range(LOCKS_SHOWN + 10)]
+    view = TargetView(
+        Target(TARGET, "postgresql://db/app"),
+        TargetStatus(TARGET, NOW, snapshot(*locks)),
+        last_success=NOW,
+    )
+
+    page = render(view)
+
+    assert page.count('<div class="lock">') == LOCKS_SHOWN
+    assert f"<h4>lock {LOCKS_SHOWN + 9} " in page, "the longest-held lock is left out"
+    assert "<h4>lock 0 " not in page
+    assert "and 10 more, held for less long" in page
+
+
+def test_a_convoy_of_thousands_lists_the_first_waiters_and_counts_the_rest() -> None:
+    waiters = [waiting(42, 2000 + n, waited_for=10) for n in range(TABLE_ROWS + 25)]
+    view = TargetView(
+        Target(TARGET, "postgresql://db/app"),
+        TargetStatus(TARGET, NOW, snapshot(held(42, 1234, held_for=60), *waiters)),
+    )
+
+    page = render(view)
+
+    assert f"<td>{2000 + TABLE_ROWS - 1}</td>" in page
+    assert f"<td>{2000 + TABLE_ROWS}</td>" not in page
+    assert ">and 25 more</td>" in page
