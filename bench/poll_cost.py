@@ -104,7 +104,7 @@ def measure(
                     f"in {polls} rounds"
                 )
     finally:
-        runner.sampler.close()
+        runner.close()
         floor.close()
     cost = PollCost(
         locks=server.locks_held,

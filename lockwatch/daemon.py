@@ -295,7 +295,7 @@ class Daemon:
         for runner in self.runners:
             runner.join(timeout=max(0.0, deadline - time.monotonic()))
         for runner in self.runners:
-            runner.sampler.abort()
+            runner.session.abort()
             runner.join(timeout=STOP_GRACE)
         if self.alerts is not None:
             self.alerts.stop(STOP_GRACE)

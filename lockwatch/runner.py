@@ -1,34 +1,36 @@
-"""One target's loop: its monitors on their deadline, the ledger, the state dir and the board."""
+"""One target's loop: its monitors on their deadline, the ledger, the state dir
+and the board.
+
+A poll opens (or reuses) the target's session, runs the target's monitors in
+order (locks first: the others read its snapshot), turns their findings into
+transitions in the ledger, saves what changed, and posts the target's view to
+the board. A monitor that breaks is logged and its findings are held; it never
+costs the others their poll. The watchdog thread breaks a network step that
+hangs past its limit.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
-from psycopg import sql
-
-from lockwatch.detect.locks import detect_locks
-from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.targets import detect_target_down
 from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
-from lockwatch.monitors.base import Monitor, PollContext
+from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
 from lockwatch.monitors.jobs import JobMonitor
+from lockwatch.monitors.locks import LockMonitor
 from lockwatch.monitors.queues import QueueMonitor
-from lockwatch.sample.base import SampleContext, SourceRunner
-from lockwatch.sample.locks import PgLockSampler, SampleError
-from lockwatch.sample.pooler import PgBouncerSampler
+from lockwatch.sample.base import SampleError
+from lockwatch.sample.session import TargetSession
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
-from lockwatch.state.holds import HoldTracker
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
 from lockwatch.state.statefile import StateStore
@@ -36,29 +38,7 @@ from lockwatch.state.statefile import StateStore
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
-
-
 TransitionListener = Callable[[Transitions], None]
-
-
-LOCK_KINDS = frozenset(
-    {
-        FindingKind.LOCK_HELD_TOO_LONG,
-        FindingKind.LOCK_CONVOY,
-        FindingKind.LOCK_ORPHANED,
-        FindingKind.LOCK_POOLED_SESSION,
-        FindingKind.LOCK_UNEXPECTED_HOLDER,
-        FindingKind.LEADER_LOCK_MISSING,
-    }
-)
-
-
-# A live server cancels a slow statement itself at statement_timeout, so
-# nothing of lockwatch's keeps running there; no answer this long after that
-# means the server, or the path to it, has gone silent.
-WATCHDOG_MARGIN = 1.0
-
-
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
 
 
@@ -67,10 +47,13 @@ def utc_now() -> datetime:
 
 
 def build_monitors(
-    target: Target, jobs: Sequence[JobSpec] = (), job_store: JobStore | None = None
+    target: Target,
+    session: TargetSession,
+    jobs: Sequence[JobSpec] = (),
+    job_store: JobStore | None = None,
 ) -> tuple[Monitor, ...]:
-    """Everything a target samples besides its advisory locks."""
-    monitors: list[Monitor] = []
+    """Everything a target samples, its locks first."""
+    monitors: list[Monitor] = [LockMonitor(target, session)]
     if target.queues or target.workers:
         monitors.append(QueueMonitor(target))
     own_jobs = [job for job in jobs if job.target == target.name]
@@ -79,14 +62,30 @@ def build_monitors(
     return tuple(monitors)
 
 
-@dataclass(frozen=True, slots=True)
-class _RunnerDatabase:
-    runner: TargetRunner
+@dataclass
+class _Poll:
+    """What one poll of a target gathers from its monitors, in order."""
 
-    def query(
-        self, query: str | sql.SQL | sql.Composed, params: Mapping[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
-        return self.runner._query(query, params)
+    context: PollContext
+    findings: list[Finding] = field(default_factory=list)
+    undecided: set[tuple[FindingKind, Subject]] = field(default_factory=set)
+    held_kinds: set[FindingKind] = field(default_factory=set)
+    target_error: str | None = None
+
+    def add(self, result: MonitorResult) -> None:
+        self.findings.extend(result.findings)
+        self.undecided |= result.undecided
+        self.held_kinds |= result.held_kinds
+        self.target_error = self.target_error or result.target_error
+        self.context = replace(
+            self.context,
+            snapshot=result.snapshot or self.context.snapshot,
+            lock_findings=(*self.context.lock_findings, *result.findings),
+        )
+
+    @property
+    def snapshot(self) -> LockSnapshot | None:
+        return self.context.snapshot
 
 
 @dataclass
@@ -103,39 +102,19 @@ class TargetRunner:
     job_store: JobStore | None = None
 
     def __post_init__(self) -> None:
-        self.sampler = PgLockSampler(
+        self.session = TargetSession(
             self.target.dsn,
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
         )
-        self.monitors = build_monitors(self.target, self.jobs, self.job_store)
-        self.pooler: SourceRunner[PoolerSnapshot] | None = None
-        if self.target.pgbouncer is not None:
-            self.pooler = SourceRunner(
-                self.target.name,
-                "pgbouncer",
-                PgBouncerSampler(
-                    self.target.pgbouncer.dsn, connect_timeout=self.target.connect_timeout
-                ),
-                None,
-                self.target.interval,
-            )
-        self._db = _RunnerDatabase(self)
-        self.tracker = HoldTracker(continuity_gap=max(3 * self.target.interval, 30.0))
+        self.monitors = build_monitors(self.target, self.session, self.jobs, self.job_store)
         self.ledger = FindingLedger(self.target.name)
-        self.poll_started: float | None = None  # monotonic, while a poll's queries run
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
-        # Timed from the first query, the connection being made: a silent
-        # server fails the poll within interval + statement_timeout + margin
-        # of going silent, two intervals while statement_timeout + margin is
-        # under the interval (the defaults: 5 s + 1 s of 10 s).
-        self.poll_timeout = self.target.statement_timeout + WATCHDOG_MARGIN
         self._failing_since: datetime | None = None
         self._view = TargetView(self.target)
         self._thread: threading.Thread | None = None
-        self._aborted = False
         self._saved_at: datetime | None = None
         self._restore()
         self.board.register(self.target)
@@ -144,164 +123,117 @@ class TargetRunner:
         document = self.store.load(self.target.name)
         if document is None:
             return
-        self.tracker.load(document.get("holds") or {})
+        for monitor in self.monitors:
+            monitor.restore(document)
         self.ledger.load(document.get("findings") or [])
         self._view = TargetView(self.target, findings=self.ledger.active)
         log.info(
             "%s: restored %d hold times and %d active findings from the state dir",
             self.target.name,
-            len(self.tracker),
+            len(self.lock_monitor.tracker),
             len(self.ledger.active),
         )
+
+    @property
+    def lock_monitor(self) -> LockMonitor:
+        monitor = self.monitors[0]
+        assert isinstance(monitor, LockMonitor)  # build_monitors puts it first
+        return monitor
 
     # -- one poll -----------------------------------------------------------
 
     def poll_once(self) -> TargetView:
-        self._aborted = False
-        try:
-            status = self._sample()
-        finally:
-            self.poll_started = None
-        if status.snapshot is None and self.stop_event.is_set():
-            # A poll broken by shutdown says nothing about the target.
-            return self._view
-        now = status.checked_at
-        keep: frozenset[FindingKind] = frozenset()
-        pooler_found: list[Finding] = []
-        pooler_undecided: set[tuple[FindingKind, Subject]] = set()
-        if status.snapshot is not None:
-            pooled, pooler_found, pooler_undecided = self._sample_pooler(now)
-            current = detect_locks(status.snapshot, self.target.locks, now, pooled)
-        else:
-            current = detect_target_down(status, now)
-            keep = LOCK_KINDS
-        found, undecided = self._poll_monitors(
-            PollContext(now, self._db if status.up else None, status.snapshot, tuple(current))
-        )
-        found.extend(pooler_found)
-        undecided |= pooler_undecided
-        transitions = self.ledger.update([*current, *found], keep=keep, hold=undecided)
-        view = TargetView(
-            target=self.target,
-            status=status,
-            polls_total=self._view.polls_total + 1,
-            poll_errors_total=self._view.poll_errors_total + (0 if status.up else 1),
-            state_write_errors_total=self._view.state_write_errors_total,
-            last_success=now if status.up else self._view.last_success,
-            findings=transitions.active,
-        )
+        connect_error = self._connect()
+        poll = _Poll(PollContext(self.clock(), None if connect_error else self.session))
         for monitor in self.monitors:
-            view = monitor.publish(view)
-        if self.pooler is not None:
-            view = replace(view, sources=(*view.sources, self.pooler.health))
-        if not self._persist(now, changed=bool(transitions.fired or transitions.resolved)):
-            view = replace(view, state_write_errors_total=view.state_write_errors_total + 1)
+            poll.add(self._poll_monitor(monitor, poll.context))
+            if poll.snapshot is None and self.stop_event.is_set():
+                # A poll broken by shutdown says nothing about the target.
+                return self._view
+        status = self._status(poll, connect_error)
+        if not status.up:
+            poll.findings.extend(detect_target_down(status, status.checked_at))
+        transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
+        view = self._next_view(status, transitions)
         self._view = view
         self.board.publish(view)
         for listener in self.listeners:
             listener(transitions)
         return view
 
-    def _sample_pooler(
-        self, now: datetime
-    ) -> tuple[PoolerSnapshot | None, list[Finding], set[tuple[FindingKind, Subject]]]:
-        """pgbouncer's view of this server (None without one, or when it cannot
-        be read), the finding for the pooler as a source, and the pooled-session
-        findings that, unread, neither fire nor resolve."""
-        if self.pooler is None:
-            return None, [], set()
-        pooled = self.pooler.poll(SampleContext(now, None))
-        undecided: set[tuple[FindingKind, Subject]] = set()
-        if pooled is None:
-            undecided = {
+    def _connect(self) -> str | None:
+        """Open the session if there is none; the error if it cannot be."""
+        try:
+            self.session.connect()
+        except SampleError as exc:
+            return str(exc)
+        return None
+
+    def _poll_monitor(self, monitor: Monitor, context: PollContext) -> MonitorResult:
+        """A monitor's result; one that breaks is logged and its findings held."""
+        try:
+            return monitor.poll(context)
+        except Exception:
+            log.exception(
+                "%s: %s failed; its findings stay as they were",
+                self.target.name,
+                type(monitor).__name__,
+            )
+            held = {
                 (f.kind, f.subject)
                 for f in self.ledger.active
-                if f.kind is FindingKind.LOCK_POOLED_SESSION
+                if f.kind in monitor.kinds
+                or (f.kind is FindingKind.TARGET_DOWN and f.subject.source is not None)
             }
-        return pooled, detect_source_down(self.target.name, [self.pooler.health], now), undecided
+            return MonitorResult(undecided=frozenset(held))
 
-    def _poll_monitors(
-        self, context: PollContext
-    ) -> tuple[list[Finding], set[tuple[FindingKind, Subject]]]:
-        """What the target's other sources show; a monitor that breaks is
-        logged and its findings held, and never costs the locks their poll."""
-        found: list[Finding] = []
-        undecided: set[tuple[FindingKind, Subject]] = set()
-        for monitor in self.monitors:
-            try:
-                result = monitor.poll(context)
-            except Exception:
-                log.exception(
-                    "%s: %s failed; its findings stay as they were",
-                    self.target.name,
-                    type(monitor).__name__,
-                )
-                undecided |= {
-                    (f.kind, f.subject) for f in self.ledger.active if f.kind not in LOCK_KINDS
-                }
-                continue
-            found.extend(result.findings)
-            undecided |= result.undecided
-        return found, undecided
+    def _status(self, poll: _Poll, connect_error: str | None) -> TargetStatus:
+        """How sampling the target went, logged once per failure and recovery."""
+        now = poll.context.now
+        error = connect_error or poll.target_error
+        if error is None and poll.snapshot is not None:
+            if self._failing_since is not None:
+                log.info("%s: sampling again after a failure", self.target.name)
+                self._failing_since = None
+            return TargetStatus(self.target.name, now, poll.snapshot)
+        # Without an error, the lock monitor broke unexpectedly (and logged it).
+        error = error or "the advisory locks could not be read (an unexpected error, logged)"
+        if self._failing_since is None:
+            self._failing_since = now
+            log.error("%s: cannot sample: %s", self.target.name, error)
+        return TargetStatus(self.target.name, now, None, error, self._failing_since)
 
-    def _query(
-        self, query: str | sql.SQL | sql.Composed, params: Mapping[str, Any] | None = None
-    ) -> list[dict[str, Any]]:
-        """A source's query on the poll's session, under the same watchdog as the poll."""
-        self.poll_started = time.monotonic()
-        try:
-            return self.sampler.query(query, params)
-        finally:
-            self.poll_started = None
-
-    def _sample(self) -> TargetStatus:
-        try:
-            self.sampler.connect()
-            self.poll_started = time.monotonic()
-            raw = self.sampler.sample()
-        except SampleError as exc:
-            now = self.clock()
-            message = str(exc)
-            if self._aborted:
-                message = f"poll did not answer within {self.poll_timeout:g}s ({message})"
-            if self._failing_since is None:
-                self._failing_since = now
-                log.error("%s: cannot sample: %s", self.target.name, message)
-            return TargetStatus(self.target.name, now, None, message, self._failing_since)
-        now = self.clock()
-        if self._failing_since is not None:
-            log.info("%s: sampling again after a failure", self.target.name)
-            self._failing_since = None
-        locks = self.tracker.observe(raw.locks, raw.backends, now)
-        snapshot = LockSnapshot(
-            target=self.target.name,
-            taken_at=now,
-            server_version=raw.server_version,
-            locks=locks,
-            backends=raw.backends,
-            poll_seconds=raw.seconds,
+    def _next_view(self, status: TargetStatus, transitions: Transitions) -> TargetView:
+        view = TargetView(
+            target=self.target,
+            status=status,
+            polls_total=self._view.polls_total + 1,
+            poll_errors_total=self._view.poll_errors_total + (0 if status.up else 1),
+            state_write_errors_total=self._view.state_write_errors_total,
+            last_success=status.checked_at if status.up else self._view.last_success,
+            findings=transitions.active,
         )
-        return TargetStatus(self.target.name, now, snapshot)
+        for monitor in self.monitors:
+            view = monitor.publish(view)
+        changed = bool(transitions.fired or transitions.resolved)
+        if not self._persist(status.checked_at, changed=changed):
+            view = replace(view, state_write_errors_total=view.state_write_errors_total + 1)
+        return view
 
     def _persist(self, now: datetime, *, changed: bool) -> bool:
-        """Save when something changed or the last save grows old; False if a save failed."""
+        """Save when something changed or a monitor asks; False if a save failed."""
         if self.store.directory is None:
             return True
-        if not (changed or self.tracker.changed_since_dump() or self._save_due(now)):
+        if not (changed or any(m.save_due(now, self._saved_at) for m in self.monitors)):
             return True
-        saved = self.store.save(
-            self.target.name,
-            {"holds": self.tracker.dump(now), "findings": self.ledger.dump()},
-        )
+        document: dict[str, object] = {}
+        for monitor in self.monitors:
+            document.update(monitor.save(now))
+        document["findings"] = self.ledger.dump()
+        saved = self.store.save(self.target.name, document)
         if saved:
             self._saved_at = now
         return saved
-
-    def _save_due(self, now: datetime) -> bool:
-        # Restored hold times stay trusted for the continuity gap after the
-        # last save, so the file is refreshed well within it.
-        last = self._saved_at
-        return last is None or (now - last).total_seconds() >= self.tracker.continuity_gap / 3
 
     # -- schedule -----------------------------------------------------------
 
@@ -335,22 +267,30 @@ class TargetRunner:
             self.stop_event.wait(max(0.0, next_due - time.monotonic()))
         # Whatever changed since the last save is kept for the next start.
         self._persist(self.clock(), changed=True)
-        self.sampler.close()
+        self.close()
+
+    def close(self) -> None:
+        """Close the target's session and every monitor's sources."""
+        self.session.close()
         for monitor in self.monitors:
-            monitor.close()
-        if self.pooler is not None:
-            self.pooler.close()
+            try:
+                monitor.close()
+            except Exception:
+                log.exception("%s: closing %s failed", self.target.name, type(monitor).__name__)
+
+    @property
+    def poll_timeout(self) -> float:
+        """How long one network step of a poll may take before the watchdog breaks it."""
+        return self.session.step_limit
 
     def check_watchdog(self, now: float) -> None:
-        started = self.poll_started
-        if started is not None and not self._aborted and now - started > self.poll_timeout:
-            self._aborted = True
+        if self.session.overdue(now):
             log.warning(
                 "%s: poll hung for more than %gs; breaking its connection",
                 self.target.name,
-                self.poll_timeout,
+                self.session.step_limit,
             )
-            self.sampler.abort()
+            self.session.abort()
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:
@@ -361,14 +301,16 @@ class TargetRunner:
         grace period has its connection broken."""
         self.stop_event.set()
         self.join(STOP_GRACE)
-        self.sampler.abort()
+        self.session.abort()
         self.join(STOP_GRACE)
 
     def take_over(self, old: TargetRunner) -> None:
         """Carry on from the (stopped) runner this one replaces after a config
         change: hold times, active findings and counters survive the change."""
-        old.tracker.continuity_gap = self.tracker.continuity_gap
-        self.tracker = old.tracker
+        previous = {type(monitor): monitor for monitor in old.monitors}
+        for monitor in self.monitors:
+            if type(monitor) in previous:
+                monitor.take_over(previous[type(monitor)])
         self.ledger = old.ledger
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since

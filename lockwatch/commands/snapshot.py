@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
-from lockwatch.sample.locks import PgLockSampler, SampleError
+from lockwatch.sample.base import SampleError
+from lockwatch.sample.locks import PgLockSampler
 from lockwatch.settings.targets import Target
 from lockwatch.state.holds import HoldTracker
 from lockwatch.text import format_duration, one_line

@@ -15,21 +15,52 @@ class Severity(enum.StrEnum):
     INFO = "info"
 
 
+class Family(enum.StrEnum):
+    """The part of lockwatch a finding kind belongs to: the monitor that owns
+    it takes every kind of its family."""
+
+    LOCKS = "locks"
+    QUEUES = "queues"
+    JOBS = "jobs"
+    TARGETS = "targets"
+
+
 class FindingKind(enum.StrEnum):
-    LOCK_HELD_TOO_LONG = "lock_held_too_long"
-    LOCK_CONVOY = "lock_convoy"
-    LOCK_ORPHANED = "lock_orphaned"
-    LOCK_POOLED_SESSION = "lock_pooled_session"
-    LOCK_UNEXPECTED_HOLDER = "lock_unexpected_holder"
-    LEADER_LOCK_MISSING = "leader_lock_missing"
-    QUEUE_GROWING = "queue_growing"
-    QUEUE_STALLED = "queue_stalled"
-    JOB_DUPLICATE_START = "job_duplicate_start"
-    JOB_OVERLAP = "job_overlap"
-    JOB_MISSED = "job_missed"
-    JOB_TOO_LONG = "job_too_long"
-    JOB_FAILED = "job_failed"
-    TARGET_DOWN = "target_down"
+    """Every kind of finding, each declared once with its family."""
+
+    family: Family
+
+    # Members are made with their family; ``FindingKind("lock_convoy")`` looks
+    # one up by value and never reaches this (the default only tells mypy so).
+    def __new__(cls, value: str, family: Family | None = None) -> FindingKind:
+        assert family is not None, f"finding kind {value!r} needs its family"
+        kind = str.__new__(cls, value)
+        kind._value_ = value
+        kind.family = family
+        return kind
+
+    LOCK_HELD_TOO_LONG = ("lock_held_too_long", Family.LOCKS)
+    LOCK_CONVOY = ("lock_convoy", Family.LOCKS)
+    LOCK_ORPHANED = ("lock_orphaned", Family.LOCKS)
+    LOCK_POOLED_SESSION = ("lock_pooled_session", Family.LOCKS)
+    LOCK_UNEXPECTED_HOLDER = ("lock_unexpected_holder", Family.LOCKS)
+    LEADER_LOCK_MISSING = ("leader_lock_missing", Family.LOCKS)
+    QUEUE_GROWING = ("queue_growing", Family.QUEUES)
+    QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
+    JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
+    JOB_OVERLAP = ("job_overlap", Family.JOBS)
+    JOB_MISSED = ("job_missed", Family.JOBS)
+    JOB_TOO_LONG = ("job_too_long", Family.JOBS)
+    JOB_FAILED = ("job_failed", Family.JOBS)
+    TARGET_DOWN = ("target_down", Family.TARGETS)
+
+    @classmethod
+    def of(cls, family: Family) -> frozenset[FindingKind]:
+        """
+        >>> sorted(FindingKind.of(Family.QUEUES))
+        [<FindingKind.QUEUE_GROWING: 'queue_growing'>, <FindingKind.QUEUE_STALLED: 'queue_stalled'>]
+        """
+        return frozenset(kind for kind in cls if kind.family is family)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,18 @@
-"""What every monitor is: one family of a target's sources with its detectors."""
+"""What every monitor is: one family of a target's sources with its detectors.
+
+A target's runner polls its monitors in order, the lock monitor first. Each
+gets a :class:`PollContext`: the clock, the target's session while it is up,
+and what the monitors before it made of this poll (the lock snapshot and the
+findings so far, which a stalled queue's lock chain reads). A monitor samples
+through its sources (each in a :class:`~lockwatch.sample.base.SourceRunner`),
+judges with pure detectors, and answers with a :class:`MonitorResult`. It owns
+the finding kinds of its family: while it cannot judge them, they are held as
+they were, and when it breaks, so are all of them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -12,27 +22,41 @@ from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import SourceHealth, TargetView
 from lockwatch.sample.base import Database
 
+# Whatever a monitor keeps in the state dir: JSON-ready values.
+StateDocument = Mapping[str, object]
+
 
 @dataclass(frozen=True, slots=True)
 class PollContext:
     """What one poll of a target hands to its monitors."""
 
     now: datetime
-    db: Database | None
-    snapshot: LockSnapshot | None  # None when the locks could not be sampled
-    lock_findings: tuple[Finding, ...]
+    db: Database | None  # None while the target's database cannot be sampled
+    snapshot: LockSnapshot | None = None  # None until the locks were sampled this poll
+    lock_findings: tuple[Finding, ...] = ()  # what the monitors before found this poll
 
 
 @dataclass(frozen=True, slots=True)
 class MonitorResult:
-    findings: tuple[Finding, ...]
+    findings: tuple[Finding, ...] = ()
     # (kind, subject) of findings that cannot be judged this poll (a source
     # failing, a window not yet covered): active ones stay as they are.
     undecided: frozenset[tuple[FindingKind, Subject]] = frozenset()
+    # Whole kinds that cannot be judged this poll, whatever their subject.
+    held_kinds: frozenset[FindingKind] = frozenset()
+    # The lock monitor's: the snapshot every later monitor reads, and why the
+    # target itself could not be sampled (its locks are what lockwatch is for).
+    snapshot: LockSnapshot | None = None
+    target_error: str | None = None
 
 
 class Monitor(Protocol):
     """One family of per-target sources with its detectors."""
+
+    @property
+    def kinds(self) -> frozenset[FindingKind]:
+        """The finding kinds this monitor raises and resolves."""
+        ...
 
     def poll(self, context: PollContext) -> MonitorResult: ...
 
@@ -40,7 +64,42 @@ class Monitor(Protocol):
         """The board's view of the target with this monitor's state filled in."""
         ...
 
+    def save(self, now: datetime) -> StateDocument:
+        """What must outlive a restart, to go in the target's state file."""
+        ...
+
+    def restore(self, document: StateDocument) -> None:
+        """Take back what ``save`` gave, as read from the state file."""
+        ...
+
+    def save_due(self, now: datetime, saved_at: datetime | None) -> bool:
+        """Whether the state file should be written now for this monitor's
+        sake (``saved_at``: when it last was, None if never)."""
+        ...
+
+    def take_over(self, old: Monitor) -> None:
+        """Carry on from the monitor this one replaces after a config change."""
+        ...
+
     def close(self) -> None: ...
+
+
+@dataclass
+class Stateless:
+    """The state half of :class:`Monitor` for a monitor that keeps nothing
+    across restarts and config changes."""
+
+    def save(self, now: datetime) -> StateDocument:
+        return {}
+
+    def restore(self, document: StateDocument) -> None:
+        return
+
+    def save_due(self, now: datetime, saved_at: datetime | None) -> bool:
+        return False
+
+    def take_over(self, old: Monitor) -> None:
+        return
 
 
 def undecided_while_down(

@@ -11,26 +11,18 @@ from datetime import datetime, timedelta
 
 from lockwatch.detect.jobs import detect_jobs, run_key_of
 from lockwatch.detect.sources import detect_source_down
-from lockwatch.model.findings import FindingKind, Subject
+from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.jobs import JobRun, JobView
 from lockwatch.model.views import TargetView
-from lockwatch.monitors.base import MonitorResult, PollContext, undecided_while_down
-from lockwatch.sample.base import SampleContext, SourceRunner
+from lockwatch.monitors.base import MonitorResult, PollContext, Stateless, undecided_while_down
+from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.jobs import runs_from_rows
-from lockwatch.sample.locks import SampleError
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.jobstore import JobStore, StoreError
 
 log = logging.getLogger(__name__)
 
-JOB_KINDS = (
-    FindingKind.JOB_DUPLICATE_START,
-    FindingKind.JOB_OVERLAP,
-    FindingKind.JOB_MISSED,
-    FindingKind.JOB_TOO_LONG,
-    FindingKind.JOB_FAILED,
-)
 RECENT_RUNS = 10
 
 
@@ -102,8 +94,10 @@ class _Tally:
                 del self.first_of_key[key]
 
 
-class JobMonitor:
+class JobMonitor(Stateless):
     """Samples and judges the jobs whose runs belong to one target."""
+
+    kinds = FindingKind.of(Family.JOBS)
 
     def __init__(
         self,
@@ -151,7 +145,7 @@ class JobMonitor:
             runs = runner.poll(sampling)
             if runs is None:
                 undecided |= undecided_while_down(
-                    runner.health, [Subject(job=spec.name)], JOB_KINDS
+                    runner.health, [Subject(job=spec.name)], self.kinds
                 )
                 if not runner.health.up:
                     continue

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from lockwatch.detect.queues import (
-    QUEUE_KINDS,
     LockContext,
     QueueInput,
     S,
@@ -27,11 +26,11 @@ from lockwatch.detect.queues import (
     waiting_on,
 )
 from lockwatch.detect.sources import detect_source_down
-from lockwatch.model.findings import FindingKind, Subject
+from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
 from lockwatch.model.views import TargetView
-from lockwatch.monitors.base import MonitorResult, PollContext, undecided_while_down
+from lockwatch.monitors.base import MonitorResult, PollContext, Stateless, undecided_while_down
 from lockwatch.sample.base import SampleContext, Source, SourceRunner
 from lockwatch.sample.queues import SqlQueueSampler
 from lockwatch.sample.redis import RedisQueueSampler
@@ -91,8 +90,10 @@ def cpu_source(group: WorkerGroup) -> Source[WorkerSample] | None:
     return PrometheusCpuSampler(spec)
 
 
-class QueueMonitor:
+class QueueMonitor(Stateless):
     """Samples a target's queues and worker groups and judges its queues."""
+
+    kinds = FindingKind.of(Family.QUEUES)
 
     def __init__(
         self,
@@ -160,7 +161,7 @@ class QueueMonitor:
                 for name, sample in readings.items():
                     self._history[name].append(sample)
             undecided |= undecided_while_down(
-                runner.health, [Subject(queue=name) for name in queue.names], QUEUE_KINDS
+                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
             )
         for name, cpu_runner in self._cpu.items():
             reading = cpu_runner.poll(sampling)

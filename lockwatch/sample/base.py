@@ -1,3 +1,12 @@
+"""The sampling framework: what a source is, the context it samples in, and
+:class:`SourceRunner`, which gives each source its own schedule and keeps its
+failures from hurting the others (logged once, counted, backed off, and told
+as a ``target_down`` finding whose subject names the source).
+
+The samplers in this folder implement :class:`Source`; this module imports
+none of them.
+"""
+
 from __future__ import annotations
 
 import logging
@@ -11,23 +20,25 @@ from typing import Any, Generic, Protocol, TypeVar
 from psycopg import sql
 
 from lockwatch.model.views import SourceHealth
-from lockwatch.sample.locks import SampleError, TargetUnavailableError
 
 log = logging.getLogger(__name__)
 
-
 R = TypeVar("R")
-
-
 R_co = TypeVar("R_co", covariant=True)
-
 
 # A failing source is retried after its interval doubled per failure in a row,
 # at most this many intervals apart: a dead Redis costs one timeout per retry.
 MAX_BACKOFF_INTERVALS = 8
-
-
 JITTER = 0.2
+
+
+class SampleError(Exception):
+    """Sampling failed; the message is safe to show (no secrets)."""
+
+
+class TargetUnavailableError(SampleError):
+    """A source needs the target's database session and there is none: not the
+    source's own failure (the target's ``target_down`` already says so)."""
 
 
 class Database(Protocol):

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockwatch.model.jobs import JobRun, RunStatus
-from lockwatch.sample.locks import SampleError
+from lockwatch.sample.base import SampleError
 
 _STATUS_WORDS = {
     RunStatus.SUCCESS: {"success", "succeeded", "ok", "done", "finished", "completed"},

@@ -14,8 +14,7 @@ from typing import Any
 import psycopg
 
 from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
-from lockwatch.sample.base import SampleContext
-from lockwatch.sample.locks import SampleError
+from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 

@@ -14,8 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.model.queues import QueueSample
-from lockwatch.sample.base import SampleContext
-from lockwatch.sample.locks import SampleError
+from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.settings.queues import Queue, SqlQueueSource
 
 REQUIRED = "depth"

@@ -16,8 +16,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from lockwatch.model.queues import QueueSample
-from lockwatch.sample.base import SampleContext
-from lockwatch.sample.locks import SampleError
+from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.settings.queues import Queue, RedisLayout, RedisQueueSource, RedisType
 from lockwatch.util.secrets import first_line, redact
 

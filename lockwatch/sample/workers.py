@@ -23,8 +23,8 @@ import requests
 
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import WorkerSample
-from lockwatch.sample.base import SampleContext
-from lockwatch.sample.locks import QUERY_CHARS, SampleError, backend_from_row
+from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
+from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.settings.queues import CgroupCpu, ProcessMatch, PrometheusCpu
 from lockwatch.util.secrets import redact
 

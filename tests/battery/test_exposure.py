@@ -26,7 +26,8 @@ from psycopg import sql
 
 from lockwatch.demo.pgcluster import SCRAM_GROUP, LocalCluster
 from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL
-from lockwatch.sample.locks import PgLockSampler, SampleError
+from lockwatch.sample.base import SampleError
+from lockwatch.sample.locks import PgLockSampler
 from tests.battery.conftest import Record
 from tests.battery.probes import scrape
 from tests.fixtures.postgres import (
@@ -370,7 +371,7 @@ def test_a_pg_monitor_role_suffices_writes_nothing_and_takes_no_lock(
             "DELETE FROM webhook_jobs",
         ):
             with pytest.raises(SampleError) as error:
-                sampler.query(attempt)
+                sampler.session.query(attempt)
             refused[attempt.split()[0]] = str(error.value).rsplit(": ", 1)[1]
     finally:
         sampler.close()

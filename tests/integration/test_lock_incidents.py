@@ -66,7 +66,7 @@ def make_runner(pg: PgDatabase) -> Iterator[RunnerFactory]:
 
     yield make
     for runner in runners:
-        runner.sampler.close()
+        runner.close()
 
 
 def kinds(findings: tuple[Finding, ...]) -> set[str]:
@@ -330,7 +330,7 @@ def test_it_keeps_monitoring_and_counts_failed_saves_when_the_state_dir_is_unwri
         clock.advance(10)
         view = runner.poll_once()
     finally:
-        runner.sampler.close()
+        runner.close()
     assert view.up
     assert kinds(view.findings) == {"lock_held_too_long"}
     assert view.state_write_errors_total == 2

@@ -24,8 +24,7 @@ from psycopg.rows import dict_row
 from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL, webhook_queue_sql
 from lockwatch.model.findings import FindingKind, Subject
 from lockwatch.runner import TargetRunner
-from lockwatch.sample.base import SampleContext
-from lockwatch.sample.locks import SampleError
+from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.sample.presets.registry import preset_source
 from lockwatch.sample.redis import RedisQueueSampler
 from lockwatch.sample.workers import (
@@ -270,9 +269,7 @@ def runners() -> Iterator[Runners]:
     made = Runners()
     yield made
     for runner in made.made:
-        runner.sampler.close()
-        for monitor in runner.monitors:
-            monitor.close()
+        runner.close()
 
 
 def sql_queue(name: str, query: str) -> Queue:

@@ -15,11 +15,11 @@ from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
 from lockwatch.model.views import SourceHealth, TargetView
+from lockwatch.monitors.base import Stateless
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.runner import TargetRunner
-from lockwatch.sample.base import SampleContext, SourceRunner
-from lockwatch.sample.locks import SampleError, TargetUnavailableError
+from lockwatch.sample.base import SampleContext, SampleError, SourceRunner, TargetUnavailableError
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
@@ -242,8 +242,10 @@ def test_findings_about_two_queues_are_two_series_of_finding_active() -> None:
         assert registry.get_sample_value("lockwatch_finding_active", labels) == 1
 
 
-class Exploding:
+class Exploding(Stateless):
     """A monitor with a bug."""
+
+    kinds: frozenset[FindingKind] = frozenset({FindingKind.QUEUE_STALLED})
 
     def poll(self, context: object) -> object:
         raise RuntimeError("bug")
@@ -260,7 +262,7 @@ def test_a_monitor_that_breaks_is_logged_and_costs_the_target_nothing_else(
 ) -> None:
     target = Target(TARGET, f"postgresql://nobody@127.0.0.1:{free_port()}/app", connect_timeout=1.0)
     runner = TargetRunner(target, Board(), StateStore(None))
-    runner.monitors = (Exploding(),)  # type: ignore[assignment]
+    runner.monitors = (*runner.monitors, Exploding())  # type: ignore[assignment]
 
     view = runner.poll_once()
 

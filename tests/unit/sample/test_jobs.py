@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from lockwatch.model.jobs import RunStatus
+from lockwatch.sample.base import SampleError
 from lockwatch.sample.jobs import runs_from_rows
-from lockwatch.sample.locks import SampleError
 
 T = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
 

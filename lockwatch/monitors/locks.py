@@ -1,0 +1,117 @@
+"""A target's advisory locks: read through the target's session, hold times
+tracked from first sight, pgbouncer's view of the same server joined in, and
+the lock detectors run over the snapshot at each poll.
+
+The lock monitor runs first in every poll: its snapshot is what the queue
+monitor follows lock chains through, and a lock read that fails means the
+target itself cannot be sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.sources import detect_source_down
+from lockwatch.model.findings import Family, FindingKind
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.pooler import PoolerSnapshot
+from lockwatch.model.views import TargetView
+from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
+from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
+from lockwatch.sample.locks import AdvisoryLockReader
+from lockwatch.sample.pooler import PgBouncerSampler
+from lockwatch.sample.session import TargetSession
+from lockwatch.settings.targets import Target
+from lockwatch.state.holds import HoldTracker
+
+# A lock seen again after at most this many intervals (and never less than
+# the floor) counts as held throughout.
+CONTINUITY_INTERVALS = 3
+CONTINUITY_FLOOR = 30.0
+
+
+def continuity_gap(target: Target) -> float:
+    return max(CONTINUITY_INTERVALS * target.interval, CONTINUITY_FLOOR)
+
+
+class LockMonitor:
+    """Samples a target's advisory locks (and its pooler) and judges them."""
+
+    kinds = FindingKind.of(Family.LOCKS)
+
+    def __init__(self, target: Target, session: TargetSession) -> None:
+        self.target = target
+        self.reader = AdvisoryLockReader(session)
+        self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
+        self.pooler: SourceRunner[PoolerSnapshot] | None = None
+        if target.pgbouncer is not None:
+            self.pooler = SourceRunner(
+                target.name,
+                "pgbouncer",
+                PgBouncerSampler(target.pgbouncer.dsn, connect_timeout=target.connect_timeout),
+                None,
+                target.interval,
+            )
+
+    def poll(self, context: PollContext) -> MonitorResult:
+        if context.db is None:
+            # Nobody knows whether the locks were released: their findings
+            # neither resolve nor fire again until the target is back.
+            return MonitorResult(held_kinds=self.kinds)
+        try:
+            raw = self.reader.read()
+        except SampleError as exc:
+            return MonitorResult(held_kinds=self.kinds, target_error=str(exc))
+        now = context.now
+        snapshot = LockSnapshot(
+            target=self.target.name,
+            taken_at=now,
+            server_version=raw.server_version,
+            locks=self.tracker.observe(raw.locks, raw.backends, now),
+            backends=raw.backends,
+            poll_seconds=raw.seconds,
+        )
+        if self.pooler is None:
+            findings = detect_locks(snapshot, self.target.locks, now)
+            return MonitorResult(tuple(findings), snapshot=snapshot)
+        pooled = self.pooler.poll(SampleContext(now, None))
+        findings = detect_locks(snapshot, self.target.locks, now, pooled)
+        findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
+        return MonitorResult(
+            tuple(findings),
+            # Unread, the pooler cannot say which session locks are pooled.
+            held_kinds=frozenset({FindingKind.LOCK_POOLED_SESSION})
+            if pooled is None
+            else frozenset(),
+            snapshot=snapshot,
+        )
+
+    def publish(self, view: TargetView) -> TargetView:
+        if self.pooler is None:
+            return view
+        return replace(view, sources=(*view.sources, self.pooler.health))
+
+    def save(self, now: datetime) -> StateDocument:
+        return {"holds": self.tracker.dump(now)}
+
+    def restore(self, document: StateDocument) -> None:
+        holds = document.get("holds")
+        if isinstance(holds, dict):
+            self.tracker.load(holds)
+
+    def save_due(self, now: datetime, saved_at: datetime | None) -> bool:
+        # Restored hold times stay trusted for the continuity gap after the
+        # last save, so the file is refreshed well within it.
+        refresh = timedelta(seconds=self.tracker.continuity_gap / 3)
+        return self.tracker.changed_since_dump() or saved_at is None or now - saved_at >= refresh
+
+    def take_over(self, old: Monitor) -> None:
+        if isinstance(old, LockMonitor):
+            old.tracker.continuity_gap = self.tracker.continuity_gap
+            self.tracker = old.tracker
+
+    def close(self) -> None:
+        if self.pooler is not None:
+            self.pooler.close()

@@ -1,0 +1,247 @@
+"""The target's session: one read-only connection per monitored server, shared by
+every source that reads the target's own database in a poll.
+
+It takes no locks of its own and needs no more than the ``pg_monitor`` role.
+Every network step a source takes through it is timed, so the runner's
+watchdog can break a step that hangs on a silent server (``abort``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.abc import Buffer
+from psycopg.adapt import AdaptersMap, Loader
+from psycopg.pq import Format
+from psycopg.rows import dict_row
+
+from lockwatch.sample.base import SampleError, TargetUnavailableError
+from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "lockwatch"
+LOCK_TIMEOUT_MS = 1000  # lockwatch takes no locks; this guards catalog reads all the same
+WORK_MEM = "32MB"  # enough to copy 100,000 locks without a temp file
+# A live server cancels a slow statement itself at statement_timeout, so
+# nothing of lockwatch's keeps running there; no answer this long after that
+# means the server, or the path to it, has gone silent.
+WATCHDOG_MARGIN = 1.0
+
+Connection = psycopg.Connection[dict[str, Any]]
+
+
+class _ClientText(Loader):
+    """Text as any client left it: a session in a SQL_ASCII database can put
+    bytes that are not UTF-8 into its query, and pg_stat_activity hands them
+    on unchecked. One such client must not fail every poll: bad bytes show
+    as U+FFFD instead."""
+
+    def load(self, data: Buffer) -> str:
+        return bytes(data).decode("utf-8", errors="replace")
+
+
+class _ClientTextBinary(_ClientText):
+    format = Format.BINARY
+
+
+CLIENT_TEXT = AdaptersMap(psycopg.adapters)
+for _type in ("text", "varchar", "name", "bpchar"):
+    CLIENT_TEXT.register_loader(_type, _ClientText)
+    CLIENT_TEXT.register_loader(_type, _ClientTextBinary)
+
+
+class TargetSession:
+    """One target's connection. Not thread-safe except for ``abort`` and
+    ``busy_since``, which the watchdog reads from another thread."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        connect_timeout: float = 5.0,
+        statement_timeout: float = 5.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._dsn = dsn
+        self._secrets = dsn_secrets(dsn)
+        self.connect_timeout = connect_timeout
+        self.statement_timeout = statement_timeout
+        self._monotonic = monotonic
+        self._conn: Connection | None = None
+        self._guard = threading.Lock()
+        self.server_version = 0
+        # Monotonic time the network step in progress began; None between steps.
+        self.busy_since: float | None = None
+        # A step is overdue this long after it began. Timed from the first
+        # query, the connection being made: a silent server fails the poll
+        # within interval + statement_timeout + margin of going silent, two
+        # intervals while statement_timeout + margin is under the interval
+        # (the defaults: 5 s + 1 s of 10 s).
+        self.step_limit = statement_timeout + WATCHDOG_MARGIN
+        self._aborted = False
+
+    @property
+    def where(self) -> str:
+        return describe_dsn(self._dsn)
+
+    @property
+    def connected(self) -> bool:
+        with self._guard:
+            return self._conn is not None and not self._conn.closed
+
+    def _open(self) -> Connection:
+        # Keepalives and tcp_user_timeout make a silently dead peer fail the
+        # poll instead of hanging it; the watchdog's abort() covers the rest.
+        conn = psycopg.connect(
+            self._dsn,
+            application_name=APPLICATION_NAME,
+            connect_timeout=max(1, round(self.connect_timeout)),
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=int((self.statement_timeout + self.connect_timeout) * 1000),
+            autocommit=True,
+            row_factory=dict_row,
+            context=CLIENT_TEXT,
+        )
+        # Session settings go through SET rather than the ``options`` startup
+        # parameter, which connection poolers reject. pg_lock_status() copies
+        # the lock table into memory bounded by work_mem and spills the rest
+        # to a temp file: past ~25,000 locks at the default 4MB, writing and
+        # reading it back was an eighth of the poll's server time.
+        conn.execute(
+            "SELECT pg_catalog.set_config('statement_timeout', %(st)s, false),"
+            " pg_catalog.set_config('lock_timeout', %(lt)s, false),"
+            " pg_catalog.set_config('default_transaction_read_only', 'on', false),"
+            " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, false),"
+            " pg_catalog.set_config('work_mem', %(wm)s, false)",
+            {
+                "st": str(int(self.statement_timeout * 1000)),
+                "lt": str(LOCK_TIMEOUT_MS),
+                "wm": WORK_MEM,
+            },
+        )
+        row = conn.execute(
+            "SELECT pg_catalog.current_setting('server_version_num')::int AS v"
+        ).fetchone()
+        self.server_version = int(row["v"]) if row else 0
+        return conn
+
+    def connect(self) -> None:
+        """Open the session if there is none. Raises SampleError.
+
+        Bounded by connect_timeout alone: ``abort()`` cannot break a
+        connection still being made, so the watchdog times only what follows.
+        """
+        if self.connected:
+            return
+        try:
+            conn = self._open()
+        except (psycopg.Error, OSError) as exc:
+            raise self._failed(exc, "poll query") from None
+        with self._guard:
+            self._conn = conn
+
+    @contextlib.contextmanager
+    def step(
+        self, what: str = "poll query", grant: str = "pg_monitor", *, keep_open: bool = True
+    ) -> Iterator[Connection]:
+        """The connection for one network step, timed for the watchdog.
+
+        A step that fails raises SampleError saying ``what`` failed and, for a
+        missing privilege, what to ``grant``. A broken session is closed for
+        the next poll to reopen; so is any session whose step failed unless
+        ``keep_open`` (a statement in autocommit leaves it usable).
+        """
+        with self._guard:
+            conn = self._conn
+        if conn is None or conn.closed:
+            raise TargetUnavailableError(f"{self.where}: not connected")
+        self._aborted = False
+        self.busy_since = self._monotonic()
+        try:
+            yield conn
+        except (psycopg.Error, OSError) as exc:
+            if not keep_open or conn.closed or conn.broken:
+                self.close()
+            raise self._failed(exc, what, grant) from None
+        finally:
+            self.busy_since = None
+
+    def query(
+        self, query: str | sql.SQL | sql.Composed, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run another read-only query on the poll's session (a queue's depth,
+        the workers' sessions), once the session is connected.
+
+        A query that fails leaves the session usable (it runs in autocommit);
+        only a broken connection is closed, for the next poll to reopen.
+        """
+        with self.step("query", "SELECT on its tables") as conn:
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def _failed(
+        self, exc: psycopg.Error | OSError, what: str, grant: str = "pg_monitor"
+    ) -> SampleError:
+        if isinstance(exc, psycopg.Error):
+            message = self._explain(exc, what, grant)
+        else:
+            self.close()  # a socket error leaves nothing to reuse
+            message = redact(f"{self.where}: {exc}", self._secrets)
+        if self._aborted:
+            message = f"poll did not answer within {self.step_limit:g}s ({message})"
+        return SampleError(message)
+
+    def _explain(self, exc: psycopg.Error, what: str, grant: str) -> str:
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            reason = f"{what} cancelled by statement_timeout ({self.statement_timeout:g}s)"
+        elif isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            reason = f"insufficient privilege (grant {grant} to the role): {exc}"
+        else:
+            reason = first_line(exc)
+        return redact(f"{self.where}: {reason}", self._secrets)
+
+    def overdue(self, now: float) -> bool:
+        """Whether the step in progress has run past ``step_limit`` at ``now``
+        (monotonic) and has not been broken yet."""
+        started = self.busy_since
+        return started is not None and not self._aborted and now - started > self.step_limit
+
+    def abort(self) -> None:
+        """Break a step that is stuck on a silent server, from another thread.
+
+        Shutting the socket down wakes the blocked read with an error; closing
+        the connection object itself from here would race with the reader.
+        """
+        with self._guard:
+            conn = self._conn
+        if conn is None or conn.closed:
+            return
+        self._aborted = True
+        try:
+            fd = os.dup(conn.fileno())
+        except (OSError, psycopg.Error):
+            return
+        with socket.socket(fileno=fd) as sock, contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        with self._guard:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                log.debug("closing the connection to %s failed", self.where)
