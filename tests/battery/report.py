@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+from tests.fixtures.paths import ROOT
+
+DOC = ROOT / "docs" / "reliability.md"
 BEGIN = "<!-- begin: written by the battery (tests/battery) -->"
 END = "<!-- end: written by the battery -->"
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from lockwatch.demo.scenarios import ConvoyIncident
+from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.prometheus import Alertmanager, Prometheus, binary
@@ -27,7 +28,6 @@ pytestmark = [
     pytest.mark.parametrize("pg_server", ["pg18"], indirect=True),
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "lockwatch.rules.yml"
 EXAMPLE = ROOT / "docs" / "alertmanager.example.yml"
 TEMPLATE = ROOT / "docs" / "alertmanager.lockwatch.tmpl"

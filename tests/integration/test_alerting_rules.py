@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +12,9 @@ import yaml
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.notify.message import alert_name, runbook_url
+from tests.fixtures.paths import ROOT
 from tests.fixtures.prometheus import binary
 
-ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ROOT / "alerts"
 RULES = ALERTS / "lockwatch.rules.yml"
 RULE_TESTS = ALERTS / "lockwatch.rules.test.yml"

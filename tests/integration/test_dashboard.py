@@ -19,11 +19,11 @@ import yaml
 
 from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
 from lockwatch.publish.metrics.registry import SUBJECT_LABELS
+from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.prometheus import Prometheus
 
-ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_FILE = ROOT / "grafana" / "lockwatch.json"
 PROVISIONING_FILE = ROOT / "grafana" / "provisioning" / "lockwatch.yml"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

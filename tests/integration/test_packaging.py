@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from lockwatch.cli import main
+from tests.fixtures.paths import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = {
     "lockwatch/bundled/alerts/lockwatch.rules.yml": ROOT / "alerts" / "lockwatch.rules.yml",
     "lockwatch/bundled/grafana/lockwatch.json": ROOT / "grafana" / "lockwatch.json",

@@ -24,13 +24,13 @@ from lockwatch.demo.scenarios import (
     Receiver,
     webhook_queue_sql,
 )
+from tests.fixtures.paths import ROOT, WORKLOADS
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-WORKER = Path(__file__).resolve().parents[1] / "workloads" / "webhook_worker.py"
-ROOT = Path(__file__).resolve().parents[2]
+WORKER = WORKLOADS / "webhook_worker.py"
 INTERVAL = 0.5  # write_config polls every 500 ms
 WINDOW = 6.0
 ONE_VERSION = pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)

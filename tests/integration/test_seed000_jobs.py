@@ -16,13 +16,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.fixtures.paths import WORKLOADS
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-SCHEDULER = Path(__file__).parent.parent / "workloads" / "nightly_scheduler.py"
+SCHEDULER = WORKLOADS / "nightly_scheduler.py"
 REPORT_DATE = "2026-11-29"
 PING_TOKEN = "seed000-ping-token-4e1b7c"
 RUNS_QUERY = (

@@ -20,11 +20,11 @@ from lockwatch.daemon import Daemon
 from lockwatch.model.views import TargetView
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.util.sdnotify import Notifier
+from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.systemd import NotifySocket
 
-ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "lockwatch.service"
 MAX_EXPOSURE = 2.0
 

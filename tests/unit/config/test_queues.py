@@ -22,6 +22,7 @@ from lockwatch.settings.queues import (
     SqlQueueSource,
     WorkerGroup,
 )
+from tests.fixtures.paths import ROOT
 
 DSN = "postgresql://mon@127.0.0.1:6432/app"
 REDIS_PASSWORD = "redis-pw-9f8e7d"
@@ -264,9 +265,6 @@ def test_a_source_with_keys_of_another_kind_is_refused(
 
     where = "targets[0].queues[0]" + (f".{path}" if path else "")
     assert message in found[where].message
-
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_readme_queue_example_loads(tmp_path: Path) -> None:
