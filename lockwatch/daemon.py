@@ -1,12 +1,11 @@
-"""The loop: sample -> snapshot -> detect -> publish, one thread per target.
+"""The daemon's lifecycle: one runner per target, the HTTP server, the notifier
+and the watchdog, from start to stop.
 
-Each target runs on its own deadline schedule, so a server that stops
-answering delays nobody else; a watchdog breaks polls that hang past their
-timeout. Any unexpected exception in a poll is logged with its traceback and
-the loop goes on.
-
-Signals only set flags for the main loop: SIGTERM/SIGINT stop (each target
-saves its state), SIGHUP reloads the config file. Under systemd the main loop
+Each target runs on its own thread and deadline (``runner.py``), so a server
+that stops answering delays nobody else; the watchdog here breaks network
+steps that hang past their limit. Signals only set flags for the main loop:
+SIGTERM/SIGINT stop (each target saves its state), SIGHUP reloads the config
+file, applying the difference target by target. Under systemd the main loop
 reports readiness and pings the watchdog, but only while polls make progress.
 """
 
@@ -36,10 +35,7 @@ from lockwatch.util.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
 
-
 SettingsLoader = Callable[[], Settings]  # reads the config again; raises ConfigError
-
-
 WATCHDOG_TICK = 0.2
 
 
