@@ -11,7 +11,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from lockwatch.demo.pgcluster import LocalCluster, debian_bin_dirs, embedded_bin_dir
+from lockwatch.demo.pgbinaries import debian_bin_dirs, embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster
 
 DATABASE = "bench"
 HOLDER_SESSIONS = 20

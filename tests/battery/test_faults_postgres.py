@@ -16,7 +16,8 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from lockwatch.daemon import WATCHDOG_TICK
-from lockwatch.demo.pgcluster import LocalCluster, embedded_bin_dir
+from lockwatch.demo.pgbinaries import embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
 from tests.battery.probes import (
     Footprint,

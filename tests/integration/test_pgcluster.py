@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from lockwatch.demo.pgcluster import ClusterError, LocalCluster
+from lockwatch.demo.pgbinaries import ClusterError
+from lockwatch.demo.pgcluster import LocalCluster
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg
