@@ -1,5 +1,6 @@
 """Queue depth from Redis: list, sorted-set and stream lengths, and the layouts
-of RQ and Celery (kombu), through redis-py with connect and read timeouts.
+of the queue libraries (``sample/presets``), through redis-py with connect and
+read timeouts.
 
 Redis drops a list when its last item goes, so a missing list or sorted set
 is an empty queue, not an error.
@@ -7,7 +8,6 @@ is an empty queue, not an error.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,22 +17,13 @@ from redis.retry import Retry
 
 from lockwatch.model.queues import QueueSample
 from lockwatch.sample.base import SampleContext, SampleError
-from lockwatch.settings.queues import Queue, RedisLayout, RedisQueueSource, RedisType
+from lockwatch.sample.presets.base import age_seconds, text
+from lockwatch.sample.presets.registry import redis_reader
+from lockwatch.settings.queues import Queue, RedisQueueSource, RedisType
 from lockwatch.util.secrets import first_line, redact
 
-# kombu keeps a Celery queue's priorities 3, 6 and 9 in lists of their own,
-# named after the queue and this separator (priority 0 is the queue itself).
-CELERY_PRIORITY_SEPARATOR = "\x06\x16"
-CELERY_PRIORITY_STEPS = (3, 6, 9)
-RQ_PREFIX = "rq"
 # Undelivered stream entries counted one by one when Redis cannot tell the lag.
 STREAM_SCAN_LIMIT = 10_000
-
-
-def _text(value: bytes | str | None) -> str | None:
-    if value is None:
-        return None
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _stream_id_time(entry_id: bytes | str | None) -> datetime | None:
@@ -41,28 +32,13 @@ def _stream_id_time(entry_id: bytes | str | None) -> datetime | None:
     >>> _stream_id_time(b"1700000000000-3")
     datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc)
     """
-    text = _text(entry_id)
-    if not text or "-" not in text:
+    written = text(entry_id)
+    if not written or "-" not in written:
         return None
-    millis = text.split("-", 1)[0]
+    millis = written.split("-", 1)[0]
     if not millis.isdigit():
         return None
     return datetime.fromtimestamp(int(millis) / 1000, UTC)
-
-
-def _rq_time(value: bytes | str | None) -> datetime | None:
-    """RQ writes times as ``2025-03-14T21:40:00.123456Z`` (UTC)."""
-    text = _text(value)
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-    except ValueError:
-        return None
-
-
-def _age(now: datetime, then: datetime | None) -> float | None:
-    return None if then is None else max(0.0, (now - then).total_seconds())
 
 
 class RedisQueueSampler:
@@ -74,12 +50,8 @@ class RedisQueueSampler:
         self.spec = queue.source
         self._secrets = (self.spec.url,)
         self._client: redis.Redis | None = None
-        reader: dict[RedisLayout, Callable[[redis.Redis, datetime], QueueSample]] = {
-            RedisLayout.PLAIN: self._plain,
-            RedisLayout.RQ: self._rq,
-            RedisLayout.CELERY: self._celery,
-        }
-        self._read = reader[self.spec.layout]
+        # A library's layout is read by its preset; plain keys here.
+        self._layout = redis_reader(self.spec.layout)
 
     def _connect(self) -> redis.Redis:
         if self._client is None:
@@ -110,7 +82,10 @@ class RedisQueueSampler:
             detail = f"a key of {keys} holds another type than {self.spec.type.value}"
         return redact(f"queue {self.queue.name}: redis: {detail}", self._secrets)
 
-    def _plain(self, client: redis.Redis, now: datetime) -> QueueSample:
+    def _read(self, client: redis.Redis, now: datetime) -> QueueSample:
+        if self._layout is not None:
+            (name,) = self.spec.keys
+            return self._layout(client, name, now)
         if self.spec.type is RedisType.STREAM:
             return self._stream(client, now)
         pipe = client.pipeline(transaction=False)
@@ -129,15 +104,15 @@ class RedisQueueSampler:
         if not client.exists(key):
             raise SampleError(f"queue {self.queue.name}: no stream {key!r}")
         groups: list[dict[str, Any]] = client.xinfo_groups(key)
-        info = next((g for g in groups if _text(g.get("name")) == group), None)
+        info = next((g for g in groups if text(g.get("name")) == group), None)
         if info is None:
-            names = ", ".join(sorted(_text(g.get("name")) or "?" for g in groups)) or "none"
+            names = ", ".join(sorted(text(g.get("name")) or "?" for g in groups)) or "none"
             raise SampleError(
                 f"queue {self.queue.name}: stream {key!r} has no consumer group {group!r} "
                 f"(groups: {names})"
             )
         pending = int(info.get("pending") or 0)
-        last_delivered = _text(info.get("last-delivered-id")) or "0-0"
+        last_delivered = text(info.get("last-delivered-id")) or "0-0"
         lag = info.get("lag")
         undelivered = client.xrange(key, min=f"({last_delivered}", count=1)
         if lag is None:
@@ -155,41 +130,11 @@ class RedisQueueSampler:
         return QueueSample(
             now,
             depth=int(lag) + pending,
-            oldest_age_seconds=_age(now, min(oldest, default=None)),
+            oldest_age_seconds=age_seconds(now, min(oldest, default=None)),
             # delivered to the group and acknowledged
             completed_total=None if entries_read is None else max(0, int(entries_read) - pending),
             in_flight=pending,
         )
-
-    def _rq(self, client: redis.Redis, now: datetime) -> QueueSample:
-        (name,) = self.spec.keys
-        pipe = client.pipeline(transaction=False)
-        pipe.llen(f"{RQ_PREFIX}:queue:{name}")
-        pipe.lindex(f"{RQ_PREFIX}:queue:{name}", 0)  # RQ appends and takes from the head
-        pipe.zcard(f"{RQ_PREFIX}:wip:{name}")
-        # RQ's own record of finished jobs, kept for their result_ttl (500 s by
-        # default); entries that expire only lower it, which is no progress.
-        pipe.zcard(f"{RQ_PREFIX}:finished:{name}")
-        pipe.zcard(f"{RQ_PREFIX}:failed:{name}")
-        depth, head, started, finished, failed = pipe.execute()
-        enqueued_at = None
-        if head is not None:
-            enqueued_at = _rq_time(client.hget(f"{RQ_PREFIX}:job:{_text(head)}", "enqueued_at"))
-        return QueueSample(
-            now,
-            depth=int(depth),
-            oldest_age_seconds=_age(now, enqueued_at),
-            completed_total=int(finished) + int(failed),
-            in_flight=int(started),
-        )
-
-    def _celery(self, client: redis.Redis, now: datetime) -> QueueSample:
-        (name,) = self.spec.keys
-        pipe = client.pipeline(transaction=False)
-        pipe.llen(name)
-        for step in CELERY_PRIORITY_STEPS:
-            pipe.llen(f"{name}{CELERY_PRIORITY_SEPARATOR}{step}")
-        return QueueSample(now, sum(int(n) for n in pipe.execute()))
 
     def close(self) -> None:
         client, self._client = self._client, None

@@ -43,19 +43,13 @@ class RedisType(enum.StrEnum):
     STREAM = "stream"
 
 
-class RedisLayout(enum.StrEnum):
-    """How a queue lives in Redis: as plain keys, or the way a library keeps it."""
-
-    PLAIN = "plain"  # the lengths of ``keys``
-    RQ = "rq"
-    CELERY = "celery"
-
-
 @dataclass(frozen=True, slots=True)
 class RedisQueueSource:
     url: str = field(repr=False)  # may hold a password: never log or show it
-    keys: tuple[str, ...]  # PLAIN: summed lengths; RQ and CELERY: the library's queue name
-    layout: RedisLayout = RedisLayout.PLAIN
+    keys: tuple[str, ...]  # plain: summed lengths; a preset's layout: the library's queue name
+    # How the queue lives in Redis: "plain" keys, or the name of the preset
+    # (sample/presets) whose library keeps it so.
+    layout: str = "plain"
     type: RedisType = RedisType.LIST
     group: str | None = None  # a stream's consumer group: its lag and pending entries
     timeout: float = 2.0  # seconds, for connecting and for each reply

@@ -16,7 +16,6 @@ from lockwatch.settings.queues import (
     PrometheusCpu,
     Queue,
     QueueThresholds,
-    RedisLayout,
     RedisQueueSource,
     RedisType,
     SqlQueueSource,
@@ -129,7 +128,7 @@ def test_queues_and_worker_groups_load_into_frozen_settings(tmp_path: Path) -> N
         ),
         Queue(
             "emails",
-            RedisQueueSource(url, ("emails",), layout=RedisLayout.RQ),
+            RedisQueueSource(url, ("emails",), layout="rq"),
             defaults,
             preset="rq",
         ),

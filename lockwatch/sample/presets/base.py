@@ -1,0 +1,79 @@
+"""What a queue preset is: a library our users run, named in the config instead
+of SQL or Redis keys, and resolved at load time into a plain source.
+
+A preset on PostgreSQL is a query over the library's tables; a preset on Redis
+is a reader of the library's Redis layout. Each library is one module beside
+this one, listed once in ``registry.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+
+import redis
+
+from lockwatch.model.queues import QueueSample
+from lockwatch.settings.queues import RedisQueueSource, SqlQueueSource
+
+# How one queue of a library's Redis layout reads: the client, the queue's
+# name as the library spells it, and the time of the reading.
+RedisReader = Callable[[redis.Redis, str, datetime], QueueSample]
+
+
+@dataclass(frozen=True, slots=True)
+class SqlPreset:
+    """A library whose jobs live in the target's own database."""
+
+    name: str
+    description: str
+    sql_file: str  # beside this module; %(queue)s is the queue, NULL for every queue
+
+    needs_redis = False
+
+    def source(self, *, queue: str | None, redis_url: str | None, timeout: float) -> SqlQueueSource:
+        query = (resources.files(__package__) / self.sql_file).read_text(encoding="utf-8")
+        return SqlQueueSource(query, params={"queue": queue})
+
+
+@dataclass(frozen=True, slots=True)
+class RedisPreset:
+    """A library whose queues live in Redis, read by ``read``."""
+
+    name: str
+    description: str
+    default_queue: str  # the library's own default queue name
+    read: RedisReader
+
+    needs_redis = True
+
+    def source(
+        self, *, queue: str | None, redis_url: str | None, timeout: float
+    ) -> RedisQueueSource:
+        if redis_url is None:
+            raise ValueError(f"the {self.name} preset needs 'redis' (the broker's URL)")
+        return RedisQueueSource(
+            redis_url, (queue or self.default_queue,), layout=self.name, timeout=timeout
+        )
+
+
+Preset = SqlPreset | RedisPreset
+
+
+def text(value: bytes | str | None) -> str | None:
+    """A Redis reply as text, however the client decoded it."""
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def age_seconds(now: datetime, then: datetime | None) -> float | None:
+    """Seconds from ``then`` to ``now``, never negative; None when unknown.
+
+    >>> from datetime import UTC
+    >>> age_seconds(datetime(2026, 1, 1, 0, 1, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC))
+    60.0
+    """
+    return None if then is None else max(0.0, (now - then).total_seconds())
