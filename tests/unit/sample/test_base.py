@@ -15,6 +15,7 @@ from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
 from lockwatch.model.views import SourceHealth, TargetView
+from lockwatch.monitors.base import MonitorResult, PollContext
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.runner import TargetRunner
@@ -245,7 +246,7 @@ def test_findings_about_two_queues_are_two_series_of_finding_active() -> None:
 class Exploding:
     """A monitor with a bug."""
 
-    def poll(self, context: object) -> object:
+    def poll(self, context: PollContext) -> MonitorResult:
         raise RuntimeError("bug")
 
     def publish(self, view: TargetView) -> TargetView:
@@ -260,7 +261,7 @@ def test_a_monitor_that_breaks_is_logged_and_costs_the_target_nothing_else(
 ) -> None:
     target = Target(TARGET, f"postgresql://nobody@127.0.0.1:{free_port()}/app", connect_timeout=1.0)
     runner = TargetRunner(target, Board(), StateStore(None))
-    runner.monitors = (Exploding(),)  # type: ignore[assignment]
+    runner.monitors = (Exploding(),)
 
     view = runner.poll_once()
 
