@@ -127,7 +127,7 @@ def outage(
     stack: Stack,
     source: str,
     stop: Callable[[], None],
-    start: Callable[[], None],
+    start: Callable[[], object],  # what it returns is not used: RedisServer.__enter__ gives itself
     battery: Record,
     case: str,
     injected: str,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
 import bcrypt
 import pytest
@@ -33,6 +34,21 @@ USER = "prometheus"
 SLOW_CLIENTS = 200
 
 
+class GetOptions(TypedDict, total=False):
+    """What ``SecuredLockwatch.get`` changes of the request Prometheus would send."""
+
+    auth: tuple[str, str] | None
+    timeout: float
+
+
+class PostOptions(TypedDict, total=False):
+    """What a hostile ping request adds to the verified one."""
+
+    headers: dict[str, str]
+    data: bytes
+    json: Any
+
+
 class SecuredLockwatch(LockwatchProcess):
     """``lockwatch run`` behind TLS and basic auth, asked as Prometheus would."""
 
@@ -42,10 +58,10 @@ class SecuredLockwatch(LockwatchProcess):
         self.ca = ca
         self.auth = (USER, password)
 
-    def get(self, path: str, **kwargs: object) -> requests.Response:
-        options: dict[str, object] = {"verify": str(self.ca), "auth": self.auth, "timeout": 10}
+    def get(self, path: str, **kwargs: Unpack[GetOptions]) -> requests.Response:
+        options: GetOptions = {"auth": self.auth, "timeout": 10}
         options.update(kwargs)
-        return requests.get(f"{self.base}{path}", **options)  # type: ignore[arg-type]
+        return requests.get(f"{self.base}{path}", verify=str(self.ca), **options)
 
     def metric_value(self, name: str, **labels: str) -> float:
         return scrape(self.base, verify=str(self.ca), auth=self.auth).get(name, **labels) or 0
@@ -162,8 +178,8 @@ def test_hostile_ping_requests_are_refused_and_change_nothing(
     base, verify = lockwatch.base, str(lockwatch.ca)
     auth = {TOKEN_HEADER: secured.token}
 
-    def post(path: str, **kwargs: object) -> int:
-        response = requests.post(f"{base}{path}", verify=verify, timeout=10, **kwargs)  # type: ignore[arg-type]
+    def post(path: str, **kwargs: Unpack[PostOptions]) -> int:
+        response = requests.post(f"{base}{path}", verify=verify, timeout=10, **kwargs)
         return response.status_code
 
     answers = {

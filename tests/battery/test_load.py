@@ -9,7 +9,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +131,11 @@ def loaded(
         db.close()
 
 
+def reached(due: float) -> Callable[[], bool]:
+    """For wait_until: whether the monotonic clock has come to ``due``."""
+    return lambda: time.monotonic() >= due
+
+
 def per_lock_series(metrics: Scrape) -> int:
     return sum(metrics.count(family) for family in PER_LOCK_FAMILIES)
 
@@ -144,7 +149,7 @@ def test_churning_distinct_keys_keeps_memory_flat_and_metrics_bounded(
     started = time.monotonic()
     for round_ in range(CHURN_ROUNDS):
         due = started + round_ * CHURN_PACE
-        wait_until(lambda due=due: time.monotonic() >= due, timeout=CHURN_PACE + 10)
+        wait_until(reached(due), timeout=CHURN_PACE + 10)
         loaded.holders.hold(1_000_000 + round_ * CHURN_KEYS, CHURN_KEYS)
         metrics = loaded.seen(CHURN_KEYS)
         series.append(per_lock_series(metrics))

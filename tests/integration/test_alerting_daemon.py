@@ -81,7 +81,8 @@ def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_onc
     wait_until(lambda: pending(lockwatch) == 0, message="the pending message delivered")
     (firing,) = standin.delivered("telegram")
     assert "FIRING: lock_convoy (critical)" in firing.text
-    assert f"holder: pid {incident.holder.pid} · webhook-worker-1" in firing.text  # type: ignore[union-attr]
+    assert incident.holder is not None  # set by incident.start()
+    assert f"holder: pid {incident.holder.pid} · webhook-worker-1" in firing.text
 
     end_convoy_and_expect_one_resolution(incident, standin)
     assert lockwatch.metric("lockwatch_notifications_sent_total", channel="ops") == 2

@@ -109,7 +109,8 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
         lockwatch.start()
         try:
             incident.start()
-            pid = incident.holder.pid  # type: ignore[union-attr]
+            assert incident.holder is not None  # set by incident.start()
+            pid = incident.holder.pid
             holder = f"pid {pid} ({HOLDER_APP} from 127.0.0.1)"
             alert = prometheus.wait_for_alert("LockwatchLockConvoy")
             assert alert["labels"]["lock"] == "42"

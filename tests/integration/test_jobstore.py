@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -32,8 +33,19 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, pg: PgDatabase) -> Ite
     made.close()
 
 
-def ping(event: str, at: datetime, **kwargs: object) -> PingEvent:
-    return PingEvent("nightly", event, at, **kwargs)  # type: ignore[arg-type]
+class PingOptions(TypedDict, total=False):
+    """What ``ping`` passes on to PingEvent."""
+
+    run_id: str | None
+    run_key: str | None
+    host: str | None
+    exit_code: int | None
+    duration: float | None
+    source: str
+
+
+def ping(event: str, at: datetime, **kwargs: Unpack[PingOptions]) -> PingEvent:
+    return PingEvent("nightly", event, at, **kwargs)
 
 
 def test_a_start_and_its_success_make_one_finished_run(store: JobStore) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +255,7 @@ def test_a_healthy_system_cycling_locks_thousands_of_times_gives_no_finding(
             conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
         return cycles_per_worker
 
-    calls = [run_in_thread(lambda c=c, w=w: cycle(c, w)) for w, c in enumerate(workers)]
+    calls = [run_in_thread(partial(cycle, c, w)) for w, c in enumerate(workers)]
     polls = seen_held = 0
     findings: list[Finding] = []
     while not all(call.done for call in calls):

@@ -6,7 +6,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 import psycopg
 import pytest
 from psycopg import errors

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import procrastinate
 import psycopg
@@ -23,6 +23,8 @@ from psycopg.rows import dict_row
 
 from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL, webhook_queue_sql
 from lockwatch.model.findings import FindingKind, Subject
+from lockwatch.model.queues import WorkerSample, WorkerView
+from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.sample.presets.registry import preset_source
@@ -33,6 +35,7 @@ from lockwatch.sample.workers import (
     PrometheusCpuSampler,
 )
 from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.pooler import PoolerSpec
 from lockwatch.settings.queues import (
     CgroupCpu,
     ProcessMatch,
@@ -96,8 +99,17 @@ def opened(sampler: Sampler) -> Sampler:
     return sampler
 
 
-def redis_queue(url: str, key: str, **options: object) -> RedisQueueSampler:
-    source = RedisQueueSource(url, (key,), **options)  # type: ignore[arg-type]
+class RedisOptions(TypedDict, total=False):
+    """What ``redis_queue`` passes on to RedisQueueSource."""
+
+    layout: str
+    type: RedisType
+    group: str | None
+    timeout: float
+
+
+def redis_queue(url: str, key: str, **options: Unpack[RedisOptions]) -> RedisQueueSampler:
+    source = RedisQueueSource(url, (key,), **options)
     return opened(RedisQueueSampler(Queue(key, source)))
 
 
@@ -113,7 +125,9 @@ def test_redis_lists_sorted_sets_and_streams_report_their_depth(
         broker.xadd("events", {"n": n})
     broker.xgroup_create("events", "senders", id="0")
     broker.xreadgroup("senders", "c1", {"events": ">"}, count=3)  # 3 delivered, not acked
-    (delivered,) = broker.xreadgroup("senders", "c1", {"events": "0"}, count=1)[0][1]
+    reply = broker.xreadgroup("senders", "c1", {"events": "0"}, count=1)
+    assert isinstance(reply, list)  # RESP2's shape: [[stream, [(id, fields)]]]
+    (delivered,) = reply[0][1]
     broker.xack("events", "senders", delivered[0])
 
     assert redis_queue(redis_server.url, "mail").sample(now())["mail"].depth == 5
@@ -217,6 +231,7 @@ def test_the_procrastinate_preset_reads_real_procrastinate_jobs(pg: PgDatabase) 
             await app.run_worker_async(queues=["emails"], wait=False)
 
     def read() -> dict[str, Any]:
+        assert isinstance(source, SqlQueueSource)  # as asserted below, where source is made
         with psycopg.connect(pg.admin_dsn, row_factory=dict_row) as conn:
             (row,) = conn.execute(source.query, dict(source.params)).fetchall()
         return row
@@ -239,6 +254,14 @@ def test_the_procrastinate_preset_reads_real_procrastinate_jobs(pg: PgDatabase) 
 # -- SQL queues through a target's runner --------------------------------------
 
 
+class TargetOptions(TypedDict, total=False):
+    """What ``Runners.for_pg`` passes on to Target."""
+
+    connect_timeout: float
+    workers: tuple[WorkerGroup, ...]
+    pgbouncer: PoolerSpec | None
+
+
 class Runners:
     """TargetRunners of one test, their sessions closed at teardown."""
 
@@ -250,7 +273,9 @@ class Runners:
         self.made.append(runner)
         return runner
 
-    def for_pg(self, pg: PgDatabase, queues: tuple[Queue, ...], **target: object) -> TargetRunner:
+    def for_pg(
+        self, pg: PgDatabase, queues: tuple[Queue, ...], **target: Unpack[TargetOptions]
+    ) -> TargetRunner:
         return self(
             Target(
                 "main",
@@ -259,7 +284,7 @@ class Runners:
                 statement_timeout=1.0,
                 locks=LockSettings(convoy_waiters=1, convoy_wait=0.0),
                 queues=queues,
-                **target,  # type: ignore[arg-type]
+                **target,
             )
         )
 
@@ -308,6 +333,7 @@ def test_a_failing_queue_query_downs_that_queue_only_while_locks_and_other_queue
         ),
         message="the convoy is seen",
     )
+    assert isinstance(view, TargetView)
 
     down = {f.subject.source: f.summary for f in view.findings if f.kind is FindingKind.TARGET_DOWN}
     assert set(down) == {"queue/missing", "queue/shapeless", "queue/forbidden", "queue/slow"}
@@ -363,6 +389,7 @@ def test_worker_sessions_are_counted_by_state_with_the_lock_they_wait_on(
         return workers.sessions and workers.sessions["waiting_lock"] == 2 and workers
 
     workers = wait_until(seen, message="both waiters seen")
+    assert isinstance(workers, WorkerView)
 
     assert workers.sessions == {
         "active": 0,
@@ -498,7 +525,7 @@ def test_a_prometheus_query_reads_worker_cpu_from_a_scraped_exporter(tmp_path: P
         ).sample(now())
 
 
-def _sample_or_none(sampler: PrometheusCpuSampler) -> object:
+def _sample_or_none(sampler: PrometheusCpuSampler) -> WorkerSample | None:
     try:
         return sampler.sample(now())
     except SampleError:

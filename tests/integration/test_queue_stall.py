@@ -269,7 +269,9 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
             lockwatch.metric("lockwatch_queue_completed_total", target="draining", queue="webhooks")
             or 0
         ) > 0
-        assert lockwatch.metric("lockwatch_worker_cpu_cores", target="busy", group="burners") > 0.2  # type: ignore[operator]
+        busy_cores = lockwatch.metric("lockwatch_worker_cpu_cores", target="busy", group="burners")
+        assert busy_cores is not None
+        assert busy_cores > 0.2
     finally:
         for producer in producers:
             producer.stop()

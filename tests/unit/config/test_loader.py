@@ -141,7 +141,7 @@ def test_a_full_file_loads_into_the_expected_frozen_settings(tmp_path: Path) -> 
     )
     assert orders.dsn == settings.targets[0].dsn  # dsn is repr=False, so compare it on its own
     with pytest.raises(AttributeError):
-        settings.targets[0].name = "changed"  # type: ignore[misc]
+        settings.targets[0].name = "changed"  # type: ignore[misc]  # frozen: the test checks it refuses
 
 
 def test_a_minimal_file_gets_every_default(tmp_path: Path) -> None:

@@ -21,13 +21,14 @@ from lockwatch.settings.queues import (
     SqlQueueSource,
     WorkerGroup,
 )
+from lockwatch.settings.targets import Settings
 from tests.fixtures.paths import ROOT
 
 DSN = "postgresql://mon@127.0.0.1:6432/app"
 REDIS_PASSWORD = "redis-pw-9f8e7d"
 
 
-def load(tmp_path: Path, text: str) -> tuple[Queue, ...] | ConfigError:
+def load(tmp_path: Path, text: str) -> Settings | ConfigError:
     path = tmp_path / "lockwatch.yml"
     path.write_text(textwrap.dedent(text).lstrip("\n"))
     try:
@@ -97,7 +98,7 @@ def test_queues_and_worker_groups_load_into_frozen_settings(tmp_path: Path) -> N
     )
 
     assert not isinstance(settings, ConfigError), str(settings)
-    (main,) = settings.targets  # type: ignore[union-attr]
+    (main,) = settings.targets
     defaults = QueueThresholds(window=90.0, min_growth=0.5, stall_cpu=0.05)
     url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:6390/0"
     assert main.queues == (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypedDict, Unpack
 
 from lockwatch.detect.jobs import detect_jobs, run_key_of
 from lockwatch.model.findings import FindingKind
@@ -28,8 +29,15 @@ def run(
     return JobRun("nightly-report", key, at, finished, status, host, "sql", None, exit_code)
 
 
-def done(at: datetime, host: str = "app-1", **kwargs: object) -> JobRun:
-    return run(at, host, finished=at + timedelta(minutes=5), status=RunStatus.SUCCESS, **kwargs)  # type: ignore[arg-type]
+class RunOptions(TypedDict, total=False):
+    """What ``done`` passes on to ``run``."""
+
+    key: str | None
+    exit_code: int | None
+
+
+def done(at: datetime, host: str = "app-1", **kwargs: Unpack[RunOptions]) -> JobRun:
+    return run(at, host, finished=at + timedelta(minutes=5), status=RunStatus.SUCCESS, **kwargs)
 
 
 def history() -> list[JobRun]:
@@ -39,7 +47,7 @@ def history() -> list[JobRun]:
 
 def kinds(
     runs: list[JobRun], spec: JobSpec = NIGHTLY, now: datetime = NOW
-) -> dict[str, dict[str, object]]:
+) -> dict[str, dict[str, Any]]:
     return {
         f.kind.value: dict(f.evidence) | {"summary": f.summary, "since": f.since}
         for f in detect_jobs(spec, runs, now, target="main", not_before=WATCHING_SINCE)
@@ -60,7 +68,7 @@ def test_two_starts_in_one_slot_are_a_duplicate_even_without_run_keys() -> None:
     )
     duplicate = found["job_duplicate_start"]
     assert duplicate["run_key"] == SLOT.isoformat()
-    assert [start["host"] for start in duplicate["starts"]] == ["app-1", "app-2"]  # type: ignore[index]
+    assert [start["host"] for start in duplicate["starts"]] == ["app-1", "app-2"]
     assert duplicate["since"] == SLOT + timedelta(seconds=2)
     assert "started 2 times" in str(duplicate["summary"])
 
@@ -82,7 +90,7 @@ def test_two_runs_in_progress_overlap() -> None:
     found = kinds(
         [run(SLOT + timedelta(seconds=1)), run(SLOT + timedelta(minutes=10), "app-2", key="manual")]
     )
-    assert len(found["job_overlap"]["runs"]) == 2  # type: ignore[arg-type]
+    assert len(found["job_overlap"]["runs"]) == 2
 
 
 def test_a_slot_without_a_start_is_missed_only_after_its_grace() -> None:
@@ -114,7 +122,7 @@ def test_the_last_run_failing_is_reported_until_a_later_success() -> None:
         exit_code=3,
     )
     found = kinds([*history(), failed])
-    assert found["job_failed"]["run"]["exit_code"] == 3  # type: ignore[index]
+    assert found["job_failed"]["run"]["exit_code"] == 3
     assert "exit code 3" in str(found["job_failed"]["summary"])
     retried = done(SLOT + timedelta(minutes=3), key="retry")
     assert "job_failed" not in kinds([*history(), failed, retried])

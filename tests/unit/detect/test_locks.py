@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import doctest
 import ipaddress
+from typing import TypedDict, Unpack
 
 import pytest
 from hypothesis import given, settings
@@ -48,8 +49,19 @@ def only(findings: list[Finding], kind: FindingKind) -> Finding:
     return matching[0]
 
 
-def named(name: str, k: int | tuple[int, int], **kwargs: object) -> LockSettings:
-    return LockSettings(named=(NamedLock(name, key(k), **kwargs),))  # type: ignore[arg-type]
+class NamedOptions(TypedDict, total=False):
+    """What ``named`` passes on to NamedLock."""
+
+    role: LockRole
+    database: str | None
+    max_hold: float | None
+    orphan_after: float | None
+    allowed: AllowedHolders
+    ignore: bool
+
+
+def named(name: str, k: int | tuple[int, int], **kwargs: Unpack[NamedOptions]) -> LockSettings:
+    return LockSettings(named=(NamedLock(name, key(k), **kwargs),))
 
 
 def test_the_module_doctests_pass() -> None:

@@ -22,6 +22,7 @@ from lockwatch.detect.queues import (
     fit_line,
 )
 from lockwatch.model.findings import Finding, FindingKind, Subject
+from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, WorkerSample
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.queues import ProcessMatch, QueueThresholds, WorkerGroup
@@ -62,7 +63,7 @@ def cpu(cores: float, *, seconds: float = WINDOW) -> tuple[WorkerSample, ...]:
 
 
 def workers(
-    cores: float | None = None, sessions: Sequence[object] | None = None
+    cores: float | None = None, sessions: Sequence[Backend] | None = None
 ) -> tuple[WorkerInput, ...]:
     group = WorkerGroup(
         "webhook-workers",
@@ -74,7 +75,7 @@ def workers(
         WorkerInput(
             group,
             cpu(cores) if cores is not None else (),
-            None if sessions is None else tuple(sessions),  # type: ignore[arg-type]
+            None if sessions is None else tuple(sessions),
         ),
     )
 

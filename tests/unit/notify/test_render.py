@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import timedelta
+from typing import TypedDict, Unpack
 
 import pytest
 from hypothesis import given, settings
@@ -44,8 +45,19 @@ def message(*entries: Entry, when_seconds: float = 0) -> Message:
     return Message("m1", "ops", NOW + timedelta(seconds=when_seconds), entries)
 
 
-def firing_convoy(**kwargs: object) -> Message:
-    return message(*(Entry(EntryState.NEW, f) for f in convoy(**kwargs)))  # type: ignore[arg-type]
+class ConvoyOptions(TypedDict, total=False):
+    """What ``firing_convoy`` passes on to ``convoy``."""
+
+    target: str
+    key: int
+    app: str
+    query: str
+    addr: str | None
+    waiters: int
+
+
+def firing_convoy(**kwargs: Unpack[ConvoyOptions]) -> Message:
+    return message(*(Entry(EntryState.NEW, f) for f in convoy(**kwargs)))
 
 
 def test_a_convoy_message_names_the_lock_the_holder_its_query_and_the_waiters() -> None:

@@ -15,7 +15,7 @@ from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
 from lockwatch.model.views import SourceHealth, TargetView
-from lockwatch.monitors.base import Stateless
+from lockwatch.monitors.base import MonitorResult, PollContext, Stateless
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.runner import TargetRunner
@@ -247,7 +247,7 @@ class Exploding(Stateless):
 
     kinds: frozenset[FindingKind] = frozenset({FindingKind.QUEUE_STALLED})
 
-    def poll(self, context: object) -> object:
+    def poll(self, context: PollContext) -> MonitorResult:
         raise RuntimeError("bug")
 
     def publish(self, view: TargetView) -> TargetView:
@@ -262,7 +262,7 @@ def test_a_monitor_that_breaks_is_logged_and_costs_the_target_nothing_else(
 ) -> None:
     target = Target(TARGET, f"postgresql://nobody@127.0.0.1:{free_port()}/app", connect_timeout=1.0)
     runner = TargetRunner(target, Board(), StateStore(None))
-    runner.monitors = (*runner.monitors, Exploding())  # type: ignore[assignment]
+    runner.monitors = (*runner.monitors, Exploding())
 
     view = runner.poll_once()
 

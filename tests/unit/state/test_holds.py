@@ -34,6 +34,13 @@ def worker(pid: int = 1234, at: float = 0.0, **state: Any) -> Backend:
     return backend(pid, now=later(at), connected_for=3600 + at, **state)
 
 
+def started(pid: int) -> str:
+    """When ``backend(pid)`` connected, as a dump writes it."""
+    start = backend(pid).backend_start
+    assert start is not None  # backend() always dates its session
+    return start.isoformat()
+
+
 def first_seen(tracker: HoldTracker, locks: Iterable[AdvisoryLock], *args: Any) -> datetime | None:
     (observed,) = tracker.observe(tuple(locks), *args)
     return observed.first_seen
@@ -178,7 +185,7 @@ def test_a_restart_never_dates_a_hold_after_the_save() -> None:
             "locks": [
                 {
                     "pid": 1234,
-                    "backend_start": backend(1234).backend_start.isoformat(),  # type: ignore[union-attr]
+                    "backend_start": started(1234),
                     "database": "app",
                     "key": "42",
                     "mode": "ExclusiveLock",
@@ -208,7 +215,7 @@ def test_a_save_after_a_sampling_outage_dates_the_locks_when_they_were_last_seen
 def good_entry(**changes: Any) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "pid": 1234,
-        "backend_start": backend(1234).backend_start.isoformat(),  # type: ignore[union-attr]
+        "backend_start": started(1234),
         "database": "app",
         "key": "42",
         "mode": "ExclusiveLock",
