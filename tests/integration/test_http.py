@@ -21,6 +21,7 @@ from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from tests.fixtures.evidence import evidence_of
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 
 STALE_AFTER = 30.0
@@ -66,6 +67,7 @@ def polled_view(name: str = TARGET) -> TargetView:
         severity=Severity.CRITICAL,
         since=NOW,
         summary="1 session waits on webhooks",
+        evidence=evidence_of(FindingKind.LOCK_CONVOY, Subject(database="app", lock="webhooks")),
     )
     return TargetView(
         target=Target(name=name, dsn="postgresql://mon:s3cret@127.0.0.1:6432/app", locks=locks),

@@ -126,18 +126,19 @@ def test_it_explains_a_convoy_behind_an_idle_holder_in_one_chain(
     assert convoy_finding.subject.database == pg.database
     assert convoy_finding.subject.lock == "webhook-delivery"
     evidence = convoy_finding.evidence
-    assert evidence["key"] == "42"
-    assert evidence["waiter_count"] == 5
-    assert {w["pid"] for w in evidence["waiters"]} == convoy["waiter_pids"]
-    (holder,) = evidence["holders"]
-    assert holder["pid"] == convoy["holder_pid"]
-    assert holder["application_name"] == "webhook-worker-1"
-    assert holder["client_addr"] == "127.0.0.1"
-    assert holder["state"] == "idle"
-    assert "pg_advisory_lock(42)" in holder["query"]
-    assert holder["held_seconds"] >= 300
-    assert [step["pid"] for step in evidence["chain"]][-1] == convoy["holder_pid"]
-    assert set(evidence["related"]) == {"lock_held_too_long", "lock_orphaned"}
+    assert evidence.key == "42"
+    assert evidence.waiter_count == 5
+    assert {w.pid for w in evidence.waiters} == convoy["waiter_pids"]
+    (holder,) = evidence.holders
+    assert holder.pid == convoy["holder_pid"]
+    assert holder.application_name == "webhook-worker-1"
+    assert holder.client_addr == "127.0.0.1"
+    assert holder.state == "idle"
+    assert "pg_advisory_lock(42)" in holder.query
+    assert holder.held_seconds >= 300
+    assert [step.pid for step in evidence.chain][-1] == convoy["holder_pid"]
+    assert {r.kind.value for r in convoy_finding.related} == {"lock_held_too_long", "lock_orphaned"}
+    assert {r.subject for r in convoy_finding.related} == {convoy_finding.subject}
     assert "5 sessions" in convoy_finding.summary
 
 
@@ -153,8 +154,8 @@ def test_it_finds_the_lock_left_on_an_idle_pooled_connection(
         clock.advance(3600)
         orphan = one(runner.poll_once().findings, FindingKind.LOCK_ORPHANED)
         assert orphan.subject.lock == "7,13"
-        assert orphan.evidence["holders"][0]["pid"] == incident.pid
-        assert orphan.evidence["holders"][0]["application_name"] == "blog-generator"
+        assert orphan.evidence.holders[0].pid == incident.pid
+        assert orphan.evidence.holders[0].application_name == "blog-generator"
         assert orphan.severity.value == "warning"
     finally:
         incident.stop()
@@ -179,7 +180,7 @@ def test_it_flags_a_holder_outside_the_allowed_applications(
     dev_server.execute("SELECT pg_try_advisory_lock(7, 13)")
 
     finding = one(runner.poll_once().findings, FindingKind.LOCK_UNEXPECTED_HOLDER)
-    assert finding.evidence["holders"][0]["application_name"] == "dev-laptop"
+    assert finding.evidence.holders[0].application_name == "dev-laptop"
     assert finding.subject.lock == "nightly-report"
 
     dev_server.execute("SELECT pg_advisory_unlock(7, 13)")
@@ -224,14 +225,14 @@ def test_it_follows_the_chain_past_a_holder_that_waits_on_a_row_lock(
         lambda: [f for f in runner.poll_once().findings if f.kind is FindingKind.LOCK_CONVOY],
         message="convoy on 42",
     )[0]
-    chain = [step["pid"] for step in convoy.evidence["chain"]]
+    chain = [step.pid for step in convoy.evidence.chain]
     assert chain == [
         waiter.info.backend_pid,
         lock_holder.info.backend_pid,
         row_holder.info.backend_pid,
     ]
-    assert convoy.evidence["chain"][1]["wait_event_type"] == "Lock"
-    assert convoy.evidence["chain"][2]["state"] == "idle in transaction"
+    assert convoy.evidence.chain[1].wait_event_type == "Lock"
+    assert convoy.evidence.chain[2].state == "idle in transaction"
 
     row_holder.rollback()
     stuck.join()

@@ -14,6 +14,7 @@ from psycopg import sql
 
 from lockwatch.cli import main
 from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.sample.base import SampleContext
@@ -98,10 +99,10 @@ def test_two_schedulers_both_lead_through_transaction_pooling_and_lockwatch_says
 
         (finding,) = pooled(watcher.findings())
         assert finding.subject.database == pg.database
-        assert finding.evidence["pool"]["pool_mode"] == "transaction"
-        assert finding.evidence["pool"]["user"] == "scheduler"
-        backend_pid = finding.evidence["server_connection"]["backend_pid"]
-        assert backend_pid in {h["pid"] for h in finding.evidence["holders"]}
+        assert finding.evidence.pool.pool_mode == "transaction"
+        assert finding.evidence.pool.user == "scheduler"
+        backend_pid = finding.evidence.server_connection.backend_pid
+        assert backend_pid in {h.pid for h in finding.evidence.holders}
         assert "belongs to no client" in finding.summary
     finally:
         for conn in conns:
@@ -121,12 +122,12 @@ def test_the_lock_of_a_client_long_gone_is_found_while_others_keep_the_backend_b
             busy.execute("SELECT 1")  # the holder's backend keeps serving others: never idle long
 
         (finding,) = pooled(watcher.findings())
-        assert finding.evidence["pool"] == {
+        assert object_json(finding.evidence.pool) == {
             "database": pg.database,
             "user": "app",
             "pool_mode": "transaction",
         }
-        assert finding.evidence["server_connection"]["state"] in {"used", "idle", "active"}
+        assert finding.evidence.server_connection.state in {"used", "idle", "active"}
     finally:
         for conn in conns:
             conn.close()

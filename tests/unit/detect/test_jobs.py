@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from lockwatch.detect.jobs import detect_jobs, run_key_of
+from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.jobs import JobRun, RunStatus
 from lockwatch.settings.jobs import JobSpec
@@ -41,7 +42,7 @@ def kinds(
     runs: list[JobRun], spec: JobSpec = NIGHTLY, now: datetime = NOW
 ) -> dict[str, dict[str, object]]:
     return {
-        f.kind.value: dict(f.evidence) | {"summary": f.summary, "since": f.since}
+        f.kind.value: object_json(f.evidence) | {"summary": f.summary, "since": f.since}
         for f in detect_jobs(spec, runs, now, target="main", not_before=WATCHING_SINCE)
     }
 
