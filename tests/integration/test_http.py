@@ -22,6 +22,7 @@ from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.evidence import evidence_of
+from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 
 STALE_AFTER = 30.0
@@ -129,6 +130,7 @@ def test_it_serves_findings_and_locks_as_json(running: Running) -> None:
         assert response.status_code == 200
         assert response.headers["Content-Type"] == "application/json"
     assert [f["kind"] for f in findings.json()["findings"]] == ["lock_convoy"]
+    assert_valid_findings(findings.json())
     (target,) = locks.json()["targets"]
     assert target["locks"][0]["lock"] == "webhooks"
     assert target["locks"][0]["waiter_count"] == 1

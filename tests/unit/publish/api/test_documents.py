@@ -13,6 +13,7 @@ from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.evidence import holder, lock_evidence
+from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 
@@ -111,6 +112,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
     }
     assert first["since"].endswith("Z")
     assert strict_round_trip(document) == document
+    assert_valid_findings(document)
 
 
 def test_findings_accept_views_as_well_as_a_board() -> None:
@@ -118,6 +120,7 @@ def test_findings_accept_views_as_well_as_a_board() -> None:
 
     document = findings_document(views)
     assert len(document["findings"]) == 1
+    assert_valid_findings(document)
 
 
 def test_locks_show_holders_and_waiters_with_their_sessions() -> None:
@@ -230,5 +233,6 @@ def test_lone_surrogates_and_non_finite_numbers_still_give_valid_json() -> None:
     assert evidence["holders"][0]["query"] == "\\udcfe"
     assert evidence["longest_wait_seconds"] is None
     assert evidence["holders"][0]["blocked_by"] == [1, 2]
+    assert_valid_findings(findings)
     # The documents themselves are safe, so any json.dumps of them encodes too.
     json.dumps(locks_document([view], NOW), ensure_ascii=False).encode("utf-8")
