@@ -76,7 +76,7 @@ def read_evidence(kind: FindingKind, facts: object) -> Evidence:
             return from_json(family, facts)
         except JsonShapeError:
             continue
-    raise JsonShapeError(f"no evidence of {kind.value} reads as {facts!r}")
+    raise JsonShapeError(f"the evidence is of no family {kind.value} carries")
 
 
 def _related(links: object) -> tuple[Related, ...]:

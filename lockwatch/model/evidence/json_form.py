@@ -66,7 +66,7 @@ def _read(hint: object, data: object) -> object:
     if origin is tuple:
         item, _ = typing.get_args(hint)  # every tuple of evidence is tuple[X, ...]
         if not isinstance(data, list):
-            raise JsonShapeError(f"{data!r} is not a list")
+            raise JsonShapeError(f"{_shown(data)} is not a list")
         return tuple(_read(item, value) for value in data)
     if isinstance(hint, type) and is_dataclass(hint):
         return _read_object(hint, data)
@@ -79,7 +79,7 @@ def _read_union(arms: tuple[object, ...], data: object) -> object:
             return _read(arm, data)
         except JsonShapeError:
             continue
-    raise JsonShapeError(f"{data!r} is none of {arms}")
+    raise JsonShapeError(f"{_shown(data)} is none of {arms}")
 
 
 def _read_scalar(hint: object, data: object) -> object:
@@ -89,27 +89,34 @@ def _read_scalar(hint: object, data: object) -> object:
         try:
             return hint(data)
         except ValueError:
-            raise JsonShapeError(f"{data!r} is no {hint.__name__}") from None
+            raise JsonShapeError(f"{_shown(data)} is no {hint.__name__}") from None
     if hint is datetime and isinstance(data, str):
         try:
             return datetime.fromisoformat(data)
         except ValueError:
-            raise JsonShapeError(f"{data!r} is no moment") from None
+            raise JsonShapeError(f"{_shown(data)} is no moment") from None
     # JSON has one kind of number: an integral float comes back as an int
     if hint is float and isinstance(data, int | float) and not isinstance(data, bool):
         return float(data)
     if hint in (str, int, bool) and type(data) is hint:
         return data
-    raise JsonShapeError(f"{data!r} is no {hint}")
+    raise JsonShapeError(f"{_shown(data)} is no {hint}")
 
 
 def _read_object(cls: type[DataclassInstance], data: object) -> object:
     if not isinstance(data, dict):
-        raise JsonShapeError(f"{data!r} is not a {cls.__name__} object")
+        raise JsonShapeError(f"{_shown(data)} is not a {cls.__name__} object")
     hints, required = _shape(cls)
     if not required <= data.keys() <= hints.keys():
         raise JsonShapeError(f"{sorted(data)} are not the fields of {cls.__name__}")
     return cls(**{name: _read(hints[name], value) for name, value in data.items()})
+
+
+def _shown(data: object) -> str:
+    """``data`` for an error message: a value itself, a container by its type alone."""
+    if isinstance(data, dict | list):
+        return f"a JSON {'object' if isinstance(data, dict) else 'array'}"
+    return repr(data)[:80]
 
 
 @functools.cache
