@@ -103,12 +103,8 @@ def render_snapshot(view: TargetView) -> str:
             chain = blocking_chain(snapshot, first.pid, now)
             if len(chain) > 1:
                 steps = " -> ".join(
-                    f"{step['pid']} ({step['state'] or '?'}"
-                    + (
-                        f", waits on {step['wait_event']}"
-                        if step["wait_event_type"] == "Lock"
-                        else ""
-                    )
+                    f"{step.pid} ({step.state or '?'}"
+                    + (f", waits on {step.wait_event}" if step.wait_event_type == "Lock" else "")
                     + ")"
                     for step in chain
                 )

@@ -12,7 +12,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from dataclasses import asdict
 from datetime import datetime
 from types import FrameType
 from typing import Any, TextIO
@@ -22,6 +23,13 @@ from psycopg import sql
 
 from lockwatch.daemon import Daemon
 from lockwatch.demo.scenarios import webhook_queue_sql
+from lockwatch.model.evidence import (
+    HolderFacts,
+    LockEvidence,
+    LockHolderFacts,
+    QueueEvidence,
+    QueueStallEvidence,
+)
 from lockwatch.model.findings import Finding
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.locks import LockSettings, NamedLock
@@ -57,36 +65,58 @@ def demo_settings(dsn: str, listen: str) -> Settings:
     return Settings(targets=(target,), listen=listen)
 
 
-def _related(entry: object) -> str:
-    """A related finding: a kind on the same subject, or a kind and its subject."""
-    if isinstance(entry, dict):
-        subject = "/".join(str(v) for v in (entry.get("subject") or {}).values() if v)
-        return f"{entry.get('kind')} {one_line(subject)}"
-    return str(entry)
+def _holder_line(holder: HolderFacts | LockHolderFacts, held: float | None) -> str:
+    line = (
+        f"  holder  pid {holder.pid} {one_line(holder.application_name or '-')}"
+        f" from {holder.client_addr or 'local socket'}, {holder.state}"
+        f" for {format_duration(holder.state_seconds or 0)},"
+    )
+    if held is not None:
+        line += f" held {format_duration(held)},"
+    return line + f" last query: {one_line(holder.query or '', 80)}\n"
 
 
-def _print_queue(out: TextIO, evidence: Mapping[str, Any]) -> None:
-    if "queue" not in evidence:
-        return
-    completed = evidence.get("completed_in_window")
+def _print_lock(out: TextIO, evidence: LockEvidence) -> None:
+    for holder in evidence.holders:
+        out.write(_holder_line(holder, holder.held_seconds))
+    waiters = evidence.waiters
+    if waiters:
+        out.write(
+            f"  waiters {len(waiters)}: "
+            + ", ".join(
+                f"pid {w.pid} {one_line(w.application_name or '-')} ({format_duration(w.wait_seconds)})"
+                for w in waiters
+            )
+            + "\n"
+        )
+    if len(evidence.chain) > 1:
+        out.write(
+            "  chain   " + " -> ".join(f"pid {s.pid} ({s.state})" for s in evidence.chain) + "\n"
+        )
+
+
+def _print_queue(out: TextIO, evidence: QueueEvidence) -> None:
+    completed = evidence.completed_in_window
     out.write(
-        f"  queue   {one_line(evidence['queue'])}: {evidence.get('depth')} pending, "
-        f"{evidence.get('growth_per_second') or 0:+.2g}/s over "
-        f"{format_duration(evidence['window_seconds'])}"
+        f"  queue   {one_line(evidence.queue)}: {evidence.depth} pending, "
+        f"{evidence.growth_per_second:+.2g}/s over "
+        f"{format_duration(evidence.window_seconds)}"
         + ("" if completed is None else f", {completed} completed")
         + "\n"
     )
-    for group in evidence.get("workers") or []:
-        sessions = group.get("sessions") or {}
+    for group in evidence.workers:
+        sessions = asdict(group.sessions) if group.sessions else {}
         busy = ", ".join(f"{n} {state}" for state, n in sessions.items() if n)
-        out.write(f"  workers {one_line(group['name'])}: {busy or 'no sessions seen'}\n")
-    chain = evidence.get("lock")
-    if not chain:
+        out.write(f"  workers {one_line(group.name)}: {busy or 'no sessions seen'}\n")
+    chain = evidence.lock if isinstance(evidence, QueueStallEvidence) else None
+    if chain is None:
         return
     out.write(
-        f"  lock    {chain['waiting_sessions']} of {chain['worker_sessions']} worker sessions "
-        f"wait on {one_line(chain['lock'])} ({chain['key']})\n"
+        f"  lock    {chain.waiting_sessions} of {chain.worker_sessions} worker sessions "
+        f"wait on {one_line(chain.lock)} ({chain.key})\n"
     )
+    for holder in chain.holders:
+        out.write(_holder_line(holder, None))
 
 
 def _print_finding(out: TextIO, verb: str, finding: Finding) -> None:
@@ -97,39 +127,15 @@ def _print_finding(out: TextIO, verb: str, finding: Finding) -> None:
     if verb != "FIRING":
         return
     evidence = finding.evidence
-    for holder in evidence.get("holders") or []:
-        out.write(
-            f"  holder  pid {holder['pid']} {one_line(holder.get('application_name') or '-')}"
-            f" from {holder.get('client_addr') or 'local socket'}, {holder.get('state')}"
-            f" for {format_duration(holder.get('state_seconds') or 0)},"
-            f" held {format_duration(holder.get('held_seconds') or 0)},"
-            f" last query: {one_line(holder.get('query') or '', 80)}\n"
+    if isinstance(evidence, LockEvidence):
+        _print_lock(out, evidence)
+    if isinstance(evidence, QueueEvidence):
+        _print_queue(out, evidence)
+    if finding.related:
+        related = ", ".join(
+            f"{r.kind.value} {one_line(r.subject.render())}" for r in finding.related
         )
-    waiters = evidence.get("waiters") or []
-    if waiters:
-        out.write(
-            f"  waiters {len(waiters)}: "
-            + ", ".join(
-                f"pid {w['pid']} {one_line(w.get('application_name') or '-')} ({format_duration(w.get('wait_seconds') or 0)})"
-                for w in waiters
-            )
-            + "\n"
-        )
-    chain = evidence.get("chain") or []
-    if len(chain) > 1:
-        out.write(
-            "  chain   " + " -> ".join(f"pid {s['pid']} ({s.get('state')})" for s in chain) + "\n"
-        )
-    _print_queue(out, evidence)
-    for holder in (evidence.get("lock") or {}).get("holders") or []:
-        out.write(
-            f"  holder  pid {holder['pid']} {one_line(holder.get('application_name') or '-')}"
-            f" from {holder.get('client_addr') or 'local socket'}, {holder.get('state')}"
-            f" for {format_duration(holder.get('state_seconds') or 0)},"
-            f" last query: {one_line(holder.get('query') or '', 80)}\n"
-        )
-    if evidence.get("related"):
-        out.write(f"  related {', '.join(_related(r) for r in evidence['related'])}\n")
+        out.write(f"  related {related}\n")
     out.flush()
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
+from lockwatch.model.evidence import ChainStep
 from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.text import truncate
 
@@ -20,54 +21,67 @@ def age_seconds(now: datetime, then: datetime | None) -> float | None:
     return None if then is None else round(seconds_between(now, then), 1)
 
 
-def backend_facts(backend: Backend | None, pid: int, now: datetime) -> dict[str, Any]:
+class SessionArgs(TypedDict):
+    """The fields of ``SessionFacts``, typed, for the families that extend it."""
+
+    pid: int
+    application_name: str | None
+    client_addr: str | None
+    state: str | None
+    state_seconds: float | None
+    wait_event_type: str | None
+    wait_event: str | None
+    query: str | None
+    blocked_by: tuple[int, ...]
+
+
+def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArgs:
     """A session as findings show it: who, from where, doing what, for how long."""
     if backend is None:
-        return {
-            "pid": pid,
-            "application_name": None,
-            "client_addr": None,
-            "state": None,
-            "state_seconds": None,
-            "wait_event_type": None,
-            "wait_event": None,
-            "query": None,
-            "blocked_by": [],
-        }
-    return {
-        "pid": pid,
-        "application_name": backend.application_name,
-        "client_addr": backend.client_addr,
-        "state": backend.state,
-        "state_seconds": age_seconds(now, backend.state_change),
-        "wait_event_type": backend.wait_event_type,
-        "wait_event": backend.wait_event,
-        "query": truncate(backend.query),
-        "blocked_by": list(backend.blocked_by),
-    }
+        return SessionArgs(
+            pid=pid,
+            application_name=None,
+            client_addr=None,
+            state=None,
+            state_seconds=None,
+            wait_event_type=None,
+            wait_event=None,
+            query=None,
+            blocked_by=(),
+        )
+    return SessionArgs(
+        pid=pid,
+        application_name=backend.application_name,
+        client_addr=backend.client_addr,
+        state=backend.state,
+        state_seconds=age_seconds(now, backend.state_change),
+        wait_event_type=backend.wait_event_type,
+        wait_event=backend.wait_event,
+        query=truncate(backend.query),
+        blocked_by=tuple(backend.blocked_by),
+    )
 
 
 def blocking_chain(
     snapshot: LockSnapshot, pid: int, now: datetime, max_depth: int = 10
-) -> list[dict[str, Any]]:
+) -> tuple[ChainStep, ...]:
     """Who ``pid`` waits for, who that one waits for, and so on.
 
     One step per backend, following ``Backend.blocked_by`` (the first blocker
     lockwatch knows, when there are several). A step that leads back to a pid
-    already in the chain ends it with ``cycle: True``; at most ``max_depth``
+    already in the chain ends it with ``cycle`` set; at most ``max_depth``
     steps are returned.
     """
-    chain: list[dict[str, Any]] = []
+    chain: list[ChainStep] = []
     seen: set[int] = set()
     current: int | None = pid
     while current is not None and len(chain) < max_depth:
         backend = snapshot.backends.get(current)
-        step = backend_facts(backend, current, now)
-        step["cycle"] = current in seen
+        step = ChainStep(**session_args(backend, current, now), cycle=current in seen)
         chain.append(step)
-        if step["cycle"] or backend is None or not backend.blocked_by:
+        if step.cycle or backend is None or not backend.blocked_by:
             break
         seen.add(current)
         known = [p for p in backend.blocked_by if p in snapshot.backends]
         current = (known or list(backend.blocked_by))[0]
-    return chain
+    return tuple(chain)

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
+from lockwatch.model.evidence import (
+    DuplicateStartEvidence,
+    Evidence,
+    FailedRunEvidence,
+    LongRunEvidence,
+    MissedRunEvidence,
+    OverlapEvidence,
+    RunFacts,
+)
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.jobs import JobRun, RunStatus
 from lockwatch.settings.jobs import JobSpec
@@ -27,19 +35,19 @@ def run_key_of(spec: JobSpec, run: JobRun) -> str:
     return f"{run.started_at.isoformat()}/{run.run_id or ''}"
 
 
-def _run_facts(run: JobRun, now: datetime) -> dict[str, Any]:
+def _run_facts(run: JobRun, now: datetime) -> RunFacts:
     end = run.finished_at or now
-    return {
-        "run_key": run.run_key,
-        "run_id": run.run_id,
-        "started_at": run.started_at.isoformat(),
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-        "status": run.status.value,
-        "host": run.host,
-        "source": run.source,
-        "exit_code": run.exit_code,
-        "duration_seconds": round((end - run.started_at).total_seconds(), 1),
-    }
+    return RunFacts(
+        run_key=run.run_key,
+        run_id=run.run_id,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        status=run.status,
+        host=run.host,
+        source=run.source,
+        exit_code=run.exit_code,
+        duration_seconds=round((end - run.started_at).total_seconds(), 1),
+    )
 
 
 def _finding(
@@ -49,17 +57,9 @@ def _finding(
     severity: Severity,
     since: datetime,
     summary: str,
-    evidence: dict[str, Any],
+    evidence: Evidence,
 ) -> Finding:
-    return Finding(
-        kind,
-        target,
-        Subject(job=spec.name),
-        severity,
-        since,
-        summary,
-        {"job": spec.name, **evidence},
-    )
+    return Finding(kind, target, Subject(job=spec.name), severity, since, summary, evidence)
 
 
 def _duplicates(
@@ -92,11 +92,12 @@ def _duplicates(
         f"job {one_line(spec.name)} started {len(group)} times for run key {one_line(key)}"
         f" (hosts: {', '.join(hosts)}); the second start came "
         f"{format_duration((group[1].started_at - group[0].started_at).total_seconds())} after the first",
-        {
-            "run_key": key,
-            "starts": [_run_facts(run, now) for run in group],
-            "duplicate_run_keys": sorted(recent),
-        },
+        DuplicateStartEvidence(
+            job=spec.name,
+            run_key=key,
+            starts=tuple(_run_facts(run, now) for run in group),
+            duplicate_run_keys=tuple(sorted(recent)),
+        ),
     )
 
 
@@ -114,7 +115,7 @@ def _overlap(
         running[1].started_at,
         f"{len(running)} runs of job {one_line(spec.name)} are running at once "
         f"(hosts: {', '.join(sorted({one_line(r.host or 'unknown host') for r in running}))})",
-        {"runs": [_run_facts(run, now) for run in running]},
+        OverlapEvidence(job=spec.name, runs=tuple(_run_facts(run, now) for run in running)),
     )
 
 
@@ -141,12 +142,13 @@ def _missed(
         latest + timedelta(seconds=schedule.grace),
         f"job {one_line(spec.name)} did not start for its {latest.isoformat()} slot "
         f"(grace {format_duration(schedule.grace)}); {len(missed)} slot(s) missed in the look-back",
-        {
-            "slot": latest.isoformat(),
-            "grace_seconds": schedule.grace,
-            "missed_slots": [slot.isoformat() for slot in missed[-10:]],
-            "last_start": last_start.isoformat() if last_start else None,
-        },
+        MissedRunEvidence(
+            job=spec.name,
+            slot=latest,
+            grace_seconds=schedule.grace,
+            missed_slots=tuple(missed[-10:]),
+            last_start=last_start,
+        ),
     )
 
 
@@ -170,10 +172,11 @@ def _too_long(
         oldest.started_at + limit,
         f"job {one_line(spec.name)} has been running {format_duration((now - oldest.started_at).total_seconds())}"
         f" on {one_line(oldest.host or 'unknown host')}, longer than its {format_duration(spec.max_duration)}",
-        {
-            "max_duration_seconds": spec.max_duration,
-            "runs": [_run_facts(run, now) for run in long_runs],
-        },
+        LongRunEvidence(
+            job=spec.name,
+            max_duration_seconds=spec.max_duration,
+            runs=tuple(_run_facts(run, now) for run in long_runs),
+        ),
     )
 
 
@@ -195,7 +198,7 @@ def _failed(spec: JobSpec, runs: Sequence[JobRun], target: str, now: datetime) -
         Severity.WARNING,
         last.finished_at,
         f"the last run of job {one_line(spec.name)} on {one_line(last.host or 'unknown host')} failed{code}",
-        {"run": _run_facts(last, now)},
+        FailedRunEvidence(job=spec.name, run=_run_facts(last, now)),
     )
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from lockwatch.detect.evidence import age_seconds, backend_facts, blocking_chain, seconds_between
+from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
+from lockwatch.model.evidence import HolderFacts, LockEvidence, WaiterFacts
 from lockwatch.model.findings import FindingKind, Severity, Subject
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
@@ -80,7 +80,7 @@ class Draft:
     severity: Severity
     since: datetime
     summary: str
-    evidence: dict[str, Any]
+    evidence: LockEvidence
 
 
 def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:
@@ -131,27 +131,27 @@ def waiting_text(group: KeyGroup) -> str:
     return f"; {len(group.waiters)} waiting" if group.waiters else ""
 
 
-def holder_facts(holder: Holder, now: datetime) -> dict[str, Any]:
+def holder_facts(holder: Holder, now: datetime) -> HolderFacts:
     backend = holder.backend
-    return {
-        **backend_facts(backend, holder.lock.pid, now),
-        "usename": backend.usename if backend else None,
-        "held_seconds": round(holder.held, 1),
-        "mode": holder.lock.mode,
-        "xact_seconds": age_seconds(now, backend.xact_start) if backend else None,
-    }
+    return HolderFacts(
+        **session_args(backend, holder.lock.pid, now),
+        usename=backend.usename if backend else None,
+        held_seconds=round(holder.held, 1),
+        mode=holder.lock.mode,
+        xact_seconds=age_seconds(now, backend.xact_start) if backend else None,
+    )
 
 
-def waiter_facts(waiter: Waiter) -> dict[str, Any]:
+def waiter_facts(waiter: Waiter) -> WaiterFacts:
     backend = waiter.backend
-    return {
-        "pid": waiter.lock.pid,
-        "application_name": backend.application_name if backend else None,
-        "client_addr": backend.client_addr if backend else None,
-        "state": backend.state if backend else None,
-        "wait_seconds": round(waiter.waited, 1),
-        "blocked_by": list(backend.blocked_by) if backend else [],
-    }
+    return WaiterFacts(
+        pid=waiter.lock.pid,
+        application_name=backend.application_name if backend else None,
+        client_addr=backend.client_addr if backend else None,
+        state=backend.state if backend else None,
+        wait_seconds=round(waiter.waited, 1),
+        blocked_by=tuple(backend.blocked_by) if backend else (),
+    )
 
 
 def lock_evidence(
@@ -160,7 +160,7 @@ def lock_evidence(
     snapshot: LockSnapshot,
     now: datetime,
     holder: Holder | None,
-) -> dict[str, Any]:
+) -> LockEvidence:
     max_hold, orphan_after = budgets(group, settings)
     allowed = group.named.allowed if group.named else None
     longest = group.longest_waiter
@@ -172,22 +172,22 @@ def lock_evidence(
     addresses: list[str] = []
     if allowed is not None:
         addresses = [str(n) for n in allowed.networks] + (["local"] if allowed.local else [])
-    return {
-        "key": group.key.render(),
-        "name": group.named.name if group.named else None,
-        "role": group.named.role.value if group.named else None,
-        "database": group.database,
-        "holder_pid": holder.lock.pid if holder else None,
-        "holders": [holder_facts(h, now) for h in group.holders],
-        "waiters": [waiter_facts(w) for w in group.waiters],
-        "waiter_count": len(group.waiters),
-        "longest_wait_seconds": round(longest.waited, 1) if longest else None,
-        "max_hold_seconds": max_hold,
-        "orphan_after_seconds": orphan_after,
-        "allowed_applications": list(allowed.applications) if allowed else [],
-        "allowed_addresses": addresses,
-        "chain": [] if chain_from is None else blocking_chain(snapshot, chain_from, now),
-    }
+    return LockEvidence(
+        key=group.key.render(),
+        name=group.named.name if group.named else None,
+        role=group.named.role.value if group.named else None,
+        database=group.database,
+        holder_pid=holder.lock.pid if holder else None,
+        holders=tuple(holder_facts(h, now) for h in group.holders),
+        waiters=tuple(waiter_facts(w) for w in group.waiters),
+        waiter_count=len(group.waiters),
+        longest_wait_seconds=round(longest.waited, 1) if longest else None,
+        max_hold_seconds=max_hold,
+        orphan_after_seconds=orphan_after,
+        allowed_applications=tuple(allowed.applications) if allowed else (),
+        allowed_addresses=tuple(addresses),
+        chain=() if chain_from is None else blocking_chain(snapshot, chain_from, now),
+    )
 
 
 def _before(now: datetime, seconds: float) -> datetime:

@@ -24,7 +24,8 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.pooler import pooled_session
-from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.evidence import OverflowEvidence
+from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings
@@ -146,8 +147,8 @@ def _unexpected_holder(
     holder = min(strangers, key=lambda h: (h.lock.first_seen or now, h.lock.pid))
     evidence = lock_evidence(group, settings, snapshot, now, holder)
     allowed = ", ".join(
-        [one_line(a) for a in evidence["allowed_applications"]]
-        + [one_line(a) for a in evidence["allowed_addresses"]]
+        [one_line(a) for a in evidence.allowed_applications]
+        + [one_line(a) for a in evidence.allowed_addresses]
     )
     summary = (
         f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
@@ -210,7 +211,7 @@ def detect_locks(
     pooler's view of the same server, also session locks on pooled backends.
 
     At most one finding per kind and subject, ordered by kind, database and key;
-    findings about the same subject name each other in ``evidence["related"]``.
+    findings about the same subject name each other in ``related``.
     """
     pooled: frozenset[int] = frozenset()
     if pooler is not None:
@@ -235,9 +236,9 @@ def detect_locks(
     drafts.extend(_leaders_missing(snapshot, settings, now))
     drafts, overflow = _capped(drafts)
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
-    kinds: dict[Subject, set[str]] = {}
+    kinds: dict[Subject, set[FindingKind]] = {}
     for draft in drafts:
-        kinds.setdefault(draft.group.subject, set()).add(draft.kind.value)
+        kinds.setdefault(draft.group.subject, set()).add(draft.kind)
     findings = [
         Finding(
             draft.kind,
@@ -246,7 +247,11 @@ def detect_locks(
             draft.severity,
             draft.since,
             draft.summary,
-            {**draft.evidence, "related": sorted(kinds[draft.group.subject] - {draft.kind.value})},
+            draft.evidence,
+            tuple(
+                Related(kind, snapshot.target, draft.group.subject)
+                for kind in sorted(kinds[draft.group.subject] - {draft.kind})
+            ),
         )
         for draft in drafts
     ]
@@ -292,10 +297,5 @@ def _overflow_finding(target: str, rest: list[Draft]) -> Finding:
         min(d.since for d in rest),
         f"{len(rest)} more advisory locks with {kind.value} beyond the "
         f"{FINDINGS_PER_KIND} reported one by one, e.g. {', '.join(keys[:5])}",
-        {
-            "count": len(rest),
-            "locks": keys[:OVERFLOW_KEYS],
-            "cap": FINDINGS_PER_KIND,
-            "related": [],
-        },
+        OverflowEvidence(count=len(rest), locks=tuple(keys[:OVERFLOW_KEYS]), cap=FINDINGS_PER_KIND),
     )

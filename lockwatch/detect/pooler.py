@@ -7,9 +7,14 @@ Pure: pgbouncer's view of the server comes in as a snapshot.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from lockwatch.detect.lock_groups import Draft, Holder, KeyGroup, lock_evidence
+from lockwatch.model.evidence import (
+    LinkedClientFacts,
+    PooledLockEvidence,
+    PoolFacts,
+    ServerConnectionFacts,
+)
 from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerConnection, PoolerSnapshot
@@ -32,31 +37,30 @@ def session_level(holder: Holder) -> bool:
     return holder.lock.first_seen is not None and holder.lock.first_seen < backend.xact_start
 
 
-def pooler_facts(pooler: PoolerSnapshot, server: PoolerConnection) -> dict[str, Any]:
+def pooler_facts(
+    pooler: PoolerSnapshot, server: PoolerConnection
+) -> tuple[PoolFacts, ServerConnectionFacts, LinkedClientFacts | None]:
+    """pgbouncer's view of a server connection: its pool, itself, the client it serves."""
+    connection = ServerConnectionFacts(
+        backend_pid=server.remote_pid,
+        state=server.state,
+        pooler_port=server.local_port,
+        connect_time=server.connect_time,
+        request_time=server.request_time,
+    )
     client = pooler.client_linked_to(server)
-    return {
-        "pool": {
-            "database": server.database,
-            "user": server.user,
-            "pool_mode": pooler.pool_mode(server),
-        },
-        "server_connection": {
-            "backend_pid": server.remote_pid,
-            "state": server.state,
-            "pooler_port": server.local_port,
-            "connect_time": server.connect_time,
-            "request_time": server.request_time,
-        },
-        "linked_client": None
+    linked = (
+        None
         if client is None
-        else {
-            "addr": client.addr,
-            "port": client.port,
-            "application_name": client.application_name,
-            "state": client.state,
-            "connect_time": client.connect_time,
-        },
-    }
+        else LinkedClientFacts(
+            addr=client.addr,
+            port=client.port,
+            application_name=client.application_name,
+            state=client.state,
+            connect_time=client.connect_time,
+        )
+    )
+    return PoolFacts(server.database, server.user, pooler.pool_mode(server)), connection, linked
 
 
 def pooled_session(
@@ -80,18 +84,17 @@ def pooled_session(
     holder, server = min(
         pooled, key=lambda pair: (pair[0].lock.first_seen or now, pair[0].lock.pid)
     )
-    facts = pooler_facts(pooler, server)
-    client = facts["linked_client"]
+    pool, connection, client = pooler_facts(pooler, server)
     now_serving = (
-        f"now serving client {one_line(client['addr'] or 'local')}:{client['port']}"
-        f" ({one_line(client['application_name'] or '-')})"
+        f"now serving client {one_line(client.addr or 'local')}:{client.port}"
+        f" ({one_line(client.application_name or '-')})"
         if client
         else "no client linked to it now"
     )
     summary = (
         f"session lock {group.label()} in {one_line(group.database)} held by backend pid "
         f"{holder.lock.pid} of pgbouncer pool {one_line(server.database)}/{one_line(server.user)} "
-        f"in {facts['pool']['pool_mode']} mode: it belongs to no client ({now_serving}); "
+        f"in {pool.pool_mode} mode: it belongs to no client ({now_serving}); "
         "any client handed this backend can take it again"
     )
     return Draft(
@@ -100,5 +103,7 @@ def pooled_session(
         Severity.CRITICAL,
         holder.lock.first_seen or now,
         summary,
-        {**lock_evidence(group, settings, snapshot, now, holder), **facts},
+        PooledLockEvidence.of(
+            lock_evidence(group, settings, snapshot, now, holder), pool, connection, client
+        ),
     )

@@ -25,10 +25,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from lockwatch.detect.evidence import backend_facts
-from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.detect.evidence import age_seconds, session_args
+from lockwatch.model.evidence import (
+    SESSION_STATES,
+    LockHolderFacts,
+    QueueEvidence,
+    QueueLockChain,
+    QueueStallEvidence,
+    SessionCounts,
+    WorkerFacts,
+)
+from lockwatch.model.findings import Family, Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import Backend, LockKey, LockSnapshot
 from lockwatch.model.queues import QueueSample, SessionWait, WorkerSample
 from lockwatch.settings.locks import LockSettings
@@ -38,8 +47,6 @@ from lockwatch.text import format_duration, one_line
 COVERAGE = 0.8  # share of the window the samples must span before a queue is judged
 MIN_SAMPLES = 3
 MIN_FIT = 0.5  # R² of the depth's straight line below which growth is noise
-QUEUE_KINDS = (FindingKind.QUEUE_GROWING, FindingKind.QUEUE_STALLED)
-SESSION_STATES = ("active", "waiting_lock", "idle", "idle_in_transaction", "other")
 
 S = TypeVar("S", QueueSample, WorkerSample)
 
@@ -197,168 +204,241 @@ def _percent(cores: float) -> str:
 
 def _worker_facts(
     worker: WorkerInput, now: datetime, window: float, context: LockContext
-) -> dict[str, Any]:
+) -> WorkerFacts:
     cpu = in_window(worker.cpu, now, window)
     cores = cpu_cores(cpu) if covered(cpu, window) else None
     sessions = worker.sessions
-    return {
-        "name": worker.group.name,
-        "processes": cpu[-1].processes if cpu else None,
-        "cpu_cores": None if cores is None else round(cores, 4),
-        "sessions": None if sessions is None else session_counts(sessions),
-        "waiting_on": [
-            {"database": w.database, "lock": w.lock, "key": w.key, "sessions": w.sessions}
-            for w in (waiting_on(sessions or (), context.snapshot, context.settings))
-        ],
-    }
+    return WorkerFacts(
+        name=worker.group.name,
+        processes=cpu[-1].processes if cpu else None,
+        cpu_cores=None if cores is None else round(cores, 4),
+        sessions=None if sessions is None else SessionCounts(**session_counts(sessions)),
+        waiting_on=waiting_on(sessions or (), context.snapshot, context.settings),
+    )
 
 
 def _lock_chain(
     queue: QueueInput, now: datetime, context: LockContext
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+) -> tuple[QueueLockChain | None, tuple[Related, ...]]:
     """The advisory lock most of the queue's worker sessions wait on, its
     holders, and the lock findings about it."""
     snapshot = context.snapshot
     bound = [w for w in queue.workers if w.sessions is not None]
     if snapshot is None or not bound:
-        return None, []
+        return None, ()
     sessions = [backend for w in bound for backend in w.sessions or ()]
     waits = waiting_on(sessions, snapshot, context.settings)
     if not waits:
-        return None, []
+        return None, ()
     wait = waits[0]
     key = LockKey.parse(wait.key)
     group_of = {backend.pid: w.group.name for w in bound for backend in w.sessions or ()}
-    holders = []
-    for lock in sorted(snapshot.holders(wait.database, key), key=lambda lock: lock.pid):
-        facts = backend_facts(snapshot.backends.get(lock.pid), lock.pid, now)
-        facts["held_seconds"] = (
-            None
-            if lock.first_seen is None
-            else round(max(0.0, (now - lock.first_seen).total_seconds()), 1)
+    holders = tuple(
+        LockHolderFacts(
+            **session_args(snapshot.backends.get(lock.pid), lock.pid, now),
+            held_seconds=age_seconds(now, lock.first_seen),
+            worker_group=group_of.get(lock.pid),
         )
-        facts["worker_group"] = group_of.get(lock.pid)
-        holders.append(facts)
+        for lock in sorted(snapshot.holders(wait.database, key), key=lambda lock: lock.pid)
+    )
     subject = Subject(wait.database, wait.lock)
-    related = [
-        {"kind": f.kind.value, "subject": f.subject.as_dict()}
-        for f in context.findings
-        if f.subject == subject
-    ]
-    chain = {
-        "database": wait.database,
-        "lock": wait.lock,
-        "key": wait.key,
-        "waiting_sessions": wait.sessions,
-        "worker_sessions": len(sessions),
-        "holders": holders,
-    }
+    related = tuple(
+        Related(f.kind, f.target, f.subject) for f in context.findings if f.subject == subject
+    )
+    chain = QueueLockChain(
+        database=wait.database,
+        lock=wait.lock,
+        key=wait.key,
+        waiting_sessions=wait.sessions,
+        worker_sessions=len(sessions),
+        holders=holders,
+    )
     return chain, related
 
 
-def _chain_text(chain: dict[str, Any]) -> str:
-    label = chain["lock"] if chain["lock"] == chain["key"] else f"{chain['lock']} ({chain['key']})"
+def _chain_text(chain: QueueLockChain) -> str:
+    label = chain.lock if chain.lock == chain.key else f"{chain.lock} ({chain.key})"
     text = (
-        f"{chain['waiting_sessions']} of {chain['worker_sessions']} worker sessions wait on "
+        f"{chain.waiting_sessions} of {chain.worker_sessions} worker sessions wait on "
         f"lock {one_line(label)}"
     )
-    holders = chain["holders"]
-    if not holders:
+    if not chain.holders:
         return text + ", holder not seen"
-    holder = holders[0]
-    where = one_line(holder["client_addr"]) if holder["client_addr"] else "local socket"
+    holder = chain.holders[0]
+    where = one_line(holder.client_addr) if holder.client_addr else "local socket"
     text += (
-        f" held by pid {holder['pid']} "
-        f"({one_line(holder['application_name'] or 'no application_name')} from {where})"
+        f" held by pid {holder.pid} "
+        f"({one_line(holder.application_name or 'no application_name')} from {where})"
     )
-    if holder["state_seconds"] is not None and holder["state"] != "active":
-        text += f" {one_line(holder['state'])} {format_duration(holder['state_seconds'])}"
-    if holder["query"]:
-        text += f' since "{one_line(holder["query"])}"'
+    if holder.state_seconds is not None and holder.state != "active":
+        text += f" {one_line(holder.state)} {format_duration(holder.state_seconds)}"
+    if holder.query:
+        text += f' since "{one_line(holder.query)}"'
     return text
 
 
-def _judge(
-    queue: QueueInput, now: datetime, context: LockContext, target: str
-) -> tuple[list[Finding], set[FindingKind]]:
-    """Findings for one queue, and the kinds it cannot judge now."""
-    thresholds = queue.thresholds
-    window = thresholds.window
+@dataclass(frozen=True, slots=True)
+class QueueWindow:
+    """One queue over its window, once its samples cover it."""
+
+    samples: tuple[QueueSample, ...]
+    fit: Fit
+    completed: int | None  # items completed in the window; None: not reported
+    cpu_bound: bool  # a bound worker group has a CPU source
+    cores: float | None  # those groups' cores together, once all their readings cover the window
+
+    @property
+    def first(self) -> QueueSample:
+        return self.samples[0]
+
+    @property
+    def last(self) -> QueueSample:
+        return self.samples[-1]
+
+
+def queue_window(queue: QueueInput, now: datetime) -> QueueWindow | None:
+    """The queue's window, or None while its samples do not cover it."""
+    window = queue.thresholds.window
     samples = in_window(queue.samples, now, window)
     if not covered(samples, window):
-        return [], set(QUEUE_KINDS)
+        return None
     fit = growth(samples)
     assert fit is not None  # covered: at least three samples over a positive span
-    first, last = samples[0], samples[-1]
-    growing = fit.slope >= thresholds.min_growth and fit.r2 >= MIN_FIT and last.depth > first.depth
-    undecided: set[FindingKind] = set()
-    stalled_because: str | None = None
-    pending = min(s.depth for s in samples) > 0 and fit.slope > -thresholds.min_growth
-    completed = completed_in(samples)
     cpu_groups = [w for w in queue.workers if w.group.cpu is not None]
     cores: float | None = None
     if cpu_groups:
         windows = [in_window(w.cpu, now, window) for w in cpu_groups]
         if all(covered(cpu, window) for cpu in windows):
             cores = sum(cpu_cores(cpu) or 0.0 for cpu in windows)
-    if pending:
-        if completed is not None:
-            if completed == 0:
-                stalled_because = f"nothing completed in {format_duration(window)}"
-        elif cpu_groups and cores is None:
-            undecided.add(FindingKind.QUEUE_STALLED)
-        elif cores is not None and cores < thresholds.stall_cpu:
-            stalled_because = f"its workers used {_percent(cores)} over {format_duration(window)}"
-    subject = Subject(queue=queue.name)
-    evidence: dict[str, Any] = {
-        "queue": queue.name,
-        "depth": last.depth,
-        "depth_at_window_start": first.depth,
-        "oldest_age_seconds": last.oldest_age_seconds,
-        "in_flight": last.in_flight,
-        "growth_per_second": round(fit.slope, 4),
-        "fit_r2": round(fit.r2, 3),
-        "window_seconds": window,
-        "samples": len(samples),
-        "completed_total": last.completed_total,
-        "completed_in_window": completed,
-        "worker_cpu_cores": None if cores is None else round(cores, 4),
-        "stall_cpu_cores": thresholds.stall_cpu,
-        "workers": [_worker_facts(w, now, window, context) for w in queue.workers],
-    }
-    growth_text = (
-        f"grew {_rate(fit.slope)} from {first.depth} to {last.depth} over {format_duration(window)}"
+    return QueueWindow(samples, fit, completed_in(samples), bool(cpu_groups), cores)
+
+
+def _growing(window: QueueWindow, thresholds: QueueThresholds) -> bool:
+    fit = window.fit
+    return (
+        fit.slope >= thresholds.min_growth
+        and fit.r2 >= MIN_FIT
+        and window.last.depth > window.first.depth
     )
+
+
+def _pending(window: QueueWindow, thresholds: QueueThresholds) -> bool:
+    """Whether there was pending work all through the window, and it did not drain."""
+    return min(s.depth for s in window.samples) > 0 and window.fit.slope > -thresholds.min_growth
+
+
+def _stalled_because(window: QueueWindow, thresholds: QueueThresholds) -> str | None:
+    """Why the queue is stalled; None when it is not, or cannot be told (``_undecided``)."""
+    if not _pending(window, thresholds):
+        return None
+    span = format_duration(thresholds.window)
+    if window.completed is not None:
+        return f"nothing completed in {span}" if window.completed == 0 else None
+    if window.cores is not None and window.cores < thresholds.stall_cpu:
+        return f"its workers used {_percent(window.cores)} over {span}"
+    return None
+
+
+def _undecided(window: QueueWindow, thresholds: QueueThresholds) -> bool:
+    """Whether a stall waits on worker CPU readings that do not cover the window yet."""
+    return (
+        _pending(window, thresholds)
+        and window.completed is None
+        and window.cpu_bound
+        and window.cores is None
+    )
+
+
+def _queue_evidence(
+    queue: QueueInput, window: QueueWindow, now: datetime, context: LockContext
+) -> QueueEvidence:
+    thresholds = queue.thresholds
+    return QueueEvidence(
+        queue=queue.name,
+        depth=window.last.depth,
+        depth_at_window_start=window.first.depth,
+        oldest_age_seconds=window.last.oldest_age_seconds,
+        in_flight=window.last.in_flight,
+        growth_per_second=round(window.fit.slope, 4),
+        fit_r2=round(window.fit.r2, 3),
+        window_seconds=thresholds.window,
+        samples=len(window.samples),
+        completed_total=window.last.completed_total,
+        completed_in_window=window.completed,
+        worker_cpu_cores=None if window.cores is None else round(window.cores, 4),
+        stall_cpu_cores=thresholds.stall_cpu,
+        workers=tuple(_worker_facts(w, now, thresholds.window, context) for w in queue.workers),
+    )
+
+
+def _growth_summary(queue: QueueInput, window: QueueWindow) -> str:
+    summary = (
+        f"queue {one_line(queue.name)} grew {_rate(window.fit.slope)} from {window.first.depth} "
+        f"to {window.last.depth} over {format_duration(queue.thresholds.window)}"
+    )
+    if window.cores is not None:
+        summary += f"; its workers used {_percent(window.cores)}"
+    return summary
+
+
+def _stall_summary(
+    queue: QueueInput,
+    window: QueueWindow,
+    growing: bool,
+    because: str,
+    chain: QueueLockChain | None,
+) -> str:
+    trend = _rate(window.fit.slope) if growing else "not draining"
+    summary = (
+        f"queue {one_line(queue.name)} stalled: {window.last.depth} pending ({trend}), {because}"
+    )
+    return summary if chain is None else f"{summary}; {_chain_text(chain)}"
+
+
+def _judge(
+    queue: QueueInput, now: datetime, context: LockContext, target: str
+) -> tuple[list[Finding], set[FindingKind]]:
+    """Findings for one queue, and the kinds it cannot judge now."""
+    window = queue_window(queue, now)
+    if window is None:
+        return [], set(FindingKind.of(Family.QUEUES))
+    thresholds = queue.thresholds
+    growing = _growing(window, thresholds)
+    stalled_because = _stalled_because(window, thresholds)
+    undecided = {FindingKind.QUEUE_STALLED} if _undecided(window, thresholds) else set()
+    evidence = _queue_evidence(queue, window, now, context)
+    subject = Subject(queue=queue.name)
+    since = window.first.at
     findings = []
-    kinds: list[FindingKind] = []
     if growing:
-        kinds.append(FindingKind.QUEUE_GROWING)
-    if stalled_because is not None:
-        kinds.append(FindingKind.QUEUE_STALLED)
-    for kind in kinds:
-        related = [
-            {"kind": other.value, "subject": subject.as_dict()} for other in kinds if other != kind
-        ]
-        facts = dict(evidence)
-        if kind is FindingKind.QUEUE_STALLED:
-            chain, lock_related = _lock_chain(queue, now, context)
-            facts["lock"] = chain
-            related += lock_related
-            trend = _rate(fit.slope) if growing else "not draining"
-            summary = (
-                f"queue {one_line(queue.name)} stalled: {last.depth} pending ({trend}), "
-                f"{stalled_because}"
+        stalled = stalled_because is not None
+        findings.append(
+            Finding(
+                FindingKind.QUEUE_GROWING,
+                target,
+                subject,
+                Severity.WARNING,
+                since,
+                _growth_summary(queue, window),
+                evidence,
+                (Related(FindingKind.QUEUE_STALLED, target, subject),) if stalled else (),
             )
-            if chain is not None:
-                summary += "; " + _chain_text(chain)
-            severity = Severity.CRITICAL
-        else:
-            summary = f"queue {one_line(queue.name)} {growth_text}"
-            if cores is not None:
-                summary += f"; its workers used {_percent(cores)}"
-            severity = Severity.WARNING
-        facts["related"] = related
-        findings.append(Finding(kind, target, subject, severity, first.at, summary, facts))
+        )
+    if stalled_because is not None:
+        chain, lock_related = _lock_chain(queue, now, context)
+        grew = (Related(FindingKind.QUEUE_GROWING, target, subject),) if growing else ()
+        findings.append(
+            Finding(
+                FindingKind.QUEUE_STALLED,
+                target,
+                subject,
+                Severity.CRITICAL,
+                since,
+                _stall_summary(queue, window, growing, stalled_because, chain),
+                QueueStallEvidence.of(evidence, chain),
+                grew + lock_related,
+            )
+        )
     return findings, undecided
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from lockwatch.detect.targets import ERROR_SUMMARY_LIMIT
+from lockwatch.model.evidence import SourceDownEvidence
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.views import SourceHealth
 from lockwatch.text import one_line
@@ -28,14 +29,12 @@ def detect_source_down(target: str, health: Sequence[SourceHealth], now: datetim
                 source.failing_since,
                 f"{one_line(source.name)} of target {one_line(target)} cannot be sampled: "
                 f"{one_line(error, ERROR_SUMMARY_LIMIT)}",
-                {
-                    "source": source.name,
-                    "error": error,
-                    "down_seconds": round(
-                        max(0.0, (now - source.failing_since).total_seconds()), 1
-                    ),
-                    "errors_total": source.errors_total,
-                },
+                SourceDownEvidence(
+                    source=source.name,
+                    error=error,
+                    down_seconds=round(max(0.0, (now - source.failing_since).total_seconds()), 1),
+                    errors_total=source.errors_total,
+                ),
             )
         )
     return findings

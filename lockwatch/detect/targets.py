@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from lockwatch.model.evidence import TargetDownEvidence
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.views import TargetStatus
 from lockwatch.text import one_line
@@ -28,6 +29,8 @@ def detect_target_down(status: TargetStatus, now: datetime) -> list[Finding]:
             since,
             f"target {one_line(status.target)} cannot be sampled: "
             f"{one_line(error, ERROR_SUMMARY_LIMIT)}",
-            {"error": error, "down_seconds": round(max(0.0, (now - since).total_seconds()), 1)},
+            TargetDownEvidence(
+                error=error, down_seconds=round(max(0.0, (now - since).total_seconds()), 1)
+            ),
         )
     ]

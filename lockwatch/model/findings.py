@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
+
+from lockwatch.model.evidence import (
+    DuplicateStartEvidence,
+    Evidence,
+    FailedRunEvidence,
+    LockEvidence,
+    LongRunEvidence,
+    MissedRunEvidence,
+    OverflowEvidence,
+    OverlapEvidence,
+    PooledLockEvidence,
+    QueueEvidence,
+    QueueStallEvidence,
+    SourceDownEvidence,
+    TargetDownEvidence,
+)
+from lockwatch.model.evidence.json_form import JsonObject, object_json, to_json
 
 
 class Severity(enum.StrEnum):
@@ -76,13 +92,12 @@ class Subject:
     source: str | None = None
 
     def as_dict(self) -> dict[str, str | None]:
-        """``database`` and ``lock`` always (the API's stable shape), the rest when set."""
-        extra = {
-            name: value
-            for name, value in (("queue", self.queue), ("job", self.job), ("source", self.source))
-            if value
-        }
-        return {"database": self.database, "lock": self.lock, **extra}
+        """Every part, None where unused: one shape for every kind.
+
+        >>> Subject(queue="webhooks").as_dict()
+        {'database': None, 'lock': None, 'queue': 'webhooks', 'job': None, 'source': None}
+        """
+        return {part.name: getattr(self, part.name) for part in fields(self)}
 
     def render(self) -> str:
         parts = [p for p in (self.database, self.lock, self.queue, self.job, self.source) if p]
@@ -100,9 +115,18 @@ def subject_label(part: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Related:
+    """Another finding with the same cause, named by its identity."""
+
+    kind: FindingKind
+    target: str
+    subject: Subject
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
-    """One problem, now. ``evidence`` holds JSON-ready facts (str, int, float,
-    bool, None, lists and dicts of them)."""
+    """One problem, now: what it is about, how bad, since when, the facts
+    behind it, and the other findings with the same cause."""
 
     kind: FindingKind
     target: str
@@ -110,9 +134,51 @@ class Finding:
     severity: Severity
     since: datetime
     summary: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Evidence
+    related: tuple[Related, ...] = ()
 
     @property
     def identity(self) -> tuple[str, str, Subject]:
         """Findings with the same identity are the same ongoing problem."""
         return (self.kind.value, self.target, self.subject)
+
+
+_LOCK_FAMILIES = (LockEvidence, OverflowEvidence)
+
+# The evidence families each kind carries. A lock kind past the per-kind cap
+# carries the overflow's; a target_down about one source, the source's.
+EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
+    FindingKind.LOCK_HELD_TOO_LONG: _LOCK_FAMILIES,
+    FindingKind.LOCK_CONVOY: _LOCK_FAMILIES,
+    FindingKind.LOCK_ORPHANED: _LOCK_FAMILIES,
+    FindingKind.LOCK_POOLED_SESSION: (PooledLockEvidence, OverflowEvidence),
+    FindingKind.LOCK_UNEXPECTED_HOLDER: _LOCK_FAMILIES,
+    FindingKind.LEADER_LOCK_MISSING: _LOCK_FAMILIES,
+    FindingKind.QUEUE_GROWING: (QueueEvidence,),
+    FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
+    FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),
+    FindingKind.JOB_OVERLAP: (OverlapEvidence,),
+    FindingKind.JOB_MISSED: (MissedRunEvidence,),
+    FindingKind.JOB_TOO_LONG: (LongRunEvidence,),
+    FindingKind.JOB_FAILED: (FailedRunEvidence,),
+    FindingKind.TARGET_DOWN: (TargetDownEvidence, SourceDownEvidence),
+}
+
+
+def evidence_json(finding: Finding) -> JsonObject:
+    """A finding's evidence as JSON-ready values, its related findings under
+    ``related``: the ``evidence`` of the API, the state file and the outbox."""
+    return {**object_json(finding.evidence), "related": to_json(finding.related)}
+
+
+def finding_json(finding: Finding) -> JsonObject:
+    """A finding as JSON-ready values, ``since`` to the microsecond."""
+    return {
+        "kind": finding.kind.value,
+        "target": finding.target,
+        "subject": object_json(finding.subject),
+        "severity": finding.severity.value,
+        "since": finding.since.isoformat(),
+        "summary": finding.summary,
+        "evidence": evidence_json(finding),
+    }

@@ -3,10 +3,8 @@
 ``evaluate`` is pure: from what the channel was already told (``announced``),
 the findings active now and the clock, it makes the messages that are due.
 Related findings travel together: findings on the same target and subject,
-and findings whose evidence relates them to another subject
-(``evidence["related"] = [{"kind": ..., "subject": {...}}]``, optionally with a
-``target``; a stalled queue names the lock its workers wait on so), form one
-group; when anything in a group is due, one message tells the group's whole
+and findings that name another in ``related`` (a stalled queue names the
+lock findings about the lock its workers wait on so), form one group; when anything in a group is due, one message tells the group's whole
 state, and every finding in it counts as announced.
 """
 
@@ -14,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,41 +21,25 @@ from lockwatch.notify.message import Entry, EntryState, Message, order_entries
 from lockwatch.settings.notify import NotifySettings
 from lockwatch.state.ledger import dump_finding, load_finding
 
-_SUBJECT_FIELDS = frozenset(f.name for f in fields(Subject))
 
-
-def _subject_values(subject: Mapping[str, Any]) -> dict[str, str]:
-    return {k: str(v) for k, v in subject.items() if v not in (None, "")}
+def _subject_values(subject: Subject) -> dict[str, str]:
+    return {k: v for k, v in subject.as_dict().items() if v}
 
 
 def finding_key(finding: Finding) -> str:
     """A finding's identity as a string, for JSON and dict keys.
 
+    >>> from lockwatch.model.evidence import OverflowEvidence
     >>> finding_key(Finding("lock_convoy", "main", Subject("app", "42"), "critical",
-    ...             datetime(2025, 1, 1), "x"))
+    ...             datetime(2025, 1, 1), "x", OverflowEvidence(1, ("app/42",), 100)))
     '["lock_convoy", "main", {"database": "app", "lock": "42"}]'
     """
-    subject = _subject_values(finding.subject.as_dict())
+    subject = _subject_values(finding.subject)
     return json.dumps([str(finding.kind), finding.target, subject], sort_keys=True)
 
 
-def _place(target: str, subject: Mapping[str, Any]) -> str:
+def _place(target: str, subject: Subject) -> str:
     return json.dumps([target, _subject_values(subject)], sort_keys=True)
-
-
-def _linked_places(finding: Finding) -> list[str]:
-    """The subjects ``evidence["related"]`` names; plain kind names (related
-    findings on the finding's own subject) and malformed entries are skipped."""
-    links = finding.evidence.get("related")
-    places = []
-    for link in links if isinstance(links, list) else ():
-        if not isinstance(link, Mapping) or not isinstance(link.get("subject"), Mapping):
-            continue
-        subject = link["subject"]
-        if not set(subject) <= _SUBJECT_FIELDS:
-            continue
-        places.append(_place(str(link.get("target") or finding.target), subject))
-    return places
 
 
 def groups(findings: Iterable[Finding]) -> list[list[Finding]]:
@@ -73,14 +55,12 @@ def groups(findings: Iterable[Finding]) -> list[list[Finding]]:
 
     listed = list(findings)
     for finding in listed:
-        own = root(_place(finding.target, finding.subject.as_dict()))
-        for other in _linked_places(finding):
-            parent[root(other)] = own
+        own = root(_place(finding.target, finding.subject))
+        for related in finding.related:
+            parent[root(_place(related.target, related.subject))] = own
     grouped: dict[str, list[Finding]] = {}
     for finding in listed:
-        grouped.setdefault(root(_place(finding.target, finding.subject.as_dict())), []).append(
-            finding
-        )
+        grouped.setdefault(root(_place(finding.target, finding.subject)), []).append(finding)
     return list(grouped.values())
 
 

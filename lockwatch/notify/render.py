@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lockwatch.model.evidence import Evidence, LockEvidence
 from lockwatch.model.findings import Finding, subject_label
 from lockwatch.notify.message import Entry, EntryState, Message, alert_name, runbook_url
-from lockwatch.publish.metrics.locks import named_holders
 from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
 
 TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 units
@@ -128,48 +128,38 @@ def entry_lines(entry: Entry, now: datetime) -> list[Line]:
     return lines
 
 
-def _records(evidence: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    """``evidence[key]`` when it is a list of records; evidence is only JSON."""
-    items = evidence.get(key)
-    if not isinstance(items, list):
-        return []
-    return [item for item in items if isinstance(item, Mapping)]
-
-
-def _holder_lines(evidence: Mapping[str, Any]) -> list[Line]:
-    holders = named_holders(evidence)
+def _holder_lines(evidence: Evidence) -> list[Line]:
+    holders = evidence.named_holders
     lines: list[Line] = []
     for holder in holders[:SHOWN_HOLDERS]:
-        facts = [f"pid {_value(holder.get('pid'))}", _value(holder.get("application_name") or "-")]
-        facts.append(_value(holder.get("client_addr") or "local socket"))
-        state = holder.get("state")
-        if state:
-            seconds = holder.get("state_seconds")
-            took = f" for {format_duration(seconds)}" if isinstance(seconds, int | float) else ""
-            facts.append(f"{_value(state)}{took}")
-        held = holder.get("held_seconds")
-        if isinstance(held, int | float) and held > 0:
-            facts.append(f"held {format_duration(held)}")
+        facts = [f"pid {holder.pid}", _value(holder.application_name or "-")]
+        facts.append(_value(holder.client_addr or "local socket"))
+        if holder.state:
+            seconds = holder.state_seconds
+            took = f" for {format_duration(seconds)}" if seconds is not None else ""
+            facts.append(f"{_value(holder.state)}{took}")
+        if holder.held_seconds is not None and holder.held_seconds > 0:
+            facts.append(f"held {format_duration(holder.held_seconds)}")
         lines.append((Span("holder: "), Span(" · ".join(facts))))
-        query = holder.get("query")
-        if query:
-            lines.append((Span("  last query: "), Span(_value(query, QUERY_LIMIT), Style.CODE)))
+        if holder.query:
+            lines.append(
+                (Span("  last query: "), Span(_value(holder.query, QUERY_LIMIT), Style.CODE))
+            )
     if len(holders) > SHOWN_HOLDERS:
         lines.append((Span(f"  and {len(holders) - SHOWN_HOLDERS} more holders"),))
     return lines
 
 
-def _waiter_lines(evidence: Mapping[str, Any]) -> list[Line]:
-    waiters = _records(evidence, "waiters")
-    if not waiters:
+def _waiter_lines(evidence: Evidence) -> list[Line]:
+    if not isinstance(evidence, LockEvidence) or not evidence.waiters:
         return []
+    waiters = evidence.waiters
     shown = ", ".join(
-        f"pid {_value(w.get('pid'))} ({_value(w.get('application_name') or '-')})"
-        for w in waiters[:SHOWN_WAITERS]
+        f"pid {w.pid} ({_value(w.application_name or '-')})" for w in waiters[:SHOWN_WAITERS]
     )
     more = f" and {len(waiters) - SHOWN_WAITERS} more" if len(waiters) > SHOWN_WAITERS else ""
-    longest = evidence.get("longest_wait_seconds")
-    took = f", longest {format_duration(longest)}" if isinstance(longest, int | float) else ""
+    longest = evidence.longest_wait_seconds
+    took = f", longest {format_duration(longest)}" if longest is not None else ""
     return [(Span(f"waiting: {len(waiters)}{took}: {shown}{more}"),)]
 
 

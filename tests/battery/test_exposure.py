@@ -40,6 +40,7 @@ from tests.fixtures.postgres import (
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.prometheus import binary
 from tests.fixtures.redis import RedisServer
+from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.standins import TELEGRAM_LIMIT, ChatStandin, utf16_len
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -262,6 +263,7 @@ def test_hostile_client_values_stay_valid_escaped_and_bounded_everywhere(
     page = requests.get(f"{base}/", timeout=10).text
 
     assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+    assert_valid_findings(parsed["/api/v1/findings"])
     (convoy,) = [f for f in parsed["/api/v1/findings"]["findings"] if f["kind"] == "lock_convoy"]
     (holder,) = convoy["evidence"]["holders"]
     assert holder["application_name"] == MARKUP
@@ -418,6 +420,7 @@ def test_no_secret_shows_in_any_output(exposed: Exposed, battery: Record) -> Non
         "/nope",
     ):
         outputs[path] = requests.get(f"{lockwatch.base}{path}", timeout=10).content
+    assert_valid_findings(json.loads(outputs["/api/v1/findings"]))
     state_dir = Path(lockwatch.config).parent / "state"
     for file in sorted(state_dir.rglob("*")):
         if file.is_file():

@@ -27,6 +27,7 @@ from tests.battery.conftest import Record
 from tests.battery.probes import footprint, scrape, settled_footprint
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.schema import assert_valid_findings
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -133,6 +134,7 @@ def test_tls_and_basic_auth_from_a_web_config_file_let_only_the_right_user_in(
     lockwatch = secured.lockwatch
     paths = ("/metrics", "/api/v1/findings", "/api/v1/locks", "/", "/healthz")
     allowed = {path: lockwatch.get(path).status_code for path in paths}
+    assert_valid_findings(lockwatch.get("/api/v1/findings").json())
     wrong = "not-" + secured.password
     refused = {
         "no credentials": lockwatch.get("/metrics", auth=None),

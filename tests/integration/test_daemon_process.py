@@ -47,7 +47,13 @@ def test_the_daemon_serves_a_convoy_through_its_api_metrics_and_log(
     convoy = wait_until(
         lambda: lockwatch.finding("lock_convoy", "main"), message="convoy in the API"
     )
-    assert convoy["subject"] == {"database": pg.database, "lock": "42"}
+    assert convoy["subject"] == {
+        "database": pg.database,
+        "lock": "42",
+        "queue": None,
+        "job": None,
+        "source": None,
+    }
     assert convoy["evidence"]["holders"][0]["application_name"] == "webhook-worker-1"
     assert convoy["since"].endswith("Z")
     assert lockwatch.metric("lockwatch_up", target="main") == 1

@@ -21,6 +21,8 @@ from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from tests.fixtures.evidence import evidence_of
+from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 
 STALE_AFTER = 30.0
@@ -66,6 +68,7 @@ def polled_view(name: str = TARGET) -> TargetView:
         severity=Severity.CRITICAL,
         since=NOW,
         summary="1 session waits on webhooks",
+        evidence=evidence_of(FindingKind.LOCK_CONVOY, Subject(database="app", lock="webhooks")),
     )
     return TargetView(
         target=Target(name=name, dsn="postgresql://mon:s3cret@127.0.0.1:6432/app", locks=locks),
@@ -127,6 +130,7 @@ def test_it_serves_findings_and_locks_as_json(running: Running) -> None:
         assert response.status_code == 200
         assert response.headers["Content-Type"] == "application/json"
     assert [f["kind"] for f in findings.json()["findings"]] == ["lock_convoy"]
+    assert_valid_findings(findings.json())
     (target,) = locks.json()["targets"]
     assert target["locks"][0]["lock"] == "webhooks"
     assert target["locks"][0]["waiter_count"] == 1

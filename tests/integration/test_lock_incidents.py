@@ -19,6 +19,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from lockwatch.demo.scenarios import OrphanIncident
+from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import LockKey
 from lockwatch.publish.metrics.registry import build_registry
@@ -28,6 +29,7 @@ from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, Nam
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import (
     MONITOR_PASSWORD,
     PgDatabase,
@@ -126,19 +128,20 @@ def test_it_explains_a_convoy_behind_an_idle_holder_in_one_chain(
     convoy_finding = one(findings, FindingKind.LOCK_CONVOY)
     assert convoy_finding.subject.database == pg.database
     assert convoy_finding.subject.lock == "webhook-delivery"
-    evidence = convoy_finding.evidence
-    assert evidence["key"] == "42"
-    assert evidence["waiter_count"] == 5
-    assert {w["pid"] for w in evidence["waiters"]} == convoy["waiter_pids"]
-    (holder,) = evidence["holders"]
-    assert holder["pid"] == convoy["holder_pid"]
-    assert holder["application_name"] == "webhook-worker-1"
-    assert holder["client_addr"] == "127.0.0.1"
-    assert holder["state"] == "idle"
-    assert "pg_advisory_lock(42)" in holder["query"]
-    assert holder["held_seconds"] >= 300
-    assert [step["pid"] for step in evidence["chain"]][-1] == convoy["holder_pid"]
-    assert set(evidence["related"]) == {"lock_held_too_long", "lock_orphaned"}
+    evidence = evidence_as(convoy_finding, LockEvidence)
+    assert evidence.key == "42"
+    assert evidence.waiter_count == 5
+    assert {w.pid for w in evidence.waiters} == convoy["waiter_pids"]
+    (holder,) = evidence.holders
+    assert holder.pid == convoy["holder_pid"]
+    assert holder.application_name == "webhook-worker-1"
+    assert holder.client_addr == "127.0.0.1"
+    assert holder.state == "idle"
+    assert "pg_advisory_lock(42)" in (holder.query or "")
+    assert holder.held_seconds >= 300
+    assert [step.pid for step in evidence.chain][-1] == convoy["holder_pid"]
+    assert {r.kind.value for r in convoy_finding.related} == {"lock_held_too_long", "lock_orphaned"}
+    assert {r.subject for r in convoy_finding.related} == {convoy_finding.subject}
     assert "5 sessions" in convoy_finding.summary
 
 
@@ -154,8 +157,8 @@ def test_it_finds_the_lock_left_on_an_idle_pooled_connection(
         clock.advance(3600)
         orphan = one(runner.poll_once().findings, FindingKind.LOCK_ORPHANED)
         assert orphan.subject.lock == "7,13"
-        assert orphan.evidence["holders"][0]["pid"] == incident.pid
-        assert orphan.evidence["holders"][0]["application_name"] == "blog-generator"
+        assert evidence_as(orphan, LockEvidence).holders[0].pid == incident.pid
+        assert evidence_as(orphan, LockEvidence).holders[0].application_name == "blog-generator"
         assert orphan.severity.value == "warning"
     finally:
         incident.stop()
@@ -180,7 +183,7 @@ def test_it_flags_a_holder_outside_the_allowed_applications(
     dev_server.execute("SELECT pg_try_advisory_lock(7, 13)")
 
     finding = one(runner.poll_once().findings, FindingKind.LOCK_UNEXPECTED_HOLDER)
-    assert finding.evidence["holders"][0]["application_name"] == "dev-laptop"
+    assert evidence_as(finding, LockEvidence).holders[0].application_name == "dev-laptop"
     assert finding.subject.lock == "nightly-report"
 
     dev_server.execute("SELECT pg_advisory_unlock(7, 13)")
@@ -225,14 +228,14 @@ def test_it_follows_the_chain_past_a_holder_that_waits_on_a_row_lock(
         lambda: [f for f in runner.poll_once().findings if f.kind is FindingKind.LOCK_CONVOY],
         message="convoy on 42",
     )[0]
-    chain = [step["pid"] for step in convoy.evidence["chain"]]
+    chain = [step.pid for step in evidence_as(convoy, LockEvidence).chain]
     assert chain == [
         waiter.info.backend_pid,
         lock_holder.info.backend_pid,
         row_holder.info.backend_pid,
     ]
-    assert convoy.evidence["chain"][1]["wait_event_type"] == "Lock"
-    assert convoy.evidence["chain"][2]["state"] == "idle in transaction"
+    assert evidence_as(convoy, LockEvidence).chain[1].wait_event_type == "Lock"
+    assert evidence_as(convoy, LockEvidence).chain[2].state == "idle in transaction"
 
     row_holder.rollback()
     stuck.join()

@@ -14,6 +14,8 @@ from psycopg import sql
 
 from lockwatch.cli import main
 from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence import LockEvidence, PooledLockEvidence
+from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.sample.base import SampleContext
@@ -21,6 +23,7 @@ from lockwatch.sample.locks import PgLockSampler
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.holds import HoldTracker
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
 
@@ -98,10 +101,10 @@ def test_two_schedulers_both_lead_through_transaction_pooling_and_lockwatch_says
 
         (finding,) = pooled(watcher.findings())
         assert finding.subject.database == pg.database
-        assert finding.evidence["pool"]["pool_mode"] == "transaction"
-        assert finding.evidence["pool"]["user"] == "scheduler"
-        backend_pid = finding.evidence["server_connection"]["backend_pid"]
-        assert backend_pid in {h["pid"] for h in finding.evidence["holders"]}
+        assert evidence_as(finding, PooledLockEvidence).pool.pool_mode == "transaction"
+        assert evidence_as(finding, PooledLockEvidence).pool.user == "scheduler"
+        backend_pid = evidence_as(finding, PooledLockEvidence).server_connection.backend_pid
+        assert backend_pid in {h.pid for h in evidence_as(finding, LockEvidence).holders}
         assert "belongs to no client" in finding.summary
     finally:
         for conn in conns:
@@ -121,12 +124,16 @@ def test_the_lock_of_a_client_long_gone_is_found_while_others_keep_the_backend_b
             busy.execute("SELECT 1")  # the holder's backend keeps serving others: never idle long
 
         (finding,) = pooled(watcher.findings())
-        assert finding.evidence["pool"] == {
+        assert object_json(evidence_as(finding, PooledLockEvidence).pool) == {
             "database": pg.database,
             "user": "app",
             "pool_mode": "transaction",
         }
-        assert finding.evidence["server_connection"]["state"] in {"used", "idle", "active"}
+        assert evidence_as(finding, PooledLockEvidence).server_connection.state in {
+            "used",
+            "idle",
+            "active",
+        }
     finally:
         for conn in conns:
             conn.close()

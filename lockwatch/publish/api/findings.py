@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from lockwatch.model.findings import Finding, Severity
+from lockwatch.model.evidence.json_form import JsonObject
+from lockwatch.model.findings import Finding, Severity, finding_json
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.state.board import Board
@@ -19,16 +20,10 @@ def _finding_order(finding: Finding) -> tuple[int, datetime]:
     return (_SEVERITY_RANK[finding.severity], finding.since)
 
 
-def finding_entry(finding: Finding) -> dict[str, Any]:
-    return {
-        "kind": finding.kind.value,
-        "target": finding.target,
-        "subject": finding.subject.as_dict(),
-        "severity": finding.severity.value,
-        "since": iso_utc(finding.since),
-        "summary": finding.summary,
-        "evidence": dict(finding.evidence),
-    }
+def finding_entry(finding: Finding) -> JsonObject:
+    """A finding as the API serves it (the shape ``docs/findings.schema.json``
+    describes): ``since`` to the second, in UTC."""
+    return {**finding_json(finding), "since": iso_utc(finding.since)}
 
 
 def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:

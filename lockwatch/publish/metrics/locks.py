@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from lockwatch.model.evidence import Evidence
 from lockwatch.publish.api.locks import LockGroup
 from lockwatch.settings.locks import LockSettings
 from lockwatch.text import one_line, printable
@@ -40,32 +38,17 @@ def exported_locks(
     return unique
 
 
-def named_holders(evidence: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The sessions a finding names as holders, the one it blames first: lock
-    findings list them in ``holders`` and blame ``holder_pid``; a stalled queue
-    names the holders of the lock its workers wait on, under ``lock``."""
-    holders = evidence.get("holders")
-    chain = evidence.get("lock")
-    if not isinstance(holders, list) and isinstance(chain, Mapping):
-        holders = chain.get("holders")
-    records = [h for h in holders if isinstance(h, Mapping)] if isinstance(holders, list) else []
-    lead = evidence.get("holder_pid")
-    return sorted(records, key=lambda holder: holder.get("pid") != lead)
-
-
-def holder_label(evidence: Mapping[str, Any]) -> str:
+def holder_label(evidence: Evidence) -> str:
     """The session a finding blames, on one bounded line; "" for none.
 
-    >>> holder_label({"holder_pid": 7, "holders": [{"pid": 6}, {"pid": 7,
-    ...     "application_name": "worker\\n<b>", "client_addr": None}]})
-    'pid 7 (worker <b> from local socket)'
-    >>> holder_label({"lock": {"holders": [{"pid": 9, "client_addr": "10.0.0.5"}]}})
-    'pid 9 (no application_name from 10.0.0.5)'
+    >>> from lockwatch.model.evidence import TargetDownEvidence
+    >>> holder_label(TargetDownEvidence(error="refused", down_seconds=1.0))
+    ''
     """
-    holders = named_holders(evidence)
+    holders = evidence.named_holders
     if not holders:
         return ""
     holder = holders[0]
-    app = one_line(holder.get("application_name") or "") or "no application_name"
-    where = one_line(holder.get("client_addr") or "") or "local socket"
-    return printable(f"pid {one_line(holder.get('pid'))} ({app} from {where})")
+    app = one_line(holder.application_name or "") or "no application_name"
+    where = one_line(holder.client_addr or "") or "local socket"
+    return printable(f"pid {holder.pid} ({app} from {where})")

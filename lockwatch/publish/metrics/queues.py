@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from lockwatch.detect.queues import SESSION_STATES
+from lockwatch.model.evidence import SESSION_STATES
 from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import add, gauge
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
 from lockwatch.detect.jobs import detect_jobs, run_key_of
+from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.jobs import JobRun, RunStatus
 from lockwatch.settings.jobs import JobSpec
@@ -49,7 +50,7 @@ def kinds(
     runs: list[JobRun], spec: JobSpec = NIGHTLY, now: datetime = NOW
 ) -> dict[str, dict[str, Any]]:
     return {
-        f.kind.value: dict(f.evidence) | {"summary": f.summary, "since": f.since}
+        f.kind.value: object_json(f.evidence) | {"summary": f.summary, "since": f.since}
         for f in detect_jobs(spec, runs, now, target="main", not_before=WATCHING_SINCE)
     }
 

@@ -13,9 +13,12 @@ from lockwatch.detect import lock_groups
 from lockwatch.detect import locks as locks_module
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.evidence import LockEvidence, OverflowEvidence
+from lockwatch.model.evidence.json_form import object_json
+from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject, evidence_json
 from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.snapshots import (
     DB,
     NOW,
@@ -49,6 +52,11 @@ def only(findings: list[Finding], kind: FindingKind) -> Finding:
     return matching[0]
 
 
+def related_on(subject: Subject, *others: FindingKind) -> tuple[Related, ...]:
+    """The related findings of a lock finding: the other kinds on its subject."""
+    return tuple(Related(kind, TARGET, subject) for kind in others)
+
+
 class NamedOptions(TypedDict, total=False):
     """What ``named`` passes on to NamedLock."""
 
@@ -80,8 +88,8 @@ def test_it_fires_when_a_lock_is_held_just_longer_than_the_default_budget() -> N
     assert finding.target == TARGET
     assert finding.subject == Subject(DB, "42")
     assert finding.since == ago(0.5)
-    assert finding.evidence["max_hold_seconds"] == 300.0
-    assert finding.evidence["holders"][0]["held_seconds"] == 300.5
+    assert evidence_as(finding, LockEvidence).max_hold_seconds == 300.0
+    assert evidence_as(finding, LockEvidence).holders[0].held_seconds == 300.5
 
 
 def test_it_does_not_fire_at_exactly_the_budget() -> None:
@@ -107,7 +115,10 @@ def test_a_first_sight_in_the_future_counts_as_zero_not_negative() -> None:
     snap = snapshot(held(42, 1234, held_for=-50), backends=[backend(1234)])
     settings_ = LockSettings(max_hold=-1.0)
     assert (
-        only(detect_locks(snap, settings_, NOW), HELD).evidence["holders"][0]["held_seconds"] == 0.0
+        evidence_as(only(detect_locks(snap, settings_, NOW), HELD), LockEvidence)
+        .holders[0]
+        .held_seconds
+        == 0.0
     )
 
 
@@ -117,9 +128,9 @@ def test_a_named_budget_overrides_the_default_both_ways() -> None:
     snap = snapshot(held(42, 1234, held_for=61), backends=[backend(1234)])
     finding = only(detect_locks(snap, short, NOW), HELD)
     assert finding.subject == Subject(DB, "webhook-delivery")
-    assert finding.evidence["name"] == "webhook-delivery"
-    assert finding.evidence["key"] == "42"
-    assert finding.evidence["max_hold_seconds"] == 60.0
+    assert evidence_as(finding, LockEvidence).name == "webhook-delivery"
+    assert evidence_as(finding, LockEvidence).key == "42"
+    assert evidence_as(finding, LockEvidence).max_hold_seconds == 60.0
     assert finding.summary.startswith("lock webhook-delivery (42) in app held 1m1s")
 
     snap = snapshot(held(42, 1234, held_for=1000), backends=[backend(1234)])
@@ -148,9 +159,9 @@ def test_shared_holders_give_one_finding_about_the_longest_holder_listing_all() 
     findings = detect_locks(snap, DEFAULTS, NOW)
     finding = only(findings, HELD)
     assert len(findings) == 1
-    assert finding.evidence["holder_pid"] == 12
-    assert [h["pid"] for h in finding.evidence["holders"]] == [11, 12, 13]
-    assert {h["mode"] for h in finding.evidence["holders"]} == {"ShareLock"}
+    assert evidence_as(finding, LockEvidence).holder_pid == 12
+    assert [h.pid for h in evidence_as(finding, LockEvidence).holders] == [11, 12, 13]
+    assert {h.mode for h in evidence_as(finding, LockEvidence).holders} == {"ShareLock"}
     assert "by pid 12 (reporter from 10.0.0.5) and 1 more" in finding.summary
     assert finding.since == ago(900 - 300)
 
@@ -158,9 +169,9 @@ def test_shared_holders_give_one_finding_about_the_longest_holder_listing_all() 
 def test_a_holder_whose_session_was_not_seen_is_still_reported_by_pid() -> None:
     snap = snapshot(held(42, 4321, held_for=500))
     finding = only(detect_locks(snap, DEFAULTS, NOW), HELD)
-    holder = finding.evidence["holders"][0]
-    assert holder["pid"] == 4321
-    assert holder["application_name"] is None
+    holder = evidence_as(finding, LockEvidence).holders[0]
+    assert holder.pid == 4321
+    assert holder.application_name is None
     assert "pid 4321" in finding.summary
 
 
@@ -185,10 +196,10 @@ def test_a_convoy_fires_at_the_waiter_count_and_wait_thresholds() -> None:
     finding = only(detect_locks(convoy([5.0, 1.0]), DEFAULTS, NOW), CONVOY)
     assert finding.severity is Severity.CRITICAL
     assert finding.since == ago(5)
-    assert finding.evidence["waiter_count"] == 2
-    assert finding.evidence["longest_wait_seconds"] == 5.0
-    assert [w["pid"] for w in finding.evidence["waiters"]] == [2000, 2001]
-    assert finding.evidence["waiters"][0]["blocked_by"] == [1234]
+    assert evidence_as(finding, LockEvidence).waiter_count == 2
+    assert evidence_as(finding, LockEvidence).longest_wait_seconds == 5.0
+    assert [w.pid for w in evidence_as(finding, LockEvidence).waiters] == [2000, 2001]
+    assert evidence_as(finding, LockEvidence).waiters[0].blocked_by == (1234,)
     assert finding.summary == (
         "2 sessions wait on lock 42 in app, longest 5s; holder pid 1234 (webhook-worker-1) active"
     )
@@ -205,12 +216,12 @@ def test_waiters_that_just_arrived_are_not_a_convoy_yet() -> None:
 def test_without_wait_start_a_convoy_is_dated_by_first_sight() -> None:
     finding = only(detect_locks(convoy([30, 20], wait_start_known=False), DEFAULTS, NOW), CONVOY)
     assert finding.since == ago(30)
-    assert finding.evidence["longest_wait_seconds"] == 30.0
+    assert evidence_as(finding, LockEvidence).longest_wait_seconds == 30.0
 
 
 def test_a_convoy_carries_the_chain_from_its_longest_waiter() -> None:
     finding = only(detect_locks(convoy([6, 9]), DEFAULTS, NOW), CONVOY)
-    assert [step["pid"] for step in finding.evidence["chain"]] == [2001, 1234]
+    assert [step.pid for step in evidence_as(finding, LockEvidence).chain] == [2001, 1234]
 
 
 # --- lock_orphaned ----------------------------------------------------------------
@@ -232,7 +243,7 @@ def test_an_idle_holder_past_orphan_after_is_an_orphan() -> None:
     finding = only(detect_locks(snap, DEFAULTS, NOW), ORPHAN)
     assert finding.severity is Severity.WARNING
     assert finding.since == ago(3 * 3600 + 2 * 60 - 600)
-    assert finding.evidence["orphan_after_seconds"] == 600.0
+    assert evidence_as(finding, LockEvidence).orphan_after_seconds == 600.0
     assert finding.summary == (
         "lock 42 in app held by pid 1234 (dev-laptop from 192.168.1.4), idle 3h2m "
         'since "SELECT pg_advisory_lock(42)"'
@@ -285,8 +296,8 @@ def test_a_dev_server_holding_a_restricted_lock_is_an_unexpected_holder() -> Non
     finding = only(detect_locks(snap, named("retry-sweep", 99, allowed=PROD_ONLY), NOW), STRANGER)
     assert finding.severity is Severity.CRITICAL
     assert finding.since == ago(30)
-    assert finding.evidence["allowed_applications"] == ["retry-sweeper-*"]
-    assert finding.evidence["allowed_addresses"] == ["10.0.0.0/8"]
+    assert evidence_as(finding, LockEvidence).allowed_applications == ("retry-sweeper-*",)
+    assert evidence_as(finding, LockEvidence).allowed_addresses == ("10.0.0.0/8",)
     assert finding.summary == (
         "lock retry-sweep (99) in app held by pid 77 (retry-sweeper-dev from 192.168.1.4), "
         "not an allowed holder (allowed: retry-sweeper-*, 10.0.0.0/8)"
@@ -321,7 +332,7 @@ def test_a_leader_lock_nobody_holds_is_missing() -> None:
     assert finding.severity is Severity.CRITICAL
     assert finding.since == NOW
     assert finding.subject == Subject(DB, "scheduler")
-    assert finding.evidence["holders"] == []
+    assert evidence_as(finding, LockEvidence).holders == ()
     assert finding.summary == "leader lock scheduler (7) is held by nobody in app"
 
 
@@ -338,8 +349,8 @@ def test_a_leader_missing_everywhere_has_no_database_and_lists_its_waiters() -> 
     snap = snapshot(waiting(7, 51, waited_for=3), backends=[backend(51)])
     finding = only(detect_locks(snap, named("scheduler", 7, role=LockRole.LEADER), NOW), LEADERLESS)
     assert finding.subject == Subject(None, "scheduler")
-    assert finding.evidence["database"] is None
-    assert [w["pid"] for w in finding.evidence["waiters"]] == [51]
+    assert evidence_as(finding, LockEvidence).database is None
+    assert [w.pid for w in evidence_as(finding, LockEvidence).waiters] == [51]
     assert "in any database; 1 waiting" in finding.summary
 
 
@@ -410,9 +421,9 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
     assert all(f.severity is Severity.CRITICAL for f in findings)
 
     convoy_, held_, orphan = findings
-    assert convoy_.evidence["related"] == ["lock_held_too_long", "lock_orphaned"]
-    assert held_.evidence["related"] == ["lock_convoy", "lock_orphaned"]
-    assert orphan.evidence["related"] == ["lock_convoy", "lock_held_too_long"]
+    assert convoy_.related == related_on(Subject(DB, "webhook-delivery"), HELD, ORPHAN)
+    assert held_.related == related_on(Subject(DB, "webhook-delivery"), CONVOY, ORPHAN)
+    assert orphan.related == related_on(Subject(DB, "webhook-delivery"), CONVOY, HELD)
 
     assert held_.summary == (
         "lock webhook-delivery (42) in app held 5m40s by pid 1234 "
@@ -422,8 +433,8 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
         "5 sessions wait on lock webhook-delivery (42) in app, longest 5m10s; "
         "holder pid 1234 (webhook-worker-1) idle 5m30s"
     )
-    holder = convoy_.evidence["holders"][0]
-    assert holder == {
+    holder = evidence_as(convoy_, LockEvidence).holders[0]
+    assert object_json(holder) == {
         "pid": 1234,
         "application_name": "webhook-worker-1",
         "client_addr": "10.0.0.5",
@@ -438,9 +449,9 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
         "query": "SELECT pg_advisory_lock(42)",
         "blocked_by": [],
     }
-    assert convoy_.evidence["waiter_count"] == 5
-    assert convoy_.evidence["longest_wait_seconds"] == 310.0
-    assert [s["pid"] for s in convoy_.evidence["chain"]] == [1301, 1234]
+    assert evidence_as(convoy_, LockEvidence).waiter_count == 5
+    assert evidence_as(convoy_, LockEvidence).longest_wait_seconds == 310.0
+    assert [s.pid for s in evidence_as(convoy_, LockEvidence).chain] == [1301, 1234]
     assert held_.since == ago(340 - 60)
     assert orphan.since == ago(330 - 120)
 
@@ -455,7 +466,7 @@ def test_the_evidence_of_every_kind_has_the_same_keys() -> None:
     )
     findings = detect_locks(seed_002_convoy(), settings_, NOW)
     assert set(kinds(findings)) == {CONVOY, HELD, ORPHAN, STRANGER, LEADERLESS}
-    assert len({frozenset(f.evidence) for f in findings}) == 1
+    assert len({frozenset(evidence_json(f)) for f in findings}) == 1
 
 
 def test_seed_003_orphan_stranger_and_missing_leader() -> None:
@@ -490,9 +501,9 @@ def test_seed_003_orphan_stranger_and_missing_leader() -> None:
         (STRANGER, "day-generation"),
     ]
     stranger = only(findings, STRANGER)
-    assert stranger.evidence["key"] == "1,20250423"
-    assert stranger.evidence["holder_pid"] == 302
-    assert only(findings, ORPHAN).evidence["related"] == ["lock_held_too_long"]
+    assert evidence_as(stranger, LockEvidence).key == "1,20250423"
+    assert evidence_as(stranger, LockEvidence).holder_pid == 302
+    assert only(findings, ORPHAN).related == related_on(Subject(DB, "retry-sweep"), HELD)
 
 
 # --- chains ------------------------------------------------------------------------
@@ -514,11 +525,11 @@ def test_a_holder_that_itself_waits_shows_the_whole_chain() -> None:
     findings = detect_locks(snap, DEFAULTS, NOW)
     assert kinds(findings) == [CONVOY, HELD]
     for finding in findings:
-        chain = finding.evidence["chain"]
-        assert [s["pid"] for s in chain] == [1302, 1234, 999]
-        assert chain[2]["application_name"] == "migration"
-        assert chain[2]["state_seconds"] == 900.0
-        assert not any(s["cycle"] for s in chain)
+        chain = evidence_as(finding, LockEvidence).chain
+        assert [s.pid for s in chain] == [1302, 1234, 999]
+        assert chain[2].application_name == "migration"
+        assert chain[2].state_seconds == 900.0
+        assert not any(s.cycle for s in chain)
     assert "itself waiting on pid 999" in only(findings, CONVOY).summary
 
 
@@ -527,33 +538,33 @@ def test_a_waiting_holder_without_waiters_charts_its_own_chain() -> None:
         held(42, 1234, held_for=400),
         backends=[backend(1234, waits_on=[999]), backend(999, "migration")],
     )
-    chain = only(detect_locks(snap, DEFAULTS, NOW), HELD).evidence["chain"]
-    assert [s["pid"] for s in chain] == [1234, 999]
+    chain = evidence_as(only(detect_locks(snap, DEFAULTS, NOW), HELD), LockEvidence).chain
+    assert [s.pid for s in chain] == [1234, 999]
 
 
 def test_a_blocking_cycle_is_marked_and_ends_the_chain() -> None:
     snap = snapshot(backends=[backend(1, waits_on=[2]), backend(2, waits_on=[1])])
     chain = blocking_chain(snap, 1, NOW)
-    assert [(s["pid"], s["cycle"]) for s in chain] == [(1, False), (2, False), (1, True)]
+    assert [(s.pid, s.cycle) for s in chain] == [(1, False), (2, False), (1, True)]
 
 
 def test_a_chain_is_cut_at_its_depth_cap() -> None:
     snap = snapshot(backends=[backend(i, waits_on=[i + 1]) for i in range(1, 50)])
     chain = blocking_chain(snap, 1, NOW, max_depth=4)
-    assert [s["pid"] for s in chain] == [1, 2, 3, 4]
-    assert chain[-1]["blocked_by"] == [5]
+    assert [s.pid for s in chain] == [1, 2, 3, 4]
+    assert chain[-1].blocked_by == (5,)
 
 
 def test_a_chain_ends_at_a_blocker_lockwatch_did_not_see() -> None:
     snap = snapshot(backends=[backend(1, waits_on=[404])])
     chain = blocking_chain(snap, 1, NOW)
-    assert [s["pid"] for s in chain] == [1, 404]
-    assert chain[1]["state"] is None
+    assert [s.pid for s in chain] == [1, 404]
+    assert chain[1].state is None
 
 
 def test_a_chain_prefers_a_blocker_it_knows() -> None:
     snap = snapshot(backends=[backend(1, waits_on=[404, 2]), backend(2, "known")])
-    assert [s["pid"] for s in blocking_chain(snap, 1, NOW)] == [1, 2]
+    assert [s.pid for s in blocking_chain(snap, 1, NOW)] == [1, 2]
 
 
 # --- hostile client values -------------------------------------------------------------
@@ -570,8 +581,8 @@ def test_client_values_cannot_break_the_summary_line_but_stay_raw_in_evidence() 
     assert len(finding.summary.splitlines()) == 1
     assert "\x1b" not in finding.summary
     assert '(evil app [31m "<b> from 10.0.0.5)' in finding.summary
-    assert finding.evidence["holders"][0]["application_name"] == app
-    stored = finding.evidence["holders"][0]["query"]
+    assert evidence_as(finding, LockEvidence).holders[0].application_name == app
+    stored = evidence_as(finding, LockEvidence).holders[0].query
     assert stored == query[:200] + "…"
     assert 'since "SELECT pg_advisory_lock(42); -- xxx' in finding.summary
     assert len(finding.summary) < 250
@@ -661,8 +672,9 @@ def test_findings_are_well_formed_for_any_snapshot(
         assert len(finding.summary.splitlines()) == 1
         assert finding.summary.isprintable()
         assert finding.since <= NOW
-        assert set(finding.evidence["related"]) <= {k.value for k in FindingKind}
-        assert finding.kind.value not in finding.evidence["related"]
+        assert all(r.target == finding.target for r in finding.related)
+        assert all(r.subject == finding.subject for r in finding.related)
+        assert finding.kind not in {r.kind for r in finding.related}
 
 
 @st.composite
@@ -699,12 +711,13 @@ def test_passing_over_keys_that_cannot_fire_changes_no_finding(
 def test_ignored_keys_never_appear_in_findings(case: tuple[LockSnapshot, LockSettings]) -> None:
     snap, settings_ = case
     for finding in detect_locks(snap, settings_, NOW):
-        database = finding.evidence["database"]
-        k = LockKey.parse(finding.evidence["key"])
+        database = evidence_as(finding, LockEvidence).database
+        k = LockKey.parse(evidence_as(finding, LockEvidence).key)
         if finding.kind is LEADERLESS:
             assert settings_.named_lock(database or DB, k) is not None
             assert not any(n.ignore for n in settings_.named if n.name == finding.subject.lock)
         else:
+            assert database is not None  # only a leader lock may be meant in every database
             assert not settings_.ignored(database, k)
 
 
@@ -723,7 +736,7 @@ def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
     (rest,) = [f for f in orphans if f.subject.lock == locks_module.OVERFLOW_SUBJECT]
     assert len(one_by_one) == locks_module.FINDINGS_PER_KIND
     assert "nightly" in {f.subject.lock for f in one_by_one}, "named locks are kept first"
-    assert rest.evidence["count"] == 50
-    assert len(rest.evidence["locks"]) == locks_module.OVERFLOW_KEYS
+    assert evidence_as(rest, OverflowEvidence).count == 50
+    assert len(evidence_as(rest, OverflowEvidence).locks) == locks_module.OVERFLOW_KEYS
     assert rest.summary.startswith("50 more advisory locks with lock_orphaned")
     assert len(findings) == locks_module.FINDINGS_PER_KIND + 1

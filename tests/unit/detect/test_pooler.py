@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 
 from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence import LockEvidence, PooledLockEvidence
+from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import Backend
 from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
 from lockwatch.settings.locks import LockSettings
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.snapshots import NOW, ago, backend, held, snapshot
 
 BACKEND_PID = 4242
@@ -82,13 +85,13 @@ def test_it_reports_a_session_lock_on_a_transaction_pooled_backend_with_the_pool
     (finding,) = findings_for(pooler(), pooled_backend())
     assert finding.subject.lock == "42"
     assert finding.severity.value == "critical"
-    assert finding.evidence["pool"] == {
+    assert object_json(evidence_as(finding, PooledLockEvidence).pool) == {
         "database": "app",
         "user": "scheduler",
         "pool_mode": "transaction",
     }
-    assert finding.evidence["server_connection"]["backend_pid"] == BACKEND_PID
-    assert finding.evidence["linked_client"] is None
+    assert evidence_as(finding, PooledLockEvidence).server_connection.backend_pid == BACKEND_PID
+    assert evidence_as(finding, PooledLockEvidence).linked_client is None
     assert "belongs to no client" in finding.summary
     assert "transaction mode" in finding.summary
 
@@ -96,7 +99,9 @@ def test_it_reports_a_session_lock_on_a_transaction_pooled_backend_with_the_pool
 def test_it_names_the_client_the_backend_serves_now() -> None:
     pool = pooler("transaction", server(link="0xc2"), clients=(client(),))
     (finding,) = findings_for(pool, pooled_backend())
-    assert finding.evidence["linked_client"]["application_name"] == "app-2"
+    linked = evidence_as(finding, PooledLockEvidence).linked_client
+    assert linked is not None
+    assert linked.application_name == "app-2"
     assert "now serving client 10.0.0.2:40000 (app-2)" in finding.summary
 
 
@@ -124,7 +129,7 @@ def test_a_lock_inside_the_current_transaction_may_be_transaction_level_and_is_n
 def test_a_lock_older_than_the_current_transaction_is_a_session_lock_even_while_active() -> None:
     busy = pooled_backend(state="active", xact_start=ago(1), state_change=ago(1))
     (finding,) = findings_for(pooler(), busy, held_for=120)
-    assert finding.evidence["holders"][0]["pid"] == BACKEND_PID
+    assert evidence_as(finding, LockEvidence).holders[0].pid == BACKEND_PID
 
 
 def test_without_a_pooler_view_nothing_is_said_about_pooling() -> None:

@@ -21,11 +21,14 @@ from lockwatch.detect.queues import (
     detect_queues,
     fit_line,
 )
-from lockwatch.model.findings import Finding, FindingKind, Subject
+from lockwatch.model.evidence import QueueEvidence, QueueStallEvidence
+from lockwatch.model.evidence.json_form import to_json
+from lockwatch.model.findings import Finding, FindingKind, Related, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, WorkerSample
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.queues import ProcessMatch, QueueThresholds, WorkerGroup
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.snapshots import DB, NOW, TARGET, ago, backend, held, key, snapshot, waiting
 
 WINDOW = 60.0
@@ -114,8 +117,8 @@ def test_a_queue_that_grows_by_a_steady_half_item_a_second_is_growing() -> None:
 
     growing = only(findings, GROWING)
     assert growing.subject == SUBJECT
-    assert math.isclose(growing.evidence["growth_per_second"], 0.5, abs_tol=0.02)
-    assert growing.evidence["depth"] == 50
+    assert math.isclose(evidence_as(growing, QueueEvidence).growth_per_second, 0.5, abs_tol=0.02)
+    assert evidence_as(growing, QueueEvidence).depth == 50
     assert "+0.5/s from 20 to 50" in growing.summary
     assert growing.since == ago(WINDOW)
     assert not undecided
@@ -183,9 +186,9 @@ def test_pending_work_with_nothing_completed_is_a_stall() -> None:
 
     stalled = only(findings, STALLED)
     assert stalled.severity.value == "critical"
-    assert stalled.evidence["completed_in_window"] == 0
+    assert evidence_as(stalled, QueueEvidence).completed_in_window == 0
     assert "nothing completed in 1m" in stalled.summary
-    assert {"kind": "queue_growing", "subject": SUBJECT.as_dict()} in stalled.evidence["related"]
+    assert Related(GROWING, TARGET, SUBJECT) in stalled.related
 
 
 def test_a_queue_that_does_not_drain_while_its_workers_idle_is_a_stall() -> None:
@@ -195,7 +198,7 @@ def test_a_queue_that_does_not_drain_while_its_workers_idle_is_a_stall() -> None
     stalled = only(findings, STALLED)
     assert "not draining" in stalled.summary
     assert "its workers used 2.0% of a core over 1m" in stalled.summary
-    assert stalled.evidence["worker_cpu_cores"] == 0.02
+    assert evidence_as(stalled, QueueEvidence).worker_cpu_cores == 0.02
 
 
 def test_busy_workers_that_fall_behind_give_growth_but_no_stall() -> None:
@@ -281,30 +284,32 @@ def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> Non
     )
 
     stalled = only(findings, STALLED)
-    chain = stalled.evidence["lock"]
-    assert chain["lock"] == "webhook-delivery"
-    assert chain["key"] == "42"
-    assert chain["waiting_sessions"] == 5
-    assert chain["worker_sessions"] == 6
-    (facts,) = chain["holders"]
-    assert facts["pid"] == 1234
-    assert facts["application_name"] == "webhook-worker-6"
-    assert facts["client_addr"] == "10.0.0.5"
-    assert facts["state"] == "idle"
-    assert facts["state_seconds"] == 340
-    assert facts["query"] == "SELECT pg_advisory_lock(42)"
-    assert facts["worker_group"] == "webhook-workers"
-    lock_subject = {"database": DB, "lock": "webhook-delivery"}
-    related = stalled.evidence["related"]
-    assert {"kind": "lock_convoy", "subject": lock_subject} in related
-    assert {"kind": "lock_held_too_long", "subject": lock_subject} in related
+    chain = evidence_as(stalled, QueueStallEvidence).lock
+    assert chain is not None
+    assert chain.lock == "webhook-delivery"
+    assert chain.key == "42"
+    assert chain.waiting_sessions == 5
+    assert chain.worker_sessions == 6
+    (facts,) = chain.holders
+    assert facts.pid == 1234
+    assert facts.application_name == "webhook-worker-6"
+    assert facts.client_addr == "10.0.0.5"
+    assert facts.state == "idle"
+    assert facts.state_seconds == 340
+    assert facts.query == "SELECT pg_advisory_lock(42)"
+    assert facts.worker_group == "webhook-workers"
+    lock_subject = Subject(DB, "webhook-delivery")
+    related = stalled.related
+    assert Related(FindingKind.LOCK_CONVOY, TARGET, lock_subject) in related
+    assert Related(FindingKind.LOCK_HELD_TOO_LONG, TARGET, lock_subject) in related
     assert (
         "5 of 6 worker sessions wait on lock webhook-delivery (42) held by pid 1234 "
         '(webhook-worker-6 from 10.0.0.5) idle 5m40s since "SELECT pg_advisory_lock(42)"'
     ) in stalled.summary
-    workers_facts = stalled.evidence["workers"][0]
-    assert workers_facts["sessions"]["waiting_lock"] == 5
-    assert workers_facts["waiting_on"] == [
+    workers_facts = evidence_as(stalled, QueueEvidence).workers[0]
+    assert workers_facts.sessions is not None
+    assert workers_facts.sessions.waiting_lock == 5
+    assert to_json(workers_facts.waiting_on) == [
         {"database": DB, "lock": "webhook-delivery", "key": "42", "sessions": 5}
     ]
 
@@ -318,8 +323,10 @@ def test_a_stall_without_lock_waits_has_no_lock_in_its_evidence() -> None:
     )
 
     stalled = only(findings, STALLED)
-    assert stalled.evidence["lock"] is None
-    assert stalled.evidence["workers"][0]["sessions"]["idle"] == 3
+    assert evidence_as(stalled, QueueStallEvidence).lock is None
+    sessions = evidence_as(stalled, QueueEvidence).workers[0].sessions
+    assert sessions is not None
+    assert sessions.idle == 3
 
 
 def test_samples_older_than_the_window_do_not_count() -> None:

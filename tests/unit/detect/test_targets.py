@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 from lockwatch.detect.targets import detect_target_down
+from lockwatch.model.evidence import TargetDownEvidence
+from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import FindingKind, Severity, Subject
 from lockwatch.model.views import TargetStatus
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.snapshots import NOW, ago, snapshot
 
 
@@ -19,14 +22,14 @@ def test_a_failing_target_is_down_since_it_started_failing() -> None:
     assert finding.severity is Severity.CRITICAL
     assert finding.since == ago(95)
     assert finding.summary == "target main cannot be sampled: connection refused"
-    assert finding.evidence == {"error": "connection refused", "down_seconds": 95.0}
+    assert object_json(finding.evidence) == {"error": "connection refused", "down_seconds": 95.0}
 
 
 def test_without_a_failure_start_it_is_down_since_the_check() -> None:
     status = TargetStatus("main", ago(10), None, error="timeout")
     [finding] = detect_target_down(status, NOW)
     assert finding.since == ago(10)
-    assert finding.evidence["down_seconds"] == 10.0
+    assert evidence_as(finding, TargetDownEvidence).down_seconds == 10.0
 
 
 def test_an_error_beside_a_snapshot_still_means_down() -> None:
@@ -39,7 +42,7 @@ def test_a_multiline_driver_error_stays_on_one_summary_line_and_whole_in_evidenc
     [finding] = detect_target_down(TargetStatus("main", NOW, None, error=error), NOW)
     assert len(finding.summary.splitlines()) == 1
     assert finding.summary.endswith("…")
-    assert finding.evidence["error"] == error
+    assert evidence_as(finding, TargetDownEvidence).error == error
 
 
 def test_a_missing_snapshot_without_an_error_is_reported_as_such() -> None:

@@ -6,10 +6,11 @@ import itertools
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
-from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.notify.message import EntryState, Message
 from lockwatch.notify.outbox import Announced, ChannelState, Pending, evaluate, finding_key
 from lockwatch.settings.notify import NotifySettings, Route, SlackChannel, TelegramChannel
+from lockwatch.state.ledger import dump_finding, load_finding
 from tests.fixtures.notify import convoy, finding
 from tests.fixtures.snapshots import NOW, TARGET
 
@@ -103,7 +104,7 @@ def test_a_relation_to_a_subject_on_another_target_names_that_target() -> None:
         FindingKind.QUEUE_STALLED,
         None,
         subject=Subject(queue="q"),
-        evidence={"related": [{"target": "other", "subject": {"database": "app", "lock": "42"}}]},
+        related=(Related(FindingKind.LOCK_CONVOY, "other", Subject("app", "42")),),
     )
     assert [len(m.entries) for m in Channel().poll([*convoy(), stalled])] == [2, 1]
     assert [len(m.entries) for m in Channel().poll([*convoy(target="other"), stalled])] == [3]
@@ -121,12 +122,10 @@ def test_a_stalled_queue_related_to_its_lock_joins_the_lock_message() -> None:
         None,
         subject=Subject(queue="webhook_jobs"),
         severity=Severity.CRITICAL,
-        evidence={
-            "related": [
-                {"kind": "queue_growing", "subject": {"queue": "webhook_jobs"}},
-                {"kind": "lock_convoy", "subject": {"database": "app", "lock": "42"}},
-            ]
-        },
+        related=(
+            Related(FindingKind.QUEUE_GROWING, TARGET, Subject(queue="webhook_jobs")),
+            Related(FindingKind.LOCK_CONVOY, TARGET, Subject("app", "42")),
+        ),
     )
     channel = Channel()
     (message,) = channel.poll([*convoy(), stalled])
@@ -138,12 +137,14 @@ def test_a_stalled_queue_related_to_its_lock_joins_the_lock_message() -> None:
 
 
 def test_malformed_relations_are_ignored_rather_than_grouping_anything() -> None:
-    odd = finding(
-        FindingKind.QUEUE_STALLED,
-        None,
-        subject=Subject(queue="q"),
-        evidence={"related": ["lock_convoy", {"subject": "app/42"}, {"subject": {"colour": 1}}]},
-    )
+    saved = dump_finding(finding(FindingKind.QUEUE_STALLED, None, subject=Subject(queue="q")))
+    saved["evidence"]["related"] = [  # type: ignore[index,call-overload]
+        "lock_convoy",
+        {"subject": "app/42"},
+        {"subject": {"colour": 1}},
+    ]
+    odd = load_finding(saved)
+    assert odd is not None and odd.related == ()
     assert [len(m.entries) for m in Channel().poll([*convoy(), odd])] == [2, 1]
 
 

@@ -27,6 +27,7 @@ from lockwatch.notify.render import (
     utf16_len,
     webhook_payload,
 )
+from tests.fixtures.evidence import holder, lock_evidence
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.snapshots import NOW, client_text
 from tests.fixtures.standins import telegram_text
@@ -118,7 +119,23 @@ def test_any_client_text_renders_as_valid_telegram_html_within_the_limit(
 ) -> None:
     findings = convoy(app=app, query=query)
     findings.append(
-        finding(summary=summary or "x", evidence={"holders": [{"pid": 1, "query": app}]})
+        finding(
+            summary=summary or "x",
+            evidence=lock_evidence(
+                "7,13",
+                holders=(
+                    holder(
+                        1,
+                        application_name=None,
+                        client_addr=None,
+                        state=None,
+                        state_seconds=None,
+                        held_seconds=0.0,
+                        query=app,
+                    ),
+                ),
+            ),
+        )
     )
     lines = fit(document(message(*(Entry(EntryState.NEW, f) for f in findings))), TELEGRAM_LIMIT)
     assert utf16_len(telegram_text(telegram_html(lines))) <= TELEGRAM_LIMIT

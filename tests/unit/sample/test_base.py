@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from lockwatch.detect.sources import detect_source_down
+from lockwatch.model.evidence import SourceDownEvidence
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
 from lockwatch.model.views import SourceHealth, TargetView
@@ -23,6 +24,7 @@ from lockwatch.sample.base import SampleContext, SampleError, SourceRunner, Targ
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as, evidence_of
 from tests.fixtures.postgres import free_port
 from tests.fixtures.snapshots import NOW, TARGET, ago
 
@@ -130,12 +132,18 @@ def test_a_source_failing_on_its_own_is_a_target_down_about_that_source() -> Non
 
     assert finding.kind is FindingKind.TARGET_DOWN
     assert finding.subject == Subject(source="queue/webhooks")
-    assert finding.subject.as_dict() == {"database": None, "lock": None, "source": "queue/webhooks"}
+    assert finding.subject.as_dict() == {
+        "database": None,
+        "lock": None,
+        "queue": None,
+        "job": None,
+        "source": "queue/webhooks",
+    }
     assert finding.since == ago(30)
     assert finding.summary == (
         "queue/webhooks of target main cannot be sampled: queue webhooks: relation gone"
     )
-    assert finding.evidence["down_seconds"] == 30.0
+    assert evidence_as(finding, SourceDownEvidence).down_seconds == 30.0
 
 
 def polled_view() -> TargetView:
@@ -229,7 +237,15 @@ def test_the_queues_document_shows_queues_workers_and_sources() -> None:
 
 def test_findings_about_two_queues_are_two_series_of_finding_active() -> None:
     findings = tuple(
-        Finding(FindingKind.QUEUE_STALLED, TARGET, Subject(queue=q), Severity.CRITICAL, NOW, q)
+        Finding(
+            FindingKind.QUEUE_STALLED,
+            TARGET,
+            Subject(queue=q),
+            Severity.CRITICAL,
+            NOW,
+            q,
+            evidence_of(FindingKind.QUEUE_STALLED, Subject(queue=q)),
+        )
         for q in ("webhooks", "mail")
     )
     view = TargetView(Target(TARGET, "postgresql://mon@127.0.0.1/app"), findings=findings)

@@ -1,18 +1,41 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from lockwatch.detect.jobs import detect_jobs
+from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.queues import LockContext, QueueInput, detect_queues
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
-from lockwatch.state.ledger import FindingLedger
+from lockwatch.model.jobs import JobRun
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.settings.jobs import JobSpec
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.schedule import Schedule
+from lockwatch.state.ledger import FindingLedger, dump_finding
+from tests.fixtures.evidence import (
+    evidence_of,
+    findings_of_every_kind,
+    holder,
+    lock_evidence,
+    waiter,
+)
+from tests.fixtures.histories import job_runs, queue_cases
+from tests.fixtures.notify import convoy
+from tests.fixtures.notify import finding as finding_of
 from tests.fixtures.snapshots import NOW, TARGET
+from tests.unit.detect.test_locks import snapshots_with_settings
 
 CONVOY = FindingKind.LOCK_CONVOY
 HELD = FindingKind.LOCK_HELD_TOO_LONG
 DOWN = FindingKind.TARGET_DOWN
+QUEUE_STALLED = FindingKind.QUEUE_STALLED
 
 
 def later(seconds: float) -> datetime:
@@ -27,14 +50,22 @@ def finding(
     summary: str = "2 sessions wait on 42",
     severity: Severity = Severity.WARNING,
 ) -> Finding:
+    subject = Subject(database=None if lock is None else "app", lock=lock)
+    evidence = (
+        evidence_of(kind, subject)
+        if kind is DOWN
+        else lock_evidence(
+            lock or "42", holders=(holder(1234, state="idle"),), waiters=(waiter(1301),)
+        )
+    )
     return Finding(
         kind=kind,
         target=TARGET,
-        subject=Subject(database=None if lock is None else "app", lock=lock),
+        subject=subject,
         severity=severity,
         since=since,
         summary=summary,
-        evidence={"pids": [1234, 1301], "holder": {"state": "idle"}},
+        evidence=evidence,
     )
 
 
@@ -168,3 +199,70 @@ def test_a_malformed_dump_restores_nothing_without_raising(entries: Any) -> None
     ledger = FindingLedger()
     ledger.load(entries)
     assert ledger.active == ()
+
+
+# --- evidence across a restart -----------------------------------------------------
+
+
+def restarted(findings: list[Finding]) -> tuple[Finding, ...]:
+    ledger = FindingLedger()
+    ledger.update(findings)
+    restored = FindingLedger()
+    restored.load(json.loads(json.dumps(ledger.dump())))
+    return restored.active
+
+
+def test_the_evidence_of_every_kind_survives_a_restart() -> None:
+    findings = findings_of_every_kind()
+    assert restarted(findings) == FindingLedger().update(findings).active
+
+
+@settings(max_examples=100, deadline=None)
+@given(snapshots_with_settings(), queue_cases(), st.lists(job_runs(), max_size=6))
+def test_the_detectors_findings_survive_a_restart_as_they_were(
+    locks: tuple[LockSnapshot, LockSettings],
+    queues: tuple[QueueInput, LockContext],
+    runs: list[JobRun],
+) -> None:
+    queue, context = queues
+    spec = JobSpec("nightly-report", schedule=Schedule("0 3 * * *"), max_duration=600.0)
+    findings = [
+        *detect_locks(*locks, NOW),
+        *detect_queues(TARGET, [queue], context, NOW).findings,
+        *detect_jobs(spec, runs, NOW, target=TARGET, not_before=NOW - timedelta(days=3)),
+    ]
+    assert restarted(findings) == FindingLedger().update(findings).active
+
+
+def test_a_state_file_from_before_typed_evidence_keeps_since_identity_and_facts() -> None:
+    """Its lock findings named related ones by kind alone, its queue findings
+    without a target, and its subjects had only database and lock always."""
+    (convoy_, held_) = convoy()
+    entries = []
+    for old in (convoy_, held_):
+        entry = json.loads(json.dumps(dump_finding(old)))
+        entry["subject"] = {"database": old.subject.database, "lock": old.subject.lock}
+        entry["evidence"]["related"] = [r.kind.value for r in old.related]
+        entries.append(entry)
+    queue = finding_of(QUEUE_STALLED, None, subject=Subject(queue="webhooks"))
+    stalled = json.loads(json.dumps(dump_finding(queue)))
+    stalled["subject"] = {"database": None, "lock": None, "queue": "webhooks"}
+    stalled["evidence"]["related"] = [
+        {"kind": "lock_convoy", "subject": {"database": "app", "lock": "42"}}
+    ]
+    ledger = FindingLedger()
+    ledger.load([*entries, stalled])
+    restored = {f.kind: f for f in ledger.active}
+    assert restored[CONVOY] == replace(convoy_, related=())
+    assert restored[HELD] == replace(held_, related=())
+    assert restored[QUEUE_STALLED] == queue, "its relation, without a target, is left out"
+    assert ledger.update([convoy_, held_]).fired == ()
+
+
+def test_a_finding_whose_evidence_cannot_be_read_is_dropped_to_fire_again() -> None:
+    entry = json.loads(json.dumps(dump_finding(finding())))
+    del entry["evidence"]["holders"]
+    ledger = FindingLedger()
+    ledger.load([entry, good_entry(kind=HELD.value)])
+    assert [f.kind for f in ledger.active] == [HELD]
+    assert ledger.update([finding(), finding(HELD)]).fired == (finding(),)

@@ -12,6 +12,8 @@ from lockwatch.publish.api.locks import locks_document
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from tests.fixtures.evidence import holder, lock_evidence
+from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 
@@ -39,7 +41,7 @@ def finding(severity: Severity, age: float, lock: str = "42", target: str = TARG
         severity=severity,
         since=ago(age),
         summary=f"lock {lock} held for {age:.0f} s",
-        evidence={"pid": 1234, "held_seconds": age},
+        evidence=lock_evidence(lock, holder_pid=1234, holders=(holder(1234, held_seconds=age),)),
     )
 
 
@@ -70,20 +72,55 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
     assert first == {
         "kind": "lock_held_too_long",
         "target": "other",
-        "subject": {"database": "app", "lock": "d"},
+        "subject": {"database": "app", "lock": "d", "queue": None, "job": None, "source": None},
         "severity": "critical",
         "since": (NOW - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "summary": "lock d held for 20 s",
-        "evidence": {"pid": 1234, "held_seconds": 20},
+        "evidence": {
+            "key": "d",
+            "name": None,
+            "role": None,
+            "database": "app",
+            "holder_pid": 1234,
+            "holders": [
+                {
+                    "pid": 1234,
+                    "application_name": "webhook-worker-1",
+                    "client_addr": "10.0.0.5",
+                    "state": "idle",
+                    "state_seconds": 330.0,
+                    "wait_event_type": None,
+                    "wait_event": None,
+                    "query": "SELECT pg_advisory_lock(42)",
+                    "blocked_by": [],
+                    "usename": "app",
+                    "held_seconds": 20,
+                    "mode": "ExclusiveLock",
+                    "xact_seconds": None,
+                }
+            ],
+            "waiters": [],
+            "waiter_count": 0,
+            "longest_wait_seconds": None,
+            "max_hold_seconds": 300.0,
+            "orphan_after_seconds": 600.0,
+            "allowed_applications": [],
+            "allowed_addresses": [],
+            "chain": [],
+            "related": [],
+        },
     }
     assert first["since"].endswith("Z")
     assert strict_round_trip(document) == document
+    assert_valid_findings(document)
 
 
 def test_findings_accept_views_as_well_as_a_board() -> None:
     views = [view_of(snapshot(), findings=(finding(Severity.WARNING, 5),))]
 
-    assert len(findings_document(views)["findings"]) == 1
+    document = findings_document(views)
+    assert len(document["findings"]) == 1
+    assert_valid_findings(document)
 
 
 def test_locks_show_holders_and_waiters_with_their_sessions() -> None:
@@ -177,7 +214,11 @@ def test_lone_surrogates_and_non_finite_numbers_still_give_valid_json() -> None:
         severity=Severity.WARNING,
         since=NOW,
         summary="held by app\udc80",
-        evidence={"query": "\udcfe", "ratio": float("nan"), "pids": (1, 2)},
+        evidence=lock_evidence(
+            "42",
+            holders=(holder(1234, query="\udcfe", blocked_by=(1, 2)),),
+            longest_wait_seconds=float("nan"),
+        ),
     )
     view = view_of(snap, findings=(hostile,))
 
@@ -188,10 +229,10 @@ def test_lone_surrogates_and_non_finite_numbers_still_give_valid_json() -> None:
     lock = locks["targets"][0]["locks"][0]
     assert lock["database"] == "pay\\udcffments"
     assert lock["holders"][0]["application_name"] == "app\\udc80"
-    assert findings["findings"][0]["evidence"] == {
-        "query": "\\udcfe",
-        "ratio": None,
-        "pids": [1, 2],
-    }
+    evidence = findings["findings"][0]["evidence"]
+    assert evidence["holders"][0]["query"] == "\\udcfe"
+    assert evidence["longest_wait_seconds"] is None
+    assert evidence["holders"][0]["blocked_by"] == [1, 2]
+    assert_valid_findings(findings)
     # The documents themselves are safe, so any json.dumps of them encodes too.
     json.dumps(locks_document([view], NOW), ensure_ascii=False).encode("utf-8")

@@ -5,10 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockwatch.model.evidence import LockHolderFacts, QueueLockChain, QueueStallEvidence
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.publish.api.locks import lock_counts, lock_groups
-from lockwatch.publish.metrics.locks import exported_locks
+from lockwatch.publish.metrics.locks import exported_locks, holder_label
 from lockwatch.settings.locks import LockSettings, NamedLock
+from tests.fixtures.evidence import holder, lock_evidence, queue_evidence
 from tests.fixtures.snapshots import DB, NOW, lock_keys, lock_snapshots
 
 
@@ -54,3 +56,25 @@ def test_counting_rows_matches_counting_the_groups(
             held, waiting = expected.get(group.database, (0, 0))
             expected[group.database] = (held + len(group.holders), waiting + len(group.waiters))
     assert lock_counts(snap, settings_) == expected
+
+
+def test_the_holder_label_names_the_blamed_holder_on_one_line() -> None:
+    evidence = lock_evidence(
+        holder_pid=7,
+        holders=(
+            holder(6),
+            holder(7, application_name="worker\n<b>", client_addr=None),
+        ),
+    )
+    assert holder_label(evidence) == "pid 7 (worker <b> from local socket)"
+
+
+def lock_holder(pid: int) -> LockHolderFacts:
+    """A session of which lockwatch knows the address alone."""
+    return LockHolderFacts(pid, None, "10.0.0.5", None, None, None, None, None, (), None, None)
+
+
+def test_the_holder_label_of_a_stall_names_the_holder_of_the_lock_it_waits_on() -> None:
+    chain = QueueLockChain("app", "42", "42", 5, 6, (lock_holder(9),))
+    evidence = QueueStallEvidence.of(queue_evidence(), chain)
+    assert holder_label(evidence) == "pid 9 (no application_name from 10.0.0.5)"

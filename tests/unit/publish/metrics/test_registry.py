@@ -16,6 +16,7 @@ from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABEL
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from tests.fixtures.evidence import lock_evidence
 from tests.fixtures.snapshots import (
     NOW,
     TARGET,
@@ -89,6 +90,7 @@ def finding(
         severity=severity,
         since=ago(age),
         summary=f"lock {lock} held too long",
+        evidence=lock_evidence(lock),
     )
 
 

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence import QueueStallEvidence, WorkerFacts
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.jobs import JobRun, JobView, RunStatus
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
@@ -16,6 +17,7 @@ from lockwatch.publish.status.page import LOCKS_SHOWN, StatusPage
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from tests.fixtures.evidence import queue_evidence
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -80,11 +82,14 @@ def test_evidence_of_kinds_the_page_does_not_know_is_still_shown() -> None:
         severity=Severity.WARNING,
         since=NOW,
         summary="queue grows, workers idle",
-        evidence={
-            "depth": 1200,
-            "workers": [{"pid": 7, "cpu_percent": 1.5}],
-            "window_seconds": 600,
-        },
+        evidence=QueueStallEvidence.of(
+            queue_evidence(
+                depth=1200,
+                window_seconds=600.0,
+                workers=(WorkerFacts("webhook-workers", 7, 1.5, None, ()),),
+            ),
+            None,
+        ),
     )
     view = TargetView(Target(TARGET, "postgresql://db/app"), findings=(finding,))
 
@@ -92,7 +97,7 @@ def test_evidence_of_kinds_the_page_does_not_know_is_still_shown() -> None:
 
     assert "<dt>depth</dt><dd>1200</dd>" in page
     assert "<dt>window</dt><dd>10m</dd>" in page
-    assert "<th>cpu percent</th>" in page and "<td>1.5</td>" in page
+    assert "<th>cpu cores</th>" in page and "<td>1.5</td>" in page
 
 
 def test_an_empty_board_is_all_clear() -> None:

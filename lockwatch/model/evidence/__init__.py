@@ -1,0 +1,91 @@
+"""The facts behind findings, one frozen family per kind of problem.
+
+``Evidence`` is what a finding carries: lock facts (with pgbouncer's for a
+pooled session, or the count of findings past the cap), queue facts (with the
+lock a stall waits on), job runs, or a target or source that is down.
+``json_form`` turns any of them into JSON and back.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+from lockwatch.model.evidence.jobs import (
+    DuplicateStartEvidence,
+    FailedRunEvidence,
+    JobEvidence,
+    LongRunEvidence,
+    MissedRunEvidence,
+    OverlapEvidence,
+    RunFacts,
+)
+from lockwatch.model.evidence.locks import LockEvidence, OverflowEvidence
+from lockwatch.model.evidence.pooler import (
+    LinkedClientFacts,
+    PooledLockEvidence,
+    PoolFacts,
+    ServerConnectionFacts,
+)
+from lockwatch.model.evidence.queues import (
+    SESSION_STATES,
+    QueueEvidence,
+    QueueLockChain,
+    QueueStallEvidence,
+    SessionCounts,
+    WorkerFacts,
+)
+from lockwatch.model.evidence.sessions import (
+    ChainStep,
+    FindingFacts,
+    HolderFacts,
+    LockHolderFacts,
+    SessionFacts,
+    WaiterFacts,
+)
+from lockwatch.model.evidence.targets import SourceDownEvidence, TargetDownEvidence
+
+Evidence: TypeAlias = (
+    LockEvidence
+    | PooledLockEvidence
+    | OverflowEvidence
+    | QueueEvidence
+    | QueueStallEvidence
+    | DuplicateStartEvidence
+    | OverlapEvidence
+    | MissedRunEvidence
+    | LongRunEvidence
+    | FailedRunEvidence
+    | TargetDownEvidence
+    | SourceDownEvidence
+)
+
+__all__ = [
+    "SESSION_STATES",
+    "ChainStep",
+    "DuplicateStartEvidence",
+    "Evidence",
+    "FailedRunEvidence",
+    "FindingFacts",
+    "HolderFacts",
+    "JobEvidence",
+    "LinkedClientFacts",
+    "LockEvidence",
+    "LockHolderFacts",
+    "LongRunEvidence",
+    "MissedRunEvidence",
+    "OverflowEvidence",
+    "OverlapEvidence",
+    "PoolFacts",
+    "PooledLockEvidence",
+    "QueueEvidence",
+    "QueueLockChain",
+    "QueueStallEvidence",
+    "RunFacts",
+    "ServerConnectionFacts",
+    "SessionCounts",
+    "SessionFacts",
+    "SourceDownEvidence",
+    "TargetDownEvidence",
+    "WaiterFacts",
+    "WorkerFacts",
+]

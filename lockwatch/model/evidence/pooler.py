@@ -1,0 +1,60 @@
+"""The evidence of ``lock_pooled_session``: the lock's, and pgbouncer's view of
+the server connection that holds it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from lockwatch.model.evidence.locks import LockEvidence
+
+
+@dataclass(frozen=True, slots=True)
+class PoolFacts:
+    database: str
+    user: str
+    pool_mode: str | None  # None: SHOW POOLS did not list the pool
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConnectionFacts:
+    """A row of SHOW SERVERS; the times as pgbouncer shows them."""
+
+    backend_pid: int | None
+    state: str
+    pooler_port: int | None  # pgbouncer's end of the connection
+    connect_time: str | None
+    request_time: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkedClientFacts:
+    """The row of SHOW CLIENTS the server connection serves right now."""
+
+    addr: str | None  # None: a local socket
+    port: int | None
+    application_name: str | None
+    state: str
+    connect_time: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PooledLockEvidence(LockEvidence):
+    pool: PoolFacts
+    server_connection: ServerConnectionFacts
+    linked_client: LinkedClientFacts | None  # None: no client is served by it now
+
+    @classmethod
+    def of(
+        cls,
+        lock: LockEvidence,
+        pool: PoolFacts,
+        server_connection: ServerConnectionFacts,
+        linked_client: LinkedClientFacts | None,
+    ) -> PooledLockEvidence:
+        """The lock's evidence, with pgbouncer's facts about the connection holding it."""
+        return cls(
+            **{field.name: getattr(lock, field.name) for field in fields(LockEvidence)},
+            pool=pool,
+            server_connection=server_connection,
+            linked_client=linked_client,
+        )

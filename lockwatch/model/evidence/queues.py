@@ -1,0 +1,82 @@
+"""The evidence of queue findings: the queue's window, its worker groups, and
+for a stall, the advisory lock its workers wait on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from lockwatch.model.evidence.sessions import FindingFacts, LockHolderFacts
+from lockwatch.model.queues import SessionWait
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounts:
+    """A worker group's database sessions by what they are doing."""
+
+    active: int
+    waiting_lock: int
+    idle: int
+    idle_in_transaction: int
+    other: int
+
+
+SESSION_STATES = tuple(field.name for field in fields(SessionCounts))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFacts:
+    """A worker group bound to the queue, over the queue's window."""
+
+    name: str
+    processes: int | None  # at the last CPU reading; None without one
+    cpu_cores: float | None  # average cores used; None until the readings cover the window
+    sessions: SessionCounts | None  # None: the group binds no sessions
+    waiting_on: tuple[SessionWait, ...]  # most waiting sessions first
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLockChain:
+    """The advisory lock most of the queue's worker sessions wait on."""
+
+    database: str
+    lock: str  # the configured name, or the key
+    key: str
+    waiting_sessions: int
+    worker_sessions: int
+    holders: tuple[LockHolderFacts, ...]  # by pid; empty: the holder was not seen
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEvidence(FindingFacts):
+    """A queue over its window: depth, growth, completions, worker CPU."""
+
+    queue: str
+    depth: int
+    depth_at_window_start: int
+    oldest_age_seconds: float | None
+    in_flight: int | None
+    growth_per_second: float  # the least-squares slope of the depth
+    fit_r2: float  # how well that line explains the depth, 0..1
+    window_seconds: float
+    samples: int
+    completed_total: int | None
+    completed_in_window: int | None  # None unless every sample reports completions
+    worker_cpu_cores: float | None  # the bound groups together; None: not measured
+    stall_cpu_cores: float
+    workers: tuple[WorkerFacts, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStallEvidence(QueueEvidence):
+    lock: QueueLockChain | None  # None: its workers wait on no advisory lock
+
+    @classmethod
+    def of(cls, queue: QueueEvidence, lock: QueueLockChain | None) -> QueueStallEvidence:
+        """The queue's evidence, with the lock its workers wait on."""
+        return cls(
+            **{field.name: getattr(queue, field.name) for field in fields(QueueEvidence)}, lock=lock
+        )
+
+    @property
+    def named_holders(self) -> tuple[LockHolderFacts, ...]:
+        return () if self.lock is None else self.lock.holders

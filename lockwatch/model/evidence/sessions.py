@@ -1,0 +1,69 @@
+"""The sessions findings name: who, from where, doing what, for how long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFacts:
+    """A session as a finding shows it. Everything but ``pid`` and
+    ``blocked_by`` is None for a session lockwatch did not see."""
+
+    pid: int
+    application_name: str | None
+    client_addr: str | None  # None: a local socket, or not seen
+    state: str | None
+    state_seconds: float | None  # since its last state change
+    wait_event_type: str | None
+    wait_event: str | None
+    query: str | None  # its last query, cut to a bounded length
+    blocked_by: tuple[int, ...]  # pids it waits for
+
+
+@dataclass(frozen=True, slots=True)
+class HolderFacts(SessionFacts):
+    """A session holding the advisory lock a finding is about."""
+
+    usename: str | None
+    held_seconds: float  # since lockwatch first saw the lock granted to it; 0 when undated
+    mode: str
+    xact_seconds: float | None  # age of its open transaction; None without one
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolderFacts(SessionFacts):
+    """A session holding the advisory lock a stalled queue's workers wait on."""
+
+    held_seconds: float | None  # None: lockwatch has not dated the hold
+    worker_group: str | None  # the worker group it belongs to; None: none of the queue's
+
+
+@dataclass(frozen=True, slots=True)
+class WaiterFacts:
+    """A session waiting for the advisory lock a finding is about."""
+
+    pid: int
+    application_name: str | None
+    client_addr: str | None
+    state: str | None
+    wait_seconds: float
+    blocked_by: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStep(SessionFacts):
+    """One session of a blocking chain: the one before it waits for it."""
+
+    cycle: bool  # its pid came earlier in the chain, which ends here
+
+
+class FindingFacts:
+    """What every evidence family answers, whatever its facts."""
+
+    __slots__ = ()
+
+    @property
+    def named_holders(self) -> tuple[HolderFacts | LockHolderFacts, ...]:
+        """The sessions the finding names as holders, the one it blames first."""
+        return ()
