@@ -22,7 +22,7 @@ from lockwatch.model.locks import LockKey
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, Target
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "lockwatch.example.yml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "lockwatch.example.yml"
 DSN = "postgresql://mon@127.0.0.1:6432/app"
 PASSWORD = "hunter2-secret"
 

@@ -266,7 +266,7 @@ def test_a_source_with_keys_of_another_kind_is_refused(
     assert message in found[where].message
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_readme_queue_example_loads(tmp_path: Path) -> None:
