@@ -64,6 +64,10 @@ _MISTAKES = (
         "a list item where a key was expected (check the indentation)",
     ),
     _Mistake(
+        _says("while parsing a block mapping", f"{_BLOCK_END} '<block sequence start>'"),
+        "a list item where a key was expected (check the indentation)",
+    ),
+    _Mistake(
         _says("while parsing a block collection", f"{_BLOCK_END} '?'"),
         "a key: value where a list item was expected (start it with '- ', or indent it)",
     ),
