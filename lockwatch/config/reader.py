@@ -202,8 +202,7 @@ class Reading:
         try:
             text = self.source.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-            self.report((), f"cannot read the config file: {reason}")
+            self.report((), f"cannot read the config file: {_unreadable(exc)}")
             return None
         try:
             root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -216,8 +215,8 @@ class Reading:
             return None
         data = Composer(self.index, self.environ, self.report).convert(root, ())
         if not isinstance(data, YamlMap):
-            got = kind(data) if data is not FAILED else "something unreadable"
-            self.report((), f"the top level must be a mapping (key: value), got {got}")
+            if data is not FAILED:
+                self.report((), f"the top level must be a mapping (key: value), got {kind(data)}")
             return None
         return data
 
@@ -248,8 +247,10 @@ class Reading:
 
     def known(self, raw: YamlMap, allowed: Collection[str]) -> dict[str, object]:
         """The entries whose keys are allowed; each other key is reported."""
-        for key in raw.keys() - set(allowed):
-            self.report((*raw.loc, key), f"unknown key ({did_you_mean(key, allowed)})", key=True)
+        for key in raw:
+            if key not in allowed:
+                message = f"unknown key ({did_you_mean(key, allowed)})"
+                self.report((*raw.loc, key), message, key=True)
         return {key: value for key, value in raw.items() if key in allowed}
 
     def names(self, loc: Loc) -> dict[str, Loc]:
@@ -312,20 +313,18 @@ class Reading:
                 loc = (*raw.loc, key.file_key)
                 data[key.key] = self._read_secret_file(data.pop(key.file_key), loc)
                 renamed[key.key] = key.file_key
-            elif isinstance(data.get(key.key), str):
-                self._literal(key, secret, (*raw.loc, key.key), data)
-            self._remember(data.get(key.key), secret)
+            value = data.get(key.key)
+            self._remember(value, secret)
+            loc = (*raw.loc, key.key)
+            written = key.key not in renamed and loc not in self.index.origins
+            if isinstance(value, str) and written and not secret.literal:
+                self.report(
+                    loc,
+                    f"keep the secret out of the config file: use {key.file_key}, "
+                    f"or take it from the environment with ${{VAR}}",
+                )
+                data[key.key] = FAILED
         return renamed
-
-    def _literal(self, key: Key, secret: Secret, loc: Loc, data: dict[str, object]) -> None:
-        if not secret.literal and loc not in self.index.origins:
-            self._remember(data[key.key], secret)
-            self.report(
-                loc,
-                f"keep the secret out of the config file: use {key.file_key}, "
-                f"or take it from the environment with ${{VAR}}",
-            )
-            data[key.key] = FAILED
 
     def _remember(self, value: object, secret: Secret) -> None:
         if isinstance(value, str):
@@ -344,10 +343,13 @@ class Reading:
             self.report(loc, f"no such file: {file}")
             return FAILED
         except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-            self.report(loc, f"cannot read {file}: {reason}")
+            self.report(loc, f"cannot read {file}: {_unreadable(exc)}")
             return FAILED
         if not content:
             self.report(loc, f"file is empty: {file}")
             return FAILED
         return content
+
+
+def _unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
