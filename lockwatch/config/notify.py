@@ -80,12 +80,14 @@ class _RouteShape(Shape):
             if name in channels:
                 chosen += 1
             elif name is not None:
-                reading.report(loc, f"unknown channel {name!r} ({did_you_mean(name, channels)})")
+                message = f"unknown channel {name!r} ({did_you_mean(name, channels)})"
+                reading.report(loc, reading.hidden(loc, name, message))
         if "channels" in data and not chosen:
             reading.report((*raw.loc, "channels"), "needs at least one channel")
         targets = reading.names(TARGETS)
         for loc, item in entries(data.get("targets")):
             name = reading.peek(Text, item)
             if name is not None and not any(c in name for c in "*?[") and name not in targets:
-                reading.report(loc, f"no target is named {name!r} ({did_you_mean(name, targets)})")
+                message = f"no target is named {name!r} ({did_you_mean(name, targets)})"
+                reading.report(loc, reading.hidden(loc, name, message))
         return data
