@@ -81,7 +81,7 @@ class _RouteShape(Shape):
                 chosen += 1
             elif name is not None:
                 message = f"unknown channel {name!r} ({did_you_mean(name, channels)})"
-                reading.report(loc, reading.hidden(loc, name, message))
+                reading.report(loc, message)
         if "channels" in data and not chosen:
             reading.report((*raw.loc, "channels"), "needs at least one channel")
         targets = reading.names(TARGETS)
@@ -89,5 +89,5 @@ class _RouteShape(Shape):
             name = reading.peek(Text, item)
             if name is not None and not any(c in name for c in "*?[") and name not in targets:
                 message = f"no target is named {name!r} ({did_you_mean(name, targets)})"
-                reading.report(loc, reading.hidden(loc, name, message))
+                reading.report(loc, message)
         return data

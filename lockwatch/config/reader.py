@@ -158,6 +158,9 @@ class Reading:
         self, loc: Loc, message: str, *, key: bool = False, line: yaml.Node | None = None
     ) -> None:
         at = self.index.line(loc, key=key) if line is None else line.start_mark.line + 1
+        if loc in self.index.from_environment:  # a message may quote the value: never this one
+            value, references = self.index.from_environment[loc]
+            message = message.replace(repr(value), f"(the value of {references}, not shown)")
         self.problems.append(ConfigProblem(self.file, dotted(loc), at, message))
 
     def report_errors(
@@ -183,14 +186,7 @@ class Reading:
             if error["type"] == "already_listed":
                 first = (*where[:-1], error.get("ctx", {})["first"])
                 message = f"{error.get('ctx', {})['shown']} is already listed at {dotted(first)}"
-            self.report(where, self.hidden(where, error["input"], message))
-
-    def hidden(self, loc: Loc, value: object, message: str) -> str:
-        """A message that quotes a value, minus the value when it came from the environment."""
-        origin = self.index.origins.get(loc)
-        if origin is None:
-            return message
-        return message.replace(repr(value), f"(the value of {origin}, not shown)")
+            self.report(where, message)
 
     def error(self) -> ConfigError:
         return finished(self.problems, self.secrets)
@@ -316,7 +312,7 @@ class Reading:
             value = data.get(key.key)
             self._remember(value, secret)
             loc = (*raw.loc, key.key)
-            written = key.key not in renamed and loc not in self.index.origins
+            written = key.key not in renamed and loc not in self.index.from_environment
             if isinstance(value, str) and written and not secret.literal:
                 self.report(
                     loc,

@@ -93,7 +93,8 @@ class Index:
 
     lines: dict[Loc, int] = field(default_factory=dict)
     key_lines: dict[Loc, int] = field(default_factory=dict)
-    origins: dict[Loc, str] = field(default_factory=dict)  # "${A}, ${B}"
+    # the values that came from the environment, with the references: "${A}, ${B}"
+    from_environment: dict[Loc, tuple[str, str]] = field(default_factory=dict)
 
     def line(self, loc: Loc, *, key: bool = False) -> int | None:
         if key and loc in self.key_lines:
@@ -194,7 +195,7 @@ class Composer:
         if missing:
             return FAILED
         if used:
-            self.index.origins[loc] = ", ".join(used)
+            self.index.from_environment[loc] = (expanded, ", ".join(used))
         return expanded
 
     def _mapping(self, node: yaml.MappingNode, loc: Loc) -> object:

@@ -209,3 +209,35 @@ def test_any_unknown_key_anywhere_is_one_problem_at_its_path_and_line(
     assert problem.path == (f"{path}.{key}" if path else key)
     assert problem.line == line + 1
     assert problem.message.startswith("unknown key (")
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [Settings, Target, LockSettings, NamedLock, AllowedHolders, Queue, WorkerGroup, PingSettings],
+)
+def test_the_settings_stay_frozen_slotted_dataclasses(cls: type) -> None:
+    assert cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert "__slots__" in cls.__dict__
+
+
+@pytest.mark.parametrize(
+    ("line", "indent", "text", "path"),
+    [
+        (38, 4, "target: ${SECRET}", "jobs[0].target"),
+        (34, 6, "targets: ['${SECRET}']", "notify.routes[0].targets[0]"),
+        (7, 4, "interval: ${SECRET}", "targets[0].interval"),
+    ],
+)
+def test_a_value_from_the_environment_is_never_shown(
+    tmp_path: Path, line: int, indent: int, text: str, path: str
+) -> None:
+    file = tmp_path / "lockwatch.yml"
+    file.write_text(with_line(line, indent, text))
+
+    with pytest.raises(ConfigError) as caught:
+        load_settings(file, {**ENV, "SECRET": "hunter2-in-env"})
+
+    assert "hunter2-in-env" not in str(caught.value)
+    assert path in {p.path for p in caught.value.problems} | {
+        p.path.rsplit(".", 1)[0] for p in caught.value.problems
+    }
