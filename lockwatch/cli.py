@@ -14,8 +14,9 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
-from lockwatch.config.loader import ConfigError, load_settings, parse_duration, settings_from_flags
+from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
+from lockwatch.settings.fields import parse_duration
 from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
 from lockwatch.settings.web import WebConfig, WebConfigError
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from http import HTTPStatus
 from types import FrameType
 
-from lockwatch.config.loader import ConfigError
+from lockwatch.config.reader import ConfigError
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.registry import build_registry

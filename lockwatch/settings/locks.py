@@ -6,8 +6,28 @@ import enum
 import fnmatch
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import Field, PlainValidator
 
 from lockwatch.model.locks import LockKey
+from lockwatch.settings.fields import (
+    UNIQUE,
+    Flag,
+    Name,
+    PositiveSeconds,
+    Seconds,
+    Section,
+    Text,
+    Whole,
+    at_least,
+    at_most,
+    one_of,
+    to_text,
+    unique_items,
+)
+
+MAX_TOP_N = 1000
 
 
 class LockRole(enum.StrEnum):
@@ -18,17 +38,48 @@ class LockRole(enum.StrEnum):
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+def to_lock_key(value: object) -> LockKey:
+    if isinstance(value, LockKey):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f'not an advisory lock key: {value!r} (use 42 or "7,13")')
+    return LockKey.parse(str(value))
+
+
+def to_network(value: object) -> IpNetwork:
+    """
+    >>> to_network("10.1.2.3/8")
+    Traceback (most recent call last):
+    ...
+    ValueError: host bits set in '10.1.2.3/8' (did you mean 10.0.0.0/8?)
+    """
+    if isinstance(value, ipaddress.IPv4Network | ipaddress.IPv6Network):
+        return value
+    text = to_text(value)
+    try:
+        return ipaddress.ip_network(text)
+    except ValueError as exc:
+        if "host bits set" in str(exc):
+            loose = ipaddress.ip_network(text, strict=False)
+            raise ValueError(f"host bits set in {text!r} (did you mean {loose}?)") from None
+        raise ValueError(f"not an address, a CIDR or 'local': {text!r}") from None
+
+
+Key = Annotated[LockKey, PlainValidator(to_lock_key)]
+Network = Annotated[IpNetwork, PlainValidator(to_network)]
+
+
 @dataclass(frozen=True, slots=True)
-class AllowedHolders:
+class AllowedHolders(Section):
     """Who may hold a named lock. An empty list of either kind allows any.
 
     ``local`` among the addresses allows Unix-socket clients, which have no
     client address.
     """
 
-    applications: tuple[str, ...] = ()  # fnmatch patterns of application_name
-    networks: tuple[IpNetwork, ...] = ()
-    local: bool = False
+    applications: tuple[Text, ...] = ()  # fnmatch patterns of application_name
+    networks: tuple[Network, ...] = ()
+    local: Flag = False
 
     @property
     def restricted(self) -> bool:
@@ -58,30 +109,37 @@ class AllowedHolders:
 
 
 @dataclass(frozen=True, slots=True)
-class NamedLock:
-    name: str
-    key: LockKey
-    role: LockRole = LockRole.MUTEX
-    database: str | None = None  # None: the key is meant in every database of the target
-    max_hold: float | None = (
-        None  # seconds; None: the target's default (mutex) or unlimited (leader)
+class NamedLock(Section):
+    name: Annotated[Name, UNIQUE]
+    key: Key
+    role: Annotated[LockRole, one_of(LockRole, "role")] = LockRole.MUTEX
+    database: Text | None = None  # None: the key is meant in every database of the target
+    # seconds; None: the target's default (mutex) or unlimited (leader)
+    max_hold: PositiveSeconds | None = None
+    orphan_after: PositiveSeconds | None = (
+        None  # seconds; None: the target's default (mutex) or off (leader)
     )
-    orphan_after: float | None = None  # seconds; None: the target's default (mutex) or off (leader)
-    allowed: AllowedHolders = field(default_factory=AllowedHolders)
-    ignore: bool = False
+    allowed: Annotated[AllowedHolders, Field(alias="allowed_holders")] = field(
+        default_factory=AllowedHolders
+    )
+    ignore: Flag = False
 
     def matches(self, database: str, key: LockKey) -> bool:
         return self.key == key and (self.database is None or self.database == database)
 
 
 @dataclass(frozen=True, slots=True)
-class LockSettings:
-    max_hold: float = 300.0  # seconds a lock may be held before lock_held_too_long
-    orphan_after: float = 600.0  # seconds a holder may sit idle before lock_orphaned
-    convoy_waiters: int = 2  # waiting sessions on one key that make a convoy
-    convoy_wait: float = 5.0  # ... once the longest of them has waited this long
-    top_n: int = 20  # unnamed locks exported individually, longest-held first
-    ignore: tuple[LockKey, ...] = ()  # keys libraries hold on purpose
+class LockSettings(Section):
+    max_hold: PositiveSeconds = 300.0  # seconds a lock may be held before lock_held_too_long
+    orphan_after: PositiveSeconds = 600.0  # seconds a holder may sit idle before lock_orphaned
+    convoy_waiters: Annotated[Whole, at_least(1)] = (
+        2  # waiting sessions on one key that make a convoy
+    )
+    convoy_wait: Seconds = 5.0  # ... once the longest of them has waited this long
+    # unnamed locks exported individually, longest-held first
+    top_n: Annotated[Whole, at_least(0), at_most(MAX_TOP_N)] = 20
+    # keys libraries hold on purpose
+    ignore: Annotated[tuple[Key, ...], unique_items(lambda key: f"key {key}")] = ()
     named: tuple[NamedLock, ...] = ()
 
     def named_lock(self, database: str, key: LockKey) -> NamedLock | None:

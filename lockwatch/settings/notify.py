@@ -1,6 +1,7 @@
 """The ``notify:`` section as frozen values: channels, routes and timings.
 
-``config.py`` builds these; the notifier only reads them. Secrets (a bot
+:mod:`lockwatch.config.notify` reads these from a config file; the notifier
+only reads them. Secrets (a bot
 token, a webhook URL) are kept out of ``repr`` and listed by ``secrets`` so
 every message that could quote them is redacted.
 """
@@ -8,11 +9,27 @@ every message that could quote them is redacted.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Annotated, ClassVar
 from urllib.parse import urlsplit
 
+from pydantic import AfterValidator, Field, PlainValidator
+
 from lockwatch.model.findings import Finding, FindingKind, Severity
+from lockwatch.settings.fields import (
+    UNIQUE,
+    Name,
+    PositiveSeconds,
+    Seconds,
+    Secret,
+    Section,
+    Text,
+    check,
+    distinct,
+    one_of,
+    wrong_type,
+)
 
 TELEGRAM_API = "https://api.telegram.org"
 DEFAULT_REPEAT = 4 * 3600.0
@@ -32,15 +49,49 @@ def url_secrets(url: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for s in found if s and s != "/"))
 
 
+_NOT_SHOWN = "(the value is not shown: it may hold a secret)"
+_BOT_TOKEN = re.compile(r"[^\s/]+")
+
+
+def _check_http_url(text: str) -> str | None:
+    """
+    >>> _check_http_url("https://api.telegram.org") is None
+    True
+    >>> _check_http_url("api.telegram.org")
+    'not an http:// or https:// URL (the value is not shown: it may hold a secret)'
+    """
+    parts = urlsplit(text)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        return None
+    return f"not an http:// or https:// URL {_NOT_SHOWN}"
+
+
+def _check_bot_token(text: str) -> str | None:
+    if _BOT_TOKEN.fullmatch(text):
+        return None
+    return f"not a bot token (like 123456:ABC-DEF...) {_NOT_SHOWN}"
+
+
+def _to_chat_id(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip():
+        raise wrong_type("a chat id: a number like -1001234567890 or @channelname")
+    return str(value).strip()
+
+
+# in the environment or a *_file, never in the config file, which more eyes read
+_SECRET = Secret(literal=False)
+HttpUrl = Annotated[Text, check(_check_http_url)]
+
+
 @dataclass(frozen=True, slots=True)
-class TelegramChannel:
+class TelegramChannel(Section):
     """The Bot API's ``sendMessage``; ``api_url`` for a self-hosted Bot API server."""
 
     kind: ClassVar[str] = "telegram"
-    name: str
-    bot_token: str = field(repr=False)
-    chat_id: str
-    api_url: str = TELEGRAM_API
+    name: Annotated[Name, UNIQUE]
+    bot_token: Annotated[Text, _SECRET, check(_check_bot_token)] = field(repr=False)
+    chat_id: Annotated[str, PlainValidator(_to_chat_id)]
+    api_url: Annotated[HttpUrl, AfterValidator(lambda url: url.rstrip("/"))] = TELEGRAM_API
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -48,12 +99,12 @@ class TelegramChannel:
 
 
 @dataclass(frozen=True, slots=True)
-class SlackChannel:
+class SlackChannel(Section):
     """A Slack incoming webhook; its URL is the credential."""
 
     kind: ClassVar[str] = "slack"
-    name: str
-    webhook_url: str = field(repr=False)
+    name: Annotated[Name, UNIQUE]
+    webhook_url: Annotated[HttpUrl, _SECRET] = field(repr=False)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -61,12 +112,12 @@ class SlackChannel:
 
 
 @dataclass(frozen=True, slots=True)
-class WebhookChannel:
+class WebhookChannel(Section):
     """Any HTTP receiver of Alertmanager's webhook payload (version 4)."""
 
     kind: ClassVar[str] = "webhook"
-    name: str
-    url: str = field(repr=False)
+    name: Annotated[Name, UNIQUE]
+    url: Annotated[HttpUrl, _SECRET] = field(repr=False)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -88,16 +139,18 @@ class Timing:
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class Route(Section):
     """Findings that match every given criterion go to ``channels``; an empty
     criterion matches anything."""
 
-    channels: tuple[str, ...]
-    kinds: frozenset[FindingKind] = frozenset()
-    severities: frozenset[Severity] = frozenset()
-    targets: tuple[str, ...] = ()  # target names or fnmatch patterns
-    for_duration: float | None = None  # None: the notify section's
-    repeat_interval: float | None = None  # None: the notify section's; 0: never
+    channels: Annotated[tuple[Text, ...], distinct]
+    kinds: frozenset[Annotated[FindingKind, one_of(FindingKind, "finding kind")]] = frozenset()
+    severities: frozenset[Annotated[Severity, one_of(Severity, "severity")]] = frozenset()
+    # target names or fnmatch patterns
+    targets: Annotated[tuple[Text, ...], distinct] = ()
+    # None: the notify section's
+    for_duration: Annotated[Seconds | None, Field(alias="for")] = None
+    repeat_interval: Seconds | None = None  # None: the notify section's; 0: never
 
     def matches(self, finding: Finding) -> bool:
         return (
@@ -111,15 +164,15 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
-class NotifySettings:
+class NotifySettings(Section):
     channels: tuple[Channel, ...] = ()
     # Every route that matches adds its channels; without routes every finding
     # goes to every channel.
     routes: tuple[Route, ...] = ()
-    for_duration: float = 0.0
-    repeat_interval: float = DEFAULT_REPEAT  # 0: never
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
+    for_duration: Annotated[Seconds, Field(alias="for")] = 0.0
+    repeat_interval: Seconds = DEFAULT_REPEAT  # 0: never
+    connect_timeout: PositiveSeconds = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: PositiveSeconds = DEFAULT_READ_TIMEOUT
 
     @property
     def secrets(self) -> tuple[str, ...]:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from lockwatch.settings.fields import Dsn, Secret, Section
+from lockwatch.util.secrets import dsn_password
 
 
 @dataclass(frozen=True, slots=True)
-class PoolerSpec:
+class PoolerSpec(Section):
     """pgbouncer's admin console, read to join its server connections to pg_locks."""
 
-    dsn: str = field(repr=False)  # dbname=pgbouncer, a stats_users login is enough
+    # dbname=pgbouncer, a stats_users login is enough
+    dsn: Annotated[Dsn, Secret(part=dsn_password)] = field(repr=False)

@@ -1,7 +1,7 @@
 """Validated queue and worker-group configuration, as frozen values.
 
-``config.py`` (through ``config_queues.py``) builds these; the samplers and
-detectors only read them. Presets are resolved at load time into the plain
+:mod:`lockwatch.config.queues` reads these from a config file; the samplers
+and detectors only read them. Presets are resolved at load time into the plain
 sources below, so nothing downstream knows about queue libraries except the
 samplers that speak their Redis layout.
 """
@@ -9,22 +9,118 @@ samplers that speak their Redis layout.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import re
+import urllib.parse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Self
+
+from pydantic import Field, PlainValidator, TypeAdapter, model_validator
+
+from lockwatch.settings.fields import (
+    INTERNAL,
+    POSITIVE,
+    UNIQUE,
+    FilePath,
+    Flag,
+    Interval,
+    Name,
+    Number,
+    PositiveSeconds,
+    Secret,
+    Section,
+    Text,
+    check,
+    not_empty,
+    one_of,
+    problem_at,
+    to_text,
+    unique_items,
+)
+from lockwatch.util.secrets import dsn_password
 
 DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_URL_WITHHELD = "(the URL is not shown: it may hold a password)"
+
+
+def url_password(url: str) -> str | None:
+    """The password in a URL (or a DSN), so it can be redacted wherever it shows up.
+
+    >>> url_password("redis://:s%40cret@127.0.0.1:6379/0")
+    's@cret'
+    """
+    try:
+        password = urllib.parse.urlsplit(url).password
+    except ValueError:
+        return None
+    return urllib.parse.unquote(password) if password else dsn_password(url)
+
+
+def url_check(*schemes: str) -> Callable[[str], str | None]:
+    def check_url(url: str) -> str | None:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018  (raises on a bad port)
+        except ValueError:
+            return f"not a valid URL {_URL_WITHHELD}"
+        if parts.scheme not in schemes:
+            return f"must start with {' or '.join(s + '://' for s in schemes)} {_URL_WITHHELD}"
+        if parts.scheme != "unix" and not parts.hostname:
+            return f"has no host {_URL_WITHHELD}"
+        return None
+
+    return check_url
+
+
+def _check_regex(text: str) -> str | None:
+    try:
+        re.compile(text)
+    except re.error as exc:
+        return f"not a regular expression: {exc}"
+    return None
+
+
+_PATTERN = re.compile(r"[^\[\]]+")
+
+
+def _check_pattern(text: str) -> str | None:
+    if _PATTERN.fullmatch(text):
+        return None
+    return f"application_name patterns take * and ? only, not brackets: {text!r}"
+
+
+def _check_cgroup_path(text: str) -> str | None:
+    path = PurePosixPath(text)
+    if path.is_absolute() or ".." in path.parts:
+        return f"must be relative to the cgroup root, without '..': {text!r}"
+    return None
+
+
+def _to_keys(value: object) -> tuple[str, ...]:
+    """One key, or a list of them."""
+    if isinstance(value, list):
+        return _KEYS.validate_python(value)
+    return (to_text(value),)
+
+
+_KEYS = TypeAdapter(tuple[Text, ...])
+RedisUrl = Annotated[Text, check(url_check("redis", "rediss", "unix"))]
+HttpUrl = Annotated[Text, check(url_check("http", "https"))]
+UrlSecret = Secret(from_file=False, part=url_password)
 
 
 @dataclass(frozen=True, slots=True)
-class QueueThresholds:
-    window: float = 300.0  # seconds of history a queue is judged over
-    min_growth: float = 0.05  # items per second of steady growth that make queue_growing
-    stall_cpu: float = 0.1  # cores: bound workers using less than this are doing nothing
+class QueueThresholds(Section):
+    window: PositiveSeconds = 300.0  # seconds of history a queue is judged over
+    # items per second of steady growth that make queue_growing
+    min_growth: Annotated[Number, POSITIVE] = 0.05
+    # cores: bound workers using less than this are doing nothing
+    stall_cpu: Annotated[Number, POSITIVE] = 0.1
 
 
 @dataclass(frozen=True, slots=True)
-class SqlQueueSource:
+class SqlQueueSource(Section):
     """An SQL query run in lockwatch's read-only session of the target.
 
     It returns ``depth`` and optionally ``oldest_age_seconds``,
@@ -32,9 +128,11 @@ class SqlQueueSource:
     row per sub-queue with a ``queue`` column naming it.
     """
 
-    query: str
-    params: Mapping[str, object] = field(default_factory=dict)  # presets only
-    sub_queues: tuple[str, ...] = ()
+    query: Annotated[Text, Field(alias="sql")]
+    params: Annotated[Mapping[str, object], INTERNAL] = field(default_factory=dict)  # presets only
+    sub_queues: Annotated[
+        tuple[Text, ...], unique_items(repr), not_empty("needs at least one sub-queue")
+    ] = ()
 
 
 class RedisType(enum.StrEnum):
@@ -44,27 +142,37 @@ class RedisType(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RedisQueueSource:
-    url: str = field(repr=False)  # may hold a password: never log or show it
-    keys: tuple[str, ...]  # plain: summed lengths; a preset's layout: the library's queue name
+class RedisQueueSource(Section):
+    # may hold a password: never log or show it
+    url: Annotated[RedisUrl, UrlSecret, Field(alias="redis")] = field(repr=False)
+    # plain: summed lengths; a preset's layout: the library's queue name
+    keys: Annotated[tuple[str, ...], PlainValidator(_to_keys), Field(alias="key")]
     # How the queue lives in Redis: "plain" keys, or the name of the preset
     # (sample/presets) whose library keeps it so.
-    layout: str = "plain"
-    type: RedisType = RedisType.LIST
-    group: str | None = None  # a stream's consumer group: its lag and pending entries
-    timeout: float = 2.0  # seconds, for connecting and for each reply
+    layout: Annotated[str, INTERNAL] = "plain"
+    type: Annotated[RedisType, one_of(RedisType, "type")] = RedisType.LIST
+    group: Text | None = None  # a stream's consumer group: its lag and pending entries
+    timeout: PositiveSeconds = 2.0  # seconds, for connecting and for each reply
+
+    @model_validator(mode="after")
+    def _stream_only(self) -> Self:
+        if self.group is not None and self.type is not RedisType.STREAM:
+            raise problem_at(("group",), "only a stream has groups", self.group)
+        if self.type is RedisType.STREAM and len(self.keys) > 1:
+            raise problem_at(("key",), "a stream queue reads one key", list(self.keys))
+        return self
 
 
 QueueSource = SqlQueueSource | RedisQueueSource
 
 
 @dataclass(frozen=True, slots=True)
-class Queue:
-    name: str  # letters, digits, _ . -; a metric label
+class Queue(Section):
+    name: Annotated[Name, UNIQUE]  # letters, digits, _ . -; a metric label
     source: QueueSource
     thresholds: QueueThresholds = field(default_factory=QueueThresholds)
-    interval: float | None = None  # None: sampled at every poll of the target
-    preset: str | None = None  # the library the source was made for, when one was named
+    interval: Interval | None = None  # None: sampled at every poll of the target
+    preset: Text | None = None  # the library the source was made for, when one was named
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -75,41 +183,50 @@ class Queue:
 
 
 @dataclass(frozen=True, slots=True)
-class ProcessMatch:
+class ProcessMatch(Section):
     """Local processes: command lines matching a regular expression, or the
     pid in a pidfile; with their children unless told otherwise."""
 
-    cmdline: str | None = None  # a regular expression searched in the joined command line
-    pidfile: Path | None = None
-    children: bool = True
+    # a regular expression searched in the joined command line
+    cmdline: Annotated[Text, check(_check_regex)] | None = None
+    pidfile: FilePath | None = None
+    children: Flag = True
+
+    @model_validator(mode="after")
+    def _matches_something(self) -> Self:
+        if self.cmdline is None and self.pidfile is None:
+            raise ValueError("set 'cmdline' (a regular expression) or 'pidfile'")
+        return self
 
 
 @dataclass(frozen=True, slots=True)
-class CgroupCpu:
+class CgroupCpu(Section):
     """A cgroup v2 directory (a systemd unit's), read from ``cpu.stat``."""
 
-    path: str  # relative to root, e.g. system.slice/webhook-worker.service
-    root: Path = DEFAULT_CGROUP_ROOT
+    # relative to root, e.g. system.slice/webhook-worker.service
+    path: Annotated[Text, check(_check_cgroup_path)]
+    root: FilePath = DEFAULT_CGROUP_ROOT
 
 
 @dataclass(frozen=True, slots=True)
-class PrometheusCpu:
+class PrometheusCpu(Section):
     """A Prometheus instant query returning CPU seconds (a counter), e.g. a
     sum over process-exporter's namedprocess_namegroup_cpu_seconds_total."""
 
-    url: str = field(repr=False)  # may hold credentials
-    cpu_query: str
-    processes_query: str | None = None
-    timeout: float = 5.0
+    url: Annotated[HttpUrl, UrlSecret] = field(repr=False)  # may hold credentials
+    cpu_query: Annotated[Text, Field(alias="cpu")]
+    processes_query: Annotated[Text | None, Field(alias="processes")] = None
+    timeout: PositiveSeconds = 5.0
 
 
 CpuSource = ProcessMatch | CgroupCpu | PrometheusCpu
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerGroup:
-    name: str
-    queues: tuple[str, ...]  # the queues (as in Queue.names) whose work it does
+class WorkerGroup(Section):
+    name: Annotated[Name, UNIQUE]
+    queues: tuple[Text, ...]  # the queues (as in Queue.names) whose work it does
     cpu: CpuSource | None = None
-    sessions: tuple[str, ...] = ()  # application_name patterns (* and ?) of its sessions
-    interval: float | None = None
+    # application_name patterns (* and ?) of its sessions
+    sessions: tuple[Annotated[Text, check(_check_pattern)], ...] = ()
+    interval: Interval | None = None

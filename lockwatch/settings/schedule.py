@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from pydantic import model_validator
+
+from lockwatch.settings.fields import PositiveSeconds, Section, Text, problem_at
 
 # A schedule whose slots are further apart than this is not looked back over
 # slot by slot (a yearly job still works: it simply has one slot in range).
@@ -37,10 +41,18 @@ def check_cron(expression: str, timezone: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Schedule:
-    cron: str
-    timezone: str = "UTC"
-    grace: float = 300.0  # seconds a start may come after its slot
+class Schedule(Section):
+    cron: Text
+    timezone: Text = "UTC"
+    grace: PositiveSeconds = 300.0  # seconds a start may come after its slot
+
+    @model_validator(mode="after")
+    def _valid_in_its_zone(self) -> Self:
+        problem = check_cron(self.cron, self.timezone)
+        if problem is not None:
+            key = "timezone" if problem.startswith("unknown time zone") else "cron"
+            raise problem_at((key,), problem, getattr(self, key))
+        return self
 
     @property
     def zone(self) -> ZoneInfo:

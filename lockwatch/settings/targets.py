@@ -6,13 +6,32 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import Field
+
+from lockwatch.settings.fields import (
+    INHERITED,
+    INTERNAL,
+    UNIQUE,
+    Dsn,
+    FilePath,
+    Interval,
+    Name,
+    PositiveSeconds,
+    Secret,
+    Section,
+    Text,
+    check,
+    not_empty,
+)
 from lockwatch.settings.jobs import JobSpec, PingSettings
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.notify import NotifySettings
 from lockwatch.settings.pooler import PoolerSpec
 from lockwatch.settings.queues import Queue, WorkerGroup
 from lockwatch.settings.web import WebConfig
+from lockwatch.util.secrets import dsn_password
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
 
@@ -51,26 +70,48 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def check_listen(listen: str) -> str | None:
+    """
+    >>> check_listen("[::1]:10057") is None, check_listen("0.0.0.0:80") is None
+    (True, True)
+    >>> check_listen("localhost")
+    "not host:port: 'localhost' (e.g. 127.0.0.1:10057 or [::1]:10057)"
+    """
+    try:
+        _, port = parse_listen(listen)
+    except ValueError as exc:
+        return str(exc)
+    # Port 0 (any free port) suits tests, not a daemon Prometheus must find.
+    return "port must be a number from 1 to 65535, got '0'" if port == 0 else None
+
+
+def _check_directory(path: Path) -> str | None:
+    return f"not a directory: {path}" if path.exists() and not path.is_dir() else None
+
+
 @dataclass(frozen=True, slots=True)
-class Target:
-    name: str
-    dsn: str = field(repr=False)  # may hold a password: never log or show it
-    interval: float = 10.0
-    connect_timeout: float = 5.0
-    statement_timeout: float = 5.0
-    locks: LockSettings = field(default_factory=LockSettings)
+class Target(Section):
+    name: Annotated[Name, UNIQUE]
+    # may hold a password: never log or show it
+    dsn: Annotated[Dsn, Secret(part=dsn_password)] = field(repr=False)
+    interval: Annotated[Interval, INHERITED] = 10.0
+    connect_timeout: Annotated[PositiveSeconds, INHERITED] = 5.0
+    statement_timeout: Annotated[PositiveSeconds, INHERITED] = 5.0
+    locks: Annotated[LockSettings, INHERITED] = field(default_factory=LockSettings)
     queues: tuple[Queue, ...] = ()
     workers: tuple[WorkerGroup, ...] = ()
     pgbouncer: PoolerSpec | None = None  # the pooler in front of this server, if any
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    targets: tuple[Target, ...]
-    listen: str = DEFAULT_LISTEN
-    state_dir: Path | None = None
-    source: Path | None = None  # the config file, when there is one
+class Settings(Section):
+    targets: Annotated[tuple[Target, ...], not_empty("needs at least one target")]
+    listen: Annotated[Text, check(check_listen)] = DEFAULT_LISTEN
+    state_dir: Annotated[FilePath | None, check(_check_directory)] = None
+    # the config file, when there is one
+    source: Annotated[Path | None, INTERNAL] = None
     notify: NotifySettings = field(default_factory=NotifySettings)
     jobs: tuple[JobSpec, ...] = ()
     pings: PingSettings = field(default_factory=PingSettings)
-    web: WebConfig | None = None  # TLS and basic auth for the HTTP endpoint
+    # TLS and basic auth for the HTTP endpoint
+    web: Annotated[WebConfig | None, Field(alias="web_config")] = None

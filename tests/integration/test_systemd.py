@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config.loader import load_settings
+from lockwatch.config.load import load_settings
 from lockwatch.daemon import Daemon
 from lockwatch.model.views import TargetView
 from lockwatch.settings.targets import Settings, Target

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config.loader import ConfigError, load_settings
+from lockwatch.config.load import ConfigError, load_settings
 from tests.unit.config.test_loader import DSN, minimal, problems_of, write
 
 TOKEN = "a-ping-token-of-length"

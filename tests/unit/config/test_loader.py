@@ -11,14 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.config.loader import (
-    ConfigError,
-    ConfigProblem,
-    load_settings,
-    parse_duration,
-    settings_from_flags,
-)
+from lockwatch.config.load import ConfigError, ConfigProblem, load_settings, settings_from_flags
 from lockwatch.model.locks import LockKey
+from lockwatch.settings.fields import parse_duration
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, Target
 from tests.fixtures.paths import ROOT

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config.loader import ConfigError, load_settings
+from lockwatch.config.load import ConfigError, load_settings
 from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.settings.notify import (
     TELEGRAM_API,

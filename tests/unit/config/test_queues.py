@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockwatch.config.loader import ConfigError, ConfigProblem, load_settings
+from lockwatch.config.load import ConfigError, ConfigProblem, load_settings
 from lockwatch.sample.presets.registry import preset_source
 from lockwatch.settings.queues import (
     CgroupCpu,

@@ -9,7 +9,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from lockwatch.config.loader import ConfigError, load_settings
+from lockwatch.config.load import ConfigError, load_settings
 from lockwatch.config.web import load_web_config
 from lockwatch.publish.auth import BasicAuth
 from lockwatch.settings.web import WebConfigError
