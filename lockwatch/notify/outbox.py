@@ -89,25 +89,7 @@ def evaluate(
     (polled since the start): before its first poll, nobody knows. One that
     is still active but no longer routed here is dropped without a word.
     """
-    routed: dict[str, Finding] = {}
-    due: set[str] = set()
-    active_keys: set[str] = set()
-    for finding in active:
-        key = finding_key(finding)
-        active_keys.add(key)
-        timing = settings.timing(finding, channel)
-        if timing is None:
-            continue
-        routed[key] = finding
-        told = announced.get(key)
-        if told is None:
-            lasted = max(0.0, (now - finding.since).total_seconds())
-            if lasted >= timing.for_duration:
-                due.add(key)
-        elif timing.repeat_interval is not None and now - told.sent_at >= timedelta(
-            seconds=timing.repeat_interval
-        ):
-            due.add(key)
+    routed, due, active_keys = _routed_and_due(channel, settings, announced, active, now)
     resolved = {
         key: told
         for key, told in announced.items()
@@ -135,6 +117,37 @@ def evaluate(
             after[key] = Announced(finding, now)
         messages.append(Message(new_id(), channel, now, order_entries(entries)))
     return after, messages
+
+
+def _routed_and_due(
+    channel: str,
+    settings: NotifySettings,
+    announced: Mapping[str, Announced],
+    active: Iterable[Finding],
+    now: datetime,
+) -> tuple[dict[str, Finding], set[str], set[str]]:
+    """The active findings routed to ``channel`` by key, the keys of those due
+    now, and the keys of every active finding."""
+    routed: dict[str, Finding] = {}
+    due: set[str] = set()
+    active_keys: set[str] = set()
+    for finding in active:
+        key = finding_key(finding)
+        active_keys.add(key)
+        timing = settings.timing(finding, channel)
+        if timing is None:
+            continue
+        routed[key] = finding
+        told = announced.get(key)
+        if told is None:
+            lasted = max(0.0, (now - finding.since).total_seconds())
+            if lasted >= timing.for_duration:
+                due.add(key)
+        elif timing.repeat_interval is not None and now - told.sent_at >= timedelta(
+            seconds=timing.repeat_interval
+        ):
+            due.add(key)
+    return routed, due, active_keys
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ MAX_FUNCTION_LINES = 60
 # A stage may import only these (and itself); model and text import no stage.
 ALLOWED = {
     "model": {"model", "settings", "text"},
-    "settings": {"settings", "model"},
+    "settings": {"settings", "model", "util"},
     "detect": {"detect", "model", "settings", "text"},
     "sample": {"sample", "model", "settings", "util", "text"},
     "state": {"state", "model", "settings", "util", "text"},
