@@ -54,27 +54,50 @@ def presented_token(headers: Mapping[str, str]) -> str | None:
     return lowered.get(TOKEN_HEADER.lower())
 
 
-def _parse_body(body: bytes) -> dict[str, Any] | str:
+class _RefusedError(Exception):
+    """A ping refused with ``status`` and a message for the client."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _field_problem(name: str, value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, _FIELDS[name]):
+        return f"{name} has the wrong type"
+    if isinstance(value, str) and len(value) > _LIMITS[name]:
+        return f"{name} is longer than {_LIMITS[name]} characters"
+    if isinstance(value, int | float) and name == "duration" and value < 0:
+        return "duration must not be negative"
+    return None
+
+
+def _parse_body(body: bytes) -> dict[str, Any]:
+    """The ping's fields; raises _RefusedError saying what is wrong with the body."""
+    if len(body) > MAX_BODY:
+        raise _RefusedError(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY} bytes"
+        )
     if not body.strip():
         return {}
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return f"body is not valid JSON: {exc.msg if isinstance(exc, json.JSONDecodeError) else 'not UTF-8'}"
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+        raise _RefusedError(HTTPStatus.BAD_REQUEST, f"body is not valid JSON: {reason}") from None
     if not isinstance(data, dict):
-        return "body must be a JSON object"
+        raise _RefusedError(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
     unknown = sorted(set(data) - set(_FIELDS))
     if unknown:
-        return f"unknown field(s) {', '.join(unknown)[:200]}; expected some of {', '.join(_FIELDS)}"
+        raise _RefusedError(
+            HTTPStatus.BAD_REQUEST,
+            f"unknown field(s) {', '.join(unknown)[:200]}; expected some of {', '.join(_FIELDS)}",
+        )
     for name, value in data.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, _FIELDS[name]):
-            return f"{name} has the wrong type"
-        if isinstance(value, str) and len(value) > _LIMITS[name]:
-            return f"{name} is longer than {_LIMITS[name]} characters"
-        if isinstance(value, int | float) and name == "duration" and value < 0:
-            return "duration must not be negative"
+        problem = None if value is None else _field_problem(name, value)
+        if problem is not None:
+            raise _RefusedError(HTTPStatus.BAD_REQUEST, problem)
     return data
 
 
@@ -88,36 +111,45 @@ class PingReceiver:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     on_ping: Callable[[str], None] | None = None  # lets the daemon re-check that job at once
 
-    def handle(
-        self, path: str, query: str, headers: Mapping[str, str], body: bytes
-    ) -> PingResponse:
+    def _addressed(self, path: str, query: str, headers: Mapping[str, str]) -> tuple[str, str]:
+        """The job and event a ping is for, once it proves it may send them;
+        raises _RefusedError otherwise."""
         if "token" in parse_qs(query):
             # The URL ends up in proxies' and servers' logs; a token there is leaked.
-            return _error(
+            raise _RefusedError(
                 HTTPStatus.BAD_REQUEST,
                 "send the token in a header (Authorization: Bearer …), never in the URL",
             )
         parts = path.split("/")
         if len(parts) != 4 or parts[1] != "ping" or parts[3] not in EVENTS:
-            return _error(HTTPStatus.NOT_FOUND, "use POST /ping/<job>/start|success|fail")
+            raise _RefusedError(HTTPStatus.NOT_FOUND, "use POST /ping/<job>/start|success|fail")
         job, event = parts[2], parts[3]
         if self.token is None:
-            return _error(HTTPStatus.FORBIDDEN, "pings are disabled: no ping token is configured")
+            raise _RefusedError(
+                HTTPStatus.FORBIDDEN, "pings are disabled: no ping token is configured"
+            )
         presented = presented_token(headers)
         if presented is None:
-            return _error(
+            raise _RefusedError(
                 HTTPStatus.UNAUTHORIZED,
                 f"missing token: send Authorization: Bearer … or {TOKEN_HEADER}",
             )
         if not hmac.compare_digest(presented.encode(), self.token.encode()):
-            return _error(HTTPStatus.FORBIDDEN, "wrong token")
+            raise _RefusedError(HTTPStatus.FORBIDDEN, "wrong token")
         if job not in self.jobs:
-            return _error(HTTPStatus.NOT_FOUND, "unknown job (it must be configured under jobs)")
-        if len(body) > MAX_BODY:
-            return _error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY} bytes")
-        data = _parse_body(body)
-        if isinstance(data, str):
-            return _error(HTTPStatus.BAD_REQUEST, data)
+            raise _RefusedError(
+                HTTPStatus.NOT_FOUND, "unknown job (it must be configured under jobs)"
+            )
+        return job, event
+
+    def handle(
+        self, path: str, query: str, headers: Mapping[str, str], body: bytes
+    ) -> PingResponse:
+        try:
+            job, event = self._addressed(path, query, headers)
+            data = _parse_body(body)
+        except _RefusedError as refused:
+            return _error(refused.status, refused.message)
         try:
             run = self.store.record(
                 PingEvent(

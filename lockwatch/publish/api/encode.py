@@ -24,7 +24,7 @@ def _views(board_or_views: Board | Iterable[TargetView]) -> tuple[TargetView, ..
     return tuple(board_or_views)
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:  # noqa: PLR0911 (one return per JSON type reads best)
     """``value`` with everything JSON cannot carry faithfully made plain: lone
     surrogates spelt out, NaN and infinities as null, datetimes in ISO 8601.
 
