@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from importlib import resources
 from typing import Any
 
 import lockwatch
@@ -271,35 +272,8 @@ SECTIONS: tuple[Callable[[Page], str], ...] = (
 )
 
 
-_STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f4f5f7}
-header{padding:12px 20px;color:#fff;background:#2b6e3f}
-header.bad{background:#a4262c}
-header h1{margin:0;font-size:20px;display:inline}
-header span{margin-left:16px}
-main{padding:4px 20px 20px}
-section{background:#fff;border-radius:6px;padding:8px 16px 12px;margin:12px 0}
-h2{font-size:17px;margin:6px 0}h3{font-size:15px;margin:10px 0 4px}h4{font-size:13px;margin:8px 0 2px}
-table{border-collapse:collapse;margin:4px 0}
-th,td{text-align:left;padding:2px 8px;border-bottom:1px solid #e2e4e8;vertical-align:top}
-th{font-weight:600;color:#505a6b}
-code{font-size:12px;background:#f0f1f3;padding:0 3px;white-space:pre-wrap;word-break:break-all}
-.finding{border-left:5px solid #d08a00;padding:2px 12px;margin:10px 0}
-.finding.critical{border-color:#a4262c}.finding.info{border-color:#3a6fb0}
-.badge{font-size:11px;text-transform:uppercase;padding:1px 6px;border-radius:3px;background:#d08a00;color:#fff}
-.critical .badge{background:#a4262c}.info .badge{background:#3a6fb0}
-.where,.since{color:#505a6b;font-weight:normal}
-.summary{font-weight:600;margin:4px 0}
-.facts{display:flex;flex-wrap:wrap;gap:2px 20px;margin:4px 0}.facts div{display:flex;gap:6px}
-.facts dt{color:#505a6b}.facts dd{margin:0}
-.chain li{margin:2px 0}
-.lock{margin:6px 0 12px}
-tr.down td:first-child{color:#a4262c;font-weight:600}
-.ok{color:#2b6e3f;font-weight:600}
-svg.chart polyline{fill:none;stroke:#a4262c;stroke-width:1.5}
-svg.chart .axis{stroke:#c7cbd3}
-footer{padding:0 20px 20px;color:#505a6b}
-"""
+# Inlined into every page: the page's CSP allows no style sheet of its own.
+_STYLE = (resources.files(__package__) / "page.css").read_text(encoding="utf-8")
 
 
 def _refresh_seconds(views: Iterable[TargetView]) -> int:
