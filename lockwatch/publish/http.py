@@ -260,7 +260,7 @@ class HttpServer:
             )[0][0]
             return _Server((host, port), family, self, tls)
         except OSError as error:
-            if host == "::" and error.errno == errno.EAFNOSUPPORT:
+            if host == "::" and error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
                 # No IPv6 on this machine: every interface is every IPv4 one.
                 return self._bind(f"0.0.0.0:{port}", tls)
             raise OSError(
