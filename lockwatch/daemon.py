@@ -86,6 +86,8 @@ class Daemon:
         listeners: tuple[TransitionListener, ...] = (log_transitions,),
         reload: SettingsLoader | None = None,
         notifier: Notifier | None = None,
+        also_listen: tuple[str, ...] = (),  # more addresses than settings.listen
+        telemetry_path: str = "/metrics",
     ) -> None:
         self.settings = settings
         self.board = Board()
@@ -121,6 +123,8 @@ class Daemon:
             settings.listen,
             self._stale_after(self.runners),
             web=settings.web,
+            also_listen=also_listen,
+            telemetry_path=telemetry_path,
         )
         if self.job_store is not None:
             self.http.pings = PingReceiver(

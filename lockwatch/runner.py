@@ -155,6 +155,13 @@ class TargetRunner:
             poll.findings.extend(detect_target_down(status, status.checked_at))
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         view = self._next_view(status, transitions)
+        if view.polls_total == 1 and status.snapshot is not None:
+            held = sum(1 for lock in status.snapshot.locks if lock.granted)
+            log.info(
+                "%s: first poll ok: %d locks held, %d waiting, %.0f ms",
+                *(self.target.name, held, len(status.snapshot.locks) - held),
+                status.snapshot.poll_seconds * 1000,
+            )
         self._view = view
         self.board.publish(view)
         for listener in self.listeners:

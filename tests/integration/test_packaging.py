@@ -1,13 +1,16 @@
-"""The release artefacts: ``python -m build`` makes an sdist and a wheel; the
-wheel, installed into a fresh venv, is a working lockwatch that carries the
-alert rules, the dashboard and the systemd unit and writes them out."""
+"""The release artefacts: ``python -m build`` makes an sdist and a wheel of the
+distribution ``pg-lockwatch``; the wheel, installed into a fresh venv, is a
+working ``lockwatch`` that carries the alert rules, the dashboard and the
+systemd unit and writes them out, with its licence and one version."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from lockwatch import __version__
 from lockwatch.cli import main
 from tests.fixtures.paths import ROOT
 
@@ -36,25 +40,107 @@ def run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("dist")
     # The wheel is built from the sdist, so a file MANIFEST.in forgets is missed here too.
-    run(sys.executable, "-m", "build", "--outdir", out, ROOT, cwd=out)
-    return out
+    result = run(sys.executable, "-m", "build", "--outdir", out, ROOT, cwd=out)
+    return out, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def dist(built: tuple[Path, str]) -> Path:
+    return built[0]
+
+
+def test_the_build_gives_no_deprecation_warning(built: tuple[Path, str]) -> None:
+    log = built[1]
+    assert "SetuptoolsDeprecationWarning" not in log, log
+    assert "project.license" not in log, log
+
+
+def test_the_wheel_is_pg_lockwatch_under_apache_2_with_one_version(dist: Path) -> None:
+    (wheel,) = dist.glob("pg_lockwatch-*.whl")
+    assert wheel.name.startswith(f"pg_lockwatch-{__version__}-")
+    with zipfile.ZipFile(wheel) as archive:
+        info = f"pg_lockwatch-{__version__}.dist-info"
+        metadata = archive.read(f"{info}/METADATA").decode()
+        licence = archive.read(f"{info}/licenses/LICENSE")
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+    assert "Name: pg-lockwatch\n" in metadata
+    assert f"Version: {__version__}\n" in metadata
+    assert "License-Expression: Apache-2.0\n" in metadata
+    assert "Project-URL: Changelog, " in metadata
+    assert "Provides-Extra: demo\n" in metadata
+    assert licence == (ROOT / "LICENSE").read_bytes()
+    assert "lockwatch = lockwatch.cli:main" in entry_points
 
 
 @pytest.fixture(scope="module")
 def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("venv")
-    (wheel,) = dist.glob("lockwatch-*.whl")
+    (wheel,) = dist.glob("pg_lockwatch-*.whl")
     run(sys.executable, "-m", "venv", home / "venv", cwd=home)
     run(home / "venv" / "bin" / "pip", "install", "-q", wheel, cwd=home)
     yield home / "venv"
     shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def demo_venv(dist: Path) -> Iterator[Path]:
+    # Not under pytest's temp dir, which is root's alone: the demo runs as a normal user.
+    home = Path(tempfile.mkdtemp(prefix="lockwatch-demo-venv-"))
+    home.chmod(0o755)
+    (wheel,) = dist.glob("pg_lockwatch-*.whl")
+    run(normal_users_python(), "-m", "venv", home / "venv", cwd=home)
+    run(home / "venv" / "bin" / "pip", "install", "-q", f"{wheel}[demo]", cwd=home)
+    yield home / "venv"
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def normal_users_python() -> str:
+    """A Python a normal user can run: root's own (a pyenv under /root, say) may not
+    be, and a venv made from it would run the system's Python with the wrong wheels."""
+    system = Path("/usr/bin/python3")
+    if os.geteuid() == 0 and system.exists():
+        return str(system)  # scripts/bootstrap installs its venv module
+    return sys.executable
+
+
+def as_a_normal_user() -> list[str]:
+    """The prefix that runs a command as nobody when the tests run as root (CI)."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+
+
+def test_the_wheel_with_its_demo_extra_runs_the_demo_as_a_normal_user(demo_venv: Path) -> None:
+    home = demo_venv.parent
+    result = subprocess.run(
+        [
+            *as_a_normal_user(),
+            str(demo_venv / "bin" / "lockwatch"),
+            "demo",
+            "--duration",
+            "20s",
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ],
+        cwd=home,
+        env={"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    assert "demo finished; nothing left running" in result.stdout, result.stdout
+    assert "FIRING lock_convoy" in result.stdout
+    assert "seed" not in result.stdout.lower()
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 def test_the_wheel_carries_the_rules_dashboard_unit_and_sql(dist: Path) -> None:
-    (wheel,) = dist.glob("lockwatch-*.whl")
+    (wheel,) = dist.glob("pg_lockwatch-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         for name, source in BUNDLED.items():
@@ -64,7 +150,7 @@ def test_the_wheel_carries_the_rules_dashboard_unit_and_sql(dist: Path) -> None:
 
 
 def test_the_sdist_carries_the_top_level_directories(dist: Path) -> None:
-    (sdist,) = dist.glob("lockwatch-*.tar.gz")
+    (sdist,) = dist.glob("pg_lockwatch-*.tar.gz")
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"setup.py", "alerts/lockwatch.rules.yml", "grafana/lockwatch.json"} <= names
@@ -78,6 +164,9 @@ def test_the_installed_lockwatch_runs_and_exports_from_its_own_files(
     # Run from elsewhere, so nothing can come from the checkout.
     help_text = run(lockwatch, "--help", cwd=tmp_path).stdout
     assert "export" in help_text and "run" in help_text
+    version = run(lockwatch, "--version", cwd=tmp_path).stdout
+    assert version.strip() == f"lockwatch, version {__version__}"
+    assert "--duration" in run(lockwatch, "demo", "--help", cwd=tmp_path).stdout
 
     for what in ("rules", "dashboard", "systemd"):
         run(lockwatch, "export", what, tmp_path / what, cwd=tmp_path)
@@ -100,6 +189,23 @@ def test_the_installed_lockwatch_runs_and_exports_from_its_own_files(
         cwd=tmp_path,
     ).stdout
     assert where.startswith(str(venv)), where
+
+
+def test_the_demo_without_its_extra_says_what_to_install_in_one_line(
+    venv: Path, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [venv / "bin" / "lockwatch", "demo", "--duration", "1s"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "pip install 'pg-lockwatch[demo]'" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
 
 
 def test_export_leaves_a_file_that_differs_unless_forced(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ import platform
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Info
+from prometheus_client import CollectorRegistry, Info, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -197,9 +197,11 @@ def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, ...], Findin
 
 
 def build_registry(board: Board, clock: Callable[[], datetime] = utc_now) -> CollectorRegistry:
-    """lockwatch's own registry: the board collector and the build info."""
+    """lockwatch's own registry: the board collector, the build info and the
+    process_* metrics of exporters (CPU, memory, open files, start time)."""
     registry = CollectorRegistry()
     registry.register(BoardCollector(board, clock))
+    ProcessCollector(registry=registry)
     build = Info("lockwatch_build", "The lockwatch build that is running.", registry=registry)
     build.info({"version": lockwatch.__version__, "python_version": platform.python_version()})
     return registry

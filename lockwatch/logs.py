@@ -1,0 +1,106 @@
+"""Log setup: ``text`` for a terminal, ``logfmt`` and ``json`` for collectors.
+
+Every format stamps events in UTC with the zone and writes one event per line
+(in ``logfmt`` and ``json`` a traceback is a field, its newlines escaped).
+Libraries' own chatter (psycopg's warnings about its connections) stays out of
+the log unless the level is ``debug``.
+
+>>> import logging
+>>> record = logging.LogRecord("lockwatch.x", logging.INFO, "", 0, 'said "hi" %s', ("there",), None)
+>>> record.created = 0.0
+>>> LogfmtFormatter().format(record)
+'ts=1970-01-01T00:00:00.000Z level=info logger=lockwatch.x msg="said \\\\"hi\\\\" there"'
+>>> JsonFormatter().format(record)
+'{"ts": "1970-01-01T00:00:00.000Z", "level": "info", "logger": "lockwatch.x", "msg": "said \\\\"hi\\\\" there"}'
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from datetime import UTC, datetime
+from typing import TextIO
+
+LEVELS = ("debug", "info", "warning", "error")
+FORMATS = ("text", "logfmt", "json")
+# Loggers of libraries whose warnings are theirs to debug, not an operator's.
+QUIET = ("psycopg", "psycopg.pool", "urllib3")
+_BARE = re.compile(r"[^\s\"=\\]+")
+
+
+def utc_timestamp(created: float) -> str:
+    """``created`` (seconds since the epoch) as ISO 8601 in UTC, to the millisecond."""
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, str]:
+    fields = {
+        "ts": utc_timestamp(record.created),
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "msg": record.getMessage(),
+    }
+    if record.exc_info:
+        fields["error"] = formatter.formatException(record.exc_info)
+    return fields
+
+
+def _logfmt_value(value: str) -> str:
+    if value and _BARE.fullmatch(value):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+class LogfmtFormatter(logging.Formatter):
+    """``key=value`` pairs, values quoted when they hold spaces, quotes or ``=``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = _fields(record, self)
+        return " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields.items())
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per event."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_fields(record, self), ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``2026-12-01T10:15:02.123Z INFO lockwatch.daemon: message``."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return utc_timestamp(record.created)
+
+
+def formatter(log_format: str) -> logging.Formatter:
+    if log_format == "logfmt":
+        return LogfmtFormatter()
+    if log_format == "json":
+        return JsonFormatter()
+    if log_format == "text":
+        return TextFormatter()
+    raise ValueError(f"unknown log format {log_format!r} (one of {', '.join(FORMATS)})")
+
+
+class _OwnHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler setup_logging installs, told apart from anyone else's."""
+
+
+def setup_logging(level: str, log_format: str = "text", stream: TextIO | None = None) -> None:
+    """Send every log event at ``level`` or above to ``stream`` (stderr) in ``log_format``."""
+    handler = _OwnHandler(sys.stderr if stream is None else stream)
+    handler.setFormatter(formatter(log_format))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        if isinstance(old, _OwnHandler):  # set up before: replaced, others kept
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper()))
+    for name in QUIET:
+        logging.getLogger(name).setLevel(logging.NOTSET if level == "debug" else logging.ERROR)

@@ -1,0 +1,127 @@
+"""Every metric and label the README and the configuration reference name is one
+that ``/metrics`` serves, with those labels; and every metric ``/metrics``
+serves is in the reference. Checked against a real daemon with a lock convoy,
+a queue, a worker group, a pinged job and a notifier."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fixtures.paths import ROOT
+from tests.fixtures.postgres import PgDatabase, free_port, queue_on_lock, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+TOKEN = "0123456789abcdef0123"
+TARGET_EXTRA = """\
+locks: {named: [{name: webhook-delivery, key: 42}]}
+queues:
+  - name: webhooks
+    sql: SELECT 3 AS depth, 2.5 AS oldest_age_seconds, 1 AS completed_total, 0 AS in_flight
+    window: 2s
+workers:
+  - name: webhook-workers
+    queues: [webhooks]
+    processes: {cmdline: 'lockwatch'}
+    sessions: ["webhook-worker-*"]
+"""
+MORE = """\
+pings:
+  token: ${PING_TOKEN}
+jobs:
+  - name: nightly
+    target: app
+    schedule: {cron: "0 3 * * *"}
+notify:
+  channels:
+    - name: hook
+      type: webhook
+      url: ${HOOK_URL}
+"""
+# Words of the docs that look like metric names and are not.
+NOT_METRICS = {"lockwatch_demo", "lockwatch_monitor"}
+METRIC = re.compile(r"`((?:lockwatch|process)_[a-z_]+)`")
+ROW = re.compile(r"^\|\s*(`[^|]+`)\s*\|([^|]*)\|[^|]*\|[^|]*\|$", re.MULTILINE)
+
+
+def served(text: str) -> dict[str, set[str]]:
+    """Each series name /metrics serves, with the label names its samples carry."""
+    series: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        if not family.samples:
+            suffix = "_total" if family.type == "counter" else ""
+            series.setdefault(family.name + suffix, set())
+        for sample in family.samples:
+            if not sample.name.endswith(("_created", "_bucket", "_count", "_sum")):
+                series.setdefault(sample.name, set()).update(sample.labels)
+    return series
+
+
+def documented() -> dict[str, set[str] | None]:
+    """Each metric the docs name; its labels where a reference table gives them."""
+    found: dict[str, set[str] | None] = {}
+    for doc in (ROOT / "README.md", ROOT / "docs" / "configuration.md"):
+        for name in METRIC.findall(doc.read_text(encoding="utf-8")):
+            if name not in NOT_METRICS:
+                found.setdefault(name, None)
+    reference = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    metrics = reference.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    for names, labels in ROW.findall(metrics):
+        for name in re.findall(r"`([a-z_]+)`", names):
+            found[name] = set(re.findall(r"`([a-z_]+)`", labels))
+    return found
+
+
+@pytest.fixture
+def lockwatch(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
+    port = free_port()
+    config = write_config(tmp_path, port, {"app": pg.admin_dsn}, extra={"app": TARGET_EXTRA})
+    config.write_text(config.read_text() + MORE)
+    env = {"PING_TOKEN": TOKEN, "HOOK_URL": "http://127.0.0.1:9/"}
+    process = LockwatchProcess(config, tmp_path / "lockwatch.log", port, env=env)
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
+def test_the_docs_name_the_metrics_and_labels_metrics_serves(
+    pg: PgDatabase, lockwatch: LockwatchProcess
+) -> None:
+    holder = pg.connect("webhook-worker-1")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    blocked = [queue_on_lock(pg.connect(f"webhook-worker-{n}"), 42) for n in (2, 3)]
+    wait_until(lambda: lockwatch.finding("lock_convoy", "app"), message="a convoy")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    start = requests.post(f"{lockwatch.base}/ping/nightly/start", headers=auth, json={}, timeout=5)
+    run_id = start.json()["run_id"]
+    requests.post(
+        f"{lockwatch.base}/ping/nightly/success", headers=auth, json={"run_id": run_id}, timeout=5
+    ).raise_for_status()
+
+    def complete() -> dict[str, set[str]] | None:
+        series = served(requests.get(f"{lockwatch.base}/metrics", timeout=5).text)
+        labelled = ("lockwatch_worker_cpu_cores", "lockwatch_job_last_duration_seconds")
+        return series if all(series.get(name) for name in labelled) else None
+
+    series = wait_until(complete, timeout=30, message="every series with its labels")
+    holder.close()
+    for call in blocked:
+        call.join()
+
+    docs = documented()
+    assert not set(docs) - set(series), "documented but not served"
+    assert not {n for n in series if n.startswith("lockwatch_")} - set(docs), "served, undocumented"
+    for name, labels in docs.items():
+        if labels is not None:
+            assert labels == series[name], name
+    with psycopg.connect(pg.admin_dsn) as conn:  # the target is still fine afterwards
+        assert conn.execute("SELECT 1").fetchone() == (1,)
