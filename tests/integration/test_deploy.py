@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
-from lockwatch.config.load import load_settings
 
+from lockwatch.config.load import load_settings
 from tests.fixtures.paths import ROOT
 
 MANIFESTS = ROOT / "deploy" / "kubernetes"
