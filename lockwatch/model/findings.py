@@ -53,6 +53,7 @@ class FindingKind(enum.StrEnum):
     JOB_TOO_LONG = ("job_too_long", Family.JOBS)
     JOB_FAILED = ("job_failed", Family.JOBS)
     TARGET_DOWN = ("target_down", Family.TARGETS)
+    TARGET_TRANSACTION_POOLED = ("target_transaction_pooled", Family.TARGETS)
 
     @classmethod
     def of(cls, family: Family) -> frozenset[FindingKind]:
