@@ -50,6 +50,23 @@ POOLING_QUEUE_WAIT = 1.0
 
 Connection = psycopg.Connection[dict[str, Any]]
 
+# lockwatch's settings, for its session (a direct connection) or for the
+# transaction of one step (through a transaction pooler).
+SESSION_SETTINGS = (
+    "SELECT pg_catalog.set_config('statement_timeout', %(st)s, false),"
+    " pg_catalog.set_config('lock_timeout', %(lt)s, false),"
+    " pg_catalog.set_config('default_transaction_read_only', 'on', false),"
+    " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, false),"
+    " pg_catalog.set_config('work_mem', %(wm)s, false)"
+)
+LOCAL_SETTINGS = (
+    "SELECT pg_catalog.set_config('statement_timeout', %(st)s, true),"
+    " pg_catalog.set_config('lock_timeout', %(lt)s, true),"
+    " pg_catalog.set_config('transaction_read_only', 'on', true),"
+    " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, true),"
+    " pg_catalog.set_config('work_mem', %(wm)s, true)"
+)
+
 # The DSNs (as user@host:port/db) already said to go through a transaction pooler.
 _ANNOUNCED: set[str] = set()
 
@@ -175,17 +192,11 @@ class TargetSession:
         back was an eighth of the poll's server time.
         """
         conn.execute(
-            "SELECT pg_catalog.set_config('statement_timeout', %(st)s, %(local)s),"
-            " pg_catalog.set_config('lock_timeout', %(lt)s, %(local)s),"
-            " pg_catalog.set_config(%(read_only)s, 'on', %(local)s),"
-            " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, %(local)s),"
-            " pg_catalog.set_config('work_mem', %(wm)s, %(local)s)",
+            LOCAL_SETTINGS if local else SESSION_SETTINGS,
             {
                 "st": str(int(self.statement_timeout * 1000)),
                 "lt": str(LOCK_TIMEOUT_MS),
                 "wm": WORK_MEM,
-                "local": local,
-                "read_only": "transaction_read_only" if local else "default_transaction_read_only",
             },
         )
 
