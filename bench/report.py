@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from bench.detection import GRACE, NOT_YET
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
+from bench.versions import VersionCost
 
 WALL_TARGET = 1.3  # lockwatch's poll against the floor
 BEGIN = "<!-- begin: written by python -m bench -->"
 END = "<!-- end: written by python -m bench -->"
+VERSIONS_BEGIN = "<!-- begin: written by python -m bench --versions -->"
+VERSIONS_END = "<!-- end: written by python -m bench --versions -->"
 
 
 def ms(value: float) -> str:
@@ -241,16 +245,59 @@ def render(results: Results, command: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_into(path: Path, text: str) -> None:
+def render_versions(costs: Sequence[VersionCost], command: str, started: datetime) -> str:
+    """The ``--versions`` table: one row per PostgreSQL major."""
+    polls = costs[0].polls if costs else 0
+    locks = costs[0].locks if costs else 0
+    lines = [
+        f"Measured {started:%Y-%m-%d} with `{command}`.",
+        "",
+        "### Cost per poll on each PostgreSQL version",
+        "",
+        f"Milliseconds per poll with {locks:,} session advisory locks held on "
+        f"{HOLDER_SESSIONS} idle sessions, over {polls} rounds, each version on its own "
+        "server set up as above; client time is the median, server time the mean from "
+        "pg_stat_statements. Before 14 the floor reads no `waitstart` (there is none).",
+        "",
+        *table(
+            [
+                "PostgreSQL",
+                "floor, client",
+                "lockwatch poll, client",
+                "of which the query",
+                "ratio",
+                "floor, server",
+                "lockwatch, server",
+                "ratio",
+            ],
+            (
+                [
+                    c.version,
+                    ms(c.floor_wall_ms),
+                    ms(c.poll_wall_ms),
+                    ms(c.query_wall_ms),
+                    ratio(c.wall_ratio),
+                    ms(c.floor_server_ms),
+                    ms(c.poll_server_ms),
+                    ratio(c.server_ratio),
+                ]
+                for c in costs
+            ),
+        ),
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_into(path: Path, text: str, begin: str = BEGIN, end_marker: str = END) -> None:
     """Replace what lies between the markers in ``path``, keeping the prose around it."""
-    block = f"{BEGIN}\n{text}{END}"
+    block = f"{begin}\n{text}{end_marker}"
     try:
         document = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         document = ""
-    start, end = document.find(BEGIN), document.find(END)
+    start, end = document.find(begin), document.find(end_marker)
     if start < 0 or end < start:
         document = f"{document.rstrip()}\n\n{block}\n" if document.strip() else f"{block}\n"
     else:
-        document = document[:start] + block + document[end + len(END) :]
+        document = document[:start] + block + document[end + len(end_marker) :]
     path.write_text(document, encoding="utf-8")

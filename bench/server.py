@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from lockwatch.demo.pgbinaries import debian_bin_dirs, embedded_bin_dir
+from lockwatch.demo.pgbinaries import debian_bin_dirs, embedded_bin_dir, npm_bin_dirs
 from lockwatch.demo.pgcluster import LocalCluster
 
 DATABASE = "bench"
@@ -32,15 +32,19 @@ SETTINGS = {
 }
 
 
+EMBEDDED_MAJOR = 18
+
+
 def bin_dir(postgres: int | None) -> Path:
-    """The embedded server (None) or Debian's PostgreSQL ``postgres``."""
-    if postgres is None:
+    """The embedded server (None, 18), Debian's PostgreSQL ``postgres``, or the
+    npm build that scripts/bootstrap installed into .pg/ (12, 13, 14, 16, 17)."""
+    if postgres is None or postgres == EMBEDDED_MAJOR:
         return embedded_bin_dir()
-    found = debian_bin_dirs().get(postgres)
+    found = debian_bin_dirs().get(postgres) or npm_bin_dirs().get(postgres)
     if found is None:
         raise RuntimeError(
-            f"PostgreSQL {postgres} is not installed under /usr/lib/postgresql "
-            "(scripts/bootstrap installs postgresql-15)"
+            f"PostgreSQL {postgres} is installed neither under /usr/lib/postgresql nor in "
+            ".pg/ (scripts/bootstrap installs postgresql-15, and 12-17 from npm)"
         )
     return found
 
@@ -129,14 +133,16 @@ class BenchServer:
 
     def statement_totals(self) -> Mapping[str, StatementTotals]:
         """pg_stat_statements' calls and execution time so far, per party's role."""
-        rows = self.admin.execute(
+        # total_exec_time is PostgreSQL 13's name for 12's total_time.
+        exec_time = "total_exec_time" if self.cluster.major_version >= 13 else "total_time"
+        query = sql.SQL(
             "SELECT r.rolname, coalesce(sum(s.calls), 0)::bigint,"
-            " coalesce(sum(s.total_exec_time), 0)::float8"
+            " coalesce(sum(s.{}), 0)::float8"
             " FROM pg_catalog.pg_roles AS r"
             " LEFT JOIN pg_stat_statements AS s ON s.userid = r.oid"
-            " WHERE r.rolname = ANY(%s) GROUP BY r.rolname",
-            (list(ROLES),),
-        ).fetchall()
+            " WHERE r.rolname = ANY(%s) GROUP BY r.rolname"
+        ).format(sql.Identifier(exec_time))
+        rows = self.admin.execute(query, (list(ROLES),)).fetchall()
         return {name: StatementTotals(int(calls), float(ms)) for name, calls, ms in rows}
 
     def spent_since(self, before: Mapping[str, StatementTotals]) -> dict[str, StatementTotals]:

@@ -295,6 +295,10 @@ def check_config(config_file: Path) -> None:
         _fail_config(exc)
     named = sum(len(t.locks.named) for t in settings.targets)
     click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
+    from lockwatch.commands.doctor import pooled_dsn_hints
+
+    for hint in pooled_dsn_hints(settings.targets):
+        click.echo(f"{config_file}: note: {hint}")
 
 
 @main.command("notify-test")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from lockwatch.detect.targets import detect_target_down
+from lockwatch.detect.targets import detect_target_down, detect_transaction_pooled
 from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
@@ -153,6 +153,7 @@ class TargetRunner:
         status = self._status(poll, connect_error)
         if not status.up:
             poll.findings.extend(detect_target_down(status, status.checked_at))
+        poll.findings.extend(detect_transaction_pooled(self.target.name, status.pooling))
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         view = self._next_view(status, transitions)
         if view.polls_total == 1 and status.snapshot is not None:
@@ -202,13 +203,15 @@ class TargetRunner:
             if self._failing_since is not None:
                 log.info("%s: sampling again after a failure", self.target.name)
                 self._failing_since = None
-            return TargetStatus(self.target.name, now, poll.snapshot)
+            return TargetStatus(self.target.name, now, poll.snapshot, pooling=self.session.pooling)
         # Without an error, the lock monitor broke unexpectedly (and logged it).
         error = error or "the advisory locks could not be read (an unexpected error, logged)"
         if self._failing_since is None:
             self._failing_since = now
             log.error("%s: cannot sample: %s", self.target.name, error)
-        return TargetStatus(self.target.name, now, None, error, self._failing_since)
+        return TargetStatus(
+            self.target.name, now, None, error, self._failing_since, self.session.pooling
+        )
 
     def _next_view(self, status: TargetStatus, transitions: Transitions) -> TargetView:
         view = TargetView(

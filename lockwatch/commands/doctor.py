@@ -10,23 +10,27 @@ temporary tables cannot be trusted on it (seed 000).
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
+from lockwatch.model.pooler import POOLED_SESSION_LOSSES
+from lockwatch.sample.pooling import backend_pid, per_transaction, through_pooler
+from lockwatch.settings.targets import Target
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 EXIT_SAFE = 0
 EXIT_POOLED = 1
 EXIT_ERROR = 2
-# How long the first session's statement may wait for a backend while the
-# second one holds a transaction; a direct connection answers at once.
-QUEUE_WAIT = 3.0
-ROUNDS = 3
 UNSAFE_ON_POOLING = (
     "session advisory locks, SET, LISTEN, SQL PREPARE, WITH HOLD cursors and temp tables"
+)
+LOCKWATCH_ON_POOLING = (
+    "lockwatch works on this DSN (pg_locks read through a transaction pooler is right), "
+    "but give it a direct DSN so that its session stays one backend; meanwhile "
+    + "; ".join(POOLED_SESSION_LOSSES)
 )
 
 
@@ -79,23 +83,6 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     )
 
 
-def _backend(conn: psycopg.Connection[Any]) -> int:
-    row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    return int(row[0]) if row else -1
-
-
-def _backend_within(
-    conn: psycopg.Connection[Any], wait: float
-) -> tuple[list[int], threading.Thread]:
-    """Ask for the backend pid from a thread, waiting at most ``wait``: on a
-    saturated transaction pool the question queues for a server connection."""
-    answer: list[int] = []
-    probe = threading.Thread(target=lambda: answer.append(_backend(conn)), daemon=True)
-    probe.start()
-    probe.join(wait)
-    return answer, probe
-
-
 def diagnose(dsn: str) -> Diagnosis:
     """Raises RuntimeError with a secret-free message when the DSN does not work."""
     secrets = dsn_secrets(dsn)
@@ -108,42 +95,68 @@ def diagnose(dsn: str) -> Diagnosis:
             ).fetchone()
             assert row is not None
             version, role, can_monitor = str(row[0]), str(row[1]), bool(row[2])
-            first_pids = {_backend(first)}
-            other_pids: set[int] = set()
-            queued = False
-            # Alternate the two sessions so that whichever order the pooler
-            # hands out idle servers in (LIFO or round robin), a shared backend
-            # shows up as a pid seen by both sessions or a change of pid.
-            for _ in range(ROUNDS):
-                with second.transaction():
-                    other_pids.add(_backend(second))
-                    answer, probe = _backend_within(first, QUEUE_WAIT)
-                    queued = queued or probe.is_alive()
-                probe.join(30)
-                first_pids.update(answer)
-                other_pids.add(_backend(second))
-                first_pids.add(_backend(first))
+            server_pid = backend_pid(first)
+            proxied = through_pooler(first, server_pid)
+            sharing = per_transaction(first, second)
     except psycopg.Error as exc:
         raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line(exc)}", secrets)) from None
-    shared = sorted(first_pids & other_pids)
-    if queued:
-        pooled, evidence = (
-            True,
-            (
-                f"a statement waited {QUEUE_WAIT:g}s+ for a server connection while another client "
-                "held a transaction: connections are handed out per transaction"
-            ),
+    pooled = sharing is not None
+    evidence = sharing or f"one session kept backend pid {server_pid} across transactions"
+    return Diagnosis(
+        describe_dsn(dsn),
+        pooled,
+        evidence,
+        version,
+        role,
+        can_monitor,
+        _notes(pooled=pooled, proxied=proxied),
+    )
+
+
+def _notes(*, pooled: bool, proxied: bool) -> tuple[str, ...]:
+    """What the verdict means for lockwatch's own session on this DSN."""
+    if pooled:
+        return (LOCKWATCH_ON_POOLING,)
+    if proxied:
+        return (
+            "a pooler or proxy answers this DSN (its backend key is not the server's pid), "
+            "but each session kept its backend: a session pool is fine for lockwatch",
         )
-    elif len(first_pids) > 1 or shared:
-        pooled, evidence = (
-            True,
-            (
-                f"one client session ran on backends {sorted(first_pids)}"
-                + (f", and another client was given backend {shared[0]} too" if shared else "")
-                + ": server connections are handed out per transaction"
-            ),
+    return ()
+
+
+def _address(dsn: str) -> tuple[str, str] | None:
+    try:
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return None
+    return str(parts.get("host") or "localhost"), str(parts.get("port") or "5432")
+
+
+def pooled_dsn_hints(targets: Iterable[Target]) -> list[str]:
+    """What ``check-config`` can tell without connecting: a target whose DSN
+    points at the address of its own pgbouncer admin console, the pooler.
+    (A port alone, 6432 say, proves nothing; ``doctor`` tells for sure.)
+
+    >>> from lockwatch.settings.pooler import PoolerSpec
+    >>> pooler = PoolerSpec("host=db port=6432 dbname=pgbouncer")
+    >>> pooled_dsn_hints([Target("main", "host=db port=6432 dbname=app", pgbouncer=pooler)])[0][:46]
+    'target main: its DSN (db:6432/app) goes to the'
+    >>> pooled_dsn_hints([Target("main", "host=db port=5432 dbname=app", pgbouncer=pooler)])
+    []
+    """
+    hints = []
+    for target in targets:
+        address = _address(target.dsn)
+        if address is None:
+            continue
+        pooler = _address(target.pgbouncer.dsn) if target.pgbouncer is not None else None
+        if address != pooler:
+            continue
+        hints.append(
+            f"target {target.name}: its DSN ({describe_dsn(target.dsn)}) goes to the address of "
+            "its pgbouncer admin console, through the pooler. lockwatch works through a "
+            "transaction pooler, but give it a direct DSN so that its session stays one "
+            "backend; `lockwatch doctor --dsn ...` tells which pool mode it gets"
         )
-    else:
-        (pid,) = first_pids
-        pooled, evidence = False, f"one session kept backend pid {pid} across transactions"
-    return Diagnosis(describe_dsn(dsn), pooled, evidence, version, role, can_monitor)
+    return hints

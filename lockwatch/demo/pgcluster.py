@@ -218,6 +218,8 @@ class _Server:
             "unix_socket_directories": str(self.socket_dir),
             "fsync": "off",
             "max_connections": "300",
+            # The default before PostgreSQL 14 is md5, which scram-sha-256 in pg_hba refuses.
+            "password_encryption": "scram-sha-256",
             **self.settings,
         }
         conf = self.data_dir / _CONF_INCLUDE

@@ -207,14 +207,16 @@ def worth_checking(
     In a busy database most keys are held by a working session for less than
     any budget; a few comparisons tell them apart, where building their groups
     and evidence would be most of a poll at 50,000 locks. A key is kept for a
-    waiter, a hold past the target's max_hold, a holder idle past its
+    waiter, a hold past the target's max_hold or orphan_after, a holder idle past its
     orphan_after or on a pooled server connection, or a name (which may carry
     its own budgets and allowed holders). A new check must fire only on keys
     kept here.
     """
     if settings.max_hold < 0 or settings.orphan_after < 0:
         return list(snapshot.locks)  # every holder is past a negative budget
-    held_before = _before(now, settings.max_hold)
+    # Held past orphan_after counts too: a session that has run other
+    # statements since is an orphan however busy it is.
+    held_before = _before(now, min(settings.max_hold, settings.orphan_after))
     idle_before = _before(now, settings.orphan_after)
     named = {lock.key for lock in settings.named}
     suspects = pooled | {

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import (
     Draft,
+    Holder,
     KeyGroup,
     Waiter,
     and_more,
@@ -98,32 +99,61 @@ def _convoy(
     )
 
 
+def orphaned_since(holder: Holder, orphan_after: float) -> datetime | None:
+    """When the holder's lock became an orphan, or None if it is not one.
+
+    An orphan is held by a session that has left it behind: idle (running no
+    SQL) past ``orphan_after``, or held past ``orphan_after`` by a session that
+    has started other statements since lockwatch first saw it, so that the
+    statement that took it is long finished (a pooled client that the pool
+    keeps lending to other work, never idle for long). Both only grow truer
+    while the same session holds the lock: it fires once per hold.
+    """
+    backend = holder.backend
+    if backend is None:
+        return None
+    after = timedelta(seconds=orphan_after)
+    if holder.idle is not None and holder.idle > orphan_after and backend.state_change:
+        return backend.state_change + after
+    first_seen = holder.lock.first_seen
+    if (
+        first_seen is not None
+        and holder.held > orphan_after
+        and backend.query_start is not None
+        and backend.query_start > first_seen
+    ):
+        return first_seen + after
+    return None
+
+
 def _orphaned(
     group: KeyGroup, settings: LockSettings, snapshot: LockSnapshot, now: datetime
 ) -> Draft | None:
     _, orphan_after = budgets(group, settings)
-    holder = max(
-        (h for h in group.holders if h.idle is not None),
-        key=lambda h: (h.idle or 0.0, -h.lock.pid),
-        default=None,
-    )
-    if orphan_after is None or holder is None or holder.idle is None:
+    if orphan_after is None:
         return None
-    if holder.idle <= orphan_after:
+    orphans = [(h, since) for h in group.holders if (since := orphaned_since(h, orphan_after))]
+    if not orphans:
         return None
+    holder, since = min(orphans, key=lambda pair: (pair[1], -pair[0].lock.pid))
     backend = holder.backend
-    assert backend is not None and backend.state_change is not None  # it has an idle time
-    others = sum(1 for h in group.holders if h.idle is not None and h.idle > orphan_after) - 1
+    assert backend is not None  # an orphan has a session
+    if holder.idle is not None and holder.idle > orphan_after:
+        state = f'{one_line(backend.state)} {format_duration(holder.idle)} since "{one_line(backend.query)}"'
+    else:
+        state = (
+            f"held {format_duration(holder.held)} while its session runs other statements "
+            f'(now {doing(holder)}, last "{one_line(backend.query)}")'
+        )
     summary = (
         f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(others)}, {one_line(backend.state)} {format_duration(holder.idle)} "
-        f'since "{one_line(backend.query)}"{waiting_text(group)}'
+        f"{and_more(len(orphans) - 1)}, {state}{waiting_text(group)}"
     )
     return Draft(
         FindingKind.LOCK_ORPHANED,
         group,
         Severity.CRITICAL if group.waiters else Severity.WARNING,
-        backend.state_change + timedelta(seconds=orphan_after),
+        since,
         summary,
         lock_evidence(group, settings, snapshot, now, holder),
     )

@@ -1,11 +1,13 @@
-"""The one detector that looks at sampling itself: a target that cannot be read."""
+"""The detectors that look at sampling itself: a target that cannot be read, and
+one whose DSN goes through a transaction pooler."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from lockwatch.model.evidence import TargetDownEvidence
+from lockwatch.model.evidence import TargetDownEvidence, TransactionPooledEvidence
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.pooler import POOLED_SESSION_LOSSES, SessionPooling
 from lockwatch.model.views import TargetStatus
 from lockwatch.text import one_line
 
@@ -31,6 +33,29 @@ def detect_target_down(status: TargetStatus, now: datetime) -> list[Finding]:
             f"{one_line(error, ERROR_SUMMARY_LIMIT)}",
             TargetDownEvidence(
                 error=error, down_seconds=round(max(0.0, (now - since).total_seconds()), 1)
+            ),
+        )
+    ]
+
+
+def detect_transaction_pooled(target: str, pooling: SessionPooling | None) -> list[Finding]:
+    """A ``target_transaction_pooled`` while lockwatch's own session to the
+    target goes through a pooler that hands out server connections per
+    transaction (seen once, when the session was first opened)."""
+    if pooling is None:
+        return []
+    return [
+        Finding(
+            FindingKind.TARGET_TRANSACTION_POOLED,
+            target,
+            Subject(),
+            Severity.WARNING,
+            pooling.since,
+            f"lockwatch reads {one_line(target)} through a transaction pooler: pg_locks read "
+            "this way is right, but give lockwatch a direct DSN so that its session stays "
+            "one backend",
+            TransactionPooledEvidence(
+                dsn=pooling.where, evidence=pooling.evidence, meanwhile=POOLED_SESSION_LOSSES
             ),
         )
     ]

@@ -21,6 +21,7 @@ from lockwatch.model.evidence import (
     QueueStallEvidence,
     SourceDownEvidence,
     TargetDownEvidence,
+    TransactionPooledEvidence,
 )
 from lockwatch.model.evidence.json_form import JsonObject, object_json, to_json
 
@@ -69,6 +70,7 @@ class FindingKind(enum.StrEnum):
     JOB_TOO_LONG = ("job_too_long", Family.JOBS)
     JOB_FAILED = ("job_failed", Family.JOBS)
     TARGET_DOWN = ("target_down", Family.TARGETS)
+    TARGET_TRANSACTION_POOLED = ("target_transaction_pooled", Family.TARGETS)
 
     @classmethod
     def of(cls, family: Family) -> frozenset[FindingKind]:
@@ -162,6 +164,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.JOB_TOO_LONG: (LongRunEvidence,),
     FindingKind.JOB_FAILED: (FailedRunEvidence,),
     FindingKind.TARGET_DOWN: (TargetDownEvidence, SourceDownEvidence),
+    FindingKind.TARGET_TRANSACTION_POOLED: (TransactionPooledEvidence,),
 }
 
 

@@ -57,3 +57,24 @@ class PoolerSnapshot:
 
     def pool_mode(self, server: PoolerConnection) -> str | None:
         return self.pool_modes.get((server.database, server.user))
+
+
+# What lockwatch's own session does differently when it runs through a
+# transaction pooler (see sample/session.py): a setting made or a statement
+# prepared on one server backend would stay there for other clients, and the
+# next statement may run on another backend.
+POOLED_SESSION_LOSSES = (
+    "it prepares no statement on the server (each poll plans its queries again)",
+    "each step runs in a transaction of its own, with statement_timeout, lock_timeout, "
+    "work_mem and read-only set for that transaction alone (three more round trips for each)",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPooling:
+    """lockwatch's own session to a target goes through a pooler that hands out
+    server connections per transaction: seen once, when the session was opened."""
+
+    since: datetime
+    evidence: str  # how it was seen, free of secrets
+    where: str  # the DSN as user@host:port/dbname

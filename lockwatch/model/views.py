@@ -8,6 +8,7 @@ from datetime import datetime
 from lockwatch.model.findings import Finding
 from lockwatch.model.jobs import JobView
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.pooler import SessionPooling
 from lockwatch.model.queues import QueueView, WorkerView
 from lockwatch.settings.targets import Target
 
@@ -21,6 +22,8 @@ class TargetStatus:
     snapshot: LockSnapshot | None
     error: str | None = None  # already free of secrets
     failing_since: datetime | None = None
+    # lockwatch's own session goes through a transaction pooler
+    pooling: SessionPooling | None = None
 
     @property
     def up(self) -> bool:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.sources import detect_source_down
+from lockwatch.detect.within_hold import HoldMemory, within_hold
 from lockwatch.model.findings import Family, FindingKind
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import PoolerSnapshot
@@ -45,6 +46,8 @@ class LockMonitor:
         self.target = target
         self.reader = AdvisoryLockReader(session)
         self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
+        # The sessions that held the key of each lock finding: one hold, one finding.
+        self.holds: HoldMemory = {}
         self.pooler: SourceRunner[PoolerSnapshot] | None = None
         if target.pgbouncer is not None:
             self.pooler = SourceRunner(
@@ -75,12 +78,15 @@ class LockMonitor:
         )
         if self.pooler is None:
             findings = detect_locks(snapshot, self.target.locks, now)
-            return MonitorResult(tuple(findings), snapshot=snapshot)
+            held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
+            return MonitorResult(tuple(findings), undecided=held, snapshot=snapshot)
         pooled = self.pooler.poll(SampleContext(now, None))
         findings = detect_locks(snapshot, self.target.locks, now, pooled)
+        held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
         return MonitorResult(
             tuple(findings),
+            undecided=held,
             # Unread, the pooler cannot say which session locks are pooled.
             held_kinds=frozenset({FindingKind.LOCK_POOLED_SESSION})
             if pooled is None
@@ -111,6 +117,7 @@ class LockMonitor:
         if isinstance(old, LockMonitor):
             old.tracker.continuity_gap = self.tracker.continuity_gap
             self.tracker = old.tracker
+            self.holds = old.holds
 
     def close(self) -> None:
         if self.pooler is not None:

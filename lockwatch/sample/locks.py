@@ -124,6 +124,8 @@ def read_advisory_locks(
     server_version: int,
     known: Mapping[LockRow, AdvisoryLock] | None = None,
     expected: Collection[int] = (),
+    *,
+    prepare: bool = True,
 ) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend]]:
     """Every advisory lock and the sessions behind them (and their blockers).
 
@@ -131,11 +133,13 @@ def read_advisory_locks(
     them. Which sessions those are is only known from the locks, so the
     sessions of ``expected`` (the last poll's) are asked for in the same round
     trip, in a pipeline; only sessions that took a lock since cost a second.
+    Through a pooler (``prepare=False``) nothing is prepared on the server: the
+    next statement may run on another backend.
     """
     with conn.pipeline():
-        arrays = conn.execute(advisory_locks_query(server_version), prepare=True, binary=True)
+        arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
         guessed = (
-            conn.execute(lock_sessions_query(), _sessions_params(expected), prepare=True)
+            conn.execute(lock_sessions_query(), _sessions_params(expected), prepare=prepare)
             if expected
             else None
         )
@@ -147,7 +151,7 @@ def read_advisory_locks(
     missing = pids.difference(r["pid"] for r in rows)
     if missing:
         rows += conn.execute(
-            lock_sessions_query(), _sessions_params(missing), prepare=True
+            lock_sessions_query(), _sessions_params(missing), prepare=prepare
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
     return decode_locks(row, backends, known), backends
@@ -170,7 +174,11 @@ class AdvisoryLockReader:
         # worth reusing, and the next poll reconnects.
         with self.session.step(keep_open=False) as conn:
             self._known, backends = read_advisory_locks(
-                conn, self.session.server_version, self._known, self._expected
+                conn,
+                self.session.server_version,
+                self._known,
+                self._expected,
+                prepare=self.session.prepare,
             )
         self._expected = tuple(backends)
         return RawSample(

@@ -2,6 +2,12 @@
 every source that reads the target's own database in a poll.
 
 It takes no locks of its own and needs no more than the ``pg_monitor`` role.
+Through a connection pooler (a DSN pointed at pgbouncer) it prepares no
+statement on the server and sets nothing on the session: through a transaction
+pool either would land on a backend that other clients get next (see
+sample/pooling.py). Each step runs in a transaction of its own instead, with
+lockwatch's settings for that transaction alone; such a target gets a
+``target_transaction_pooled``.
 Every network step a source takes through it is timed, so the runner's
 watchdog can break a step that hangs on a silent server (``abort``).
 """
@@ -15,6 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -24,7 +31,9 @@ from psycopg.adapt import AdaptersMap, Loader
 from psycopg.pq import Format
 from psycopg.rows import dict_row
 
+from lockwatch.model.pooler import POOLED_SESSION_LOSSES, SessionPooling
 from lockwatch.sample.base import SampleError, TargetUnavailableError
+from lockwatch.sample.pooling import per_transaction, through_pooler
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 log = logging.getLogger(__name__)
@@ -36,8 +45,30 @@ WORK_MEM = "32MB"  # enough to copy 100,000 locks without a temp file
 # nothing of lockwatch's keeps running there; no answer this long after that
 # means the server, or the path to it, has gone silent.
 WATCHDOG_MARGIN = 1.0
+# How long the pooler probe lets a statement wait for a server connection.
+POOLING_QUEUE_WAIT = 1.0
 
 Connection = psycopg.Connection[dict[str, Any]]
+
+# lockwatch's settings, for its session (a direct connection) or for the
+# transaction of one step (through a transaction pooler).
+SESSION_SETTINGS = (
+    "SELECT pg_catalog.set_config('statement_timeout', %(st)s, false),"
+    " pg_catalog.set_config('lock_timeout', %(lt)s, false),"
+    " pg_catalog.set_config('default_transaction_read_only', 'on', false),"
+    " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, false),"
+    " pg_catalog.set_config('work_mem', %(wm)s, false)"
+)
+LOCAL_SETTINGS = (
+    "SELECT pg_catalog.set_config('statement_timeout', %(st)s, true),"
+    " pg_catalog.set_config('lock_timeout', %(lt)s, true),"
+    " pg_catalog.set_config('transaction_read_only', 'on', true),"
+    " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, true),"
+    " pg_catalog.set_config('work_mem', %(wm)s, true)"
+)
+
+# The DSNs (as user@host:port/db) already said to go through a transaction pooler.
+_ANNOUNCED: set[str] = set()
 
 
 class _ClientText(Loader):
@@ -89,6 +120,13 @@ class TargetSession:
         # (the defaults: 5 s + 1 s of 10 s).
         self.step_limit = statement_timeout + WATCHDOG_MARGIN
         self._aborted = False
+        # A pooler answers this DSN: no server-side prepared statements and no
+        # session settings. Seen on every connect (it costs nothing).
+        self.through_pooler = False
+        # ... and it hands out server connections per transaction: probed once
+        # per process, on the first connection through a pooler.
+        self.pooling: SessionPooling | None = None
+        self._probed = False
 
     @property
     def where(self) -> str:
@@ -99,10 +137,36 @@ class TargetSession:
         with self._guard:
             return self._conn is not None and not self._conn.closed
 
+    @property
+    def prepare(self) -> bool:
+        """Whether statements may be prepared on the server (not through a pooler)."""
+        return not self.through_pooler
+
     def _open(self) -> Connection:
         # Keepalives and tcp_user_timeout make a silently dead peer fail the
         # poll instead of hanging it; the watchdog's abort() covers the rest.
-        conn = psycopg.connect(
+        conn = self._connect()
+        try:
+            # Not prepared, nor auto-prepared until the pooler question is settled.
+            threshold, conn.prepare_threshold = conn.prepare_threshold, None
+            row = conn.execute(
+                "SELECT pg_catalog.current_setting('server_version_num')::int AS v,"
+                " pg_catalog.pg_backend_pid() AS pid"
+            ).fetchone()
+            self.server_version = int(row["v"]) if row else 0
+            self.through_pooler = row is not None and through_pooler(conn, int(row["pid"]))
+            if self.through_pooler:
+                self._probe_pooling()
+            else:
+                conn.prepare_threshold = threshold
+                self._set_session(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connect(self) -> Connection:
+        return psycopg.connect(
             self._dsn,
             application_name=APPLICATION_NAME,
             connect_timeout=max(1, round(self.connect_timeout)),
@@ -115,28 +179,65 @@ class TargetSession:
             row_factory=dict_row,
             context=CLIENT_TEXT,
         )
-        # Session settings go through SET rather than the ``options`` startup
-        # parameter, which connection poolers reject. pg_lock_status() copies
-        # the lock table into memory bounded by work_mem and spills the rest
-        # to a temp file: past ~25,000 locks at the default 4MB, writing and
-        # reading it back was an eighth of the poll's server time.
+
+    def _set_session(self, conn: Connection, *, local: bool = False) -> None:
+        """lockwatch's settings, for the session, or (``local``) for the
+        transaction in progress: through a transaction pooler a session setting
+        would stay on a backend that other clients get next.
+
+        Session settings go through SET rather than the ``options`` startup
+        parameter, which connection poolers reject. pg_lock_status() copies
+        the lock table into memory bounded by work_mem and spills the rest to a
+        temp file: past ~25,000 locks at the default 4MB, writing and reading it
+        back was an eighth of the poll's server time.
+        """
         conn.execute(
-            "SELECT pg_catalog.set_config('statement_timeout', %(st)s, false),"
-            " pg_catalog.set_config('lock_timeout', %(lt)s, false),"
-            " pg_catalog.set_config('default_transaction_read_only', 'on', false),"
-            " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, false),"
-            " pg_catalog.set_config('work_mem', %(wm)s, false)",
+            LOCAL_SETTINGS if local else SESSION_SETTINGS,
             {
                 "st": str(int(self.statement_timeout * 1000)),
                 "lt": str(LOCK_TIMEOUT_MS),
                 "wm": WORK_MEM,
             },
         )
-        row = conn.execute(
-            "SELECT pg_catalog.current_setting('server_version_num')::int AS v"
-        ).fetchone()
-        self.server_version = int(row["v"]) if row else 0
-        return conn
+
+    def _probe_pooling(self) -> None:
+        """Once per process: does the pooler hand out server connections per
+        transaction? Said once in the log, and kept for the target's finding."""
+        if self._probed:
+            return
+        self._probed = True
+        try:
+            with self._connect() as first, self._connect() as second:
+                first.prepare_threshold = second.prepare_threshold = None
+                evidence = per_transaction(first, second, POOLING_QUEUE_WAIT)
+        except (psycopg.Error, OSError) as exc:
+            log.warning(
+                "%s: could not tell how the pooler in front pools: %s",
+                self.where,
+                redact(first_line(exc), self._secrets),
+            )
+            return
+        if evidence is None:
+            log.info(
+                "%s: a pooler answers this DSN and kept each session on its backend; "
+                "lockwatch prepares no statements through it and runs each step in a "
+                "transaction of its own",
+                self.where,
+            )
+            return
+        self.pooling = SessionPooling(datetime.now(UTC), evidence, self.where)
+        # Said once per process: a reload's new session knows it already.
+        first_time = self.where not in _ANNOUNCED
+        _ANNOUNCED.add(self.where)
+        log.log(
+            logging.WARNING if first_time else logging.DEBUG,
+            "%s: lockwatch's session goes through a transaction pooler (%s). Reading "
+            "pg_locks this way is fine, but give lockwatch a direct DSN so that its session "
+            "stays one backend; meanwhile %s",
+            self.where,
+            evidence,
+            "; ".join(POOLED_SESSION_LOSSES),
+        )
 
     def connect(self) -> None:
         """Open the session if there is none. Raises SampleError.
@@ -171,7 +272,14 @@ class TargetSession:
         self._aborted = False
         self.busy_since = self._monotonic()
         try:
-            yield conn
+            if self.through_pooler:
+                # One transaction keeps the step on one backend, with the
+                # settings for it alone.
+                with conn.transaction():
+                    self._set_session(conn, local=True)
+                    yield conn
+            else:
+                yield conn
         except (psycopg.Error, OSError) as exc:
             if not keep_open or conn.closed or conn.broken:
                 self.close()

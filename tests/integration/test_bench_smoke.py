@@ -7,12 +7,22 @@ and that each number was measured.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from bench import versions
 from bench.detection import INCIDENTS
-from bench.report import BEGIN, END, render, write_into
+from bench.report import (
+    BEGIN,
+    END,
+    VERSIONS_BEGIN,
+    VERSIONS_END,
+    render,
+    render_versions,
+    write_into,
+)
 from bench.run import Options, Results, run
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -106,4 +116,25 @@ def test_a_new_run_replaces_only_the_tables_in_the_doc(tmp_path: Path) -> None:
     write_into(doc, "new tables\n")
     assert doc.read_text() == (
         f"# Benchmarks\n\nHow to read.\n\n{BEGIN}\nnew tables\n{END}\n\n## Notes\n"
+    )
+
+
+def test_the_versions_table_has_a_measured_row_per_major_and_its_own_markers(
+    tmp_path: Path,
+) -> None:
+    costs = versions.run(tmp_path, (12, 18), locks=5, polls=2)
+    assert [(c.major, c.locks, c.polls) for c in costs] == [(12, 5, 2), (18, 5, 2)]
+    for cost in costs:
+        assert cost.version.startswith(f"{cost.major}.")
+        assert 0 < cost.query_wall_ms <= cost.poll_wall_ms and cost.floor_wall_ms > 0
+        assert cost.floor_server_ms > 0 and cost.poll_server_ms > 0
+    text = render_versions(costs, "python -m bench --versions 12,18", datetime.now(UTC))
+    rows = table_rows(text, "### Cost per poll on each PostgreSQL version")
+    assert [row[0] for row in rows] == [costs[0].version, costs[1].version]
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"{BEGIN}\nmain tables\n{END}\n{VERSIONS_BEGIN}\nold\n{VERSIONS_END}\n")
+    write_into(doc, text, VERSIONS_BEGIN, VERSIONS_END)
+    assert (
+        doc.read_text() == f"{BEGIN}\nmain tables\n{END}\n{VERSIONS_BEGIN}\n{text}{VERSIONS_END}\n"
     )

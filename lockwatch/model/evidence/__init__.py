@@ -42,7 +42,11 @@ from lockwatch.model.evidence.sessions import (
     SessionFacts,
     WaiterFacts,
 )
-from lockwatch.model.evidence.targets import SourceDownEvidence, TargetDownEvidence
+from lockwatch.model.evidence.targets import (
+    SourceDownEvidence,
+    TargetDownEvidence,
+    TransactionPooledEvidence,
+)
 
 Evidence: TypeAlias = (
     LockEvidence
@@ -56,6 +60,7 @@ Evidence: TypeAlias = (
     | LongRunEvidence
     | FailedRunEvidence
     | TargetDownEvidence
+    | TransactionPooledEvidence
     | SourceDownEvidence
 )
 
@@ -86,6 +91,7 @@ __all__ = [
     "SessionFacts",
     "SourceDownEvidence",
     "TargetDownEvidence",
+    "TransactionPooledEvidence",
     "WaiterFacts",
     "WorkerFacts",
 ]

@@ -1,4 +1,5 @@
-"""The evidence of ``target_down``: a target, or one of its sources, that cannot be sampled."""
+"""The evidence of findings about a target itself: ``target_down`` (a target, or
+one of its sources, that cannot be sampled) and ``target_transaction_pooled``."""
 
 from __future__ import annotations
 
@@ -19,3 +20,12 @@ class SourceDownEvidence(FindingFacts):
     error: str
     down_seconds: float
     errors_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionPooledEvidence(FindingFacts):
+    """lockwatch's own session goes through a transaction pooler."""
+
+    dsn: str  # where, without secrets
+    evidence: str  # what showed the pooling
+    meanwhile: tuple[str, ...]  # what lockwatch does without while it reads this way

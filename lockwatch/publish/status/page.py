@@ -29,6 +29,12 @@ from lockwatch.text import iso_utc
 REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
 
 
+# Under the state of a target whose DSN goes through a transaction pooler.
+POOLED_NOTE = (
+    "read through a transaction pooler: pg_locks is right this way, but give lockwatch a "
+    "direct DSN so that its session stays one backend (target_transaction_pooled says what "
+    "it does meanwhile)"
+)
 LOCKS_SHOWN = 50  # per target, longest-held first; /api/v1/locks has them all
 
 
@@ -145,6 +151,9 @@ def _targets_section(page: Page) -> str:
             if status is None or status.error is None
             else f"<br><small>{escape(status.error)}</small>"
         )
+        if status is not None and status.pooling is not None:
+            error += f'<br><small class="pooled">{escape(POOLED_NOTE)}</small>'
+
         chart = sparkline(page.history.points(view.target.name, WAITING), page.history.window)
         rows.append(
             f'<tr class="{"up" if view.up else "down"}"><td>{escape(view.target.name)}</td>'

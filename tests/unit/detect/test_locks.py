@@ -133,7 +133,8 @@ def test_a_named_budget_overrides_the_default_both_ways() -> None:
     assert evidence_as(finding, LockEvidence).max_hold_seconds == 60.0
     assert finding.summary.startswith("lock webhook-delivery (42) in app held 1m1s")
 
-    snap = snapshot(held(42, 1234, held_for=1000), backends=[backend(1234)])
+    # Still in the statement that took it (a session running others since is an orphan).
+    snap = snapshot(held(42, 1234, held_for=1000), backends=[backend(1234, state_for=1000)])
     assert detect_locks(snap, long, NOW) == []
 
 
@@ -154,7 +155,7 @@ def test_shared_holders_give_one_finding_about_the_longest_holder_listing_all() 
         held(42, 11, held_for=400, mode="ShareLock"),
         held(42, 12, held_for=900, mode="ShareLock"),
         held(42, 13, held_for=10, mode="ShareLock"),
-        backends=[backend(11), backend(12, "reporter"), backend(13)],
+        backends=[backend(11, state_for=400), backend(12, "reporter", state_for=900), backend(13)],
     )
     findings = detect_locks(snap, DEFAULTS, NOW)
     finding = only(findings, HELD)

@@ -51,6 +51,7 @@ DEFINITIONS = {
     "missed_run_evidence": families.MissedRunEvidence,
     "long_run_evidence": families.LongRunEvidence,
     "failed_run_evidence": families.FailedRunEvidence,
+    "transaction_pooled_evidence": families.TransactionPooledEvidence,
     "target_down_evidence": families.TargetDownEvidence,
     "source_down_evidence": families.SourceDownEvidence,
     "subject": Subject,
