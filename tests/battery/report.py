@@ -57,6 +57,7 @@ CASES = (
     Case("least-privilege", "hostile", "pg_monitor-only role"),
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
+    Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
     Case("dsn-misread", "hostile", "A DSN password libpq would misread; a short password"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import requests
 
 from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
@@ -113,5 +115,90 @@ def test_an_unencoded_at_in_a_dsn_password_is_refused_and_short_passwords_garble
         intact=(
             "yes: the password's tail in no output (check-config, the log, the API, the page); "
             f"'{where.replace(database, '…')}' shown whole, not garbled by the short password"
+        ),
+    )
+
+
+# -- case 8: the per-kind cap ----------------------------------------------------
+
+CAPPED = "{max_hold: 1s, orphan_after: 1h, convoy_waiters: 5, convoy_wait: 1h}"
+
+
+def test_a_finding_rising_to_critical_pushes_no_other_into_the_overflow(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    cap = FINDINGS_PER_KIND
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn}, locks=CAPPED)
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    holder = battery_db.connect("nightly-report")
+    waiter = battery_db.connect("webhook-worker")
+    watcher = battery_db.connect("battery")
+
+    def too_long() -> dict[str, str]:
+        return {
+            f["subject"]["lock"]: f["severity"]
+            for f in lockwatch.findings()
+            if f["kind"] == "lock_held_too_long"
+        }
+
+    def polls() -> float:
+        return lockwatch.metric("lockwatch_polls_total", target="main") or 0
+
+    try:
+        lockwatch.start()
+        holder.execute(
+            "SELECT count(pg_advisory_lock(k)) FROM generate_series(1, %s) AS k", (cap + 1,)
+        )
+        before = wait_until(
+            lambda: len(now := too_long()) == cap + 1 and now, message="every lock held too long"
+        )
+        # The last by rank waits: its finding turns critical.
+        last = max((k for k in before if k != OVERFLOW_SUBJECT), key=int)
+        waiting = threading.Thread(
+            target=lambda: waiter.execute("SELECT pg_advisory_lock(%s)", (cap + 1,)), daemon=True
+        )
+        waiting.start()
+        wait_until(
+            lambda: (
+                watcher.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                == (1,)
+            ),
+            message="the waiter waits",
+        )
+        seen, offset = polls(), len(lockwatch.log())
+        wait_until(lambda: polls() >= seen + 4, message="a few polls with the waiter")
+        after = too_long()
+        log = lockwatch.log()[offset:]
+        holder.execute("SELECT pg_advisory_unlock_all()")
+        waiting.join(timeout=30)
+    finally:
+        stopped = lockwatch.stop() if lockwatch.proc is not None else 0
+    assert stopped == 0, lockwatch.log(whole=True)
+    resolved = [line for line in log.splitlines() if "resolved lock_held_too_long" in line]
+    assert not resolved, f"resolved while still held: {resolved}"
+    fired = [line for line in log.splitlines() if "firing lock_held_too_long" in line]
+    assert not fired, f"fired again: {fired}"
+    assert set(after) == set(before), (
+        sorted(set(before) - set(after)),
+        sorted(set(after) - set(before)),
+    )
+    assert after[OVERFLOW_SUBJECT] == "critical", after[OVERFLOW_SUBJECT]
+    battery(
+        "cap-reshuffle",
+        injected=(
+            f"{cap + 1} advisory locks held too long by one session ({cap} reported one by one, "
+            f"the cap, and one in the overflow); then a session waits on lock {cap + 1}, "
+            "the last by rank, so its finding turns critical"
+        ),
+        did=(
+            f"kept the same {cap} findings one by one and lock {cap + 1} in the overflow "
+            "finding, which turned critical; its rank depends on no severity"
+        ),
+        intact=(
+            f"yes: 0 findings resolved while their locks were held (before: lock {last} was "
+            "pushed into the overflow and told RESOLVED); 0 fired again"
         ),
     )
