@@ -259,9 +259,8 @@ class Daemon:
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start()
-        for name, removed in old.items():
-            removed.stop()
-            self.board.forget(name)
+        for removed in old.values():
+            self._retire(removed)
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
@@ -281,6 +280,21 @@ class Daemon:
             "%(added)d added, %(removed)d removed",
             counts,
         )
+
+    def _retire(self, runner: TargetRunner) -> None:
+        """A target removed from the config: it stops, its findings resolve (logged
+        and told once, as if its problems were gone: nobody watches them any more)
+        and its state file goes, so re-adding it later starts afresh."""
+        runner.stop()
+        name = runner.target.name
+        self.board.forget(name)
+        transitions = runner.ledger.update(())
+        for listener in self._listeners:
+            try:
+                listener(transitions)
+            except Exception:
+                log.exception("resolving the findings of removed target %s", name)
+        self.store.forget(name)
 
     def stop(self) -> None:
         self.notifier.stopping()

@@ -15,6 +15,7 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -111,10 +112,7 @@ class ChannelWorker:
         document = self.store.load(self.name)
         state = ChannelState() if document is None else ChannelState.load(document)
         if targets:
-            # Findings of a target no longer configured can never resolve.
-            state.announced = {
-                key: told for key, told in state.announced.items() if told.finding.target in targets
-            }
+            self._resolve_removed(state, targets)
         if document is not None:
             log.info(
                 "notify %s: restored %d announced findings and %d pending messages",
@@ -123,6 +121,24 @@ class ChannelWorker:
                 len(state.outbox),
             )
         return state
+
+    def _resolve_removed(self, state: ChannelState, targets: Collection[str]) -> None:
+        """Findings announced for a target no longer configured: nobody will poll
+        it, so they are told resolved at the first step, once."""
+        removed = Counter(
+            told.finding.target
+            for told in state.announced.values()
+            if told.finding.target not in targets
+        )
+        for target, count in sorted(removed.items()):
+            self._latest[target] = ()
+            log.warning(
+                "notify %s: target %s is no longer configured; its %d announced "
+                "finding(s) are told resolved",
+                self.name,
+                target,
+                count,
+            )
 
     # -- from the poll threads ------------------------------------------------
 

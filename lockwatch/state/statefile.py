@@ -57,6 +57,16 @@ class StateStore:
             return None
         return document
 
+    def forget(self, target: str) -> None:
+        """Remove what is kept for ``target`` (no longer configured)."""
+        path = self._path(target)
+        if path is None:
+            return
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot remove %s: %s", path, exc)
+
     def save(self, target: str, document: dict[str, Any]) -> bool:
         path = self._path(target)
         if path is None:

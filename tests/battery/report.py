@@ -58,6 +58,7 @@ CASES = (
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
     Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
+    Case("target-removed", "fault", "A target removed by reload or while stopped"),
     Case("dsn-misread", "hostile", "A DSN password libpq would misread; a short password"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)

@@ -4,6 +4,7 @@ read, the per-kind cap reshuffling, a target removed by SIGHUP."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.standins import ChatStandin, add_telegram
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -200,5 +202,107 @@ def test_a_finding_rising_to_critical_pushes_no_other_into_the_overflow(
         intact=(
             f"yes: 0 findings resolved while their locks were held (before: lock {last} was "
             "pushed into the overflow and told RESOLVED); 0 fired again"
+        ),
+    )
+
+
+# -- case 9: a target removed ------------------------------------------------------
+
+# "[firing] lock_held_too_long · warning · second · t_…/5"
+TOLD = re.compile(r"^\[(firing|resolved|still firing)\] (\w+) · \w+ · (\S+) · (.+)$", re.M)
+
+
+def told_about(standin: ChatStandin, target: str) -> list[str]:
+    """The states told about ``target``'s findings, in the order delivered."""
+    return [
+        match.group(1)
+        for message in standin.delivered("telegram")
+        for match in TOLD.finditer(message.text)
+        if match.group(3) == target
+    ]
+
+
+def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
+    tmp_path: Path, battery_cluster: LocalCluster, battery_db: PgDatabase, battery: Record
+) -> None:
+    second = PgDatabase(battery_cluster)
+    standin = ChatStandin()
+    port = free_port()
+    both = {"main": battery_db.monitor_dsn, "second": second.monitor_dsn}
+
+    def configure(targets: dict[str, str]) -> Path:
+        config = write_config(tmp_path, port, targets)
+        add_telegram(config, standin)
+        with config.open("a") as more:
+            more.write("  repeat_interval: 1s\n")
+        return config
+
+    lockwatch = LockwatchProcess(configure(both), tmp_path / "lockwatch.log", port)
+    holder = second.connect("nightly-report")
+
+    def polls_pass(count: int) -> None:
+        seen = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+        wait_until(
+            lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= seen + count,
+            message=f"{count} more polls of main",
+        )
+
+    try:
+        lockwatch.start()
+        holder.execute("SELECT pg_advisory_lock(5)")
+        wait_until(lambda: "firing" in told_about(standin, "second"), message="second fired")
+        wait_until(lambda: "still firing" in told_about(standin, "second"), message="a reminder")
+        configure({"main": battery_db.monitor_dsn})
+        lockwatch.reload()
+        wait_until(
+            lambda: "resolved" in told_about(standin, "second"),
+            timeout=20,
+            message="second resolved after its removal by reload",
+        )
+        polls_pass(6)  # 3 s: three reminder intervals
+        after_reload = told_about(standin, "second")
+        reload_log = lockwatch.log()
+
+        configure(both)
+        lockwatch.reload()
+        wait_until(lambda: told_about(standin, "second").count("firing") == 2, message="re-added")
+        stopped = lockwatch.stop()
+        configure({"main": battery_db.monitor_dsn})
+        lockwatch.start()
+        wait_until(
+            lambda: told_about(standin, "second").count("resolved") == 2,
+            timeout=20,
+            message="second resolved after its removal while lockwatch was stopped",
+        )
+        polls_pass(6)
+        after_restart = told_about(standin, "second")
+        restart_log = lockwatch.log()
+    finally:
+        final = lockwatch.stop() if lockwatch.proc is not None else 0
+        standin.close()
+        second.close()
+    assert stopped == final == 0, lockwatch.log(whole=True)
+    resolved_at = after_reload.index("resolved")
+    assert after_reload[resolved_at:] == ["resolved"], f"told after its removal: {after_reload}"
+    assert after_restart[after_restart.index("resolved", resolved_at + 1) :] == ["resolved"], (
+        after_restart
+    )
+    assert re.search(r"resolved lock_held_too_long second/", reload_log), reload_log
+    said = [line for line in restart_log.splitlines() if "no longer configured" in line]
+    assert said, restart_log
+    battery(
+        "target-removed",
+        injected=(
+            "a target with lock 5 held too long (told firing, reminded every 1 s) is removed "
+            "from the config by SIGHUP; re-added, it fires again, and is removed while "
+            "lockwatch is stopped"
+        ),
+        did=(
+            "on the reload: its findings resolved, logged and told once; on the restart: "
+            f"'{said[0].split(': ', 1)[1]}', told resolved once"
+        ),
+        intact=(
+            f"yes: {after_restart.count('resolved')} resolutions for 2 removals, 0 reminders "
+            f"after either over 6 polls (before: reminded forever, dropped without a word)"
         ),
     )

@@ -297,3 +297,21 @@ notify:
     assert (only.exit_code, only.output) == (0, "team (slack): ok, HTTP 200 ok\n")
     unknown = runner.invoke(main, ["notify-test", "-c", str(config), "--channel", "pager"])
     assert unknown.exit_code == 2 and "no channel named pager" in unknown.output
+
+
+def test_findings_of_a_target_removed_while_stopped_are_told_resolved_once(
+    standin: ChatStandin, tmp_path: Path
+) -> None:
+    clock = Clock()
+    poll(notifier(channels(standin), clock, tmp_path), [finding()])
+    assert len(standin.delivered("telegram")) == 1
+
+    restarted = AlertNotifier(
+        channels(standin), tmp_path, targets=["other"], clock=clock, backoff=FAST
+    )
+    for _ in range(3):
+        for worker in restarted.workers:
+            worker.step()
+    (_fired, resolved) = standin.delivered("telegram")
+    assert resolved.text.startswith("✅ RESOLVED:"), resolved.text
+    assert not any(w.state.announced for w in restarted.workers)

@@ -182,3 +182,15 @@ def test_a_missing_state_directory_is_created_on_first_save(tmp_path: Path) -> N
     assert store.save("main", DOCUMENT)
     shutil.rmtree(tmp_path / "var")
     assert store.save("main", DOCUMENT), "and again if it is removed while running"
+
+
+def test_a_forgotten_target_loads_nothing_and_forgetting_twice_is_harmless(
+    tmp_path: Path,
+) -> None:
+    store = StateStore(tmp_path / "state")
+    store.save("main", DOCUMENT)
+    store.save("second", DOCUMENT)
+    store.forget("second")
+    store.forget("second")
+    assert store.load("second") is None
+    assert store.load("main") is not None
