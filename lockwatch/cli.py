@@ -196,8 +196,8 @@ def run(
     _setup_logging(log_level)
     from lockwatch.daemon import Daemon
 
-    daemon = Daemon(settings, reload=reload)
     try:
+        daemon = Daemon(settings, reload=reload)
         daemon.run_forever()
     except OSError as exc:
         click.echo(f"lockwatch: {exc}", err=True)

@@ -30,7 +30,7 @@ from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
-from lockwatch.state.statefile import StateStore
+from lockwatch.state.statefile import StateDirLock, StateStore
 from lockwatch.util.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,8 @@ class Daemon:
         notifier: Notifier | None = None,
     ) -> None:
         self.settings = settings
+        # First: nothing is read from a state dir another lockwatch uses.
+        self.state_lock = None if settings.state_dir is None else StateDirLock(settings.state_dir)
         self.board = Board()
         self.store = StateStore(settings.state_dir)
         self.stop_event = threading.Event()
@@ -313,4 +315,6 @@ class Daemon:
         if self.job_store is not None:
             self.job_store.close()
         self.notifier.close()
+        if self.state_lock is not None:
+            self.state_lock.release()
         log.info("lockwatch stopped")

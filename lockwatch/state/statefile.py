@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -14,6 +15,64 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+LOCK_FILE = "lockwatch.lock"
+
+
+class StateDirInUseError(OSError):
+    """Another lockwatch holds the state dir."""
+
+
+class StateDirLock:
+    """An exclusive ``flock`` on ``<state_dir>/lockwatch.lock`` for as long as
+    lockwatch runs: two instances on one state dir would each tell every
+    finding and overwrite each other's state. The kernel drops the lock with
+    the process, however it ends, so a killed lockwatch leaves none behind."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK_FILE
+        self._fd: int | None = None
+        fd = self._open(directory)
+        if fd is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip()
+            os.close(fd)
+            by = f"lockwatch pid {holder}" if holder.isdigit() else "another lockwatch"
+            raise StateDirInUseError(
+                f"state dir {directory} is in use by {by}: two on one state dir would "
+                "double every notification and overwrite each other's state; stop it, "
+                "or give this one a state_dir of its own"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        with contextlib.suppress(OSError):  # only a name for the refusal
+            self.path.write_text(f"{os.getpid()}\n", encoding="ascii")
+        self._fd = fd
+
+    def _open(self, directory: Path) -> int | None:
+        """The lock file, to be locked; None (said once) when it cannot be had: a
+        state dir that cannot be written is said loudly by the saves, and costs
+        monitoring nothing, so it does not stop lockwatch either."""
+        # Read-only: a file kept open for writing would stop the state dir's
+        # filesystem from being remounted read-only (the pid is written apart).
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            log.warning(
+                "cannot lock the state dir (%s: %s): a second lockwatch on it would go unnoticed",
+                self.path,
+                exc.strerror or exc,
+            )
+            return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
 
 
 class StateStore:

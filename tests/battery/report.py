@@ -59,6 +59,7 @@ CASES = (
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
     Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
     Case("target-removed", "fault", "A target removed by reload or while stopped"),
+    Case("state-dir-shared", "fault", "A second lockwatch on the same state dir"),
     Case("dsn-misread", "hostile", "A DSN password libpq would misread; a short password"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)

@@ -306,3 +306,58 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
             f"after either over 6 polls (before: reminded forever, dropped without a word)"
         ),
     )
+
+
+# -- case 15: two instances on one state dir --------------------------------------
+
+
+def test_a_second_lockwatch_on_the_same_state_dir_refuses_to_start_naming_the_first(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    standin = ChatStandin()
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn})
+    add_telegram(config, standin)
+    first = LockwatchProcess(config, tmp_path / "first.log", port)
+    # The same config on another port: only the state dir is shared.
+    other, other_port = tmp_path / "other.yml", free_port()
+    other.write_text(config.read_text().replace(f":{port}\n", f":{other_port}\n", 1))
+    holder = battery_db.connect("nightly-report")
+    try:
+        first.start()
+        assert first.proc is not None
+        holder.execute("SELECT pg_advisory_lock(9)")
+        wait_until(lambda: standin.delivered("telegram"), message="lock 9 told")
+        code, said = refused_run(other, tmp_path / "second.log")
+        wait_until(lambda: (first.metric("lockwatch_polls_total", target="main") or 0) > 4)
+        messages = len(standin.delivered("telegram"))
+        first_up = first.proc.poll() is None
+        first.kill()
+        # Killed, the first leaves no lock behind: the second starts now.
+        second = LockwatchProcess(other, tmp_path / "second-again.log", other_port)
+        second.start()
+        restarted = second.stop()
+    finally:
+        if first.proc is not None:
+            first.stop()
+        standin.close()
+    assert first.proc is not None
+    assert code not in (None, 0), f"a second lockwatch ran on the same state dir: {said}"
+    assert str(first.proc.pid) in said and "state dir" in said, said
+    assert first_up and messages == 1, (first_up, messages)
+    assert restarted == 0
+    refusal = next(line for line in said.splitlines() if "state dir" in line)
+    refusal = refusal.replace(str(tmp_path / "state"), "$STATE_DIR")
+    refusal = refusal.replace(str(first.proc.pid), "N")
+    battery(
+        "state-dir-shared",
+        injected=(
+            "a second lockwatch started on the state dir of a running one (another port), "
+            "during a finding; then the first SIGKILLed and the second started again"
+        ),
+        did=(
+            f"the second exited {code}: '{refusal.split('lockwatch: ', 1)[-1]}'; after the "
+            "first was killed it started at once (the kernel drops the lock with the process)"
+        ),
+        intact=(f"yes: the finding told {messages} time (not doubled), the first kept polling"),
+    )

@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
-from lockwatch.state.statefile import FORMAT_VERSION, StateStore
+from lockwatch.state.statefile import (
+    FORMAT_VERSION,
+    StateDirInUseError,
+    StateDirLock,
+    StateStore,
+)
 
 DOCUMENT = {"holds": {"saved_at": "2025-03-14T21:40:00+00:00", "locks": []}, "findings": []}
 
@@ -194,3 +200,21 @@ def test_a_forgotten_target_loads_nothing_and_forgetting_twice_is_harmless(
     store.forget("second")
     assert store.load("second") is None
     assert store.load("main") is not None
+
+
+def test_a_state_dir_is_locked_by_one_lockwatch_at_a_time(tmp_path: Path) -> None:
+    first = StateDirLock(tmp_path / "state")
+    with pytest.raises(StateDirInUseError, match=f"in use by lockwatch pid {os.getpid()}"):
+        StateDirLock(tmp_path / "state")
+    first.release()
+    StateDirLock(tmp_path / "state").release()
+
+
+def test_a_state_dir_that_cannot_be_locked_costs_a_warning_not_the_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.WARNING):
+        StateDirLock(blocked / "state").release()
+    assert "cannot lock the state dir" in caplog.text
