@@ -30,7 +30,7 @@ from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
-from lockwatch.state.statefile import StateDirLock, StateStore
+from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
 from lockwatch.util.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class Daemon:
         self.settings = settings
         # First: nothing is read from a state dir another lockwatch uses.
         self.state_lock = None if settings.state_dir is None else StateDirLock(settings.state_dir)
+        remove_leftovers(settings.state_dir)
         self.board = Board()
         self.store = StateStore(settings.state_dir)
         self.stop_event = threading.Event()

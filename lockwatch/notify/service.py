@@ -110,7 +110,11 @@ class ChannelWorker:
 
     def _restore(self, targets: Collection[str]) -> ChannelState:
         document = self.store.load(self.name)
-        state = ChannelState() if document is None else ChannelState.load(document)
+        try:
+            state = ChannelState() if document is None else ChannelState.load(document)
+        except Exception as exc:  # a state file is never a reason not to start
+            self.store.discard(self.name, f"cannot be restored: {type(exc).__name__}")
+            document, state = None, ChannelState()
         if targets:
             self._resolve_removed(state, targets)
         if document is not None:

@@ -9,6 +9,7 @@ import logging
 import os
 import tempfile
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -103,18 +104,46 @@ class StateStore:
         return None if self.directory is None else self.directory / f"{self.prefix}{target}.json"
 
     def load(self, target: str) -> dict[str, Any] | None:
+        """The saved document; None (and the file moved aside) when it cannot be
+        read for any reason: lockwatch then starts afresh, it never fails to."""
         path = self._path(target)
-        if path is None or not path.exists():
+        if path is None or not os.path.lexists(path):
             return None
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            log.error("cannot read saved state %s, starting afresh: %s", path, exc)
+            document = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            self.discard(target, _unreadable(exc))
             return None
         if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
-            log.error("ignoring saved state %s: unknown format", path)
+            self.discard(target, "not a state file of this version of lockwatch")
             return None
         return document
+
+    def discard(self, target: str, reason: str) -> None:
+        """Move a saved state that cannot be used aside, kept for a person to
+        look at, with one log line; the next save starts afresh."""
+        path = self._path(target)
+        if path is None:
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = path.with_name(f"{path.name}.unreadable-{stamp}")
+        try:
+            os.replace(path, aside)
+        except OSError as exc:
+            log.error(
+                "cannot read saved state %s (%s), starting afresh; it cannot be moved aside "
+                "either: %s",
+                path,
+                reason,
+                exc.strerror or exc,
+            )
+            return
+        log.error(
+            "cannot read saved state %s (%s): moved aside to %s, starting afresh",
+            path,
+            reason,
+            aside.name,
+        )
 
     def forget(self, target: str) -> None:
         """Remove what is kept for ``target`` (no longer configured)."""
@@ -163,6 +192,37 @@ class StateStore:
             log.error(
                 "%s; monitoring goes on, but %s will not survive a restart", message, self.keeps
             )
+
+
+def _unreadable(exc: BaseException) -> str:
+    """Why a state file cannot be read, in a few words (a JSON error quotes no
+    more than a position)."""
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8"
+    if isinstance(exc, RecursionError | MemoryError):
+        return "nested or sized past what can be parsed"
+    return f"not JSON: {exc}"
+
+
+def remove_leftovers(directory: Path | None) -> None:
+    """Remove the temporary files a kill during a save leaves (``.target-main.json.*``,
+    ``.notify-ops.json.*``); called at start, under the state dir's lock."""
+    if directory is None or not directory.is_dir():
+        return
+    removed = []
+    for leftover in directory.glob(".*.json.*"):
+        if leftover.name.startswith((".target-", ".notify-")) and leftover.is_file():
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+                removed.append(leftover.name)
+    if removed:
+        log.info(
+            "removed %d temporary file(s) a write interrupted by a kill left: %s",
+            len(removed),
+            ", ".join(sorted(removed)),
+        )
 
 
 def _reason(exc: Exception, temp_prefix: str) -> str:

@@ -361,3 +361,79 @@ def test_a_second_lockwatch_on_the_same_state_dir_refuses_to_start_naming_the_fi
         ),
         intact=(f"yes: the finding told {messages} time (not doubled), the first kept polling"),
     )
+
+
+# -- case 16: a state file that cannot be read -------------------------------------
+
+UNREADABLE = {
+    # nested deeper than any parser's recursion: json.loads raises RecursionError
+    "target-main.json": b"[" * 200_000,
+    # well-formed JSON whose hold has a pid of 1e999 (inf, which no int can hold)
+    "target-second.json": (
+        b'{"version": 1, "holds": {"saved_at": "2026-01-01T00:00:00+00:00", "locks": '
+        b'[{"key": "1", "pid": 1e999, "backend_start": "x", "database": "d", "mode": "m", '
+        b'"granted": true, "first_seen": "2026-01-01T00:00:00+00:00"}]}, "findings": []}'
+    ),
+    # not UTF-8 at all
+    "notify-ops.json": b"\xff\xfe\x00{" * 64,
+}
+# What a kill during a write leaves: NamedTemporaryFile's names next to the file.
+LEFTOVERS = (".target-main.json.k3j_x9q2", ".notify-ops.json.a8b7c6d5")
+
+
+def test_state_files_that_cannot_be_read_are_moved_aside_and_lockwatch_starts_fresh(
+    tmp_path: Path, battery_cluster: LocalCluster, battery_db: PgDatabase, battery: Record
+) -> None:
+    second = PgDatabase(battery_cluster)
+    standin = ChatStandin()
+    port = free_port()
+    targets = {"main": battery_db.monitor_dsn, "second": second.monitor_dsn}
+    config = write_config(tmp_path, port, targets)
+    add_telegram(config, standin)
+    state = tmp_path / "state"
+    state.mkdir()
+    for name, content in UNREADABLE.items():
+        (state / name).write_bytes(content)
+    for name in LEFTOVERS:
+        (state / name).write_text('{"version": 1, "hol')
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    holder = battery_db.connect("nightly-report")
+    try:
+        lockwatch.start()
+        holder.execute("SELECT pg_advisory_lock(11)")
+        wait_until(lambda: standin.delivered("telegram"), message="lock 11 told")
+        wait_until(
+            lambda: '"11"' in (state / "target-main.json").read_text(errors="replace"),
+            message="the fresh state saved",
+        )
+        wait_until(lambda: lockwatch.metric("lockwatch_up", target="second") == 1)
+        log = lockwatch.log()
+    finally:
+        stopped = lockwatch.stop() if lockwatch.proc is not None else 0
+        standin.close()
+        second.close()
+    assert stopped == 0, lockwatch.log(whole=True)
+    left = sorted(p.name for p in state.iterdir() if p.name in LEFTOVERS)
+    assert not left, f"temporary files left: {left}"
+    said = {name: [ln for ln in log.splitlines() if f"{name} " in ln] for name in UNREADABLE}
+    for name, content in UNREADABLE.items():
+        assert len(said[name]) == 1 and "moved aside" in said[name][0], (name, log)
+        aside = [p for p in state.iterdir() if p.name.startswith(f"{name}.unreadable")]
+        assert [p.read_bytes() for p in aside] == [content], name
+    reasons = [said[name][0].split("statefile: ", 1)[-1] for name in UNREADABLE]
+    battery(
+        "state-unreadable",
+        injected=(
+            "state files a parser chokes on: JSON nested 200,000 deep, a hold with pid 1e999, "
+            "bytes that are not UTF-8; 2 temporary files as a kill mid-write leaves them"
+        ),
+        did=(
+            "started fresh and watched both targets; one line each: "
+            + "; ".join(f"'{r.replace(str(state), '$STATE_DIR')}'" for r in reasons)
+            + "; the temporary files removed at start"
+        ),
+        intact=(
+            f"yes: each file kept whole beside it ({len(UNREADABLE)} of {len(UNREADABLE)}); "
+            "the new finding told once and saved"
+        ),
+    )

@@ -13,6 +13,7 @@ from lockwatch.state.statefile import (
     StateDirInUseError,
     StateDirLock,
     StateStore,
+    remove_leftovers,
 )
 
 DOCUMENT = {"holds": {"saved_at": "2025-03-14T21:40:00+00:00", "locks": []}, "findings": []}
@@ -218,3 +219,29 @@ def test_a_state_dir_that_cannot_be_locked_costs_a_warning_not_the_start(
     with caplog.at_level(logging.WARNING):
         StateDirLock(blocked / "state").release()
     assert "cannot lock the state dir" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[" * 100_000, b"\xff\xfe{", b'{"version": 1', b"[1, 2]", b'{"version": 99}', b""],
+)
+def test_a_state_file_that_cannot_be_read_is_moved_aside_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
+) -> None:
+    store = StateStore(tmp_path)
+    (tmp_path / "target-main.json").write_bytes(content)
+    with caplog.at_level(logging.ERROR):
+        assert store.load("main") is None
+    assert len(errors(caplog)) == 1 and "moved aside" in errors(caplog)[0]
+    (aside,) = tmp_path.glob("target-main.json.unreadable-*")
+    assert aside.read_bytes() == content
+    assert store.save("main", DOCUMENT) and store.load("main") is not None
+
+
+def test_temporary_files_of_an_interrupted_save_are_removed_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    for name in (".target-main.json.abc", ".notify-ops.json.x1", "target-main.json", ".keep"):
+        (tmp_path / name).write_text("{}")
+    remove_leftovers(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", "target-main.json"]
