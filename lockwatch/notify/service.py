@@ -222,6 +222,12 @@ class ChannelWorker:
                 if exc.permanent:
                     self._drop(str(exc))
                     continue
+                if exc.unanswered and pending.unanswered >= self.settings.unanswered_retries:
+                    self._drop(
+                        f"{exc}; not sent again after {pending.unanswered + 1} unanswered "
+                        f"attempt(s) (unanswered_retries: {self.settings.unanswered_retries})"
+                    )
+                    continue
                 self._retry(pending, exc)
                 continue
             self.state.outbox.pop(0)
@@ -244,11 +250,24 @@ class ChannelWorker:
             delay = self.backoff.delay(attempts, self._rng)
         now = self.clock()
         self.state.outbox[0] = replace(
-            pending, attempts=attempts, next_attempt=now + timedelta(seconds=delay)
+            pending,
+            attempts=attempts,
+            next_attempt=now + timedelta(seconds=delay),
+            unanswered=pending.unanswered + exc.unanswered,
         )
         self.errors_total += 1
         reason = str(exc)
-        if reason != self._failing:
+        if exc.unanswered:
+            # Said each time: each send again may tell the receiver twice.
+            log.warning(
+                "notify %s: %s; sending it again in %.1fs (%d of unanswered_retries: %d)",
+                self.name,
+                reason,
+                delay,
+                pending.unanswered + 1,
+                self.settings.unanswered_retries,
+            )
+        elif reason != self._failing:
             log.warning(
                 "notify %s: delivery failed, retrying in %.1fs (%d pending): %s",
                 self.name,
