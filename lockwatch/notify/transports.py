@@ -225,6 +225,12 @@ class TelegramTransport(Transport):
             },
         )
         data = answer.json()
+        if 200 <= answer.status < 300 and "ok" not in data:
+            # Not the Bot API: a proxy or a captive portal in between, for now.
+            raise self.fail(
+                f"Telegram's address answered HTTP {answer.status} with a body that is not "
+                f"the Bot API's JSON (a proxy or captive portal?): {answer.text or 'empty'}"
+            )
         if answer.status == 200 and data.get("ok") is True:
             result = data.get("result")
             number = result.get("message_id") if isinstance(result, dict) else None

@@ -11,9 +11,11 @@ import pytest
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
-from tests.fixtures.standins import ChatStandin, add_telegram
+from tests.fixtures.standins import ChatStandin, Reply, add_telegram
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+PORTAL = b"<html><body>Please log in to the guest network</body></html>"
 
 
 def sent(lockwatch: LockwatchProcess) -> float:
@@ -22,6 +24,41 @@ def sent(lockwatch: LockwatchProcess) -> float:
 
 def pending(lockwatch: LockwatchProcess) -> float | None:
     return lockwatch.metric("lockwatch_notifications_pending", channel="ops")
+
+
+def test_telegram_answering_200_with_a_body_that_is_not_its_json_is_retried(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    standin = ChatStandin()
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn})
+    add_telegram(config, standin)
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    holder = battery_db.connect("nightly-report")
+    standin.reply(Reply(200, PORTAL), Reply(200, b""), service="telegram")
+    try:
+        lockwatch.start()
+        holder.execute("SELECT pg_advisory_lock(12)")
+        wait_until(lambda: sent(lockwatch) == 1, timeout=30, message="the firing delivered")
+        log = lockwatch.log()
+    finally:
+        stopped = lockwatch.stop() if lockwatch.proc is not None else 0
+        standin.close()
+    assert stopped == 0, lockwatch.log(whole=True)
+    statuses = [r.status for r in standin.requests("telegram")]
+    assert statuses == [200, 200, 200], statuses
+    said = [line for line in log.splitlines() if "notify ops" in line]
+    assert not [line for line in said if "dropped" in line], said
+    retrying = next(line for line in said if "retrying" in line)
+    battery(
+        "telegram-not-json",
+        injected=(
+            "Telegram's address answers 200 with an HTML captive portal, then 200 with an "
+            "empty body, then as Telegram does"
+        ),
+        did=f"both taken as transient, retried with backoff: '{retrying.split(': ', 1)[1]}'",
+        intact="yes: the message delivered on the third attempt, 0 dropped",
+    )
 
 
 def test_a_receiver_slower_than_read_timeout_gets_a_message_a_bounded_number_of_times(

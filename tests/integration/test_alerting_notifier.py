@@ -318,6 +318,19 @@ def test_findings_of_a_target_removed_while_stopped_are_told_resolved_once(
     assert not any(w.state.announced for w in restarted.workers)
 
 
+def test_telegram_answering_200_without_its_json_is_retried_not_dropped(
+    standin: ChatStandin,
+) -> None:
+    clock = Clock()
+    alerts = notifier(channels(standin), clock)
+    (worker, *_) = alerts.workers
+    standin.reply(Reply(200, b"<html>captive portal</html>"), service="telegram")
+    poll(alerts, [finding()])
+    assert worker.pending == 1 and worker.failed_total == 0
+    retry_soon(worker, clock)
+    assert len(standin.delivered("telegram")) == 2 and worker.pending == 0
+
+
 def test_an_answer_that_times_out_after_the_request_is_sent_whole_is_sent_again_a_few_times(
     standin: ChatStandin, caplog: pytest.LogCaptureFixture
 ) -> None:
