@@ -63,6 +63,7 @@ CASES = (
     Case("telegram-not-json", "fault", "Telegram answers 200 with a body that is not its JSON"),
     Case("state-dir-shared", "fault", "A second lockwatch on the same state dir"),
     Case("state-unreadable", "fault", "State files that cannot be read; temporary files left"),
+    Case("ping-framing", "hostile", "POST /ping bodies framed every way"),
     Case("dsn-misread", "hostile", "A DSN password libpq would misread; a short password"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
