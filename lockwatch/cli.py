@@ -240,8 +240,11 @@ def run(
     setup_logging(log_level, log_format)
     from lockwatch.daemon import Daemon
 
-    daemon = Daemon(settings, reload=reload, also_listen=listen[1:], telemetry_path=telemetry_path)
     try:
+        # Built inside: a state dir another lockwatch holds refuses to start here.
+        daemon = Daemon(
+            settings, reload=reload, also_listen=listen[1:], telemetry_path=telemetry_path
+        )
         daemon.run_forever()
     except OSError as exc:
         click.echo(f"lockwatch: {exc}", err=True)

@@ -30,7 +30,7 @@ from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
-from lockwatch.state.statefile import StateStore
+from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
 from lockwatch.util.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,9 @@ class Daemon:
         telemetry_path: str = "/metrics",
     ) -> None:
         self.settings = settings
+        # First: nothing is read from a state dir another lockwatch uses.
+        self.state_lock = None if settings.state_dir is None else StateDirLock(settings.state_dir)
+        remove_leftovers(settings.state_dir)
         self.board = Board()
         self.store = StateStore(settings.state_dir)
         self.stop_event = threading.Event()
@@ -263,9 +266,8 @@ class Daemon:
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start()
-        for name, removed in old.items():
-            removed.stop()
-            self.board.forget(name)
+        for removed in old.values():
+            self._retire(removed)
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
@@ -286,6 +288,21 @@ class Daemon:
             counts,
         )
 
+    def _retire(self, runner: TargetRunner) -> None:
+        """A target removed from the config: it stops, its findings resolve (logged
+        and told once, as if its problems were gone: nobody watches them any more)
+        and its state file goes, so re-adding it later starts afresh."""
+        runner.stop()
+        name = runner.target.name
+        self.board.forget(name)
+        transitions = runner.ledger.update(())
+        for listener in self._listeners:
+            try:
+                listener(transitions)
+            except Exception:
+                log.exception("resolving the findings of removed target %s", name)
+        self.store.forget(name)
+
     def stop(self) -> None:
         self.notifier.stopping()
         self.stop_event.set()
@@ -303,4 +320,6 @@ class Daemon:
         if self.job_store is not None:
             self.job_store.close()
         self.notifier.close()
+        if self.state_lock is not None:
+            self.state_lock.release()
         log.info("lockwatch stopped")

@@ -123,9 +123,14 @@ class TargetRunner:
         document = self.store.load(self.target.name)
         if document is None:
             return
-        for monitor in self.monitors:
-            monitor.restore(document)
-        self.ledger.load(document.get("findings") or [])
+        try:
+            for monitor in self.monitors:
+                monitor.restore(document)
+            self.ledger.load(document.get("findings") or [])
+        except Exception as exc:  # a state file is never a reason not to start
+            self.store.discard(self.target.name, f"cannot be restored: {type(exc).__name__}")
+            self.ledger = FindingLedger(self.target.name)
+            return
         self._view = TargetView(self.target, findings=self.ledger.active)
         log.info(
             "%s: restored %d hold times and %d active findings from the state dir",

@@ -27,7 +27,6 @@ from lockwatch.config.yamldata import FAILED, YamlMap
 from lockwatch.settings.jobs import PingSettings
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Settings, Target
-from lockwatch.util.secrets import dsn_password
 
 __all__ = ["ConfigError", "ConfigProblem", "load_settings", "settings_from_flags"]
 
@@ -124,7 +123,7 @@ def settings_from_flags(
                 ConfigProblem(COMMAND_LINE, flag, None, message_of(e)) for e in exc.errors()
             ]
     if problems:
-        raise finished(problems, [dsn, dsn_password(dsn) or ""])
+        raise finished(problems, [dsn] if dsn else [])
 
     def of(cls: type) -> dict[str, Any]:
         return {name: value for (owner, name), value in values.items() if owner is cls}

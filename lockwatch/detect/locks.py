@@ -291,9 +291,15 @@ def detect_locks(
 
 def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:
     """At most FINDINGS_PER_KIND findings of one kind: named locks first, then
-    the most severe and oldest. The rest of each kind come back apart, to be
-    told as one finding: 50,000 orphaned locks are one problem to a person,
-    and 50,000 log lines and messages would bury it."""
+    the oldest. The rest of each kind come back apart, to be told as one
+    finding: 50,000 orphaned locks are one problem to a person, and 50,000 log
+    lines and messages would bury it.
+
+    The rank uses only what stays put while a lock is held (named, since, key),
+    never the severity: a finding turning critical past the cap would push one
+    reported on its own into the overflow, and that one would be told resolved
+    while its lock is still held. A critical one past the cap makes the overflow
+    finding critical."""
     by_kind: dict[FindingKind, list[Draft]] = {}
     for draft in drafts:
         by_kind.setdefault(draft.kind, []).append(draft)
@@ -303,7 +309,6 @@ def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:
         kind_drafts.sort(
             key=lambda d: (
                 d.group.named is None,
-                d.severity is not Severity.CRITICAL,
                 d.since,
                 d.group.key,
             )

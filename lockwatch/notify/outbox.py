@@ -157,6 +157,7 @@ class Pending:
     message: Message
     next_attempt: datetime
     attempts: int = 0
+    unanswered: int = 0  # attempts sent whole whose answer timed out
 
 
 @dataclass
@@ -177,6 +178,7 @@ class ChannelState:
                     "message": pending.message.dump(),
                     "next_attempt": pending.next_attempt.isoformat(),
                     "attempts": pending.attempts,
+                    "unanswered": pending.unanswered,
                 }
                 for pending in self.outbox
             ],
@@ -202,8 +204,9 @@ class ChannelState:
                 message = Message.load(item["message"])
                 next_attempt = datetime.fromisoformat(item["next_attempt"])
                 attempts = int(item["attempts"])
-            except (KeyError, TypeError, ValueError):
+                unanswered = int(item.get("unanswered", 0))
+            except (KeyError, TypeError, ValueError, OverflowError):
                 continue
             if message is not None and next_attempt.tzinfo is not None:
-                state.outbox.append(Pending(message, next_attempt, attempts))
+                state.outbox.append(Pending(message, next_attempt, attempts, unanswered))
         return state

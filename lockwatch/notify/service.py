@@ -15,6 +15,7 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -109,12 +110,13 @@ class ChannelWorker:
 
     def _restore(self, targets: Collection[str]) -> ChannelState:
         document = self.store.load(self.name)
-        state = ChannelState() if document is None else ChannelState.load(document)
+        try:
+            state = ChannelState() if document is None else ChannelState.load(document)
+        except Exception as exc:  # a state file is never a reason not to start
+            self.store.discard(self.name, f"cannot be restored: {type(exc).__name__}")
+            document, state = None, ChannelState()
         if targets:
-            # Findings of a target no longer configured can never resolve.
-            state.announced = {
-                key: told for key, told in state.announced.items() if told.finding.target in targets
-            }
+            self._resolve_removed(state, targets)
         if document is not None:
             log.info(
                 "notify %s: restored %d announced findings and %d pending messages",
@@ -123,6 +125,24 @@ class ChannelWorker:
                 len(state.outbox),
             )
         return state
+
+    def _resolve_removed(self, state: ChannelState, targets: Collection[str]) -> None:
+        """Findings announced for a target no longer configured: nobody will poll
+        it, so they are told resolved at the first step, once."""
+        removed = Counter(
+            told.finding.target
+            for told in state.announced.values()
+            if told.finding.target not in targets
+        )
+        for target, count in sorted(removed.items()):
+            self._latest[target] = ()
+            log.warning(
+                "notify %s: target %s is no longer configured; its %d announced "
+                "finding(s) are told resolved",
+                self.name,
+                target,
+                count,
+            )
 
     # -- from the poll threads ------------------------------------------------
 
@@ -202,6 +222,12 @@ class ChannelWorker:
                 if exc.permanent:
                     self._drop(str(exc))
                     continue
+                if exc.unanswered and pending.unanswered >= self.settings.unanswered_retries:
+                    self._drop(
+                        f"{exc}; not sent again after {pending.unanswered + 1} unanswered "
+                        f"attempt(s) (unanswered_retries: {self.settings.unanswered_retries})"
+                    )
+                    continue
                 self._retry(pending, exc)
                 continue
             self.state.outbox.pop(0)
@@ -224,11 +250,24 @@ class ChannelWorker:
             delay = self.backoff.delay(attempts, self._rng)
         now = self.clock()
         self.state.outbox[0] = replace(
-            pending, attempts=attempts, next_attempt=now + timedelta(seconds=delay)
+            pending,
+            attempts=attempts,
+            next_attempt=now + timedelta(seconds=delay),
+            unanswered=pending.unanswered + exc.unanswered,
         )
         self.errors_total += 1
         reason = str(exc)
-        if reason != self._failing:
+        if exc.unanswered:
+            # Said each time: each send again may tell the receiver twice.
+            log.warning(
+                "notify %s: %s; sending it again in %.1fs (%d of unanswered_retries: %d)",
+                self.name,
+                reason,
+                delay,
+                pending.unanswered + 1,
+                self.settings.unanswered_retries,
+            )
+        elif reason != self._failing:
             log.warning(
                 "notify %s: delivery failed, retrying in %.1fs (%d pending): %s",
                 self.name,

@@ -46,12 +46,21 @@ _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\)\]]+)")
 
 
 class TransportError(Exception):
+    """``unanswered``: the request was sent whole and its answer timed out, so
+    it may have been delivered; sending it again may tell it twice."""
+
     def __init__(
-        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        permanent: bool = False,
+        retry_after: float | None = None,
+        unanswered: bool = False,
     ) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
+        self.unanswered = unanswered
 
 
 def retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -126,10 +135,18 @@ class Transport(abc.ABC):
         """Deliver ``message``; return what the receiver answered, in a few words."""
 
     def fail(
-        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        permanent: bool = False,
+        retry_after: float | None = None,
+        unanswered: bool = False,
     ) -> TransportError:
         return TransportError(
-            redact(message, self.channel.secrets), permanent=permanent, retry_after=retry_after
+            redact(message, self.channel.secrets),
+            permanent=permanent,
+            retry_after=retry_after,
+            unanswered=unanswered,
         )
 
     def post(self, url: str, payload: Mapping[str, Any]) -> Answer:
@@ -157,7 +174,11 @@ class Transport(abc.ABC):
                 f"connecting to {where} timed out after {self.connect_timeout:g}s"
             ) from None
         except requests.ReadTimeout:
-            raise self.fail(f"{where} did not answer within {self.read_timeout:g}s") from None
+            raise self.fail(
+                f"{where} did not answer within {self.read_timeout:g}s of the request sent "
+                "whole: it may have been delivered",
+                unanswered=True,
+            ) from None
         except requests.ConnectionError as exc:
             errno = _ERRNO.search(str(exc))
             reason = errno.group(1).strip() if errno else type(exc).__name__
@@ -204,6 +225,12 @@ class TelegramTransport(Transport):
             },
         )
         data = answer.json()
+        if 200 <= answer.status < 300 and "ok" not in data:
+            # Not the Bot API: a proxy or a captive portal in between, for now.
+            raise self.fail(
+                f"Telegram's address answered HTTP {answer.status} with a body that is not "
+                f"the Bot API's JSON (a proxy or captive portal?): {answer.text or 'empty'}"
+            )
         if answer.status == 200 and data.get("ok") is True:
             result = data.get("result")
             number = result.get("message_id") if isinstance(result, dict) else None

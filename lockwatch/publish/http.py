@@ -28,6 +28,7 @@ from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.auth import BasicAuth
+from lockwatch.publish.bodies import BodyRefusedError, read_body
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.status.page import StatusPage
@@ -165,18 +166,16 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.app.pings
         assert receiver is not None  # parse_request lets POST through only then
         try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_PING_BODY:
-            # Refused before reading: an oversized body is never buffered.
+            # An oversized body is refused before it is read, never buffered.
+            payload = read_body(self.headers, self.rfile, MAX_PING_BODY)
+        except BodyRefusedError as exc:
             self.close_connection = True
-            status = HTTPStatus.BAD_REQUEST if length < 0 else HTTPStatus.REQUEST_ENTITY_TOO_LARGE
-            body = render_json({"ok": False, "error": f"body must be 0 to {MAX_PING_BODY} bytes"})
-            self.reply(status, JSON, body)
+            self.reply(exc.status, JSON, render_json({"ok": False, "error": exc.reason}))
+            return
+        except (ConnectionError, TimeoutError):
+            logger.debug("%s went away during a ping", self.address_string())
             return
         try:
-            payload = self.rfile.read(length)
             url = urlsplit(self.path)
             answer = receiver.handle(url.path, url.query, dict(self.headers.items()), payload)
             self.reply(answer.status, JSON, render_json(answer.body))

@@ -37,6 +37,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from lockwatch.util.secrets import misread_authority
+
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -324,6 +326,12 @@ def check_dsn(dsn: str) -> str | None:
             "cannot be parsed as a connection string",
         )
         return f"{what} {_DSN_WITHHELD}"
+    if misread_authority(dsn):
+        return (
+            "has an '@' in its user or password that is not percent-encoded, so the "
+            "password's tail would be read as the host name: percent-encode the password "
+            f"('@' as %40) {_DSN_WITHHELD}"
+        )
     for port in str(parts.get("port") or "").split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
             return f"has a port that is not a number from 1 to 65535 {_DSN_WITHHELD}"

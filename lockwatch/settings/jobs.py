@@ -19,7 +19,6 @@ from lockwatch.settings.fields import (
     check,
 )
 from lockwatch.settings.schedule import Schedule
-from lockwatch.util.secrets import dsn_password
 
 _TOKEN_MIN = 16
 _TABLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -44,9 +43,7 @@ class PingSettings(Section):
         default=None, repr=False
     )
     # None: SQLite in the state dir
-    store_dsn: Annotated[Dsn | None, Secret(part=dsn_password), Field(alias="dsn")] = field(
-        default=None, repr=False
-    )
+    store_dsn: Annotated[Dsn | None, Secret(), Field(alias="dsn")] = field(default=None, repr=False)
     table: Annotated[Text, check(_check_table)] = "lockwatch_job_runs"
 
 

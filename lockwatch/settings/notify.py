@@ -25,6 +25,8 @@ from lockwatch.settings.fields import (
     Secret,
     Section,
     Text,
+    Whole,
+    at_least,
     check,
     distinct,
     one_of,
@@ -35,6 +37,7 @@ TELEGRAM_API = "https://api.telegram.org"
 DEFAULT_REPEAT = 4 * 3600.0
 DEFAULT_CONNECT_TIMEOUT = 3.0
 DEFAULT_READ_TIMEOUT = 10.0
+DEFAULT_UNANSWERED_RETRIES = 2
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -173,6 +176,9 @@ class NotifySettings(Section):
     repeat_interval: Seconds = DEFAULT_REPEAT  # 0: never
     connect_timeout: PositiveSeconds = DEFAULT_CONNECT_TIMEOUT
     read_timeout: PositiveSeconds = DEFAULT_READ_TIMEOUT
+    # Sends again of a request sent whole whose answer timed out: it may have
+    # been delivered, so each one may tell it twice.
+    unanswered_retries: Annotated[Whole, at_least(0, "0")] = DEFAULT_UNANSWERED_RETRIES
 
     @property
     def secrets(self) -> tuple[str, ...]:

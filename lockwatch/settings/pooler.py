@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from lockwatch.settings.fields import Dsn, Secret, Section
-from lockwatch.util.secrets import dsn_password
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,4 +13,4 @@ class PoolerSpec(Section):
     """pgbouncer's admin console, read to join its server connections to pg_locks."""
 
     # dbname=pgbouncer, a stats_users login is enough
-    dsn: Annotated[Dsn, Secret(part=dsn_password)] = field(repr=False)
+    dsn: Annotated[Dsn, Secret()] = field(repr=False)

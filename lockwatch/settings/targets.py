@@ -31,7 +31,6 @@ from lockwatch.settings.notify import NotifySettings
 from lockwatch.settings.pooler import PoolerSpec
 from lockwatch.settings.queues import Queue, WorkerGroup
 from lockwatch.settings.web import WebConfig
-from lockwatch.util.secrets import dsn_password
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
 
@@ -93,7 +92,7 @@ def _check_directory(path: Path) -> str | None:
 class Target(Section):
     name: Annotated[Name, UNIQUE]
     # may hold a password: never log or show it
-    dsn: Annotated[Dsn, Secret(part=dsn_password)] = field(repr=False)
+    dsn: Annotated[Dsn, Secret()] = field(repr=False)
     interval: Annotated[Interval, INHERITED] = 10.0
     connect_timeout: Annotated[PositiveSeconds, INHERITED] = 5.0
     statement_timeout: Annotated[PositiveSeconds, INHERITED] = 5.0

@@ -3,17 +3,77 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import tempfile
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+LOCK_FILE = "lockwatch.lock"
+
+
+class StateDirInUseError(OSError):
+    """Another lockwatch holds the state dir."""
+
+
+class StateDirLock:
+    """An exclusive ``flock`` on ``<state_dir>/lockwatch.lock`` for as long as
+    lockwatch runs: two instances on one state dir would each tell every
+    finding and overwrite each other's state. The kernel drops the lock with
+    the process, however it ends, so a killed lockwatch leaves none behind."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK_FILE
+        self._fd: int | None = None
+        fd = self._open(directory)
+        if fd is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode("ascii", "replace").strip()
+            os.close(fd)
+            by = f"lockwatch pid {holder}" if holder.isdigit() else "another lockwatch"
+            raise StateDirInUseError(
+                f"state dir {directory} is in use by {by}: two on one state dir would "
+                "double every notification and overwrite each other's state; stop it, "
+                "or give this one a state_dir of its own"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        with contextlib.suppress(OSError):  # only a name for the refusal
+            self.path.write_text(f"{os.getpid()}\n", encoding="ascii")
+        self._fd = fd
+
+    def _open(self, directory: Path) -> int | None:
+        """The lock file, to be locked; None (said once) when it cannot be had: a
+        state dir that cannot be written is said loudly by the saves, and costs
+        monitoring nothing, so it does not stop lockwatch either."""
+        # Read-only: a file kept open for writing would stop the state dir's
+        # filesystem from being remounted read-only (the pid is written apart).
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            log.warning(
+                "cannot lock the state dir (%s: %s): a second lockwatch on it would go unnoticed",
+                self.path,
+                exc.strerror or exc,
+            )
+            return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
 
 
 class StateStore:
@@ -44,18 +104,56 @@ class StateStore:
         return None if self.directory is None else self.directory / f"{self.prefix}{target}.json"
 
     def load(self, target: str) -> dict[str, Any] | None:
+        """The saved document; None (and the file moved aside) when it cannot be
+        read for any reason: lockwatch then starts afresh, it never fails to."""
         path = self._path(target)
-        if path is None or not path.exists():
+        if path is None or not os.path.lexists(path):
             return None
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            log.error("cannot read saved state %s, starting afresh: %s", path, exc)
+            document = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            self.discard(target, _unreadable(exc))
             return None
         if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
-            log.error("ignoring saved state %s: unknown format", path)
+            self.discard(target, "not a state file of this version of lockwatch")
             return None
         return document
+
+    def discard(self, target: str, reason: str) -> None:
+        """Move a saved state that cannot be used aside, kept for a person to
+        look at, with one log line; the next save starts afresh."""
+        path = self._path(target)
+        if path is None:
+            return
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        aside = path.with_name(f"{path.name}.unreadable-{stamp}")
+        try:
+            os.replace(path, aside)
+        except OSError as exc:
+            log.error(
+                "cannot read saved state %s (%s), starting afresh; it cannot be moved aside "
+                "either: %s",
+                path,
+                reason,
+                exc.strerror or exc,
+            )
+            return
+        log.error(
+            "cannot read saved state %s (%s): moved aside to %s, starting afresh",
+            path,
+            reason,
+            aside.name,
+        )
+
+    def forget(self, target: str) -> None:
+        """Remove what is kept for ``target`` (no longer configured)."""
+        path = self._path(target)
+        if path is None:
+            return
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot remove %s: %s", path, exc)
 
     def save(self, target: str, document: dict[str, Any]) -> bool:
         path = self._path(target)
@@ -94,6 +192,37 @@ class StateStore:
             log.error(
                 "%s; monitoring goes on, but %s will not survive a restart", message, self.keeps
             )
+
+
+def _unreadable(exc: BaseException) -> str:
+    """Why a state file cannot be read, in a few words (a JSON error quotes no
+    more than a position)."""
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8"
+    if isinstance(exc, RecursionError | MemoryError):
+        return "nested or sized past what can be parsed"
+    return f"not JSON: {exc}"
+
+
+def remove_leftovers(directory: Path | None) -> None:
+    """Remove the temporary files a kill during a save leaves (``.target-main.json.*``,
+    ``.notify-ops.json.*``); called at start, under the state dir's lock."""
+    if directory is None or not directory.is_dir():
+        return
+    removed = []
+    for leftover in directory.glob(".*.json.*"):
+        if leftover.name.startswith((".target-", ".notify-")) and leftover.is_file():
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+                removed.append(leftover.name)
+    if removed:
+        log.info(
+            "removed %d temporary file(s) a write interrupted by a kill left: %s",
+            len(removed),
+            ", ".join(sorted(removed)),
+        )
 
 
 def _reason(exc: Exception, temp_prefix: str) -> str:

@@ -6,9 +6,12 @@ import re
 
 import psycopg.conninfo
 
+# Up to the last "@" before the path: an unencoded "@" in the password is
+# still the password's (libpq would misread it, see misread_authority).
 _URI_PASSWORD = re.compile(
-    r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^@\s]*)(?=@)", re.I
+    r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<secret>[^\s/?#]*)(?=@)", re.I
 )
+_URI_AUTHORITY = re.compile(r"^\s*postgres(?:ql)?://(?P<authority>[^/?#]*)", re.I)
 _KEYWORD_PASSWORD = re.compile(
     r"(?P<head>\bpassword\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|\S+)", re.I
 )
@@ -16,10 +19,14 @@ _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<secret>[^&\s]+)", re.I
 
 
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Blank out anything that looks like a password, and every known secret.
+    """Blank out what is a password by its place in a connection string (a URI's
+    user info, ``password=``), and every known secret (whole values: a DSN, a
+    token; never a password's text on its own, which may be "1" or "main").
 
     >>> redact("postgresql://app:hunter2@db:5432/x")
     'postgresql://app:***@db:5432/x'
+    >>> redact("postgresql://app:Wr@ngPW@db/x")
+    'postgresql://app:***@db/x'
     >>> redact("host=db password='a b' user=x")
     'host=db password=*** user=x'
     >>> redact("failed for token 123:ABC", ("123:ABC",))
@@ -42,8 +49,25 @@ def dsn_password(dsn: str) -> str | None:
 
 
 def dsn_secrets(dsn: str) -> tuple[str, ...]:
-    """What of a DSN must never be shown: the DSN itself and its password."""
-    return tuple(s for s in (dsn_password(dsn), dsn) if s)
+    """What of a DSN is searched for in messages: the DSN itself, whole. Its
+    password is kept out by structure (``describe_dsn`` never shows it, ``redact``
+    blanks it where a connection string shows it); searching for its text would
+    garble every message a short password happens to be part of.
+    """
+    return (dsn,) if dsn else ()
+
+
+def misread_authority(dsn: str) -> bool:
+    """A URI DSN whose user info has an unencoded "@": libpq splits at the first
+    one, reads the password's tail as the host name and sends it to DNS.
+
+    >>> misread_authority("postgresql://u:Wr@ngPW@db/x")
+    True
+    >>> misread_authority("postgresql://u:Wr%40ngPW@db/x"), misread_authority("host=db")
+    (False, False)
+    """
+    match = _URI_AUTHORITY.match(dsn)
+    return match is not None and match.group("authority").count("@") > 1
 
 
 def first_line(error: BaseException) -> str:
@@ -69,6 +93,8 @@ def describe_dsn(dsn: str) -> str:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparsable DSN>"
+    if misread_authority(dsn):
+        return "<DSN with an unencoded @ in its password>"
     user = str(parts.get("user") or "")
     host = parts.get("host") or "localhost"
     port = parts.get("port")

@@ -57,6 +57,14 @@ CASES = (
     Case("least-privilege", "hostile", "pg_monitor-only role"),
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
+    Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
+    Case("target-removed", "fault", "A target removed by reload or while stopped"),
+    Case("receiver-slow", "fault", "A receiver slower than the read timeout"),
+    Case("telegram-not-json", "fault", "Telegram answers 200 with a body that is not its JSON"),
+    Case("state-dir-shared", "fault", "A second lockwatch on the same state dir"),
+    Case("state-unreadable", "fault", "State files that cannot be read; temporary files left"),
+    Case("ping-framing", "hostile", "POST /ping bodies framed every way"),
+    Case("dsn-misread", "hostile", "A DSN password libpq would misread; a short password"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

@@ -64,6 +64,10 @@ def test_a_receiver_that_hangs_refuses_and_errors_gets_every_message_once_and_po
     port = free_port()
     config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn}, locks=QUIET)
     add_telegram(config, standin, f"http://{relay.address}")
+    with config.open("a") as more:
+        # The relay drops every byte: nothing arrives, so sending again doubles
+        # nothing (a receiver that processes and answers late: receiver-slow).
+        more.write("  unanswered_retries: 1000\n")
     lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
     first, second = (ConvoyIncident(battery_db.admin_dsn, key=key, waiters=2) for key in (42, 43))
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -297,3 +298,52 @@ notify:
     assert (only.exit_code, only.output) == (0, "team (slack): ok, HTTP 200 ok\n")
     unknown = runner.invoke(main, ["notify-test", "-c", str(config), "--channel", "pager"])
     assert unknown.exit_code == 2 and "no channel named pager" in unknown.output
+
+
+def test_findings_of_a_target_removed_while_stopped_are_told_resolved_once(
+    standin: ChatStandin, tmp_path: Path
+) -> None:
+    clock = Clock()
+    poll(notifier(channels(standin), clock, tmp_path), [finding()])
+    assert len(standin.delivered("telegram")) == 1
+
+    restarted = AlertNotifier(
+        channels(standin), tmp_path, targets=["other"], clock=clock, backoff=FAST
+    )
+    for _ in range(3):
+        for worker in restarted.workers:
+            worker.step()
+    (_fired, resolved) = standin.delivered("telegram")
+    assert resolved.text.startswith("✅ RESOLVED:"), resolved.text
+    assert not any(w.state.announced for w in restarted.workers)
+
+
+def test_telegram_answering_200_without_its_json_is_retried_not_dropped(
+    standin: ChatStandin,
+) -> None:
+    clock = Clock()
+    alerts = notifier(channels(standin), clock)
+    (worker, *_) = alerts.workers
+    standin.reply(Reply(200, b"<html>captive portal</html>"), service="telegram")
+    poll(alerts, [finding()])
+    assert worker.pending == 1 and worker.failed_total == 0
+    retry_soon(worker, clock)
+    assert len(standin.delivered("telegram")) == 2 and worker.pending == 0
+
+
+def test_an_answer_that_times_out_after_the_request_is_sent_whole_is_sent_again_a_few_times(
+    standin: ChatStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    settings = replace(channels(standin), unanswered_retries=1)
+    alerts = notifier(settings, clock)
+    (worker, *_) = alerts.workers
+    standin.slow(1.0)  # read_timeout 0.5 s
+    with caplog.at_level(logging.WARNING, logger="lockwatch.notify"):
+        poll(alerts, [finding()])
+        retry_soon(worker, clock)
+        retry_soon(worker, clock)
+    assert len(standin.delivered("telegram")) == 2
+    assert worker.pending == 0 and worker.failed_total == 1
+    said = [r.getMessage() for r in caplog.records if "notify ops" in r.getMessage()]
+    assert len(said) == 2 and all("may have been delivered" in line for line in said), said

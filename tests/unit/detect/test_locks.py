@@ -741,3 +741,24 @@ def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
     assert len(evidence_as(rest, OverflowEvidence).locks) == locks_module.OVERFLOW_KEYS
     assert rest.summary.startswith("50 more advisory locks with lock_orphaned")
     assert len(findings) == locks_module.FINDINGS_PER_KIND + 1
+
+
+def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow() -> None:
+    count = locks_module.FINDINGS_PER_KIND + 1
+    locks = [held(key_value, 1000, held_for=900) for key_value in range(1, count + 1)]
+    settings_ = LockSettings(max_hold=60, orphan_after=3600)
+    quiet = detect_locks(snapshot(*locks, backends=[backend(1000)]), settings_, NOW)
+    # A session now waits on the last key: its finding turns critical.
+    queued = waiting(count, 2000, waited_for=1)
+    busy = detect_locks(
+        snapshot(*locks, queued, backends=[backend(1000), backend(2000)]), settings_, NOW
+    )
+
+    def subjects(findings: list[Finding]) -> set[str | None]:
+        return {f.subject.lock for f in findings if f.kind is HELD}
+
+    assert subjects(busy) == subjects(quiet)
+    (rest,) = [
+        f for f in busy if f.kind is HELD and f.subject.lock == locks_module.OVERFLOW_SUBJECT
+    ]
+    assert rest.severity is Severity.CRITICAL

@@ -1,13 +1,20 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
-from lockwatch.state.statefile import FORMAT_VERSION, StateStore
+from lockwatch.state.statefile import (
+    FORMAT_VERSION,
+    StateDirInUseError,
+    StateDirLock,
+    StateStore,
+    remove_leftovers,
+)
 
 DOCUMENT = {"holds": {"saved_at": "2025-03-14T21:40:00+00:00", "locks": []}, "findings": []}
 
@@ -182,3 +189,59 @@ def test_a_missing_state_directory_is_created_on_first_save(tmp_path: Path) -> N
     assert store.save("main", DOCUMENT)
     shutil.rmtree(tmp_path / "var")
     assert store.save("main", DOCUMENT), "and again if it is removed while running"
+
+
+def test_a_forgotten_target_loads_nothing_and_forgetting_twice_is_harmless(
+    tmp_path: Path,
+) -> None:
+    store = StateStore(tmp_path / "state")
+    store.save("main", DOCUMENT)
+    store.save("second", DOCUMENT)
+    store.forget("second")
+    store.forget("second")
+    assert store.load("second") is None
+    assert store.load("main") is not None
+
+
+def test_a_state_dir_is_locked_by_one_lockwatch_at_a_time(tmp_path: Path) -> None:
+    first = StateDirLock(tmp_path / "state")
+    with pytest.raises(StateDirInUseError, match=f"in use by lockwatch pid {os.getpid()}"):
+        StateDirLock(tmp_path / "state")
+    first.release()
+    StateDirLock(tmp_path / "state").release()
+
+
+def test_a_state_dir_that_cannot_be_locked_costs_a_warning_not_the_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with caplog.at_level(logging.WARNING):
+        StateDirLock(blocked / "state").release()
+    assert "cannot lock the state dir" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[" * 100_000, b"\xff\xfe{", b'{"version": 1', b"[1, 2]", b'{"version": 99}', b""],
+)
+def test_a_state_file_that_cannot_be_read_is_moved_aside_with_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: bytes
+) -> None:
+    store = StateStore(tmp_path)
+    (tmp_path / "target-main.json").write_bytes(content)
+    with caplog.at_level(logging.ERROR):
+        assert store.load("main") is None
+    assert len(errors(caplog)) == 1 and "moved aside" in errors(caplog)[0]
+    (aside,) = tmp_path.glob("target-main.json.unreadable-*")
+    assert aside.read_bytes() == content
+    assert store.save("main", DOCUMENT) and store.load("main") is not None
+
+
+def test_temporary_files_of_an_interrupted_save_are_removed_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    for name in (".target-main.json.abc", ".notify-ops.json.x1", "target-main.json", ".keep"):
+        (tmp_path / name).write_text("{}")
+    remove_leftovers(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", "target-main.json"]
