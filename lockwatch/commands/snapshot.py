@@ -32,7 +32,7 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
     finally:
         sampler.close()
     now = datetime.now(UTC)
-    locks = HoldTracker(continuity_gap=0).observe(raw.locks, raw.backends, now)
+    locks = HoldTracker(continuity_gap=0).observe(raw.locks, raw.backends, now, raw.read_at)
     snapshot = LockSnapshot(target.name, now, raw.server_version, locks, raw.backends, raw.seconds)
     return TargetView(
         target, TargetStatus(target.name, now, snapshot), polls_total=1, last_success=now

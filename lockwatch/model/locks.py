@@ -145,6 +145,10 @@ class AdvisoryLock:
     # When lockwatch first saw this backend hold (or wait for) this key in this
     # mode; filled by the hold tracker, never by the server.
     first_seen: datetime | None = None
+    # Whether this hold was seen with no transaction open on its session, which
+    # only a session-level lock survives; filled by the hold tracker (None: not
+    # judged). pg_locks does not tell the two levels apart.
+    session_level: bool | None = None
 
     @property
     def shared(self) -> bool:

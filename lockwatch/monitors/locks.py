@@ -69,7 +69,7 @@ class LockMonitor:
             target=self.target.name,
             taken_at=now,
             server_version=raw.server_version,
-            locks=self.tracker.observe(raw.locks, raw.backends, now),
+            locks=self.tracker.observe(raw.locks, raw.backends, now, raw.read_at),
             backends=raw.backends,
             poll_seconds=raw.seconds,
         )

@@ -33,6 +33,8 @@ class RawSample:
     locks: tuple[AdvisoryLock, ...]
     backends: dict[int, Backend]
     seconds: float
+    # The server's statement_timestamp() of the lock read (None: not read).
+    read_at: datetime | None = None
 
 
 # Bits of the ``flags`` array of advisory_locks.sql.
@@ -124,8 +126,9 @@ def read_advisory_locks(
     server_version: int,
     known: Mapping[LockRow, AdvisoryLock] | None = None,
     expected: Collection[int] = (),
-) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend]]:
-    """Every advisory lock and the sessions behind them (and their blockers).
+) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend], datetime | None]:
+    """Every advisory lock and the sessions behind them (and their blockers),
+    and the server's time as it read the locks.
 
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
@@ -141,7 +144,7 @@ def read_advisory_locks(
         )
     row = arrays.fetchone()
     if row is None or row["pids"] is None:
-        return {}, {}
+        return {}, {}, row["read_at"] if row else None
     pids = set(row["pids"])
     rows = guessed.fetchall() if guessed is not None else []
     missing = pids.difference(r["pid"] for r in rows)
@@ -150,7 +153,7 @@ def read_advisory_locks(
             lock_sessions_query(), _sessions_params(missing), prepare=True
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
-    return decode_locks(row, backends, known), backends
+    return decode_locks(row, backends, known), backends, row["read_at"]
 
 
 class AdvisoryLockReader:
@@ -169,7 +172,7 @@ class AdvisoryLockReader:
         # A failed read closes the session: a pipeline broken midway is not
         # worth reusing, and the next poll reconnects.
         with self.session.step(keep_open=False) as conn:
-            self._known, backends = read_advisory_locks(
+            self._known, backends, read_at = read_advisory_locks(
                 conn, self.session.server_version, self._known, self._expected
             )
         self._expected = tuple(backends)
@@ -178,6 +181,7 @@ class AdvisoryLockReader:
             tuple(self._known.values()),
             backends,
             time.perf_counter() - started,
+            read_at,
         )
 
 

@@ -7,7 +7,10 @@
 -- flags: 1 = a key of two int4 (objsubid 2), 2 = ShareLock, 4 = waiting.
 -- waitstarts has one entry per waiting lock, in the order of the other arrays.
 -- {waitstart} is pg_locks.waitstart on PostgreSQL 14+, NULL before (no such column).
-SELECT pg_catalog.array_agg(l.pid) AS pids,
+-- read_at: the server's time as the statement began, before the locks were
+-- copied; the sessions read afterwards are judged against it.
+SELECT pg_catalog.statement_timestamp() AS read_at,
+       pg_catalog.array_agg(l.pid) AS pids,
        pg_catalog.array_agg(l.classid) AS classids,
        pg_catalog.array_agg(l.objid) AS objids,
        pg_catalog.array_agg(
