@@ -57,6 +57,7 @@ CASES = (
     Case("least-privilege", "hostile", "pg_monitor-only role"),
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
+    Case("xact-locks", "semantics", "Transaction-level locks in short transactions"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

@@ -1,0 +1,135 @@
+"""What a lock is, as the server knows it: transaction-level advisory locks
+taken in short transactions through a transaction-mode pgbouncer (the pattern
+``lockwatch doctor`` recommends), each one a hold of its own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.locks import LockKey, LockSnapshot
+from lockwatch.sample.base import SampleContext
+from lockwatch.sample.locks import PgLockSampler
+from lockwatch.sample.pooler import PgBouncerSampler
+from lockwatch.settings.locks import LockSettings
+from lockwatch.state.holds import HoldTracker
+from tests.battery.conftest import Record
+from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
+from tests.fixtures.postgres import PgDatabase, run_in_thread
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+XACT_KEY, SESSION_KEY = 42, 7
+TRANSACTIONS = 12  # of 0.3 s each: 3.6 s of one key held in short transactions
+MAX_HOLD = 1.0
+INTERVAL = 0.1
+
+
+@pytest.fixture
+def bouncer(battery_db: PgDatabase) -> Iterator[PgBouncer]:
+    with psycopg.connect(battery_db.server.dsn(), autocommit=True) as admin:
+        for role in ("app", STATS_USER):
+            exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+            if not exists:
+                admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        admin.execute(
+            sql.SQL("GRANT ALL ON DATABASE {} TO app").format(sql.Identifier(battery_db.database))
+        )
+    with PgBouncer(battery_db.server, pool_mode="transaction", pool_size=2) as running:
+        yield running
+
+
+class Watcher:
+    """The lock monitor's steps, poll after poll, with pgbouncer's view joined."""
+
+    def __init__(self, db: PgDatabase, bouncer: PgBouncer) -> None:
+        self.locks = PgLockSampler(db.monitor_dsn)
+        self.pooler = PgBouncerSampler(bouncer.admin_dsn())
+        self.tracker = HoldTracker(continuity_gap=30)
+        self.polls = 0
+        self.longest_xact_hold = 0.0
+
+    def findings(self) -> list[Finding]:
+        raw = self.locks.sample()
+        now = datetime.now(UTC)
+        pool = self.pooler.sample(SampleContext(now, None))
+        locks = self.tracker.observe(raw.locks, raw.backends, now, raw.read_at)
+        self.polls += 1
+        for lock in locks:
+            if lock.key == LockKey.bigint(XACT_KEY) and lock.granted and lock.first_seen:
+                held = (now - lock.first_seen).total_seconds()
+                self.longest_xact_hold = max(self.longest_xact_hold, held)
+        snapshot = LockSnapshot("main", now, raw.server_version, locks, raw.backends)
+        return detect_locks(snapshot, LockSettings(max_hold=MAX_HOLD), now, pool)
+
+    def close(self) -> None:
+        self.locks.close()
+        self.pooler.close()
+
+
+def _client(bouncer: PgBouncer, db: PgDatabase, name: str) -> psycopg.Connection[Any]:
+    # No server-side prepared statements: pgbouncer 1.18 in transaction mode has none.
+    return psycopg.connect(
+        bouncer.dsn(db.database), autocommit=True, application_name=name, prepare_threshold=None
+    )
+
+
+def test_short_transactions_on_one_xact_lock_are_holds_of_their_own(
+    battery_db: PgDatabase, bouncer: PgBouncer, battery: Record
+) -> None:
+    worker = _client(bouncer, battery_db, "xact-worker")
+    leader = _client(bouncer, battery_db, "session-leader")
+    watcher = Watcher(battery_db, bouncer)
+    done = threading.Event()
+
+    def short_transactions() -> None:
+        try:
+            for _ in range(TRANSACTIONS):
+                with worker.transaction():
+                    worker.execute("SELECT pg_advisory_xact_lock(%s)", (XACT_KEY,))
+                    worker.execute("SELECT pg_sleep(0.3)")
+        finally:
+            done.set()
+
+    seen: dict[tuple[str, str], int] = {}
+    try:
+        # The control: a session lock through the same pool is still pooled.
+        leader.execute("SELECT pg_advisory_lock(%s)", (SESSION_KEY,))
+        watcher.findings()  # lockwatch was watching when the leader took its lock
+        loop = run_in_thread(short_transactions)
+        while not done.wait(INTERVAL):  # the watcher's poll interval
+            for finding in watcher.findings():
+                name = (finding.kind.value, finding.subject.lock or "")
+                seen[name] = seen.get(name, 0) + 1
+        loop.result()
+    finally:
+        watcher.close()
+        worker.close()
+        leader.close()
+
+    false = {name: n for name, n in seen.items() if name[1] == str(XACT_KEY)}
+    assert not false, f"false findings on the transaction lock: {false}"
+    assert watcher.longest_xact_hold < MAX_HOLD
+    assert ("lock_held_too_long", str(SESSION_KEY)) in seen
+    assert (FindingKind.LOCK_POOLED_SESSION.value, str(SESSION_KEY)) in seen
+    battery(
+        "xact-locks",
+        injected=(
+            f"BEGIN; pg_advisory_xact_lock({XACT_KEY}); 0.3 s; COMMIT, {TRANSACTIONS} times "
+            "in a row through pgbouncer (transaction mode); a session lock "
+            f"({SESSION_KEY}) through the same pool; max_hold {MAX_HOLD:.0f} s"
+        ),
+        did=(
+            f"{watcher.polls} polls {INTERVAL} s apart: each transaction a hold of its own (longest "
+            f"{watcher.longest_xact_hold:.2f} s); the session lock found pooled and held too long"
+        ),
+        intact=f"yes: 0 findings on the transaction lock in {watcher.polls} polls",
+    )
