@@ -111,19 +111,32 @@ def _orphaned(
         return None
     if holder.idle <= orphan_after:
         return None
-    backend = holder.backend
-    assert backend is not None and backend.state_change is not None  # it has an idle time
     others = sum(1 for h in group.holders if h.idle is not None and h.idle > orphan_after) - 1
-    summary = (
-        f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(others)}, {one_line(backend.state)} {format_duration(holder.idle)} "
-        f'since "{one_line(backend.query)}"{waiting_text(group)}'
-    )
+    head = f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
+    backend = holder.backend
+    if holder.lock.prepared is not None:
+        # It survives restarts of the server: the worst orphan of all.
+        assert holder.lock.first_seen is not None  # the tracker dates it from its prepare
+        since = holder.lock.first_seen
+        severity = Severity.CRITICAL
+        summary = (
+            f"{head}{and_more(others)}, {doing(holder)}; it survives restarts until "
+            f"COMMIT PREPARED or ROLLBACK PREPARED{waiting_text(group)}"
+        )
+    else:
+        assert backend is not None and backend.state_change is not None  # it has an idle time
+        since = backend.state_change
+        severity = Severity.CRITICAL if group.waiters else Severity.WARNING
+        summary = (
+            f"{head}{and_more(others)}, {one_line(backend.state)} "
+            f'{format_duration(holder.idle)} since "{one_line(backend.query)}"'
+            f"{waiting_text(group)}"
+        )
     return Draft(
         FindingKind.LOCK_ORPHANED,
         group,
-        Severity.CRITICAL if group.waiters else Severity.WARNING,
-        backend.state_change + timedelta(seconds=orphan_after),
+        severity,
+        since + timedelta(seconds=orphan_after),
         summary,
         lock_evidence(group, settings, snapshot, now, holder),
     )

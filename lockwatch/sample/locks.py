@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
 from lockwatch.sample.session import TargetSession
 
@@ -61,6 +61,11 @@ def lock_sessions_query() -> sql.SQL:
     return sql.SQL(_sql_text("lock_sessions.sql"))
 
 
+@cache
+def prepared_xacts_query() -> sql.SQL:
+    return sql.SQL(_sql_text("prepared_xacts.sql"))
+
+
 # One element of advisory_locks.sql's arrays, with the session it belongs to.
 LockRow = tuple[int, datetime | None, int, int, int, datetime | None]
 
@@ -69,41 +74,77 @@ def decode_locks(
     arrays: Mapping[str, Any],
     backends: Mapping[int, Backend],
     known: Mapping[LockRow, AdvisoryLock] | None = None,
+    prepared: Mapping[str, PreparedXact] | None = None,
 ) -> dict[LockRow, AdvisoryLock]:
     """The locks in advisory_locks.sql's row, by the raw values they came from.
 
     Locks of a pid missing from ``backends`` are left out: the session ended
-    between the two queries, and its locks with it. A lock found in ``known``
-    (the previous poll's answer) is that same object again, so that most of
-    a poll over many long-held locks costs one lookup per lock.
+    between the two queries, and its locks with it; so are locks with no pid
+    whose prepared transaction is missing from ``prepared`` (by
+    virtualtransaction). A lock found in ``known`` (the previous poll's
+    answer) is that same object again, so that most of a poll over many
+    long-held locks costs one lookup per lock.
     """
     known = known or {}
+    prepared = prepared or {}
     decoded: dict[LockRow, AdvisoryLock] = {}
     pids = arrays["pids"]
     if pids is None:
         return decoded
     waitstarts = iter(arrays["waitstarts"] or ())
+    vxids = iter(arrays.get("prepared") or ())
     for pid, classid, objid, flags in zip(
         pids, arrays["classids"], arrays["objids"], arrays["flags"], strict=True
     ):
         wait_start = next(waitstarts, None) if flags & WAITING else None
+        if pid is None:
+            xact = prepared.get(next(vxids, ""))
+            if xact is not None:
+                raw: LockRow = (0, xact.prepared, classid, objid, flags, None)
+                unowned = _lock(xact.database, 0, classid, objid, flags)
+                decoded[raw] = replace(unowned, prepared=xact)
+            continue
         backend = backends.get(pid)
         if backend is None:
             continue
-        raw: LockRow = (pid, backend.backend_start, classid, objid, flags, wait_start)
+        raw = (pid, backend.backend_start, classid, objid, flags, wait_start)
         lock = known.get(raw)
         if lock is None:
-            lock = AdvisoryLock(
-                # An advisory lock lives in the database its session is connected to.
-                database=backend.database or "",
-                key=LockKey.from_pg_locks(classid, objid, 2 if flags & PAIR_KEY else 1),
-                mode="ShareLock" if flags & SHARED else "ExclusiveLock",
-                granted=not flags & WAITING,
-                pid=pid,
-                wait_start=wait_start,
-            )
+            # An advisory lock lives in the database its session is connected to.
+            lock = _lock(backend.database, pid, classid, objid, flags, wait_start)
         decoded[raw] = lock
     return decoded
+
+
+def _lock(
+    database: str | None,
+    pid: int,
+    classid: int,
+    objid: int,
+    flags: int,
+    wait_start: datetime | None = None,
+) -> AdvisoryLock:
+    return AdvisoryLock(
+        database=database or "",
+        key=LockKey.from_pg_locks(classid, objid, 2 if flags & PAIR_KEY else 1),
+        mode="ShareLock" if flags & SHARED else "ExclusiveLock",
+        granted=not flags & WAITING,
+        pid=pid,
+        wait_start=wait_start,
+    )
+
+
+def _prepared(conn: psycopg.Connection[dict[str, Any]], vxids: Any) -> dict[str, PreparedXact]:
+    """The prepared transactions holding the locks with no pid, by virtualtransaction."""
+    if not vxids:
+        return {}
+    rows = conn.execute(prepared_xacts_query(), {"vxids": sorted(set(vxids))}).fetchall()
+    return {
+        row["vxid"]: PreparedXact(
+            row["xid"], row["gid"], row["owner"], row["database"], row["prepared"], row["age"]
+        )
+        for row in rows
+    }
 
 
 def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
@@ -145,7 +186,7 @@ def read_advisory_locks(
     row = arrays.fetchone()
     if row is None or row["pids"] is None:
         return {}, {}, row["read_at"] if row else None
-    pids = set(row["pids"])
+    pids = set(row["pids"]) - {None}
     rows = guessed.fetchall() if guessed is not None else []
     missing = pids.difference(r["pid"] for r in rows)
     if missing:
@@ -153,7 +194,8 @@ def read_advisory_locks(
             lock_sessions_query(), _sessions_params(missing), prepare=True
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
-    return decode_locks(row, backends, known), backends, row["read_at"]
+    prepared = _prepared(conn, row["prepared"])
+    return decode_locks(row, backends, known, prepared), backends, row["read_at"]
 
 
 class AdvisoryLockReader:

@@ -84,10 +84,14 @@ class HoldTracker:
                 _, filled, key, hold = hit
             else:
                 backend = backends.get(lock.pid)
-                if lock.pid not in started:
-                    begun = backend.backend_start if backend else None
-                    started[lock.pid] = begun.isoformat() if begun else ""
-                key = _observation(lock, started[lock.pid])
+                if lock.prepared is not None:
+                    # No session: the prepared transaction is the holder.
+                    key = _observation(lock, f"prepared {lock.prepared.transaction}")
+                else:
+                    if lock.pid not in started:
+                        begun = backend.backend_start if backend else None
+                        started[lock.pid] = begun.isoformat() if begun else ""
+                    key = _observation(lock, started[lock.pid])
                 hold = seen.get(key) or self._hold(key, lock, backend, bridged, now, read_at)
                 filled = replace(lock, first_seen=hold[0], session_level=hold[2])
             seen[key] = hold
@@ -192,8 +196,11 @@ def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> dat
     takes SQL: it held the lock by then. A lock taken just before lockwatch
     looked is then as old as it is, not a poll interval younger, and a hold
     found after a gap (or at start) keeps what can be proven of its age.
-    Anyone else may have taken it just now.
+    Anyone else may have taken it just now. A prepared transaction took its
+    locks before it was prepared, as long ago as the server says.
     """
+    if lock.prepared is not None:
+        return now - timedelta(seconds=max(lock.prepared.age_seconds, 0.0))
     if (
         lock.granted
         and backend is not None
