@@ -58,6 +58,7 @@ CASES = (
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
     Case("xact-locks", "semantics", "Transaction-level locks in short transactions"),
+    Case("prepared-xact", "semantics", "Locks held by a prepared (two-phase) transaction"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

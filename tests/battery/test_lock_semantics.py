@@ -1,6 +1,7 @@
 """What a lock is, as the server knows it: transaction-level advisory locks
 taken in short transactions through a transaction-mode pgbouncer (the pattern
-``lockwatch doctor`` recommends), each one a hold of its own."""
+``lockwatch doctor`` recommends), each one a hold of its own; locks held by a
+prepared transaction, which has no session at all."""
 
 from __future__ import annotations
 
@@ -14,16 +15,18 @@ import pytest
 from psycopg import sql
 
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.evidence import LockEvidence
+from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.sample.base import SampleContext
 from lockwatch.sample.locks import PgLockSampler
 from lockwatch.sample.pooler import PgBouncerSampler
-from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.state.holds import HoldTracker
 from tests.battery.conftest import Record
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
-from tests.fixtures.postgres import PgDatabase, run_in_thread
+from tests.fixtures.postgres import PgDatabase, queue_on_lock, run_in_thread, wait_until
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -132,4 +135,98 @@ def test_short_transactions_on_one_xact_lock_are_holds_of_their_own(
             f"{watcher.longest_xact_hold:.2f} s); the session lock found pooled and held too long"
         ),
         intact=f"yes: 0 findings on the transaction lock in {watcher.polls} polls",
+    )
+
+
+PREPARED_KEY, LEADER_KEY = 42, 43
+GIDS = ("lw-battery-job", "lw-battery-leader")
+
+
+def _prepare(db: PgDatabase, key: int, gid: str) -> None:
+    """A transaction that takes ``key`` and is prepared: its session goes, the lock stays."""
+    with psycopg.connect(db.admin_dsn, application_name="two-phase") as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+
+
+def _roll_back_prepared(db: PgDatabase) -> None:
+    with psycopg.connect(db.admin_dsn, autocommit=True) as admin:
+        for (gid,) in admin.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid = ANY(%s)", (list(GIDS),)
+        ).fetchall():
+            admin.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+
+
+def _having(
+    found: dict[tuple[str, str], Finding], kind_and_lock: tuple[str, str]
+) -> dict[tuple[str, str], Finding] | None:
+    return found if kind_and_lock in found else None
+
+
+def test_locks_of_a_prepared_transaction_are_held_by_it_and_judged(
+    battery_db: PgDatabase, battery: Record
+) -> None:
+    settings = LockSettings(
+        max_hold=MAX_HOLD,
+        orphan_after=MAX_HOLD,
+        named=(NamedLock("leader", LockKey.bigint(LEADER_KEY), role=LockRole.LEADER),),
+    )
+    sampler = PgLockSampler(battery_db.monitor_dsn)
+    tracker = HoldTracker(continuity_gap=30)
+    polls = 0
+
+    def findings() -> dict[tuple[str, str], Finding]:
+        nonlocal polls
+        raw = sampler.sample()
+        now = datetime.now(UTC)
+        locks = tracker.observe(raw.locks, raw.backends, now, raw.read_at)
+        snapshot = LockSnapshot("main", now, raw.server_version, locks, raw.backends)
+        polls += 1
+        return {
+            (f.kind.value, f.subject.lock or ""): f for f in detect_locks(snapshot, settings, now)
+        }
+
+    try:
+        _prepare(battery_db, PREPARED_KEY, GIDS[0])
+        _prepare(battery_db, LEADER_KEY, GIDS[1])
+        waiter = battery_db.connect("queued-worker")
+        queued = queue_on_lock(waiter, PREPARED_KEY)
+        found = wait_until(
+            lambda: _having(findings(), ("lock_orphaned", str(PREPARED_KEY))),
+            message="the prepared transaction's lock is an orphan",
+        )
+    finally:
+        sampler.close()
+        _roll_back_prepared(battery_db)
+    queued.result()  # the rollback released the lock to the waiter
+
+    assert ("leader_lock_missing", "leader") not in found
+    orphan = evidence_as(found[("lock_orphaned", str(PREPARED_KEY))], LockEvidence)
+    (holder,) = orphan.holders
+    assert holder.prepared is not None
+    assert (holder.prepared.gid, holder.prepared.owner, holder.prepared.database) == (
+        GIDS[0],
+        "postgres",
+        battery_db.database,
+    )
+    assert holder.held_seconds >= MAX_HOLD  # rounded to 0.1 s
+    assert orphan.waiter_count == 1
+    orphaned = found[("lock_orphaned", str(PREPARED_KEY))]
+    assert orphaned.severity is Severity.CRITICAL
+    assert f"prepared transaction '{GIDS[0]}'" in orphaned.summary
+    assert ("lock_held_too_long", str(PREPARED_KEY)) in found
+    battery(
+        "prepared-xact",
+        injected=(
+            f"pg_advisory_xact_lock({PREPARED_KEY}) and of leader lock {LEADER_KEY}, each in a "
+            "transaction then PREPARE TRANSACTION (no session left holding them); a worker "
+            f"queued on {PREPARED_KEY}"
+        ),
+        did=(
+            f"in {polls} polls: lock {PREPARED_KEY} held by prepared transaction "
+            f"{GIDS[0]!r} (owner, database, prepared time in the evidence): "
+            "lock_orphaned (critical) and lock_held_too_long; the leader held by "
+            f"{GIDS[1]!r}, not missing"
+        ),
+        intact="yes: both holders shown, 0 leader_lock_missing; rolled back, the worker got the lock",
     )
