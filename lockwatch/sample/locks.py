@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -35,6 +35,33 @@ class RawSample:
     seconds: float
     # The server's statement_timestamp() of the lock read (None: not read).
     read_at: datetime | None = None
+
+    def moved(self, offset: timedelta) -> RawSample:
+        """The sample with the server's timestamps moved by ``offset`` onto
+        lockwatch's clock (``read_at`` too): a duration from a server
+        timestamp is then measured against the server's own time, however far
+        lockwatch's clock is from the server's. backend_start names a session
+        and stays as read."""
+        if self.read_at is None or not offset:
+            return self
+        backends = {pid: _moved(backend, offset) for pid, backend in self.backends.items()}
+        locks = tuple(
+            lock if lock.wait_start is None else replace(lock, wait_start=lock.wait_start + offset)
+            for lock in self.locks
+        )
+        return replace(self, locks=locks, backends=backends, read_at=self.read_at + offset)
+
+
+def _moved(backend: Backend, offset: timedelta) -> Backend:
+    def at(moment: datetime | None) -> datetime | None:
+        return None if moment is None else moment + offset
+
+    return replace(
+        backend,
+        state_change=at(backend.state_change),
+        xact_start=at(backend.xact_start),
+        query_start=at(backend.query_start),
+    )
 
 
 # Bits of the ``flags`` array of advisory_locks.sql.

@@ -15,6 +15,9 @@ from typing import Any
 
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey
 
+# How far the wall clock may stray from the monotonic one between two polls
+# before it counts as a jump (NTP slews far slower).
+JUMP_SLACK = timedelta(seconds=1)
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
 # What is remembered of one hold: its first sighting, the transaction its
 # session had open when it was last seen (xact_start; None for none), and
@@ -51,6 +54,7 @@ class HoldTracker:
         # them at once; a save while sampling fails must not vouch for locks
         # nobody has seen since.
         self._observed_at: datetime | None = None
+        self._monotonic_at: float | None = None  # the monotonic clock at that poll
         # The last poll's locks by id(): the sampler hands out the very same
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
@@ -65,10 +69,14 @@ class HoldTracker:
         backends: Mapping[int, Backend],
         now: datetime,
         read_at: datetime | None = None,
+        monotonic: float | None = None,
     ) -> tuple[AdvisoryLock, ...]:
         """Fill ``first_seen`` and ``session_level`` on every lock and forget
-        locks no longer present. ``read_at`` is the server's time when it read
-        the locks (statement_timestamp()); sessions are read after it."""
+        locks no longer present. ``read_at`` is when the server read the locks
+        (its statement_timestamp(), on lockwatch's clock); sessions are read
+        after it. With ``monotonic``, hold times follow the monotonic clock
+        through a jump of the wall clock (``now``)."""
+        self._realign(now, monotonic)
         last_seen = self._observed_at
         bridged = last_seen is not None and now - last_seen <= timedelta(
             seconds=self.continuity_gap
@@ -101,6 +109,25 @@ class HoldTracker:
         self._filled = remembered
         self._observed_at = now
         return tuple(result)
+
+    def _realign(self, now: datetime, monotonic: float | None) -> None:
+        """Move what is remembered by how far the wall clock jumped since the
+        last poll, beyond what the monotonic clock says passed: a hold is as
+        long as it really was, whatever the wall clock did meanwhile."""
+        if monotonic is None:
+            return
+        last, self._monotonic_at = self._monotonic_at, monotonic
+        if last is None or self._observed_at is None:
+            return
+        jump = (now - self._observed_at) - timedelta(seconds=monotonic - last)
+        if abs(jump) <= JUMP_SLACK:
+            return
+        self._holds = {
+            key: (first_seen + jump, None if xact is None else xact + jump, session)
+            for key, (first_seen, xact, session) in self._holds.items()
+        }
+        self._observed_at += jump
+        self._filled = {}
 
     def _hold(
         self,
@@ -187,6 +214,7 @@ class HoldTracker:
         self._filled = {}
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at
+        self._monotonic_at = None  # another process: its monotonic clock is not ours
 
 
 def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> datetime:
