@@ -59,6 +59,7 @@ CASES = (
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
     Case("xact-locks", "semantics", "Transaction-level locks in short transactions"),
     Case("prepared-xact", "semantics", "Locks held by a prepared (two-phase) transaction"),
+    Case("clocks", "fault", "lockwatch's clock skewed or jumping against the server's"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
