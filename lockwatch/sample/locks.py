@@ -174,6 +174,35 @@ def _prepared(conn: psycopg.Connection[dict[str, Any]], vxids: Any) -> dict[str,
     }
 
 
+def advisory_blockers(
+    locks: Iterable[AdvisoryLock], backends: Mapping[int, Backend]
+) -> dict[int, Backend]:
+    """``backends`` with each advisory waiter's ``blocked_by`` filled from the
+    locks: the holders of its key whose mode conflicts with the one it waits
+    for (pid 0 for a prepared transaction), as pg_blocking_pids() would say
+    without the waiters queued ahead of it. One pass over the locks, where
+    asking the server costs a convoy of N waiters N^2 pids."""
+    holders: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    waits: list[AdvisoryLock] = []
+    for lock in locks:
+        if lock.granted:
+            holders.setdefault((lock.database, lock.key), []).append(lock)
+        else:
+            waits.append(lock)
+    if not waits:
+        return dict(backends)
+    filled = dict(backends)
+    for wait in waits:
+        backend = filled.get(wait.pid)
+        if backend is None or backend.blocked_by:
+            continue
+        held = holders.get((wait.database, wait.key), [])
+        blocking = [h.pid for h in held if not (h.shared and wait.shared)] or [h.pid for h in held]
+        if blocking:
+            filled[wait.pid] = replace(backend, blocked_by=tuple(sorted(set(blocking))))
+    return filled
+
+
 def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
     return {"pids": sorted(pids), "query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN}
 
@@ -222,7 +251,8 @@ def read_advisory_locks(
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
     prepared = _prepared(conn, row["prepared"])
-    return decode_locks(row, backends, known, prepared), backends, row["read_at"]
+    locks = decode_locks(row, backends, known, prepared)
+    return locks, advisory_blockers(locks.values(), backends), row["read_at"]
 
 
 class AdvisoryLockReader:
