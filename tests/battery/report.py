@@ -49,6 +49,7 @@ CASES = (
     Case("key-churn", "load", "Distinct advisory lock keys taken and released"),
     Case("locks-held", "load", "Advisory locks held at once"),
     Case("slow-pg-locks", "load", "pg_locks query gets slow"),
+    Case("big-convoy", "load", "A convoy of 2,000 waiters on one key"),
     Case("many-targets", "load", "Many targets at a 1 s interval"),
     Case("hostile-values", "hostile", "Hostile client values"),
     Case("invalid-utf8", "hostile", "Invalid UTF-8 in application_name"),
