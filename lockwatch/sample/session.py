@@ -99,10 +99,10 @@ class TargetSession:
         with self._guard:
             return self._conn is not None and not self._conn.closed
 
-    def _open(self) -> Connection:
+    def _dial(self) -> Connection:
         # Keepalives and tcp_user_timeout make a silently dead peer fail the
         # poll instead of hanging it; the watchdog's abort() covers the rest.
-        conn = psycopg.connect(
+        return psycopg.connect(
             self._dsn,
             application_name=APPLICATION_NAME,
             connect_timeout=max(1, round(self.connect_timeout)),
@@ -115,6 +115,8 @@ class TargetSession:
             row_factory=dict_row,
             context=CLIENT_TEXT,
         )
+
+    def _set_up(self, conn: Connection) -> None:
         # Session settings go through SET rather than the ``options`` startup
         # parameter, which connection poolers reject. pg_lock_status() copies
         # the lock table into memory bounded by work_mem and spills the rest
@@ -136,22 +138,27 @@ class TargetSession:
             "SELECT pg_catalog.current_setting('server_version_num')::int AS v"
         ).fetchone()
         self.server_version = int(row["v"]) if row else 0
-        return conn
 
     def connect(self) -> None:
         """Open the session if there is none. Raises SampleError.
 
-        Bounded by connect_timeout alone: ``abort()`` cannot break a
-        connection still being made, so the watchdog times only what follows.
+        Making the connection is bounded by connect_timeout (``abort()``
+        cannot break a connection still being made); the session's setup is
+        a step like any query, timed for the watchdog: behind a pooler whose
+        pool is exhausted, the connection is accepted at once and the first
+        statement waits for a server connection (pgbouncer's
+        query_wait_timeout, for ever with 0).
         """
         if self.connected:
             return
         try:
-            conn = self._open()
+            conn = self._dial()
         except (psycopg.Error, OSError) as exc:
             raise self._failed(exc, "poll query") from None
         with self._guard:
             self._conn = conn
+        with self.step("session setup", keep_open=False) as setting_up:
+            self._set_up(setting_up)
 
     @contextlib.contextmanager
     def step(
