@@ -40,6 +40,7 @@ CASES = (
     Case("pg-kill", "fault", "PostgreSQL killed (SIGKILL)"),
     Case("pg-silent", "fault", "PostgreSQL unreachable, connection left open"),
     Case("pgbouncer-down", "fault", "pgbouncer goes away and comes back"),
+    Case("pool-exhausted", "fault", "pgbouncer with an exhausted pool"),
     Case("redis-down", "fault", "Redis goes away and comes back"),
     Case("prometheus-down", "fault", "Prometheus worker source goes away and comes back"),
     Case("receiver-down", "fault", "Notification receiver hangs, refuses, errors"),
