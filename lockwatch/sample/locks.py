@@ -182,15 +182,15 @@ def advisory_blockers(
     for (pid 0 for a prepared transaction), as pg_blocking_pids() would say
     without the waiters queued ahead of it. One pass over the locks, where
     asking the server costs a convoy of N waiters N^2 pids."""
-    holders: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
-    waits: list[AdvisoryLock] = []
-    for lock in locks:
-        if lock.granted:
-            holders.setdefault((lock.database, lock.key), []).append(lock)
-        else:
-            waits.append(lock)
+    locks = tuple(locks)
+    waits = [lock for lock in locks if not lock.granted]
     if not waits:
         return dict(backends)
+    awaited = {(lock.database, lock.key) for lock in waits}
+    holders: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    for lock in locks:
+        if lock.granted and (lock.database, lock.key) in awaited:
+            holders.setdefault((lock.database, lock.key), []).append(lock)
     filled = dict(backends)
     for wait in waits:
         backend = filled.get(wait.pid)
