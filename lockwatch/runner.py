@@ -100,6 +100,8 @@ class TargetRunner:
     stop_event: threading.Event = field(default_factory=threading.Event)
     jobs: tuple[JobSpec, ...] = ()  # every configured job; the runner follows its own
     job_store: JobStore | None = None
+    # lockwatch's own intervals: hold times follow it when the wall clock jumps.
+    monotonic: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -149,7 +151,13 @@ class TargetRunner:
 
     def poll_once(self) -> TargetView:
         connect_error = self._connect()
-        poll = _Poll(PollContext(self.clock(), None if connect_error else self.session))
+        poll = _Poll(
+            PollContext(
+                self.clock(),
+                None if connect_error else self.session,
+                monotonic=self.monotonic(),
+            )
+        )
         for monitor in self.monitors:
             poll.add(self._poll_monitor(monitor, poll.context))
             if poll.snapshot is None and self.stop_event.is_set():

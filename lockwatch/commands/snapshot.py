@@ -32,7 +32,9 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
     finally:
         sampler.close()
     now = datetime.now(UTC)
-    locks = HoldTracker(continuity_gap=0).observe(raw.locks, raw.backends, now)
+    if raw.read_at is not None:  # the server's timestamps, on our clock
+        raw = raw.moved(now - raw.read_at)
+    locks = HoldTracker(continuity_gap=0).observe(raw.locks, raw.backends, now, raw.read_at)
     snapshot = LockSnapshot(target.name, now, raw.server_version, locks, raw.backends, raw.seconds)
     return TargetView(
         target, TargetStatus(target.name, now, snapshot), polls_total=1, last_success=now

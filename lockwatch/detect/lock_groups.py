@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
-from lockwatch.model.evidence import HolderFacts, LockEvidence, WaiterFacts
+from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts, WaiterFacts
 from lockwatch.model.findings import FindingKind, Severity, Subject
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
@@ -99,7 +99,11 @@ def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, floa
 
 
 def who(holder: Holder, *, addr: bool = True) -> str:
-    """``pid 1234 (webhook-worker-1 from 10.0.0.5)``"""
+    """``pid 1234 (webhook-worker-1 from 10.0.0.5)``, or ``prepared transaction
+    'nightly-7' (owner app)``"""
+    prepared = holder.lock.prepared
+    if prepared is not None:
+        return f"prepared transaction '{one_line(prepared.gid)}' (owner {one_line(prepared.owner)})"
     backend = holder.backend
     if backend is None:
         return f"pid {holder.lock.pid}"
@@ -112,6 +116,8 @@ def who(holder: Holder, *, addr: bool = True) -> str:
 
 def doing(holder: Holder) -> str:
     """What the holder's session is up to, for a summary: ``idle 330s``."""
+    if holder.lock.prepared is not None:
+        return f"prepared {format_duration(holder.held)} ago, no session"
     backend = holder.backend
     if backend is None:
         return "session not seen"
@@ -139,6 +145,16 @@ def holder_facts(holder: Holder, now: datetime) -> HolderFacts:
         held_seconds=round(holder.held, 1),
         mode=holder.lock.mode,
         xact_seconds=age_seconds(now, backend.xact_start) if backend else None,
+        prepared=_prepared_facts(holder),
+    )
+
+
+def _prepared_facts(holder: Holder) -> PreparedFacts | None:
+    prepared = holder.lock.prepared
+    if prepared is None:
+        return None
+    return PreparedFacts(
+        prepared.gid, prepared.owner, prepared.database, prepared.prepared, prepared.transaction
     )
 
 
@@ -232,6 +248,7 @@ def worth_checking(
             not lock.granted
             or (lock.first_seen is not None and lock.first_seen < held_before)
             or lock.pid in suspects
+            or lock.prepared is not None  # no session: always an orphan in the making
             or (named and lock.key in named)
         ):
             loud.add((lock.database, lock.key))
@@ -258,10 +275,13 @@ def key_groups(
         for lock in locks:
             backend = snapshot.backends.get(lock.pid)
             if lock.granted:
+                held = seconds_between(now, lock.first_seen)
                 idle = None
-                if backend is not None and backend.state in IDLE_STATES:
+                if lock.prepared is not None:
+                    idle = held  # a prepared transaction runs no SQL, ever
+                elif backend is not None and backend.state in IDLE_STATES:
                     idle = seconds_between(now, backend.state_change)
-                holders.append(Holder(lock, backend, seconds_between(now, lock.first_seen), idle))
+                holders.append(Holder(lock, backend, held, idle))
             else:
                 started = lock.wait_start or lock.first_seen
                 waiters.append(Waiter(lock, backend, seconds_between(now, started)))

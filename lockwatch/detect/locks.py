@@ -109,13 +109,18 @@ def orphaned_since(holder: Holder, orphan_after: float) -> datetime | None:
     keeps lending to other work, never idle for long). Both only grow truer
     while the same session holds the lock: it fires once per hold.
     """
+    after = timedelta(seconds=orphan_after)
+    first_seen = holder.lock.first_seen
+    if holder.lock.prepared is not None:
+        # A prepared transaction runs no SQL, ever: left behind since its prepare.
+        if first_seen is not None and holder.held > orphan_after:
+            return first_seen + after
+        return None
     backend = holder.backend
     if backend is None:
         return None
-    after = timedelta(seconds=orphan_after)
     if holder.idle is not None and holder.idle > orphan_after and backend.state_change:
         return backend.state_change + after
-    first_seen = holder.lock.first_seen
     if (
         first_seen is not None
         and holder.held > orphan_after
@@ -136,25 +141,31 @@ def _orphaned(
     if not orphans:
         return None
     holder, since = min(orphans, key=lambda pair: (pair[1], -pair[0].lock.pid))
-    backend = holder.backend
-    assert backend is not None  # an orphan has a session
-    if holder.idle is not None and holder.idle > orphan_after:
-        state = f'{one_line(backend.state)} {format_duration(holder.idle)} since "{one_line(backend.query)}"'
-    else:
-        state = (
-            f"held {format_duration(holder.held)} while its session runs other statements "
-            f'(now {doing(holder)}, last "{one_line(backend.query)}")'
-        )
-    summary = (
+    head = (
         f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(len(orphans) - 1)}, {state}{waiting_text(group)}"
+        f"{and_more(len(orphans) - 1)}"
     )
+    backend = holder.backend
+    if holder.lock.prepared is not None:
+        # It survives restarts of the server: the worst orphan of all.
+        severity = Severity.CRITICAL
+        state = f"{doing(holder)}; it survives restarts until COMMIT PREPARED or ROLLBACK PREPARED"
+    else:
+        assert backend is not None  # an orphan without a prepared transaction has a session
+        severity = Severity.CRITICAL if group.waiters else Severity.WARNING
+        if holder.idle is not None and holder.idle > orphan_after:
+            state = f'{one_line(backend.state)} {format_duration(holder.idle)} since "{one_line(backend.query)}"'
+        else:
+            state = (
+                f"held {format_duration(holder.held)} while its session runs other statements "
+                f'(now {doing(holder)}, last "{one_line(backend.query)}")'
+            )
     return Draft(
         FindingKind.LOCK_ORPHANED,
         group,
-        Severity.CRITICAL if group.waiters else Severity.WARNING,
+        severity,
         since,
-        summary,
+        f"{head}, {state}{waiting_text(group)}",
         lock_evidence(group, settings, snapshot, now, holder),
     )
 

@@ -26,15 +26,19 @@ def session_level(holder: Holder) -> bool:
     """Whether a held advisory lock is provably session-level.
 
     pg_locks does not say; but a transaction-level lock ends with its
-    transaction, so a lock held with no transaction open, or seen before the
-    current transaction began, is a session lock.
+    transaction, so a lock seen held with no transaction open is a session
+    lock. The hold tracker judges that against the moment the locks were read
+    (``AdvisoryLock.session_level``); a lock it has not judged is judged by its
+    session's state now. A hold that merely spans transactions proves
+    nothing: a transaction lock taken again in each short transaction looks
+    the same.
     """
+    if holder.lock.session_level is not None:
+        return holder.lock.session_level
     backend = holder.backend
     if backend is None:
         return False
-    if backend.state == "idle" or backend.xact_start is None:
-        return True
-    return holder.lock.first_seen is not None and holder.lock.first_seen < backend.xact_start
+    return backend.state == "idle" or backend.xact_start is None
 
 
 def pooler_facts(

@@ -133,6 +133,20 @@ class Backend:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedXact:
+    """A prepared (two-phase) transaction, a row of ``pg_prepared_xacts``: it
+    holds its locks with no session at all, across server restarts, until
+    someone runs COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    transaction: int  # its xid
+    gid: str
+    owner: str | None
+    database: str | None
+    prepared: datetime  # when it was prepared, by the server's clock
+    age_seconds: float  # since then, by the server's clock, as the locks were read
+
+
+@dataclass(frozen=True, slots=True)
 class AdvisoryLock:
     """One advisory-lock row of ``pg_locks``: a granted hold or a wait."""
 
@@ -145,6 +159,13 @@ class AdvisoryLock:
     # When lockwatch first saw this backend hold (or wait for) this key in this
     # mode; filled by the hold tracker, never by the server.
     first_seen: datetime | None = None
+    # Whether this hold was seen with no transaction open on its session, which
+    # only a session-level lock survives; filled by the hold tracker (None: not
+    # judged). pg_locks does not tell the two levels apart.
+    session_level: bool | None = None
+    # The prepared transaction holding (or, never, awaiting) the lock; its
+    # pid is then 0, as pg_blocking_pids() names it to its waiters.
+    prepared: PreparedXact | None = None
 
     @property
     def shared(self) -> bool:

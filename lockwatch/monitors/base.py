@@ -34,6 +34,9 @@ class PollContext:
     db: Database | None  # None while the target's database cannot be sampled
     snapshot: LockSnapshot | None = None  # None until the locks were sampled this poll
     lock_findings: tuple[Finding, ...] = ()  # what the monitors before found this poll
+    # The monotonic clock as the poll began (None: not given): lockwatch's own
+    # hold times follow it through jumps of the wall clock.
+    monotonic: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,9 @@ from lockwatch.state.holds import HoldTracker
 # the floor) counts as held throughout.
 CONTINUITY_INTERVALS = 3
 CONTINUITY_FLOOR = 30.0
+# How much the measured clock offset to the server may move before it is
+# measured anew (a read's latency varies by milliseconds, a skew does not).
+OFFSET_SLACK = timedelta(seconds=1)
 
 
 def continuity_gap(target: Target) -> float:
@@ -48,6 +51,7 @@ class LockMonitor:
         self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
+        self._offset: timedelta | None = None  # lockwatch's clock less the server's
         self.pooler: SourceRunner[PoolerSnapshot] | None = None
         if target.pgbouncer is not None:
             self.pooler = SourceRunner(
@@ -68,11 +72,14 @@ class LockMonitor:
         except SampleError as exc:
             return MonitorResult(held_kinds=self.kinds, target_error=str(exc))
         now = context.now
+        raw = raw.moved(self._clock_offset(now, raw.read_at))
         snapshot = LockSnapshot(
             target=self.target.name,
             taken_at=now,
             server_version=raw.server_version,
-            locks=self.tracker.observe(raw.locks, raw.backends, now),
+            locks=self.tracker.observe(
+                raw.locks, raw.backends, now, raw.read_at, monotonic=context.monotonic
+            ),
             backends=raw.backends,
             poll_seconds=raw.seconds,
         )
@@ -93,6 +100,19 @@ class LockMonitor:
             else frozenset(),
             snapshot=snapshot,
         )
+
+    def _clock_offset(self, now: datetime, read_at: datetime | None) -> timedelta:
+        """How far lockwatch's clock is ahead of the server's, as of this poll.
+
+        Kept as it was while it moves by less than OFFSET_SLACK (the time a
+        read takes varies): server timestamps moved by it then stay the same
+        from poll to poll, and so does what names a transaction."""
+        if read_at is None:
+            return self._offset or timedelta(0)
+        measured = now - read_at
+        if self._offset is None or abs(measured - self._offset) > OFFSET_SLACK:
+            self._offset = measured
+        return self._offset
 
     def publish(self, view: TargetView) -> TargetView:
         if self.pooler is None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
 from lockwatch.sample.session import TargetSession
 
@@ -33,6 +33,35 @@ class RawSample:
     locks: tuple[AdvisoryLock, ...]
     backends: dict[int, Backend]
     seconds: float
+    # The server's statement_timestamp() of the lock read (None: not read).
+    read_at: datetime | None = None
+
+    def moved(self, offset: timedelta) -> RawSample:
+        """The sample with the server's timestamps moved by ``offset`` onto
+        lockwatch's clock (``read_at`` too): a duration from a server
+        timestamp is then measured against the server's own time, however far
+        lockwatch's clock is from the server's. backend_start names a session
+        and stays as read."""
+        if self.read_at is None or not offset:
+            return self
+        backends = {pid: _moved(backend, offset) for pid, backend in self.backends.items()}
+        locks = tuple(
+            lock if lock.wait_start is None else replace(lock, wait_start=lock.wait_start + offset)
+            for lock in self.locks
+        )
+        return replace(self, locks=locks, backends=backends, read_at=self.read_at + offset)
+
+
+def _moved(backend: Backend, offset: timedelta) -> Backend:
+    def at(moment: datetime | None) -> datetime | None:
+        return None if moment is None else moment + offset
+
+    return replace(
+        backend,
+        state_change=at(backend.state_change),
+        xact_start=at(backend.xact_start),
+        query_start=at(backend.query_start),
+    )
 
 
 # Bits of the ``flags`` array of advisory_locks.sql.
@@ -59,6 +88,11 @@ def lock_sessions_query() -> sql.SQL:
     return sql.SQL(_sql_text("lock_sessions.sql"))
 
 
+@cache
+def prepared_xacts_query() -> sql.SQL:
+    return sql.SQL(_sql_text("prepared_xacts.sql"))
+
+
 # One element of advisory_locks.sql's arrays, with the session it belongs to.
 LockRow = tuple[int, datetime | None, int, int, int, datetime | None]
 
@@ -67,41 +101,106 @@ def decode_locks(
     arrays: Mapping[str, Any],
     backends: Mapping[int, Backend],
     known: Mapping[LockRow, AdvisoryLock] | None = None,
+    prepared: Mapping[str, PreparedXact] | None = None,
 ) -> dict[LockRow, AdvisoryLock]:
     """The locks in advisory_locks.sql's row, by the raw values they came from.
 
     Locks of a pid missing from ``backends`` are left out: the session ended
-    between the two queries, and its locks with it. A lock found in ``known``
-    (the previous poll's answer) is that same object again, so that most of
-    a poll over many long-held locks costs one lookup per lock.
+    between the two queries, and its locks with it; so are locks with no pid
+    whose prepared transaction is missing from ``prepared`` (by
+    virtualtransaction). A lock found in ``known`` (the previous poll's
+    answer) is that same object again, so that most of a poll over many
+    long-held locks costs one lookup per lock.
     """
     known = known or {}
+    prepared = prepared or {}
     decoded: dict[LockRow, AdvisoryLock] = {}
     pids = arrays["pids"]
     if pids is None:
         return decoded
     waitstarts = iter(arrays["waitstarts"] or ())
+    vxids = iter(arrays.get("prepared") or ())
     for pid, classid, objid, flags in zip(
         pids, arrays["classids"], arrays["objids"], arrays["flags"], strict=True
     ):
         wait_start = next(waitstarts, None) if flags & WAITING else None
+        if pid is None:
+            xact = prepared.get(next(vxids, ""))
+            if xact is not None:
+                raw: LockRow = (0, xact.prepared, classid, objid, flags, None)
+                unowned = _lock(xact.database, 0, classid, objid, flags)
+                decoded[raw] = replace(unowned, prepared=xact)
+            continue
         backend = backends.get(pid)
         if backend is None:
             continue
-        raw: LockRow = (pid, backend.backend_start, classid, objid, flags, wait_start)
+        raw = (pid, backend.backend_start, classid, objid, flags, wait_start)
         lock = known.get(raw)
         if lock is None:
-            lock = AdvisoryLock(
-                # An advisory lock lives in the database its session is connected to.
-                database=backend.database or "",
-                key=LockKey.from_pg_locks(classid, objid, 2 if flags & PAIR_KEY else 1),
-                mode="ShareLock" if flags & SHARED else "ExclusiveLock",
-                granted=not flags & WAITING,
-                pid=pid,
-                wait_start=wait_start,
-            )
+            # An advisory lock lives in the database its session is connected to.
+            lock = _lock(backend.database, pid, classid, objid, flags, wait_start)
         decoded[raw] = lock
     return decoded
+
+
+def _lock(
+    database: str | None,
+    pid: int,
+    classid: int,
+    objid: int,
+    flags: int,
+    wait_start: datetime | None = None,
+) -> AdvisoryLock:
+    return AdvisoryLock(
+        database=database or "",
+        key=LockKey.from_pg_locks(classid, objid, 2 if flags & PAIR_KEY else 1),
+        mode="ShareLock" if flags & SHARED else "ExclusiveLock",
+        granted=not flags & WAITING,
+        pid=pid,
+        wait_start=wait_start,
+    )
+
+
+def _prepared(conn: psycopg.Connection[dict[str, Any]], vxids: Any) -> dict[str, PreparedXact]:
+    """The prepared transactions holding the locks with no pid, by virtualtransaction."""
+    if not vxids:
+        return {}
+    rows = conn.execute(prepared_xacts_query(), {"vxids": sorted(set(vxids))}).fetchall()
+    return {
+        row["vxid"]: PreparedXact(
+            row["xid"], row["gid"], row["owner"], row["database"], row["prepared"], row["age"]
+        )
+        for row in rows
+    }
+
+
+def advisory_blockers(
+    locks: Iterable[AdvisoryLock], backends: Mapping[int, Backend]
+) -> dict[int, Backend]:
+    """``backends`` with each advisory waiter's ``blocked_by`` filled from the
+    locks: the holders of its key whose mode conflicts with the one it waits
+    for (pid 0 for a prepared transaction), as pg_blocking_pids() would say
+    without the waiters queued ahead of it. One pass over the locks, where
+    asking the server costs a convoy of N waiters N^2 pids."""
+    locks = tuple(locks)
+    waits = [lock for lock in locks if not lock.granted]
+    if not waits:
+        return dict(backends)
+    awaited = {(lock.database, lock.key) for lock in waits}
+    holders: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    for lock in locks:
+        if lock.granted and (lock.database, lock.key) in awaited:
+            holders.setdefault((lock.database, lock.key), []).append(lock)
+    filled = dict(backends)
+    for wait in waits:
+        backend = filled.get(wait.pid)
+        if backend is None or backend.blocked_by:
+            continue
+        held = holders.get((wait.database, wait.key), [])
+        blocking = [h.pid for h in held if not (h.shared and wait.shared)] or [h.pid for h in held]
+        if blocking:
+            filled[wait.pid] = replace(backend, blocked_by=tuple(sorted(set(blocking))))
+    return filled
 
 
 def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
@@ -126,8 +225,9 @@ def read_advisory_locks(
     expected: Collection[int] = (),
     *,
     prepare: bool = True,
-) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend]]:
-    """Every advisory lock and the sessions behind them (and their blockers).
+) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend], datetime | None]:
+    """Every advisory lock and the sessions behind them (and their blockers),
+    and the server's time as it read the locks.
 
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
@@ -145,8 +245,8 @@ def read_advisory_locks(
         )
     row = arrays.fetchone()
     if row is None or row["pids"] is None:
-        return {}, {}
-    pids = set(row["pids"])
+        return {}, {}, row["read_at"] if row else None
+    pids = set(row["pids"]) - {None}
     rows = guessed.fetchall() if guessed is not None else []
     missing = pids.difference(r["pid"] for r in rows)
     if missing:
@@ -154,7 +254,9 @@ def read_advisory_locks(
             lock_sessions_query(), _sessions_params(missing), prepare=prepare
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
-    return decode_locks(row, backends, known), backends
+    prepared = _prepared(conn, row["prepared"])
+    locks = decode_locks(row, backends, known, prepared)
+    return locks, advisory_blockers(locks.values(), backends), row["read_at"]
 
 
 class AdvisoryLockReader:
@@ -173,7 +275,7 @@ class AdvisoryLockReader:
         # A failed read closes the session: a pipeline broken midway is not
         # worth reusing, and the next poll reconnects.
         with self.session.step(keep_open=False) as conn:
-            self._known, backends = read_advisory_locks(
+            self._known, backends, read_at = read_advisory_locks(
                 conn,
                 self.session.server_version,
                 self._known,
@@ -186,6 +288,7 @@ class AdvisoryLockReader:
             tuple(self._known.values()),
             backends,
             time.perf_counter() - started,
+            read_at,
         )
 
 

@@ -142,30 +142,26 @@ class TargetSession:
         """Whether statements may be prepared on the server (not through a pooler)."""
         return not self.through_pooler
 
-    def _open(self) -> Connection:
-        # Keepalives and tcp_user_timeout make a silently dead peer fail the
-        # poll instead of hanging it; the watchdog's abort() covers the rest.
-        conn = self._connect()
-        try:
-            # Not prepared, nor auto-prepared until the pooler question is settled.
-            threshold, conn.prepare_threshold = conn.prepare_threshold, None
-            row = conn.execute(
-                "SELECT pg_catalog.current_setting('server_version_num')::int AS v,"
-                " pg_catalog.pg_backend_pid() AS pid"
-            ).fetchone()
-            self.server_version = int(row["v"]) if row else 0
-            self.through_pooler = row is not None and through_pooler(conn, int(row["pid"]))
-            if self.through_pooler:
-                self._probe_pooling()
-            else:
-                conn.prepare_threshold = threshold
-                self._set_session(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    def _set_up(self, conn: Connection) -> None:
+        """The session's setup on a fresh connection: which server it is, whether
+        a transaction pooler stands between, and lockwatch's settings."""
+        # Not prepared, nor auto-prepared until the pooler question is settled.
+        threshold, conn.prepare_threshold = conn.prepare_threshold, None
+        row = conn.execute(
+            "SELECT pg_catalog.current_setting('server_version_num')::int AS v,"
+            " pg_catalog.pg_backend_pid() AS pid"
+        ).fetchone()
+        self.server_version = int(row["v"]) if row else 0
+        self.through_pooler = row is not None and through_pooler(conn, int(row["pid"]))
+        if self.through_pooler:
+            self._probe_pooling()
+        else:
+            conn.prepare_threshold = threshold
+            self._set_session(conn)
 
     def _connect(self) -> Connection:
+        # Keepalives and tcp_user_timeout make a silently dead peer fail the
+        # poll instead of hanging it; the watchdog's abort() covers the rest.
         return psycopg.connect(
             self._dsn,
             application_name=APPLICATION_NAME,
@@ -242,17 +238,25 @@ class TargetSession:
     def connect(self) -> None:
         """Open the session if there is none. Raises SampleError.
 
-        Bounded by connect_timeout alone: ``abort()`` cannot break a
-        connection still being made, so the watchdog times only what follows.
+        Making the connection is bounded by connect_timeout (``abort()``
+        cannot break a connection still being made); the session's setup is
+        a step like any query, timed for the watchdog: behind a pooler whose
+        pool is exhausted, the connection is accepted at once and the first
+        statement waits for a server connection (pgbouncer's
+        query_wait_timeout, for ever with 0).
         """
         if self.connected:
             return
         try:
-            conn = self._open()
+            conn = self._connect()
         except (psycopg.Error, OSError) as exc:
             raise self._failed(exc, "poll query") from None
         with self._guard:
             self._conn = conn
+        # A new connection is set up in autocommit, whatever the last one was.
+        self.through_pooler = False
+        with self.step("session setup", keep_open=False) as setting_up:
+            self._set_up(setting_up)
 
     @contextlib.contextmanager
     def step(

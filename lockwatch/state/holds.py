@@ -15,9 +15,16 @@ from typing import Any
 
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey
 
+# How far the wall clock may stray from the monotonic one between two polls
+# before it counts as a jump (NTP slews far slower).
+JUMP_SLACK = timedelta(seconds=1)
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
-# A lock as the sampler gave it, as filled in, its observation and first sighting.
-_Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, datetime]
+# What is remembered of one hold: its first sighting, the transaction its
+# session had open when it was last seen (xact_start; None for none), and
+# whether it was ever seen with no transaction open (a session lock for sure).
+Hold = tuple[datetime, datetime | None, bool]
+# A lock as the sampler gave it, as filled in, its observation and its hold.
+_Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, Hold]
 
 
 def _observation(lock: AdvisoryLock, started: str) -> ObservationKey:
@@ -41,76 +48,121 @@ class HoldTracker:
         # been held throughout; past it, only proof from the session's state
         # keeps the old first sighting.
         self.continuity_gap = continuity_gap
-        self._first_seen: dict[ObservationKey, datetime] = {}
+        self._holds: dict[ObservationKey, Hold] = {}
         self._dumped_keys: frozenset[ObservationKey] = frozenset()
         # When the sightings were last confirmed against the server, all of
         # them at once; a save while sampling fails must not vouch for locks
         # nobody has seen since.
         self._observed_at: datetime | None = None
+        self._monotonic_at: float | None = None  # the monotonic clock at that poll
         # The last poll's locks by id(): the sampler hands out the very same
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
         self._filled: dict[int, _Filled] = {}
 
     def __len__(self) -> int:
-        return len(self._first_seen)
+        return len(self._holds)
 
     def observe(
-        self, locks: tuple[AdvisoryLock, ...], backends: Mapping[int, Backend], now: datetime
+        self,
+        locks: tuple[AdvisoryLock, ...],
+        backends: Mapping[int, Backend],
+        now: datetime,
+        read_at: datetime | None = None,
+        monotonic: float | None = None,
     ) -> tuple[AdvisoryLock, ...]:
-        """Fill ``first_seen`` on every lock and forget locks no longer present."""
+        """Fill ``first_seen`` and ``session_level`` on every lock and forget
+        locks no longer present. ``read_at`` is when the server read the locks
+        (its statement_timestamp(), on lockwatch's clock); sessions are read
+        after it. With ``monotonic``, hold times follow the monotonic clock
+        through a jump of the wall clock (``now``)."""
+        self._realign(now, monotonic)
         last_seen = self._observed_at
         bridged = last_seen is not None and now - last_seen <= timedelta(
             seconds=self.continuity_gap
         )
         previous = self._filled if bridged else {}
-        seen: dict[ObservationKey, datetime] = {}
+        seen: dict[ObservationKey, Hold] = {}
         remembered: dict[int, _Filled] = {}
         started: dict[int, str] = {}
         result: list[AdvisoryLock] = []
         for lock in locks:
             hit = previous.get(id(lock))
-            if hit is not None and hit[0] is lock:
-                _, filled, key, first_seen = hit
+            if hit is not None and hit[0] is lock and _unchanged(hit[3], backends.get(lock.pid)):
+                _, filled, key, hold = hit
             else:
                 backend = backends.get(lock.pid)
-                if lock.pid not in started:
-                    begun = backend.backend_start if backend else None
-                    started[lock.pid] = begun.isoformat() if begun else ""
-                key = _observation(lock, started[lock.pid])
-                first_seen = (
-                    seen.get(key)
-                    or self._since(key, backend, bridged)
-                    or _taken_by(lock, backend, now)
-                )
-                filled = replace(lock, first_seen=first_seen)
-            seen[key] = first_seen
-            remembered[id(lock)] = (lock, filled, key, first_seen)
+                if lock.prepared is not None:
+                    # No session: the prepared transaction is the holder.
+                    key = _observation(lock, f"prepared {lock.prepared.transaction}")
+                else:
+                    if lock.pid not in started:
+                        begun = backend.backend_start if backend else None
+                        started[lock.pid] = begun.isoformat() if begun else ""
+                    key = _observation(lock, started[lock.pid])
+                hold = seen.get(key) or self._hold(key, lock, backend, bridged, now, read_at)
+                filled = replace(lock, first_seen=hold[0], session_level=hold[2])
+            seen[key] = hold
+            remembered[id(lock)] = (lock, filled, key, hold)
             result.append(filled)
-        self._first_seen = seen
+        self._holds = seen
         self._filled = remembered
         self._observed_at = now
         return tuple(result)
 
-    def _since(
-        self, key: ObservationKey, backend: Backend | None, bridged: bool
-    ) -> datetime | None:
-        """The remembered first sighting of ``key``, if it still holds: the gap
-        since the last poll was bridged, or the session proves the lock was
-        held throughout."""
-        first_seen = self._first_seen.get(key)
-        if first_seen is not None and (bridged or _held_throughout(backend, self._observed_at)):
-            return first_seen
-        return None
+    def _realign(self, now: datetime, monotonic: float | None) -> None:
+        """Move what is remembered by how far the wall clock jumped since the
+        last poll, beyond what the monotonic clock says passed: a hold is as
+        long as it really was, whatever the wall clock did meanwhile."""
+        if monotonic is None:
+            return
+        last, self._monotonic_at = self._monotonic_at, monotonic
+        if last is None or self._observed_at is None:
+            return
+        jump = (now - self._observed_at) - timedelta(seconds=monotonic - last)
+        if abs(jump) <= JUMP_SLACK:
+            return
+        self._holds = {
+            key: (first_seen + jump, None if xact is None else xact + jump, session)
+            for key, (first_seen, xact, session) in self._holds.items()
+        }
+        self._observed_at += jump
+        self._filled = {}
+
+    def _hold(
+        self,
+        key: ObservationKey,
+        lock: AdvisoryLock,
+        backend: Backend | None,
+        bridged: bool,
+        now: datetime,
+        read_at: datetime | None,
+    ) -> Hold:
+        """The hold ``lock`` belongs to: the remembered one if it still holds
+        (the gap since the last poll was bridged, or the session proves the
+        lock was held throughout) and the lock can have outlived every
+        transaction since; else a new one, taken at the latest by now.
+
+        A transaction-level lock ends with its transaction: seen again in
+        another transaction, and never seen outside one, it is a new hold.
+        """
+        xact = backend.xact_start if backend is not None else None
+        outside = _outside_transaction(lock, backend, read_at)
+        old = self._holds.get(key)
+        if old is not None and (bridged or _held_throughout(backend, self._observed_at)):
+            first_seen, old_xact, session = old
+            if session or outside or old_xact == xact:
+                return (first_seen, xact, session or outside)
+        return (_taken_by(lock, backend, now), xact, outside)
 
     def changed_since_dump(self) -> bool:
-        return self._dumped_keys != frozenset(self._first_seen)
+        return self._dumped_keys != frozenset(self._holds)
 
     def dump(self, now: datetime) -> dict[str, Any]:
         """First sightings, dated by the last poll that saw them (``now`` if
         none has). ``last_seen`` is stored once for all: the file only needs
         rewriting when the set of locks changes."""
-        self._dumped_keys = frozenset(self._first_seen)
+        self._dumped_keys = frozenset(self._holds)
         saved_at = self._observed_at or now
         return {
             "saved_at": saved_at.isoformat(),
@@ -123,14 +175,16 @@ class HoldTracker:
                     "mode": key[6],
                     "granted": key[7],
                     "first_seen": first_seen.isoformat(),
+                    "xact_start": xact.isoformat() if xact else None,
+                    "session_level": session,
                 }
-                for key, first_seen in self._first_seen.items()
+                for key, (first_seen, xact, session) in self._holds.items()
             ],
         }
 
     def load(self, document: dict[str, Any]) -> None:
         """Restore a dump; malformed entries are dropped, not guessed at."""
-        restored: dict[ObservationKey, datetime] = {}
+        restored: dict[ObservationKey, Hold] = {}
         try:
             saved_at = _aware(document["saved_at"])
             entries = list(document["locks"])
@@ -150,13 +204,17 @@ class HoldTracker:
                     bool(entry["granted"]),
                 )
                 first_seen = _aware(entry["first_seen"])
+                xact = _aware(entry["xact_start"]) if entry.get("xact_start") else None
             except (KeyError, TypeError, ValueError):
                 continue
-            restored[key] = min(first_seen, saved_at)
-        self._first_seen = restored
+            # A file from before transactions were told apart vouches for the hold.
+            session = bool(entry.get("session_level", True))
+            restored[key] = (min(first_seen, saved_at), xact, session)
+        self._holds = restored
         self._filled = {}
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at
+        self._monotonic_at = None  # another process: its monotonic clock is not ours
 
 
 def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> datetime:
@@ -166,8 +224,11 @@ def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> dat
     takes SQL: it held the lock by then. A lock taken just before lockwatch
     looked is then as old as it is, not a poll interval younger, and a hold
     found after a gap (or at start) keeps what can be proven of its age.
-    Anyone else may have taken it just now.
+    Anyone else may have taken it just now. A prepared transaction took its
+    locks before it was prepared, as long ago as the server says.
     """
+    if lock.prepared is not None:
+        return now - timedelta(seconds=max(lock.prepared.age_seconds, 0.0))
     if (
         lock.granted
         and backend is not None
@@ -176,6 +237,29 @@ def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> dat
     ):
         return min(now, backend.state_change)
     return now
+
+
+def _unchanged(hold: Hold, backend: Backend | None) -> bool:
+    """Whether a lock the sampler saw unchanged is still the same hold: a
+    session lock is, a lock that may be a transaction's only while that
+    transaction (or its absence) goes on."""
+    return hold[2] or (
+        backend is not None and backend.xact_start is not None and backend.xact_start == hold[1]
+    )
+
+
+def _outside_transaction(
+    lock: AdvisoryLock, backend: Backend | None, read_at: datetime | None
+) -> bool:
+    """Proof that a held lock is session-level: its session had no transaction
+    open when the locks were read. Sessions are read after the locks, so the
+    session must have been idle since before ``read_at``; without it (a
+    synthetic snapshot) its state alone is taken."""
+    if not lock.granted or backend is None or backend.xact_start is not None:
+        return False
+    if backend.state != "idle":
+        return False
+    return read_at is None or (backend.state_change is not None and backend.state_change <= read_at)
 
 
 def _held_throughout(backend: Backend | None, last_seen: datetime | None) -> bool:

@@ -18,12 +18,15 @@ Record = Callable[..., None]
 
 # The battery's own server: room for 50,000 advisory locks (the lock table
 # holds max_locks_per_transaction x max_connections), and every statement
-# logged with its application name, for the least-privilege case to read.
+# logged with its application name, for the least-privilege case to read;
+# two-phase commit on.
 CLUSTER_SETTINGS = {
     "max_locks_per_transaction": "512",
     "log_statement": "all",
     "log_line_prefix": "%m [%p] app=%a user=%u db=%d ",
     "log_min_messages": "warning",
+    # Room for the prepared (two-phase) transactions that hold locks with no session.
+    "max_prepared_transactions": "4",
 }
 
 

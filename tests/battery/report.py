@@ -40,6 +40,7 @@ CASES = (
     Case("pg-kill", "fault", "PostgreSQL killed (SIGKILL)"),
     Case("pg-silent", "fault", "PostgreSQL unreachable, connection left open"),
     Case("pgbouncer-down", "fault", "pgbouncer goes away and comes back"),
+    Case("pool-exhausted", "fault", "pgbouncer with an exhausted pool"),
     Case("redis-down", "fault", "Redis goes away and comes back"),
     Case("prometheus-down", "fault", "Prometheus worker source goes away and comes back"),
     Case("receiver-down", "fault", "Notification receiver hangs, refuses, errors"),
@@ -49,6 +50,7 @@ CASES = (
     Case("key-churn", "load", "Distinct advisory lock keys taken and released"),
     Case("locks-held", "load", "Advisory locks held at once"),
     Case("slow-pg-locks", "load", "pg_locks query gets slow"),
+    Case("big-convoy", "load", "A convoy of 2,000 waiters on one key"),
     Case("many-targets", "load", "Many targets at a 1 s interval"),
     Case("hostile-values", "hostile", "Hostile client values"),
     Case("invalid-utf8", "hostile", "Invalid UTF-8 in application_name"),
@@ -65,6 +67,9 @@ CASES = (
     Case("state-unreadable", "fault", "State files that cannot be read; temporary files left"),
     Case("ping-framing", "hostile", "POST /ping bodies framed every way"),
     Case("dsn-misread", "hostile", "A DSN password libpq would misread; a short password"),
+    Case("xact-locks", "semantics", "Transaction-level locks in short transactions"),
+    Case("prepared-xact", "semantics", "Locks held by a prepared (two-phase) transaction"),
+    Case("clocks", "fault", "lockwatch's clock skewed or jumping against the server's"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

@@ -39,6 +39,7 @@ from lockwatch.model.evidence.sessions import (
     FindingFacts,
     HolderFacts,
     LockHolderFacts,
+    PreparedFacts,
     SessionFacts,
     WaiterFacts,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "OverlapEvidence",
     "PoolFacts",
     "PooledLockEvidence",
+    "PreparedFacts",
     "QueueEvidence",
     "QueueLockChain",
     "QueueStallEvidence",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,13 +23,27 @@ class SessionFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedFacts:
+    """The prepared (two-phase) transaction holding a lock, with no session:
+    it keeps its locks across restarts until COMMIT or ROLLBACK PREPARED."""
+
+    gid: str
+    owner: str | None
+    database: str | None
+    prepared: datetime  # by the server's clock
+    transaction: int  # its xid
+
+
+@dataclass(frozen=True, slots=True)
 class HolderFacts(SessionFacts):
-    """A session holding the advisory lock a finding is about."""
+    """A session holding the advisory lock a finding is about (pid 0 and
+    ``prepared`` for a prepared transaction)."""
 
     usename: str | None
     held_seconds: float  # since lockwatch first saw the lock granted to it; 0 when undated
     mode: str
     xact_seconds: float | None  # age of its open transaction; None without one
+    prepared: PreparedFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)

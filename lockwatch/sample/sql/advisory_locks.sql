@@ -5,9 +5,14 @@
 -- grouping per session, or sending one row per lock, costs several times
 -- more at 50,000 locks (docs/benchmarks.md).
 -- flags: 1 = a key of two int4 (objsubid 2), 2 = ShareLock, 4 = waiting.
--- waitstarts has one entry per waiting lock, in the order of the other arrays.
+-- waitstarts has one entry per waiting lock, in the order of the other arrays;
+-- prepared one per lock with no pid (a prepared transaction's), its
+-- virtualtransaction, for prepared_xacts.sql.
 -- {waitstart} is pg_locks.waitstart on PostgreSQL 14+, NULL before (no such column).
-SELECT pg_catalog.array_agg(l.pid) AS pids,
+-- read_at: the server's time as the statement began, before the locks were
+-- copied; the sessions read afterwards are judged against it.
+SELECT pg_catalog.statement_timestamp() AS read_at,
+       pg_catalog.array_agg(l.pid) AS pids,
        pg_catalog.array_agg(l.classid) AS classids,
        pg_catalog.array_agg(l.objid) AS objids,
        pg_catalog.array_agg(
@@ -15,6 +20,7 @@ SELECT pg_catalog.array_agg(l.pid) AS pids,
            + CASE WHEN l.mode = 'ShareLock' THEN 2 ELSE 0 END
            + CASE WHEN l.granted THEN 0 ELSE 4 END
        ) AS flags,
-       pg_catalog.array_agg({waitstart}) FILTER (WHERE NOT l.granted) AS waitstarts
+       pg_catalog.array_agg({waitstart}) FILTER (WHERE NOT l.granted) AS waitstarts,
+       pg_catalog.array_agg(l.virtualtransaction) FILTER (WHERE l.pid IS NULL) AS prepared
 FROM pg_catalog.pg_locks AS l
-WHERE l.locktype = 'advisory' AND l.pid IS NOT NULL
+WHERE l.locktype = 'advisory'

@@ -2,7 +2,10 @@
 -- advisory_locks.sql (their pids come in as %(pids)s), plus the backends that
 -- block them, followed a few steps so a chain can be shown past non-advisory
 -- locks. pg_blocking_pids() is costly (it takes every lock-manager partition
--- lock), so it only runs for sessions that actually wait on a heavyweight lock.
+-- lock), so it only runs for sessions that actually wait on a heavyweight lock
+-- other than an advisory one: a queued advisory waiter's answer names the
+-- holder and every waiter ahead of it (N^2 pids for a convoy of N), and who
+-- holds an advisory key is already in advisory_locks.sql's answer.
 WITH RECURSIVE
 activity AS MATERIALIZED (
     SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name,
@@ -14,13 +17,15 @@ activity AS MATERIALIZED (
 ),
 involved (pid, blocked_by, depth) AS (
     SELECT a.pid,
-           CASE WHEN a.wait_event_type = 'Lock' THEN pg_catalog.pg_blocking_pids(a.pid) END,
+           CASE WHEN a.wait_event_type = 'Lock' AND a.wait_event <> 'advisory'
+                THEN pg_catalog.pg_blocking_pids(a.pid) END,
            0
     FROM activity AS a
     WHERE a.pid = ANY (%(pids)s::pg_catalog.int4[])
     UNION
     SELECT a.pid,
-           CASE WHEN a.wait_event_type = 'Lock' THEN pg_catalog.pg_blocking_pids(a.pid) END,
+           CASE WHEN a.wait_event_type = 'Lock' AND a.wait_event <> 'advisory'
+                THEN pg_catalog.pg_blocking_pids(a.pid) END,
            i.depth + 1
     FROM involved AS i
     CROSS JOIN LATERAL pg_catalog.unnest(i.blocked_by) AS b (pid)

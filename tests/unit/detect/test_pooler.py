@@ -72,8 +72,14 @@ def pooled_backend(**overrides: Any) -> Backend:
     return replace(session, client_port=POOLER_PORT, **overrides)
 
 
-def findings_for(pool: PoolerSnapshot, session: Backend, held_for: float = 60) -> list[Finding]:
-    snap = snapshot(held(42, BACKEND_PID, held_for=held_for), backends=[session])
+def findings_for(
+    pool: PoolerSnapshot,
+    session: Backend,
+    held_for: float = 60,
+    session_level: bool | None = None,
+) -> list[Finding]:
+    lock = replace(held(42, BACKEND_PID, held_for=held_for), session_level=session_level)
+    snap = snapshot(lock, backends=[session])
     return [
         f
         for f in detect_locks(snap, LockSettings(), NOW, pool)
@@ -126,10 +132,23 @@ def test_a_lock_inside_the_current_transaction_may_be_transaction_level_and_is_n
     assert findings_for(pooler(), busy, held_for=2) == []
 
 
-def test_a_lock_older_than_the_current_transaction_is_a_session_lock_even_while_active() -> None:
+def test_a_lock_once_seen_outside_any_transaction_is_a_session_lock_even_while_active() -> None:
     busy = pooled_backend(state="active", xact_start=ago(1), state_change=ago(1))
-    (finding,) = findings_for(pooler(), busy, held_for=120)
+    (finding,) = findings_for(pooler(), busy, held_for=120, session_level=True)
     assert evidence_as(finding, LockEvidence).holders[0].pid == BACKEND_PID
+
+
+def test_a_lock_older_than_the_current_transaction_proves_nothing_about_its_level() -> None:
+    # A transaction lock taken again in each short transaction looks the same.
+    busy = pooled_backend(state="active", xact_start=ago(1), state_change=ago(1))
+    assert findings_for(pooler(), busy, held_for=120, session_level=False) == []
+    assert findings_for(pooler(), busy, held_for=120) == []
+
+
+def test_the_trackers_judgement_outweighs_an_idle_state_read_after_the_locks() -> None:
+    # Idle now, but it went idle after the locks were read: the lock may have
+    # been its last transaction's.
+    assert findings_for(pooler(), pooled_backend(), session_level=False) == []
 
 
 def test_without_a_pooler_view_nothing_is_said_about_pooling() -> None:

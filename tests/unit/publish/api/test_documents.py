@@ -97,6 +97,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
                     "held_seconds": 20,
                     "mode": "ExclusiveLock",
                     "xact_seconds": None,
+                    "prepared": None,
                 }
             ],
             "waiters": [],

@@ -1,0 +1,127 @@
+"""lockwatch's clock against the server's: one hour ahead, one hour behind,
+and a wall clock that jumps two hours forward and back. Durations read from
+server timestamps (state_change, waitstart) are measured against the server's
+own clock; hold times lockwatch measures itself run on a monotonic clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from lockwatch.model.findings import Finding
+from lockwatch.model.views import TargetView
+from lockwatch.runner import TargetRunner
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
+from tests.battery.conftest import Record
+from tests.fixtures.postgres import PgDatabase, queue_on_lock, run_in_thread, wait_until
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+BUDGET = 4.0  # seconds: every budget, longer than setting the incident up takes
+IDLE_KEY, ACTIVE_KEY = 42, 43
+ALL = {"lock_convoy", "lock_held_too_long", "lock_orphaned"}
+
+
+@dataclass
+class WallClock:
+    """lockwatch's wall clock: real time plus an offset the test sets (a skew or
+    a jump); the monotonic clock stays real."""
+
+    offset: timedelta = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
+@dataclass
+class Runners:
+    made: dict[str, tuple[TargetRunner, WallClock]] = field(default_factory=dict)
+    last: dict[str, TargetView] = field(default_factory=dict)
+
+    def poll(self, name: str) -> dict[tuple[str, str], Finding]:
+        runner, _ = self.made[name]
+        self.last[name] = view = runner.poll_once()
+        return {(f.kind.value, f.subject.lock or ""): f for f in view.findings}
+
+    def kinds(self, name: str, key: int) -> set[str]:
+        return {kind for kind, lock in self.poll(name) if lock == str(key)}
+
+
+@pytest.fixture
+def runners(battery_db: PgDatabase) -> Iterator[Runners]:
+    made = Runners()
+    settings = LockSettings(
+        max_hold=BUDGET, orphan_after=BUDGET, convoy_wait=BUDGET, convoy_waiters=2
+    )
+    for name, offset in (("ahead", 1.0), ("behind", -1.0), ("jumping", 0.0)):
+        clock = WallClock(timedelta(hours=offset))
+        target = Target(name, battery_db.monitor_dsn, interval=1.0, locks=settings)
+        made.made[name] = (TargetRunner(target, Board(), StateStore(None), clock), clock)
+    yield made
+    for runner, _ in made.made.values():
+        runner.close()
+
+
+def test_skewed_and_jumping_clocks_neither_invent_nor_hide_findings(
+    battery_db: PgDatabase, runners: Runners, battery: Record
+) -> None:
+    began = time.monotonic()
+    holder = battery_db.connect("idle-holder")
+    holder.execute("SELECT pg_advisory_lock(%s)", (IDLE_KEY,))
+    for n in range(2):
+        queue_on_lock(battery_db.connect(f"waiter-{n}"), IDLE_KEY)
+    busy = battery_db.connect("busy-holder")
+    busy.execute("SELECT pg_advisory_lock(%s)", (ACTIVE_KEY,))
+    run_in_thread(lambda: busy.execute("SELECT pg_sleep(60)"))  # ended with the database
+    wait_until(lambda: runners.kinds("jumping", IDLE_KEY) == set() and _queued(runners))
+
+    at_first = {name: runners.kinds(name, IDLE_KEY) for name in ("ahead", "behind")}
+    clock = runners.made["jumping"][1]
+    clock.offset = timedelta(hours=2)
+    jumped = runners.kinds("jumping", ACTIVE_KEY)
+    clock.offset = timedelta(0)
+    back = runners.kinds("jumping", ACTIVE_KEY)
+    early = time.monotonic() - began
+    assert early < BUDGET, "setting up took longer than the budgets: nothing is judged"
+    assert at_first == {"ahead": set(), "behind": set()}, "a skew invented findings"
+    assert (jumped, back) == (set(), set()), "a wall-clock jump invented a long hold"
+
+    found = wait_until(
+        lambda: _all_found(runners),
+        timeout=BUDGET + 15,
+        message="every runner sees the convoy, the long holds and the orphan",
+    )
+    battery(
+        "clocks",
+        injected=(
+            "lockwatch's clock 1 h ahead of the server, 1 h behind, and one jumping +2 h "
+            f"and back; an idle holder with 2 waiters, an active holder; budgets {BUDGET:.0f} s"
+        ),
+        did=(
+            f"no finding in the first {early * 1000:.0f} ms under any clock, none through the jump; "
+            f"then {', '.join(sorted(ALL))} under each, "
+            f"{time.monotonic() - began:.1f} s in (budgets {BUDGET:.0f} s)"
+        ),
+        intact=f"yes: 0 findings invented, 0 hidden ({len(found)} runners agree)",
+    )
+
+
+def _queued(runners: Runners) -> bool:
+    status = runners.last["jumping"].status
+    snapshot = status.snapshot if status else None
+    return snapshot is not None and sum(not lock.granted for lock in snapshot.locks) == 2
+
+
+def _all_found(runners: Runners) -> dict[str, set[str]] | None:
+    found = {name: runners.kinds(name, IDLE_KEY) for name in runners.made}
+    active = runners.kinds("jumping", ACTIVE_KEY)
+    if all(kinds == ALL for kinds in found.values()) and "lock_held_too_long" in active:
+        return found
+    return None
