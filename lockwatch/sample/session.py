@@ -134,8 +134,10 @@ class TargetSession:
 
     @property
     def connected(self) -> bool:
+        # A connection the watchdog broke (or the server dropped) is not one.
         with self._guard:
-            return self._conn is not None and not self._conn.closed
+            conn = self._conn
+        return conn is not None and not conn.closed and not conn.broken
 
     @property
     def prepare(self) -> bool:
