@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from bench.poll_cost import FLOOR_SQL, WARMUP, bench_target
+from bench.poll_cost import FLOOR_SQL, WARMUP, PollCost, bench_target
 from bench.server import FLOOR_ROLE, LOCKWATCH_ROLE, BenchServer, StatementTotals
 from lockwatch.runner import TargetRunner
 from lockwatch.state.board import Board
@@ -31,24 +31,11 @@ POLLS = 10
 
 
 @dataclass(frozen=True, slots=True)
-class VersionCost:
+class VersionCost(PollCost):
+    """A poll's cost on one PostgreSQL major."""
+
     major: int
     version: str  # server_version, e.g. 12.22
-    locks: int
-    polls: int
-    floor_wall_ms: float  # medians
-    poll_wall_ms: float
-    query_wall_ms: float
-    floor_server_ms: float  # means, from pg_stat_statements
-    poll_server_ms: float
-
-    @property
-    def wall_ratio(self) -> float:
-        return self.poll_wall_ms / self.floor_wall_ms
-
-    @property
-    def server_ratio(self) -> float:
-        return self.poll_server_ms / self.floor_server_ms
 
 
 def floor_sql(major: int) -> str:
