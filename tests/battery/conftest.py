@@ -5,6 +5,7 @@ case ran and passed, write it to docs/reliability.md."""
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 
 import pytest
 
@@ -83,8 +84,5 @@ def battery_cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def battery_db(battery_cluster: LocalCluster) -> Iterator[PgDatabase]:
-    database = PgDatabase(battery_cluster)
-    try:
+    with closing(PgDatabase(battery_cluster)) as database:
         yield database
-    finally:
-        database.close()
