@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwatch.model.findings import Finding
+from lockwatch.model.incidents import Incident
 from lockwatch.model.jobs import JobView
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import SessionPooling
@@ -82,6 +83,10 @@ class TargetView:
     queues: tuple[QueueView, ...] = ()
     workers: tuple[WorkerView, ...] = ()
     jobs: tuple[JobView, ...] = ()
+    # The findings told as root causes: the open ones, worst first, and the
+    # recently resolved ones, newest first (bounded; the rest is history).
+    incidents: tuple[Incident, ...] = ()
+    resolved_incidents: tuple[Incident, ...] = ()
 
     @property
     def up(self) -> bool:

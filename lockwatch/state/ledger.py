@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ from lockwatch.model.findings import (
     Subject,
     finding_json,
 )
+from lockwatch.model.incidents import IncidentChanges
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,8 @@ class Transitions:
     resolved: tuple[Finding, ...]
     # The target polled, so a listener learns of a poll that found nothing.
     target: str = ""
+    # The same poll told as root causes (state/incidents.py fills it in).
+    incidents: IncidentChanges = field(default_factory=IncidentChanges)
 
 
 def dump_finding(finding: Finding) -> JsonObject:

@@ -1,0 +1,179 @@
+"""Incidents: one explained problem per root cause, above the findings.
+
+Detectors speak in findings, one per (kind, target, subject); a person needs
+one story per thing to act on. An incident groups the findings that share a
+root (a holding session, a prepared transaction, a pooled backend, a queue
+whose chain reaches no holder, a job, a lock nobody holds, a target), and
+carries what happened when (its timeline), what it cost (its impact) and what
+to do (its next step). The same root gives the same incident across polls and
+restarts, so its id and timeline outlive both.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+from lockwatch.model.findings import Finding, FindingKind, Severity
+
+
+class RootKind(enum.StrEnum):
+    """What an incident's root is: the thing to act on."""
+
+    SESSION = "session"  # a session holding locks: pid + backend_start
+    PREPARED = "prepared"  # a prepared transaction holding locks: its gid
+    POOLED_BACKEND = "pooled_backend"  # a pooler's server connection holding locks
+    QUEUE = "queue"  # a queue whose problem reaches no holder
+    JOB = "job"  # a scheduled job
+    LOCK = "lock"  # a lock with no holder to blame (a leader lock missing)
+    TARGET = "target"  # the target itself (down, or seen through a pooler)
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentRoot:
+    """The root an incident is about. Unused parts stay None; the parts that
+    name it (see ``identity``) make its fingerprint."""
+
+    kind: RootKind
+    target: str
+    pid: int | None = None
+    backend_start: datetime | None = None  # with pid: one session, as the server reuses pids
+    gid: str | None = None  # a prepared transaction
+    database: str | None = None
+    lock: str | None = None
+    queue: str | None = None
+    job: str | None = None
+    source: str | None = None
+    # How people know the root; not part of its identity.
+    application_name: str | None = None
+    client_addr: str | None = None
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """What names the root: the same root gives the same tuple across polls
+        and restarts (names and addresses can change; these do not)."""
+        return (
+            self.kind.value,
+            self.target,
+            "" if self.pid is None else str(self.pid),
+            "" if self.backend_start is None else self.backend_start.isoformat(),
+            self.gid or "",
+            self.database or "",
+            self.lock or "",
+            self.queue or "",
+            self.job or "",
+            self.source or "",
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits of the root's identity: stable across polls and restarts.
+
+        >>> root = IncidentRoot(RootKind.QUEUE, "main", queue="webhooks")
+        >>> root.fingerprint == IncidentRoot(RootKind.QUEUE, "main", queue="webhooks").fingerprint
+        True
+        >>> root.fingerprint == IncidentRoot(RootKind.QUEUE, "main", queue="mail").fingerprint
+        False
+        """
+        joined = "\x1f".join(self.identity).encode()
+        return hashlib.sha256(joined).hexdigest()[:16]
+
+    def as_dict(self) -> dict[str, object]:
+        return {part.name: getattr(self, part.name) for part in fields(self)}
+
+
+class IncidentState(enum.StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class EventKind(enum.StrEnum):
+    """The moments of an incident's timeline, from lockwatch's own observations."""
+
+    OPENED = "opened"
+    FINDING_JOINED = "finding_joined"  # a finding of a new kind or subject joined
+    FINDING_RESOLVED = "finding_resolved"  # one of its findings ended, others remain
+    SEVERITY_ROSE = "severity_rose"
+    WAITERS = "waiters"  # the waiter count, sampled sparsely
+    HOLDER_IDLE = "holder_idle"  # the root holder went idle
+    BUDGET_PASSED = "budget_passed"  # a hold or wait passed its budget
+    QUEUE_STALLED = "queue_stalled"  # the queue stopped completing
+    BACKEND_REUSED = "backend_reused"  # the holder's backend went to another pooled client
+    NOTIFIED = "notified"  # a message went out (its channel in the detail)
+    RESOLVED = "resolved"
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineEvent:
+    at: datetime
+    event: EventKind
+    detail: str  # one line for people, free of secrets
+    kind: FindingKind | None = None  # the finding kind it is about, if one
+    value: float | None = None  # a count or duration, for WAITERS and the like
+
+
+class Resolution(enum.StrEnum):
+    """How an incident ended."""
+
+    RELEASED = "released"  # the holder let go of its locks
+    SESSION_ENDED = "session_ended"  # the holding session is gone
+    TARGET_BACK = "target_back"  # the target answers again
+    CLEARED = "cleared"  # every finding of it stopped being true
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    """What the incident cost so far (at its end, once resolved)."""
+
+    waiter_seconds: float = 0.0  # sum over polls of waiters x interval
+    max_waiters: int = 0  # the most sessions waiting at once
+    locks_held: int = 0  # the most locks the root held at once
+    queue_growth: int | None = None  # jobs the backlog grew by during it; None: no queue
+    max_backlog: int | None = None
+    missed_runs: int = 0  # job slots missed
+
+
+@dataclass(frozen=True, slots=True)
+class NextStep:
+    """What to do about it: printed for people, never run by lockwatch."""
+
+    action: str  # one line: "end the holder's session"
+    sql: str | None  # guarded remediation SQL; None when there is none
+    cost: str | None  # what running it costs
+    runbook: str  # the runbook URL of the incident's leading kind
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """One root cause with the findings it explains, its story and its cost."""
+
+    id: str  # stable while it is open, across restarts; a later incident of the same root gets a new id
+    fingerprint: str  # the root's
+    target: str
+    root: IncidentRoot
+    title: str  # names the root, then what matters: "pid 7023 webhook-worker-4 holds ..."
+    severity: Severity  # the worst of its findings so far while open
+    state: IncidentState
+    opened_at: datetime
+    updated_at: datetime
+    resolved_at: datetime | None
+    resolution: Resolution | None
+    kinds: tuple[FindingKind, ...]  # every kind that has been part of it, first seen first
+    findings: tuple[Finding, ...]  # its active findings; at its worst moment once resolved
+    finding_count: int  # len(findings) before any cap on what is kept
+    timeline: tuple[TimelineEvent, ...]  # bounded
+    impact: Impact
+    next_step: NextStep
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentChanges:
+    """What one poll of a target did to its incidents: what a notifier needs."""
+
+    target: str = ""
+    active: tuple[Incident, ...] = ()
+    opened: tuple[Incident, ...] = ()
+    worsened: tuple[Incident, ...] = ()  # a new finding kind joined, or its severity rose
+    resolved: tuple[Incident, ...] = ()
