@@ -62,6 +62,8 @@ CASES = (
     Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
     Case("target-removed", "fault", "A target removed by reload or while stopped"),
     Case("receiver-slow", "fault", "A receiver slower than the read timeout"),
+    Case("receiver-trickle", "fault", "A receiver that trickles its answer"),
+    Case("exec-trickle", "fault", "lockwatch exec against a trickling endpoint"),
     Case("telegram-not-json", "fault", "Telegram answers 200 with a body that is not its JSON"),
     Case("state-dir-shared", "fault", "A second lockwatch on the same state dir"),
     Case("state-unreadable", "fault", "State files that cannot be read; temporary files left"),
