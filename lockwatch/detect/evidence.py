@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TypedDict
 
 from lockwatch.model.evidence import ChainStep
-from lockwatch.model.locks import Backend, LockSnapshot
+from lockwatch.model.locks import HIDDEN, Backend, LockSnapshot
 from lockwatch.text import truncate
 
 
@@ -48,6 +48,19 @@ def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArg
             wait_event=None,
             query=None,
             blocked_by=(),
+        )
+    if not backend.visible:
+        # The server hides all but who it is: say so rather than "local socket".
+        return SessionArgs(
+            pid=pid,
+            application_name=backend.application_name,
+            client_addr=HIDDEN,
+            state=HIDDEN,
+            state_seconds=None,
+            wait_event_type=None,
+            wait_event=None,
+            query=HIDDEN,
+            blocked_by=tuple(backend.blocked_by),
         )
     return SessionArgs(
         pid=pid,
