@@ -57,6 +57,7 @@ CASES = (
     Case("ping-api", "hostile", "Hostile ping API clients"),
     Case("slow-loris", "hostile", "Slow-loris clients"),
     Case("least-privilege", "hostile", "pg_monitor-only role"),
+    Case("weak-role", "hostile", "A role without pg_monitor"),
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
     Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
