@@ -112,7 +112,9 @@ class _DeadlineAdapter(HTTPAdapter):
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        manager.pool_classes_by_scheme = _POOLS
+        # A SOCKS proxy has pools of its own kind (its calls keep per-read timeouts).
+        if not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = _POOLS
         return manager
 
 

@@ -14,10 +14,10 @@ import pytest
 
 from lockwatch.commands.exec import PING_DEADLINE
 from tests.battery.conftest import Record
-from tests.battery.trickle import Trickler
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.standins import ChatStandin, add_telegram
+from tests.fixtures.trickle import Trickler
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
