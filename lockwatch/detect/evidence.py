@@ -37,30 +37,21 @@ class SessionArgs(TypedDict):
 
 def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArgs:
     """A session as findings show it: who, from where, doing what, for how long."""
-    if backend is None:
+    if backend is None or not backend.visible:
+        # Not seen: nothing known. Hidden from lockwatch's role: the server shows
+        # who it is and hides the rest, which is said rather than taken for a
+        # local socket and an unknown state.
+        shown = None if backend is None else HIDDEN
         return SessionArgs(
             pid=pid,
-            application_name=None,
-            client_addr=None,
-            state=None,
+            application_name=None if backend is None else backend.application_name,
+            client_addr=shown,
+            state=shown,
             state_seconds=None,
             wait_event_type=None,
             wait_event=None,
-            query=None,
+            query=shown,
             blocked_by=(),
-        )
-    if not backend.visible:
-        # The server hides all but who it is: say so rather than "local socket".
-        return SessionArgs(
-            pid=pid,
-            application_name=backend.application_name,
-            client_addr=HIDDEN,
-            state=HIDDEN,
-            state_seconds=None,
-            wait_event_type=None,
-            wait_event=None,
-            query=HIDDEN,
-            blocked_by=tuple(backend.blocked_by),
         )
     return SessionArgs(
         pid=pid,
