@@ -367,12 +367,9 @@ def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
         click.echo(f"lockwatch: {exc}", err=True)
         sys.exit(1)
     if as_json:
-        from lockwatch.commands.snapshot import blind_warning
         from lockwatch.publish.api.locks import locks_document
 
-        assert view.status is not None and view.status.snapshot is not None
-        for line in blind_warning(view.status.snapshot):
-            click.echo(line, err=True)
+        assert view.status is not None
         click.echo(json.dumps(locks_document((view,), view.status.checked_at), indent=2))
     else:
         click.echo(render_snapshot(view))

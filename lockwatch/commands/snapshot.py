@@ -68,7 +68,7 @@ def _state(backend: Backend | None, now: datetime) -> str:
     return text
 
 
-def blind_warning(snapshot: LockSnapshot) -> list[str]:
+def _blind_warning(snapshot: LockSnapshot) -> list[str]:
     """Said first: the role cannot see other roles' sessions."""
     if not snapshot.sessions_hidden or snapshot.visibility is None:
         return []
@@ -96,7 +96,7 @@ def render_snapshot(view: TargetView) -> str:
         f"(poll {snapshot.poll_seconds * 1000:.1f} ms)"
     ]
     # First: everything below about other roles' sessions is partial.
-    lines[:0] = blind_warning(snapshot)
+    lines[:0] = _blind_warning(snapshot)
     if not groups:
         lines.append("no advisory locks held or awaited")
     for (database, key), locks in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1])):
