@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockwatch.detect import targets as targets_module
+from lockwatch.detect.lock_groups import Holder
 from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.pooler import session_level
 from lockwatch.detect.targets import detect_privileges_missing
 from lockwatch.model.evidence import LockEvidence, PrivilegesMissingEvidence
 from lockwatch.model.findings import FindingKind, Severity, Subject
@@ -122,3 +124,10 @@ def test_the_module_doctests_pass() -> None:
     result = doctest.testmod(targets_module)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_a_hidden_transaction_is_no_proof_of_a_session_lock() -> None:
+    # xact_start is NULL when hidden, as it is for a session with no transaction open.
+    lock = held(42, 7, held_for=30)
+    assert not session_level(Holder(lock, hidden(7), 30.0, None))
+    assert session_level(Holder(lock, backend(7, idle_for=5), 30.0, 5.0))
