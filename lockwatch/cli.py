@@ -488,7 +488,7 @@ def exec_command(
     help="The connection string your application uses.",
 )
 def doctor(dsn: str) -> None:
-    """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), or broken (2)."""
+    """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), broken (2), or safe but without pg_monitor for lockwatch (3)."""
     from lockwatch.commands.doctor import EXIT_ERROR, diagnose
 
     try:

@@ -18,7 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from lockwatch.detect.targets import detect_target_down, detect_transaction_pooled
+from lockwatch.detect.targets import (
+    detect_privileges_missing,
+    detect_target_down,
+    detect_transaction_pooled,
+)
 from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
@@ -167,6 +171,9 @@ class TargetRunner:
         if not status.up:
             poll.findings.extend(detect_target_down(status, status.checked_at))
         poll.findings.extend(detect_transaction_pooled(self.target.name, status.pooling))
+        poll.findings.extend(
+            detect_privileges_missing(self.target.name, self.session.visibility, status.checked_at)
+        )
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         view = self._next_view(status, transitions)
         if view.polls_total == 1 and status.snapshot is not None:

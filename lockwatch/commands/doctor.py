@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from lockwatch.model.locks import HIDDEN
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES
 from lockwatch.sample.pooling import backend_pid, per_transaction, through_pooler
 from lockwatch.settings.targets import Target
@@ -24,6 +25,8 @@ from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 EXIT_SAFE = 0
 EXIT_POOLED = 1
 EXIT_ERROR = 2
+# Not pooled, but lockwatch on this DSN would not see other roles' sessions.
+EXIT_NO_MONITOR = 3
 UNSAFE_ON_POOLING = (
     "session advisory locks, SET, LISTEN, SQL PREPARE, WITH HOLD cursors and temp tables"
 )
@@ -46,7 +49,9 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_POOLED if self.pooled else EXIT_SAFE
+        if self.pooled:
+            return EXIT_POOLED
+        return EXIT_SAFE if self.can_monitor else EXIT_NO_MONITOR
 
     def render(self) -> str:
         verdict = (
@@ -59,7 +64,8 @@ class Diagnosis:
         monitor = (
             "yes"
             if self.can_monitor
-            else "no — lockwatch needs pg_monitor: GRANT pg_monitor TO " + self.role
+            else "no — lockwatch needs pg_monitor: other roles' sessions are "
+            f"{HIDDEN}; GRANT pg_monitor TO {self.role}"
         )
         lines = [
             f"lockwatch doctor: {self.where}",

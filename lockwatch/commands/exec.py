@@ -1,7 +1,8 @@
 """``lockwatch exec``: wrap a cron command so that lockwatch sees every run.
 
 The command always runs on time: the start ping goes out beside it, not
-before it, and every ping has short connect and read timeouts. If lockwatch
+before it, and every ping has short connect and read timeouts and a total
+deadline (an endpoint may trickle its answer in reads that each come in time). If lockwatch
 is unreachable the wrapper says so on stderr and the command is unaffected;
 the wrapper exits with the command's own exit code.
 """
@@ -21,9 +22,11 @@ from typing import TextIO
 import requests
 
 from lockwatch.publish.pings import TOKEN_HEADER
+from lockwatch.util.deadline import deadline_session, within
 from lockwatch.util.secrets import redact
 
 PING_TIMEOUT = (2.0, 5.0)  # connect, read
+PING_DEADLINE = sum(PING_TIMEOUT)  # the whole ping, connecting to the answer's last byte
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
@@ -36,15 +39,20 @@ class PingClient:
     stderr: TextIO
 
     def send(self, event: str, payload: dict[str, object]) -> None:
-        try:
-            response = requests.post(
-                f"{self.url.rstrip('/')}/ping/{self.job}/{event}",
-                json=payload,
-                headers={TOKEN_HEADER: self.token},
-                timeout=PING_TIMEOUT,
-            )
-        except requests.RequestException as exc:
-            self._warn(f"{event} ping not delivered: {type(exc).__name__}: {exc}")
+        with deadline_session() as session, within(PING_DEADLINE) as deadline:
+            try:
+                response = session.post(
+                    f"{self.url.rstrip('/')}/ping/{self.job}/{event}",
+                    json=payload,
+                    headers={TOKEN_HEADER: self.token},
+                    timeout=PING_TIMEOUT,
+                )
+            except requests.RequestException as exc:
+                if not deadline.expired:
+                    self._warn(f"{event} ping not delivered: {type(exc).__name__}: {exc}")
+                    return
+        if deadline.expired:
+            self._warn(f"{event} ping not answered whole within {PING_DEADLINE:g}s: given up")
             return
         if response.status_code >= 400:
             try:
@@ -99,8 +107,8 @@ def run_wrapped(
             for sig, handler in forward.items():
                 signal.signal(sig, handler)
     duration = round(time.monotonic() - started, 3)
-    # The finish must follow the start; a start that hangs is given up on.
-    start_ping.join(timeout=sum(PING_TIMEOUT))
+    # The finish must follow the start, which gives up by its own deadline.
+    start_ping.join()
     finish_payload: dict[str, object] = {**start_payload, "exit_code": code, "duration": duration}
     client.send("success" if code == 0 else "fail", finish_payload)
     return code

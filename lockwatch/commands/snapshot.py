@@ -11,7 +11,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 from lockwatch.detect.evidence import blocking_chain
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.locks import HIDDEN, AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.locks import PgLockSampler
@@ -35,7 +35,15 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
     if raw.read_at is not None:  # the server's timestamps, on our clock
         raw = raw.moved(now - raw.read_at)
     locks = HoldTracker(continuity_gap=0).observe(raw.locks, raw.backends, now, raw.read_at)
-    snapshot = LockSnapshot(target.name, now, raw.server_version, locks, raw.backends, raw.seconds)
+    snapshot = LockSnapshot(
+        target.name,
+        now,
+        raw.server_version,
+        locks,
+        raw.backends,
+        raw.seconds,
+        sampler.session.visibility,
+    )
     return TargetView(
         target, TargetStatus(target.name, now, snapshot), polls_total=1, last_success=now
     )
@@ -44,11 +52,12 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
 def _who(backend: Backend | None, pid: int) -> str:
     if backend is None:
         return f"pid {pid} (session gone)"
-    where = backend.client_addr or "local socket"
-    return f"pid {pid} {one_line(backend.application_name) or '-'} from {where}"
+    return f"pid {pid} {one_line(backend.application_name) or '-'} from {one_line(backend.where)}"
 
 
 def _state(backend: Backend | None, now: datetime) -> str:
+    if backend is not None and not backend.visible:
+        return f"state {HIDDEN}"
     if backend is None or backend.state is None:
         return "state unknown"
     text = backend.state
@@ -57,6 +66,17 @@ def _state(backend: Backend | None, now: datetime) -> str:
     if backend.waiting_on_lock:
         text += f", waiting on {backend.wait_event or 'a lock'}"
     return text
+
+
+def _blind_warning(snapshot: LockSnapshot) -> list[str]:
+    """Said first: the role cannot see other roles' sessions."""
+    if not snapshot.sessions_hidden or snapshot.visibility is None:
+        return []
+    role = one_line(snapshot.visibility.role)
+    return [
+        f"WARNING: role {role} lacks pg_monitor: other roles' sessions are hidden "
+        f"(address, state, times, query); GRANT pg_monitor TO {role}"
+    ]
 
 
 def render_snapshot(view: TargetView) -> str:
@@ -75,6 +95,8 @@ def render_snapshot(view: TargetView) -> str:
         f"{len(snapshot.locks) - held} waiting, at {now:%Y-%m-%d %H:%M:%S}Z "
         f"(poll {snapshot.poll_seconds * 1000:.1f} ms)"
     ]
+    # First: everything below about other roles' sessions is partial.
+    lines[:0] = _blind_warning(snapshot)
     if not groups:
         lines.append("no advisory locks held or awaited")
     for (database, key), locks in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1])):

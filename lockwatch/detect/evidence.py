@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TypedDict
 
 from lockwatch.model.evidence import ChainStep
-from lockwatch.model.locks import Backend, LockSnapshot
+from lockwatch.model.locks import HIDDEN, Backend, LockSnapshot
 from lockwatch.text import truncate
 
 
@@ -37,16 +37,20 @@ class SessionArgs(TypedDict):
 
 def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArgs:
     """A session as findings show it: who, from where, doing what, for how long."""
-    if backend is None:
+    if backend is None or not backend.visible:
+        # Not seen: nothing known. Hidden from lockwatch's role: the server shows
+        # who it is and hides the rest, which is said rather than taken for a
+        # local socket and an unknown state.
+        shown = None if backend is None else HIDDEN
         return SessionArgs(
             pid=pid,
-            application_name=None,
-            client_addr=None,
-            state=None,
+            application_name=None if backend is None else backend.application_name,
+            client_addr=shown,
+            state=shown,
             state_seconds=None,
             wait_event_type=None,
             wait_event=None,
-            query=None,
+            query=shown,
             blocked_by=(),
         )
     return SessionArgs(

@@ -12,7 +12,14 @@ from datetime import datetime, timedelta
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
 from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts, WaiterFacts
 from lockwatch.model.findings import FindingKind, Severity, Subject
-from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.locks import (
+    HIDDEN,
+    IDLE_STATES,
+    AdvisoryLock,
+    Backend,
+    LockKey,
+    LockSnapshot,
+)
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, one_line
 
@@ -109,8 +116,7 @@ def who(holder: Holder, *, addr: bool = True) -> str:
         return f"pid {holder.lock.pid}"
     app = one_line(backend.application_name) or "no application_name"
     if addr:
-        where = one_line(backend.client_addr) if backend.client_addr else "local socket"
-        return f"pid {holder.lock.pid} ({app} from {where})"
+        return f"pid {holder.lock.pid} ({app} from {one_line(backend.where)})"
     return f"pid {holder.lock.pid} ({app})"
 
 
@@ -121,6 +127,8 @@ def doing(holder: Holder) -> str:
     backend = holder.backend
     if backend is None:
         return "session not seen"
+    if not backend.visible:
+        return f"activity {HIDDEN}"
     if holder.waits:
         blockers = ",".join(str(p) for p in backend.blocked_by) or "?"
         return f"itself waiting on pid {blockers}"
@@ -163,11 +171,16 @@ def waiter_facts(waiter: Waiter) -> WaiterFacts:
     return WaiterFacts(
         pid=waiter.lock.pid,
         application_name=backend.application_name if backend else None,
-        client_addr=backend.client_addr if backend else None,
-        state=backend.state if backend else None,
+        client_addr=None if backend is None else _shown(backend, backend.client_addr),
+        state=None if backend is None else _shown(backend, backend.state),
         wait_seconds=round(waiter.waited, 1),
         blocked_by=tuple(backend.blocked_by) if backend else (),
     )
+
+
+def _shown(backend: Backend, fact: str | None) -> str | None:
+    """One of a session's hidden facts as evidence shows it."""
+    return fact if backend.visible else HIDDEN
 
 
 def lock_evidence(

@@ -27,9 +27,9 @@ from lockwatch.detect.lock_groups import (
 from lockwatch.detect.pooler import pooled_session
 from lockwatch.model.evidence import OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
-from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
-from lockwatch.settings.locks import LockRole, LockSettings
+from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, one_line
 
 # Findings of one kind reported one by one per target; the rest become one.
@@ -117,7 +117,8 @@ def orphaned_since(holder: Holder, orphan_after: float) -> datetime | None:
             return first_seen + after
         return None
     backend = holder.backend
-    if backend is None:
+    if backend is None or not backend.visible:
+        # Idle since when, running what: nothing lockwatch's role may see.
         return None
     if holder.idle is not None and holder.idle > orphan_after and backend.state_change:
         return backend.state_change + after
@@ -170,6 +171,15 @@ def _orphaned(
     )
 
 
+def _stranger(named: NamedLock, backend: Backend) -> bool:
+    allowed = named.allowed
+    if not backend.visible:
+        # Its address is hidden from lockwatch's role (NULL, as a local socket's
+        # would be): only its application_name, which is shown, can tell.
+        return not allowed.allows_application(backend.application_name)
+    return not allowed.allows(backend.application_name, backend.client_addr)
+
+
 def _unexpected_holder(
     group: KeyGroup, settings: LockSettings, snapshot: LockSnapshot, now: datetime
 ) -> Draft | None:
@@ -177,12 +187,7 @@ def _unexpected_holder(
     if named is None or not named.allowed.restricted:
         return None
     # A holder whose session lockwatch did not see cannot be judged either way.
-    strangers = [
-        h
-        for h in group.holders
-        if h.backend is not None
-        and not named.allowed.allows(h.backend.application_name, h.backend.client_addr)
-    ]
+    strangers = [h for h in group.holders if h.backend is not None and _stranger(named, h.backend)]
     if not strangers:
         return None
     holder = min(strangers, key=lambda h: (h.lock.first_seen or now, h.lock.pid))

@@ -36,8 +36,8 @@ def session_level(holder: Holder) -> bool:
     if holder.lock.session_level is not None:
         return holder.lock.session_level
     backend = holder.backend
-    if backend is None:
-        return False
+    if backend is None or not backend.visible:
+        return False  # a hidden xact_start is NULL, not proof of no transaction
     return backend.state == "idle" or backend.xact_start is None
 
 

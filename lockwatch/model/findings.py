@@ -17,6 +17,7 @@ from lockwatch.model.evidence import (
     OverflowEvidence,
     OverlapEvidence,
     PooledLockEvidence,
+    PrivilegesMissingEvidence,
     QueueEvidence,
     QueueStallEvidence,
     SourceDownEvidence,
@@ -71,6 +72,7 @@ class FindingKind(enum.StrEnum):
     JOB_FAILED = ("job_failed", Family.JOBS)
     TARGET_DOWN = ("target_down", Family.TARGETS)
     TARGET_TRANSACTION_POOLED = ("target_transaction_pooled", Family.TARGETS)
+    TARGET_PRIVILEGES_MISSING = ("target_privileges_missing", Family.TARGETS)
 
     @classmethod
     def of(cls, family: Family) -> frozenset[FindingKind]:
@@ -165,6 +167,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.JOB_FAILED: (FailedRunEvidence,),
     FindingKind.TARGET_DOWN: (TargetDownEvidence, SourceDownEvidence),
     FindingKind.TARGET_TRANSACTION_POOLED: (TransactionPooledEvidence,),
+    FindingKind.TARGET_PRIVILEGES_MISSING: (PrivilegesMissingEvidence,),
 }
 
 

@@ -95,6 +95,28 @@ class LockKey:
         return self.render()
 
 
+# What lockwatch shows of a session's activity that its role may not see.
+HIDDEN = "hidden (the role lacks pg_monitor)"
+# What lockwatch cannot judge while its role sees only its own roles' sessions.
+HIDDEN_SESSION_LOSSES = (
+    "other roles' sessions show no client address, state, transaction, times or query",
+    "lock_orphaned and lock_pooled_session cannot fire on them",
+    "allowed holders are judged by application_name alone, never by address",
+    "a hold is timed from lockwatch's first sight of it, not from its holder's last state change",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionVisibility:
+    """What lockwatch's role may see of other roles' sessions, read once per
+    connection."""
+
+    role: str
+    # pg_read_all_stats (pg_monitor has it, a superuser has everything): every
+    # session's activity in pg_stat_activity, not only its own roles'.
+    sees_all_sessions: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Backend:
     """One server backend (a row of ``pg_stat_activity``) as lockwatch saw it."""
@@ -117,6 +139,18 @@ class Backend:
     # The client's TCP port: with client_addr it names the pooler connection a
     # backend serves, where pid alone could belong to another server.
     client_port: int | None = None
+    # Whether lockwatch's role may see the session's activity. A role without
+    # pg_monitor (pg_read_all_stats) sees only its own roles' sessions: of the
+    # others, pg_stat_activity shows pid, user and application_name, and NULL
+    # for the address, state, times and query, which say nothing of them.
+    visible: bool = True
+
+    @property
+    def where(self) -> str:
+        """Where the client connects from, for people."""
+        if not self.visible:
+            return HIDDEN
+        return self.client_addr or "local socket"
 
     @property
     def identity(self) -> tuple[int, datetime | None]:
@@ -184,6 +218,12 @@ class LockSnapshot:
     # that block them (so a blocking chain can be followed past advisory locks).
     backends: Mapping[int, Backend] = field(default_factory=dict)
     poll_seconds: float = 0.0
+    visibility: SessionVisibility | None = None  # None: not known (a synthetic snapshot)
+
+    @property
+    def sessions_hidden(self) -> bool:
+        """Whether other roles' sessions were hidden from lockwatch's role."""
+        return self.visibility is not None and not self.visibility.sees_all_sessions
 
     def holders(self, database: str, key: LockKey) -> list[AdvisoryLock]:
         return [

@@ -82,6 +82,7 @@ class LockMonitor:
             ),
             backends=raw.backends,
             poll_seconds=raw.seconds,
+            visibility=self.reader.session.visibility,
         )
         if self.pooler is None:
             findings = detect_locks(snapshot, self.target.locks, now)

@@ -1,7 +1,8 @@
 """Telegram, Slack and webhook deliveries over HTTP.
 
-Each call has a connect and a read timeout, follows no redirect and reads at
-most a small answer. Failures raise :class:`TransportError`: ``permanent``
+Each call has a connect and a read timeout and a total deadline (a receiver
+may trickle its answer in reads that each come in time), follows no redirect
+and reads at most a small answer. Failures raise :class:`TransportError`: ``permanent``
 when sending again cannot help (a bad token, an unknown chat, a removed
 webhook), with ``retry_after`` when the receiver said when to come back.
 No error message carries a token or a webhook URL.
@@ -39,6 +40,7 @@ from lockwatch.settings.notify import (
     WebhookChannel,
 )
 from lockwatch.text import one_line, printable
+from lockwatch.util.deadline import deadline_session, within
 from lockwatch.util.secrets import redact
 
 MAX_ANSWER = 64 * 1024  # bytes of an answer read; receivers say little
@@ -123,12 +125,16 @@ class Transport(abc.ABC):
         *,
         connect_timeout: float,
         read_timeout: float,
+        deadline: float | None = None,
         session: requests.Session | None = None,
     ) -> None:
         self.channel = channel
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self.session = session or requests.Session()
+        # The whole call, connecting to the last byte of the answer: reads
+        # that each come in time can still trickle on for minutes.
+        self.deadline = connect_timeout + read_timeout if deadline is None else deadline
+        self.session = session or deadline_session()
 
     @abc.abstractmethod
     def send(self, message: Message) -> str:
@@ -151,40 +157,54 @@ class Transport(abc.ABC):
 
     def post(self, url: str, payload: Mapping[str, Any]) -> Answer:
         where = origin(url)
-        try:
-            with self.session.post(
-                url,
-                json=payload,
-                timeout=(self.connect_timeout, self.read_timeout),
-                allow_redirects=False,
-                stream=True,
-            ) as response:
-                body = b""
-                for chunk in response.iter_content(8192):
-                    body += chunk
-                    if len(body) >= MAX_ANSWER:
-                        break
-                return Answer(
-                    response.status_code,
-                    body[:MAX_ANSWER],
-                    retry_after(response.headers.get("Retry-After")),
-                )
-        except requests.ConnectTimeout:
+        with within(self.deadline) as deadline:
+            try:
+                answer = self._exchange(url, payload)
+            except requests.RequestException as exc:
+                if not deadline.expired:
+                    raise self._failed(where, exc) from None
+        if deadline.expired:
+            # Whatever came back was cut short; the request itself went out.
             raise self.fail(
-                f"connecting to {where} timed out after {self.connect_timeout:g}s"
-            ) from None
-        except requests.ReadTimeout:
-            raise self.fail(
+                f"{where} did not answer whole within {self.deadline:g}s (a trickling "
+                "answer?): it may have been delivered",
+                unanswered=True,
+            )
+        return answer
+
+    def _exchange(self, url: str, payload: Mapping[str, Any]) -> Answer:
+        with self.session.post(
+            url,
+            json=payload,
+            timeout=(self.connect_timeout, self.read_timeout),
+            allow_redirects=False,
+            stream=True,
+        ) as response:
+            body = b""
+            for chunk in response.iter_content(8192):
+                body += chunk
+                if len(body) >= MAX_ANSWER:
+                    break
+            return Answer(
+                response.status_code,
+                body[:MAX_ANSWER],
+                retry_after(response.headers.get("Retry-After")),
+            )
+
+    def _failed(self, where: str, exc: requests.RequestException) -> TransportError:
+        if isinstance(exc, requests.ConnectTimeout):
+            return self.fail(f"connecting to {where} timed out after {self.connect_timeout:g}s")
+        if isinstance(exc, requests.ReadTimeout):
+            return self.fail(
                 f"{where} did not answer within {self.read_timeout:g}s of the request sent "
                 "whole: it may have been delivered",
                 unanswered=True,
-            ) from None
-        except requests.ConnectionError as exc:
+            )
+        if isinstance(exc, requests.ConnectionError):
             errno = _ERRNO.search(str(exc))
             reason = errno.group(1).strip() if errno else type(exc).__name__
-            raise self.fail(f"cannot reach {where}: {reason}") from None
-        except requests.RequestException as exc:
-            raise self.fail(f"request to {where} failed: {exc}") from None
+            return self.fail(f"cannot reach {where}: {reason}")
+        return self.fail(f"request to {where} failed: {exc}")
 
     def refused(
         self, answer: Answer, service: str, detail: str, hints: Mapping[int, str]
@@ -288,6 +308,7 @@ def make_transport(
     timeouts: dict[str, Any] = {
         "connect_timeout": settings.connect_timeout,
         "read_timeout": settings.read_timeout,
+        "deadline": settings.deadline,
         "session": session,
     }
     if isinstance(channel, TelegramChannel):

@@ -26,7 +26,9 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
         query_start=row["query_start"],
         wait_event_type=row["wait_event_type"],
         wait_event=row["wait_event"],
-        query=row["query"] or "",
+        # '<insufficient privilege>' is the server's word for a hidden query, not one.
+        query=(row["query"] or "") if row["visible"] else "",
         blocked_by=tuple(row.get("blocked_by") or ()),
         client_port=row["client_port"],
+        visible=row["visible"],
     )

@@ -1,7 +1,9 @@
 """The target's session: one read-only connection per monitored server, shared by
 every source that reads the target's own database in a poll.
 
-It takes no locks of its own and needs no more than the ``pg_monitor`` role.
+It takes no locks of its own and needs no more than the ``pg_monitor`` role;
+without it, other roles' sessions are hidden from it, which it reads once per
+connection (``visibility``) and says once in the log.
 Through a connection pooler (a DSN pointed at pgbouncer) it prepares no
 statement on the server and sets nothing on the session: through a transaction
 pool either would land on a backend that other clients get next (see
@@ -31,9 +33,11 @@ from psycopg.adapt import AdaptersMap, Loader
 from psycopg.pq import Format
 from psycopg.rows import dict_row
 
+from lockwatch.model.locks import HIDDEN_SESSION_LOSSES, SessionVisibility
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES, SessionPooling
 from lockwatch.sample.base import SampleError, TargetUnavailableError
 from lockwatch.sample.pooling import per_transaction, through_pooler
+from lockwatch.text import one_line
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,8 @@ LOCAL_SETTINGS = (
 
 # The DSNs (as user@host:port/db) already said to go through a transaction pooler.
 _ANNOUNCED: set[str] = set()
+# ... and already said to see only their own roles' sessions.
+_BLIND: set[str] = set()
 
 
 class _ClientText(Loader):
@@ -127,6 +133,8 @@ class TargetSession:
         # per process, on the first connection through a pooler.
         self.pooling: SessionPooling | None = None
         self._probed = False
+        # What the role may see of other sessions, as of the last connection.
+        self.visibility: SessionVisibility | None = None
 
     @property
     def where(self) -> str:
@@ -151,15 +159,33 @@ class TargetSession:
         threshold, conn.prepare_threshold = conn.prepare_threshold, None
         row = conn.execute(
             "SELECT pg_catalog.current_setting('server_version_num')::int AS v,"
-            " pg_catalog.pg_backend_pid() AS pid"
+            " pg_catalog.pg_backend_pid() AS pid, current_user AS role,"
+            " pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE') AS sees_all"
         ).fetchone()
         self.server_version = int(row["v"]) if row else 0
+        if row is not None:
+            self._saw(SessionVisibility(str(row["role"]), bool(row["sees_all"])))
         self.through_pooler = row is not None and through_pooler(conn, int(row["pid"]))
         if self.through_pooler:
             self._probe_pooling()
         else:
             conn.prepare_threshold = threshold
             self._set_session(conn)
+
+    def _saw(self, visibility: SessionVisibility) -> None:
+        """What the role may see; said once per process when it cannot see
+        other roles' sessions (a reload's new session knows it already)."""
+        self.visibility = visibility
+        if visibility.sees_all_sessions or self.where in _BLIND:
+            return
+        _BLIND.add(self.where)
+        log.warning(
+            "%s: lockwatch's role %s lacks pg_monitor (GRANT pg_monitor TO %s): %s",
+            self.where,
+            one_line(visibility.role),
+            one_line(visibility.role),
+            "; ".join(HIDDEN_SESSION_LOSSES),
+        )
 
     def _connect(self) -> Connection:
         # Keepalives and tcp_user_timeout make a silently dead peer fail the

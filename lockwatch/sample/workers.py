@@ -26,6 +26,7 @@ from lockwatch.model.queues import WorkerSample
 from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
 from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.settings.queues import CgroupCpu, ProcessMatch, PrometheusCpu
+from lockwatch.util.deadline import deadline_session, within
 from lockwatch.util.secrets import redact
 
 MAX_SESSIONS = 2000  # sessions read per poll, whatever the patterns match
@@ -158,18 +159,25 @@ class PrometheusCpuSampler:
     def __init__(self, spec: PrometheusCpu, session: requests.Session | None = None) -> None:
         self.spec = spec
         self.endpoint = spec.url.rstrip("/") + "/api/v1/query"
-        self._session = requests.Session() if session is None else session
+        self._session = deadline_session() if session is None else session
         self._cpu = CounterAccumulator()
         self._secrets = (spec.url,)
 
     def _query(self, query: str) -> float:
+        # The timeout bounds the whole query too: an answer trickled in reads
+        # that each come in time would hold the poll for minutes.
+        with within(self.spec.timeout) as deadline:
+            try:
+                response = self._session.get(
+                    self.endpoint, params={"query": query}, timeout=self.spec.timeout
+                )
+            except requests.RequestException as exc:
+                if not deadline.expired:
+                    raise SampleError(redact(f"prometheus: {exc}", self._secrets)) from None
+        if deadline.expired:
+            raise SampleError(f"prometheus: no whole answer within {self.spec.timeout:g}s")
         try:
-            response = self._session.get(
-                self.endpoint, params={"query": query}, timeout=self.spec.timeout
-            )
             document = response.json()
-        except requests.RequestException as exc:
-            raise SampleError(redact(f"prometheus: {exc}", self._secrets)) from None
         except ValueError:
             raise SampleError(
                 f"prometheus answered HTTP {response.status_code} without JSON"

@@ -85,6 +85,11 @@ class AllowedHolders(Section):
     def restricted(self) -> bool:
         return bool(self.applications or self.networks or self.local)
 
+    def allows_application(self, application_name: str) -> bool:
+        return not self.applications or any(
+            fnmatch.fnmatchcase(application_name, pattern) for pattern in self.applications
+        )
+
     def allows(self, application_name: str, client_addr: str | None) -> bool:
         """
         >>> h = AllowedHolders(("billing-*",), (ipaddress.ip_network("10.0.0.0/8"),))
@@ -93,9 +98,7 @@ class AllowedHolders(Section):
         >>> h.allows("billing-cron", "192.168.1.4")
         False
         """
-        if self.applications and not any(
-            fnmatch.fnmatchcase(application_name, pattern) for pattern in self.applications
-        ):
+        if not self.allows_application(application_name):
             return False
         if not (self.networks or self.local):
             return True

@@ -176,6 +176,9 @@ class NotifySettings(Section):
     repeat_interval: Seconds = DEFAULT_REPEAT  # 0: never
     connect_timeout: PositiveSeconds = DEFAULT_CONNECT_TIMEOUT
     read_timeout: PositiveSeconds = DEFAULT_READ_TIMEOUT
+    # The whole call, connecting to the answer's last byte; None:
+    # connect_timeout + read_timeout.
+    deadline: PositiveSeconds | None = None
     # Sends again of a request sent whole whose answer timed out: it may have
     # been delivered, so each one may tell it twice.
     unanswered_retries: Annotated[Whole, at_least(0, "0")] = DEFAULT_UNANSWERED_RETRIES

@@ -44,6 +44,7 @@ from lockwatch.model.evidence.sessions import (
     WaiterFacts,
 )
 from lockwatch.model.evidence.targets import (
+    PrivilegesMissingEvidence,
     SourceDownEvidence,
     TargetDownEvidence,
     TransactionPooledEvidence,
@@ -62,6 +63,7 @@ Evidence: TypeAlias = (
     | FailedRunEvidence
     | TargetDownEvidence
     | TransactionPooledEvidence
+    | PrivilegesMissingEvidence
     | SourceDownEvidence
 )
 
@@ -84,6 +86,7 @@ __all__ = [
     "PoolFacts",
     "PooledLockEvidence",
     "PreparedFacts",
+    "PrivilegesMissingEvidence",
     "QueueEvidence",
     "QueueLockChain",
     "QueueStallEvidence",

@@ -9,11 +9,14 @@ from datetime import datetime
 @dataclass(frozen=True, slots=True)
 class SessionFacts:
     """A session as a finding shows it. Everything but ``pid`` and
-    ``blocked_by`` is None for a session lockwatch did not see."""
+    ``blocked_by`` is None for a session lockwatch did not see. Of a session
+    that lockwatch's role may not see (no pg_monitor), ``client_addr``,
+    ``state`` and ``query`` say ``HIDDEN`` and its times are None: the server
+    hides them, and neither a local socket nor an unknown state is true."""
 
     pid: int
     application_name: str | None
-    client_addr: str | None  # None: a local socket, or not seen
+    client_addr: str | None  # None: a local socket, or not seen; HIDDEN
     state: str | None
     state_seconds: float | None  # since its last state change
     wait_event_type: str | None

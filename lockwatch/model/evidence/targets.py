@@ -1,5 +1,6 @@
 """The evidence of findings about a target itself: ``target_down`` (a target, or
-one of its sources, that cannot be sampled) and ``target_transaction_pooled``."""
+one of its sources, that cannot be sampled), ``target_transaction_pooled`` and
+``target_privileges_missing``."""
 
 from __future__ import annotations
 
@@ -29,3 +30,12 @@ class TransactionPooledEvidence(FindingFacts):
     dsn: str  # where, without secrets
     evidence: str  # what showed the pooling
     meanwhile: tuple[str, ...]  # what lockwatch does without while it reads this way
+
+
+@dataclass(frozen=True, slots=True)
+class PrivilegesMissingEvidence(FindingFacts):
+    """lockwatch's role lacks pg_monitor: other roles' sessions are hidden from it."""
+
+    role: str
+    grant: str  # the statement that gives the role what it needs
+    meanwhile: tuple[str, ...]  # what lockwatch cannot judge while it reads this way

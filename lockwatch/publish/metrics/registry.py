@@ -79,6 +79,12 @@ class BoardCollector(Collector):
             "Unix time of the last successful poll of the target; absent until one succeeded.",
             ["target"],
         )
+        sees = gauge(
+            "lockwatch_target_can_see_sessions",
+            "1 if lockwatch's role sees every session's activity (it has pg_monitor), 0 if "
+            "other roles' sessions are hidden from it; absent until a poll succeeded.",
+            ["target"],
+        )
         for view in views:
             target = [view.target.name]
             add(up, target, 1.0 if view.up else 0.0)
@@ -88,9 +94,11 @@ class BoardCollector(Collector):
             snapshot = None if view.status is None else view.status.snapshot
             if snapshot is not None:
                 add(duration, target, snapshot.poll_seconds)
+            if snapshot is not None and snapshot.visibility is not None:
+                add(sees, target, 1.0 if snapshot.visibility.sees_all_sessions else 0.0)
             if view.last_success is not None:
                 add(last_success, target, view.last_success.timestamp())
-        yield from (up, duration, polls, errors, state_errors, last_success)
+        yield from (up, duration, polls, errors, state_errors, last_success, sees)
 
     def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
         counts = gauge(

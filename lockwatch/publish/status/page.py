@@ -7,6 +7,7 @@ from importlib import resources
 from typing import Any
 
 import lockwatch
+from lockwatch.model.locks import HIDDEN
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.findings import findings_document
@@ -153,6 +154,8 @@ def _targets_section(page: Page) -> str:
         )
         if status is not None and status.pooling is not None:
             error += f'<br><small class="pooled">{escape(POOLED_NOTE)}</small>'
+        if snapshot is not None and snapshot.sessions_hidden:
+            error += f"<br><small>other roles' sessions {escape(HIDDEN)}</small>"
 
         chart = sparkline(page.history.points(view.target.name, WAITING), page.history.window)
         rows.append(

@@ -11,7 +11,10 @@ activity AS MATERIALIZED (
     SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name,
            pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.state, a.state_change,
            a.xact_start, a.query_start, a.wait_event_type, a.wait_event,
-           pg_catalog.left(a.query, %(query_chars)s) AS query
+           pg_catalog.left(a.query, %(query_chars)s) AS query,
+           -- The server's own rule for showing a session's activity (see worker_sessions.sql).
+           COALESCE(pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
+                    OR pg_catalog.pg_has_role(a.usesysid, 'USAGE'), false) AS visible
     FROM pg_catalog.pg_stat_activity AS a
     WHERE a.pid IS NOT NULL
 ),
@@ -34,6 +37,6 @@ involved (pid, blocked_by, depth) AS (
 )
 SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name, a.client_addr,
        a.client_port, a.state, a.state_change, a.xact_start, a.query_start, a.wait_event_type,
-       a.wait_event, a.query, i.blocked_by
+       a.wait_event, a.query, a.visible, i.blocked_by
 FROM (SELECT DISTINCT ON (pid) pid, blocked_by FROM involved ORDER BY pid, depth) AS i
 JOIN activity AS a ON a.pid = i.pid

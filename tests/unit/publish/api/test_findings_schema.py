@@ -52,6 +52,7 @@ DEFINITIONS = {
     "long_run_evidence": families.LongRunEvidence,
     "failed_run_evidence": families.FailedRunEvidence,
     "transaction_pooled_evidence": families.TransactionPooledEvidence,
+    "privileges_missing_evidence": families.PrivilegesMissingEvidence,
     "target_down_evidence": families.TargetDownEvidence,
     "source_down_evidence": families.SourceDownEvidence,
     "subject": Subject,

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
-from lockwatch.model.locks import LockKey, LockSnapshot
+from lockwatch.model.locks import LockKey, LockSnapshot, SessionVisibility
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
 from lockwatch.settings.locks import LockSettings, NamedLock
@@ -302,3 +302,12 @@ def test_no_client_value_becomes_a_label_and_series_stay_bounded(snap: LockSnaps
         for sample in metric.samples:
             assert set(sample.labels) <= allowed
             assert sample.labels.get("database", "app") in {"app", "other", ""}
+
+
+def test_it_says_whether_the_role_can_see_every_session_once_a_poll_said() -> None:
+    for sees, value in ((True, 1.0), (False, 0.0)):
+        visibility = SessionVisibility("lockwatch", sees_all_sessions=sees)
+        registry = registry_of(polled(replace(snapshot(), visibility=visibility)))
+        labels = {"target": TARGET}
+        assert registry.get_sample_value("lockwatch_target_can_see_sessions", labels) == value
+    assert series(registry_of(polled(snapshot())), "lockwatch_target_can_see_sessions") == []
