@@ -1,0 +1,110 @@
+"""The catalogue of well-known lock keys: each entry's key from its library's
+published formula, and what naming a key changes for the detectors."""
+
+from __future__ import annotations
+
+import doctest
+import hashlib
+import zlib
+from types import ModuleType
+
+import pytest
+
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model import catalogue
+from lockwatch.model.catalogue import flyway, golang_migrate, pg_boss, prisma, rails, registry
+from lockwatch.model.evidence import LockEvidence
+from lockwatch.model.findings import FindingKind, Subject
+from lockwatch.model.locks import AdvisoryLock, LockKey
+from lockwatch.settings.locks import LockSettings, NamedLock
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.snapshots import NOW, backend, held, snapshot, waiting
+
+
+@pytest.mark.parametrize("module", [catalogue, flyway, golang_migrate, pg_boss, prisma, rails])
+def test_the_doctests_hold(module: ModuleType) -> None:
+    assert doctest.testmod(module).failed == 0
+
+
+def test_the_issue_s_bare_numbers_are_prisma_and_pg_boss_on_db_app() -> None:
+    # Both numbers as a user saw them unnamed in lockwatch (issue 14).
+    prisma_lock = registry.identify("app", LockKey.parse("72707369"))
+    assert prisma_lock is not None and prisma_lock.name == "Prisma Migrate"
+    pg_boss_key = LockKey.parse("-9218828629118414586")
+    pg_boss_lock = registry.identify("app", pg_boss_key)
+    assert pg_boss_lock is not None and pg_boss_lock.name == "pg-boss maintenance"
+    assert registry.identify("other", pg_boss_key) is None  # the key depends on the database
+
+
+def test_rails_keys_are_the_salt_times_the_crc32_of_the_database() -> None:
+    for database in ("app", "app_production", "données"):
+        expected = 2053462845 * zlib.crc32(database.encode())
+        assert rails.migrator_key(database) == LockKey.bigint(expected)
+        assert -(1 << 63) <= expected < 1 << 63
+    known = registry.identify(
+        "app_production", LockKey.bigint(2053462845 * zlib.crc32(b"app_production"))
+    )
+    assert known is not None and known.name == "Rails migrations on db app_production"
+
+
+def test_golang_migrate_hashes_database_schema_and_table_with_nul_separators() -> None:
+    checksum = zlib.crc32(b"app\x00public\x00schema_migrations")
+    assert golang_migrate.migrate_key("app") == LockKey.bigint(checksum * 1486364155 % (1 << 32))
+    assert golang_migrate.migrate_key("app", "tenant") != golang_migrate.migrate_key("app")
+
+
+def test_pg_boss_takes_the_first_eight_bytes_of_sha224_as_a_signed_bigint() -> None:
+    digest = hashlib.sha224(b"app.pgboss.pgboss").hexdigest()
+    assert pg_boss.maintenance_key("app") == LockKey.bigint(
+        int.from_bytes(bytes.fromhex(digest[:16]), "big", signed=True)
+    )
+
+
+def test_flyway_adds_the_java_hash_of_the_quoted_table_to_its_magic_number() -> None:
+    assert flyway.LOCK_MAGIC_NUM == 0x466C79776179  # "Flyway"
+    assert flyway.KEY.first - flyway.LOCK_MAGIC_NUM == flyway.java_hash(
+        '"public"."flyway_schema_history"'
+    )
+
+
+def test_no_two_entries_share_a_key_in_the_same_database() -> None:
+    for database in ("app", "postgres", "prod"):
+        keys = [key for entry in registry.ENTRIES for key in entry.keys(database)]
+        assert len(keys) == len(set(keys))
+
+
+PRISMA = 72707369
+
+
+def prisma_convoy() -> list[AdvisoryLock]:
+    return [
+        held(PRISMA, 1234, held_for=20),
+        waiting(PRISMA, 2000, waited_for=15),
+        waiting(PRISMA, 2001, waited_for=10),
+    ]
+
+
+def test_a_migration_convoy_on_the_prisma_key_is_named_prisma_migrate() -> None:
+    snap = snapshot(
+        *prisma_convoy(),
+        backends=[backend(1234, "deploy-1"), backend(2000, "deploy-2"), backend(2001, "deploy-3")],
+    )
+    [finding] = detect_locks(snap, LockSettings(), NOW)
+    assert finding.kind is FindingKind.LOCK_CONVOY
+    assert finding.subject == Subject("app", "Prisma Migrate")
+    assert "lock Prisma Migrate (72707369)" in finding.summary
+    assert evidence_as(finding, LockEvidence).name == "Prisma Migrate"
+
+
+def test_the_catalogue_can_be_turned_off_or_skip_a_library_and_named_locks_win() -> None:
+    snap = snapshot(*prisma_convoy())
+    assert detect_locks(snap, LockSettings(catalogue=False), NOW)[0].subject.lock == "72707369"
+    skipped = LockSettings(catalogue_skip=("prisma",))
+    assert detect_locks(snap, skipped, NOW)[0].subject.lock == "72707369"
+    ours = LockSettings(named=(NamedLock("deploy-gate", LockKey.bigint(PRISMA)),))
+    assert detect_locks(snap, ours, NOW)[0].subject.lock == "deploy-gate"
+
+
+def test_an_ignored_key_stays_ignored_though_the_catalogue_knows_it() -> None:
+    snap = snapshot(*prisma_convoy())
+    assert detect_locks(snap, LockSettings(ignore=(LockKey.bigint(PRISMA),)), NOW) == []
