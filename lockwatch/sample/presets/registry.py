@@ -3,7 +3,7 @@ beside this one and its line here."""
 
 from __future__ import annotations
 
-from lockwatch.sample.presets import celery, procrastinate, rq
+from lockwatch.sample.presets import celery, graphile_worker, pg_boss, procrastinate, rq
 from lockwatch.sample.presets.base import Preset, RedisPreset, RedisReader
 from lockwatch.settings.queues import QueueSource
 
@@ -11,6 +11,8 @@ KNOWN: dict[str, Preset] = {
     preset.name: preset
     for preset in (
         procrastinate.PRESET,
+        pg_boss.PRESET,
+        graphile_worker.PRESET,
         rq.PRESET,
         celery.PRESET,
     )
