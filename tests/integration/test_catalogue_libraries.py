@@ -221,12 +221,10 @@ def test_a_migration_convoy_on_the_prisma_key_is_a_finding_named_prisma_migrate(
     target = Target("main", pg.monitor_dsn, interval=0.2, locks=LockSettings(convoy_wait=0.5))
     runner = TargetRunner(target, Board(), StateStore(None))
     try:
-        view = wait_until(
-            lambda: (v := runner.poll_once()).findings and v,
-            timeout=30,
-            message="the convoy seen",
+        findings = wait_until(
+            lambda: runner.poll_once().findings, timeout=30, message="the convoy seen"
         )
-        [finding] = view.findings
+        [finding] = findings
         assert finding.kind is FindingKind.LOCK_CONVOY
         assert finding.subject == Subject(pg.database, "Prisma Migrate")
         assert f"lock Prisma Migrate ({PRISMA_KEY})" in finding.summary
