@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from lockwatch.model.evidence import StuckJobsEvidence
 from lockwatch.model.findings import FindingKind, Subject
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
@@ -29,6 +30,7 @@ from lockwatch.settings.queues import Queue, QueueThresholds
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, queue_on_lock, wait_until
 
@@ -70,6 +72,11 @@ class NodeWorker:
     def count(self, prefix: str) -> int:
         return sum(1 for line in list(self.lines) if line.startswith(prefix))
 
+    def kill(self) -> None:
+        """SIGKILL: the worker dies mid-job, as an OOM kill does it."""
+        self.process.kill()
+        self.stop()
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -93,6 +100,23 @@ def workers() -> Iterator[list[NodeWorker]]:
 def url(pg: PgDatabase) -> str:
     server = pg.server
     return f"postgres://postgres@127.0.0.1:{server.port}/{pg.database}"
+
+
+def library_queue(preset: str, name: str) -> Queue:
+    source = preset_source(preset, queue=name, redis_url=None, timeout=2.0)
+    return Queue(name, source, QueueThresholds(window=5.0), preset=preset)
+
+
+def grant_graphile_worker(pg: PgDatabase) -> None:
+    grant_schema(pg, "graphile_worker")
+    # graphile-worker turns row security on for its tables, with no policy:
+    # without one of its own, a pg_monitor role reads no job at all.
+    admin = pg.connect()
+    for table in ("_private_jobs", "_private_tasks"):
+        admin.execute(
+            f"CREATE POLICY lockwatch_read ON graphile_worker.{table}"
+            f" FOR SELECT TO {MONITOR_USER} USING (true)"
+        )
 
 
 def runner_for(pg: PgDatabase, queue: Queue) -> TargetRunner:
@@ -129,12 +153,7 @@ def test_pg_boss_runs_with_zero_findings_and_its_maintenance_lock_is_named(
     workers.append(boss)
     wait_until(lambda: boss.count("started"), timeout=60, message=f"pg-boss started: {boss.lines}")
     grant_schema(pg, "pgboss")
-    queue = Queue(
-        "emails",
-        preset_source("pg-boss", queue="emails", redis_url=None, timeout=2.0),
-        QueueThresholds(window=5.0),
-        preset="pg-boss",
-    )
+    queue = library_queue("pg-boss", "emails")
     runner = runner_for(pg, queue)
     try:
         first = poll_quietly(runner, queue_latest, "a first queue reading")
@@ -173,21 +192,8 @@ def test_graphile_worker_runs_with_zero_findings_and_its_preset_reads_the_jobs(
     worker = NodeWorker("graphile_worker.js", url(pg), "send_email")
     workers.append(worker)
     wait_until(lambda: worker.count("started"), timeout=60, message=f"started: {worker.lines}")
-    grant_schema(pg, "graphile_worker")
-    # graphile-worker turns row security on for its tables, with no policy:
-    # without one of its own, a pg_monitor role reads no job at all.
-    admin = pg.connect()
-    for table in ("_private_jobs", "_private_tasks"):
-        admin.execute(
-            f"CREATE POLICY lockwatch_read ON graphile_worker.{table}"
-            f" FOR SELECT TO {MONITOR_USER} USING (true)"
-        )
-    queue = Queue(
-        "send_email",
-        preset_source("graphile-worker", queue="send_email", redis_url=None, timeout=2.0),
-        QueueThresholds(window=5.0),
-        preset="graphile-worker",
-    )
+    grant_graphile_worker(pg)
+    queue = library_queue("graphile-worker", "send_email")
     runner = runner_for(pg, queue)
     try:
         done = worker.count("completed") + 10
@@ -199,9 +205,51 @@ def test_graphile_worker_runs_with_zero_findings_and_its_preset_reads_the_jobs(
         assert queue_latest(view).completed_total is None  # graphile-worker deletes done jobs
         # Stopped, the worker leaves the jobs it was still to run waiting: depth.
         worker.stop()
+        admin = pg.connect()
         admin.execute("SELECT graphile_worker.add_job('send_email', '{}', run_at := now())")
         waiting = poll_quietly(runner, lambda v: queue_latest(v).depth >= 1, "a waiting job")
         assert queue_latest(waiting).oldest_age_seconds is not None
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize(
+    ("script", "preset", "grant"),
+    [
+        ("pg_boss_worker.js", "pg-boss", lambda pg: grant_schema(pg, "pgboss")),
+        ("graphile_worker.js", "graphile-worker", grant_graphile_worker),
+    ],
+    ids=["pg-boss", "graphile-worker"],
+)
+def test_a_worker_killed_mid_job_leaves_a_stuck_running_job_that_is_reported(
+    pg: PgDatabase, workers: list[NodeWorker], script: str, preset: str, grant: Any
+) -> None:
+    worker = NodeWorker(script, url(pg), "reports", "hang")
+    workers.append(worker)
+    running = wait_until(
+        lambda: next((line for line in worker.lines if line.startswith("running ")), None),
+        timeout=60,
+        message=f"the job running: {worker.lines}",
+    )
+    job_id = running.removeprefix("running ")
+    grant(pg)
+    runner = runner_for(pg, library_queue(preset, "reports"))
+    try:
+        # Alive, its worker holds the job: running, not stuck.
+        alive = poll_quietly(runner, lambda v: queue_latest(v) is not None, "a reading")
+        assert queue_latest(alive).in_flight == 1
+        assert queue_latest(alive).stuck.count == 0
+        worker.kill()
+        findings = wait_until(
+            lambda: runner.poll_once().findings, timeout=30, message="the stuck job reported"
+        )
+        [finding] = findings
+        assert finding.kind is FindingKind.JOB_STUCK_RUNNING
+        assert finding.subject == Subject(queue="reports")
+        evidence = evidence_as(finding, StuckJobsEvidence)
+        assert evidence.job_ids == (job_id,)
+        assert evidence.stuck_count == 1
+        assert job_id in finding.summary
     finally:
         runner.close()
 

@@ -1,9 +1,11 @@
 // A graphile-worker 0.16 runner as an application runs it: one task, a job
 // added every 200 ms and run in 50 ms. Prints one line per job run.
-// Usage: node graphile_worker.js <connection string> <task>
+// With "hang", one job is added and its task never returns, as a worker
+// stuck mid-job that the test then kills.
+// Usage: node graphile_worker.js <connection string> <task> [hang]
 const { run } = require("graphile-worker");
 
-const [connectionString, task] = process.argv.slice(2);
+const [connectionString, task, mode] = process.argv.slice(2);
 
 async function main() {
   const runner = await run({
@@ -13,14 +15,22 @@ async function main() {
     noHandleSignals: true,
     crontab: "",
     taskList: {
-      [task]: async (payload) => {
+      [task]: async (payload, helpers) => {
+        if (mode === "hang") {
+          console.log(`running ${helpers.job.id}`);
+          await new Promise(() => {});
+        }
         await new Promise((resolve) => setTimeout(resolve, 50));
         console.log(`completed ${payload.n}`);
       },
     },
   });
   let n = 0;
-  setInterval(() => runner.addJob(task, { n: n++ }), 200);
+  if (mode === "hang") {
+    await runner.addJob(task, { n });
+  } else {
+    setInterval(() => runner.addJob(task, { n: n++ }), 200);
+  }
   process.on("SIGTERM", async () => {
     await runner.stop();
     process.exit(0);

@@ -32,6 +32,7 @@ from lockwatch.model.evidence.queues import (
     QueueLockChain,
     QueueStallEvidence,
     SessionCounts,
+    StuckJobsEvidence,
     WorkerFacts,
 )
 from lockwatch.model.evidence.sessions import (
@@ -54,6 +55,7 @@ Evidence: TypeAlias = (
     | PooledLockEvidence
     | OverflowEvidence
     | QueueEvidence
+    | StuckJobsEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -92,6 +94,7 @@ __all__ = [
     "SessionCounts",
     "SessionFacts",
     "SourceDownEvidence",
+    "StuckJobsEvidence",
     "TargetDownEvidence",
     "TransactionPooledEvidence",
     "WaiterFacts",
