@@ -89,11 +89,25 @@ class NodeWorker:
             self.process.stdout.close()
 
 
+class Workers:
+    """The test's Node.js workers, stopped at teardown."""
+
+    def __init__(self) -> None:
+        self.started: list[NodeWorker] = []
+
+    def start(self, script: str, *args: str) -> NodeWorker:
+        """Run ``script`` and wait until it has started its library."""
+        worker = NodeWorker(script, *args)
+        self.started.append(worker)
+        wait_until(lambda: worker.count("started"), timeout=60, message=f"started: {worker.lines}")
+        return worker
+
+
 @pytest.fixture
-def workers() -> Iterator[list[NodeWorker]]:
-    started: list[NodeWorker] = []
-    yield started
-    for worker in started:
+def workers() -> Iterator[Workers]:
+    made = Workers()
+    yield made
+    for worker in made.started:
         worker.stop()
 
 
@@ -147,11 +161,9 @@ def queue_latest(view: TargetView) -> Any:
 
 
 def test_pg_boss_runs_with_zero_findings_and_its_maintenance_lock_is_named(
-    pg: PgDatabase, workers: list[NodeWorker]
+    pg: PgDatabase, workers: Workers
 ) -> None:
-    boss = NodeWorker("pg_boss_worker.js", url(pg), "emails")
-    workers.append(boss)
-    wait_until(lambda: boss.count("started"), timeout=60, message=f"pg-boss started: {boss.lines}")
+    boss = workers.start("pg_boss_worker.js", url(pg), "emails")
     grant_schema(pg, "pgboss")
     queue = library_queue("pg-boss", "emails")
     runner = runner_for(pg, queue)
@@ -187,11 +199,9 @@ def test_pg_boss_runs_with_zero_findings_and_its_maintenance_lock_is_named(
 
 
 def test_graphile_worker_runs_with_zero_findings_and_its_preset_reads_the_jobs(
-    pg: PgDatabase, workers: list[NodeWorker]
+    pg: PgDatabase, workers: Workers
 ) -> None:
-    worker = NodeWorker("graphile_worker.js", url(pg), "send_email")
-    workers.append(worker)
-    wait_until(lambda: worker.count("started"), timeout=60, message=f"started: {worker.lines}")
+    worker = workers.start("graphile_worker.js", url(pg), "send_email")
     grant_graphile_worker(pg)
     queue = library_queue("graphile-worker", "send_email")
     runner = runner_for(pg, queue)
@@ -222,10 +232,9 @@ def test_graphile_worker_runs_with_zero_findings_and_its_preset_reads_the_jobs(
     ids=["pg-boss", "graphile-worker"],
 )
 def test_a_worker_killed_mid_job_leaves_a_stuck_running_job_that_is_reported(
-    pg: PgDatabase, workers: list[NodeWorker], script: str, preset: str, grant: Any
+    pg: PgDatabase, workers: Workers, script: str, preset: str, grant: Any
 ) -> None:
-    worker = NodeWorker(script, url(pg), "reports", "hang")
-    workers.append(worker)
+    worker = workers.start(script, url(pg), "reports", "hang")
     running = wait_until(
         lambda: next((line for line in worker.lines if line.startswith("running ")), None),
         timeout=60,

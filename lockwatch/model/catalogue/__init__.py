@@ -33,16 +33,21 @@ class KnownLock:
     purpose: Purpose
 
 
-# The keys a library takes in the database of that name, with their names.
-KeysOf = Callable[[str], Mapping[LockKey, str]]
-
-
 @dataclass(frozen=True, slots=True)
 class CatalogueEntry:
     library: str
     purpose: Purpose
-    keys: KeysOf
+    key_of: Callable[[str], LockKey]  # the key it takes in the database of that name
+    label: str  # its name; {database} stands for the database's
     source: str  # where the key or formula was read: version and file
+
+    def keys(self, database: str) -> Mapping[LockKey, str]:
+        """
+        >>> entry = CatalogueEntry("x", Purpose.MUTEX, lambda db: LockKey.bigint(len(db)), "X on {database}", "")
+        >>> entry.keys("app")
+        {LockKey(pair=False, first=3, second=0): 'X on app'}
+        """
+        return {self.key_of(database): self.label.format(database=database)}
 
 
 def name_bytes(name: str) -> bytes:

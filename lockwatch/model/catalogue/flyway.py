@@ -11,8 +11,6 @@ the bytes of "Flyway") and PostgreSQLConnection.java (``lock``: discriminator
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from lockwatch.model.catalogue import CatalogueEntry, Purpose, signed32, signed64
 from lockwatch.model.locks import LockKey
 
@@ -40,13 +38,10 @@ def history_key(table: str = DEFAULT_TABLE) -> LockKey:
 KEY = history_key()
 
 
-def keys(database: str) -> Mapping[LockKey, str]:
-    return {KEY: "Flyway migrations"}
-
-
 ENTRY = CatalogueEntry(
     library="flyway",
     purpose=Purpose.MUTEX,
-    keys=keys,
+    key_of=lambda database: KEY,
+    label="Flyway migrations",
     source="flyway PostgreSQLAdvisoryLockTemplate.java, PostgreSQLConnection.java (9.x-11.x)",
 )

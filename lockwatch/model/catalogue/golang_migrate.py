@@ -11,7 +11,6 @@ schema ``public``, table ``schema_migrations``.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
 
 from lockwatch.model.catalogue import CatalogueEntry, Purpose, name_bytes
 from lockwatch.model.locks import LockKey
@@ -26,13 +25,10 @@ def migrate_key(database: str, schema: str = DEFAULT_SCHEMA, table: str = DEFAUL
     return LockKey.bigint((zlib.crc32(names) * SALT) & 0xFFFFFFFF)
 
 
-def keys(database: str) -> Mapping[LockKey, str]:
-    return {migrate_key(database): f"golang-migrate on db {database}"}
-
-
 ENTRY = CatalogueEntry(
     library="golang-migrate",
     purpose=Purpose.MUTEX,
-    keys=keys,
+    key_of=migrate_key,
+    label="golang-migrate on db {database}",
     source="golang-migrate/migrate v4 database/util.go, database/postgres/postgres.go",
 )

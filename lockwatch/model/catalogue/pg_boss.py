@@ -11,7 +11,6 @@ the default schema, ``pgboss``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 
 from lockwatch.model.catalogue import CatalogueEntry, Purpose, name_bytes, signed64
 from lockwatch.model.locks import LockKey
@@ -24,13 +23,10 @@ def maintenance_key(database: str, schema: str = DEFAULT_SCHEMA) -> LockKey:
     return LockKey.bigint(signed64(int.from_bytes(digest[:8], "big")))
 
 
-def keys(database: str) -> Mapping[LockKey, str]:
-    return {maintenance_key(database): "pg-boss maintenance"}
-
-
 ENTRY = CatalogueEntry(
     library="pg-boss",
     purpose=Purpose.MUTEX,
-    keys=keys,
+    key_of=maintenance_key,
+    label="pg-boss maintenance",
     source="pg-boss 10.4.2 src/plans.js (advisoryLock)",
 )

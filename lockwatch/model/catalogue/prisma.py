@@ -9,21 +9,16 @@ taken with a 10 s timeout.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from lockwatch.model.catalogue import CatalogueEntry, Purpose
 from lockwatch.model.locks import LockKey
 
 MIGRATE_KEY = LockKey.bigint(72707369)
 
 
-def keys(database: str) -> Mapping[LockKey, str]:
-    return {MIGRATE_KEY: "Prisma Migrate"}
-
-
 ENTRY = CatalogueEntry(
     library="prisma",
     purpose=Purpose.MUTEX,
-    keys=keys,
+    key_of=lambda database: MIGRATE_KEY,
+    label="Prisma Migrate",
     source="prisma-engines schema-engine/.../flavour/postgres.rs (Prisma 6.x/7.x)",
 )

@@ -10,7 +10,6 @@ times the CRC-32 of ``current_database``. The product of a 31-bit salt and a
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
 
 from lockwatch.model.catalogue import CatalogueEntry, Purpose, name_bytes
 from lockwatch.model.locks import LockKey
@@ -26,13 +25,10 @@ def migrator_key(database: str) -> LockKey:
     return LockKey.bigint(MIGRATOR_SALT * zlib.crc32(name_bytes(database)))
 
 
-def keys(database: str) -> Mapping[LockKey, str]:
-    return {migrator_key(database): f"Rails migrations on db {database}"}
-
-
 ENTRY = CatalogueEntry(
     library="rails",
     purpose=Purpose.MUTEX,
-    keys=keys,
+    key_of=migrator_key,
+    label="Rails migrations on db {database}",
     source="rails activerecord/lib/active_record/migration.rb (7.x)",
 )
