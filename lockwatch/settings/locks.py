@@ -40,11 +40,13 @@ class LockRole(enum.StrEnum):
 def _check_library(name: str) -> str | None:
     """
     >>> _check_library("prisma") is None, _check_library("prizma")
-    (True, "not a catalogued library: 'prizma' (known: flyway, golang-migrate, pg-boss, prisma, rails)")
+    (True, "not a catalogued library: 'prizma' (known: flyway, golang-migrate, goose, ...)")
     """
     if name in LIBRARIES:
         return None
-    return f"not a catalogued library: {name!r} (known: {', '.join(sorted(LIBRARIES))})"
+    known = sorted(LIBRARIES)
+    listed = ", ".join(known[:3]) + (", ..." if len(known) > 3 else "")
+    return f"not a catalogued library: {name!r} (known: {listed})"
 
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

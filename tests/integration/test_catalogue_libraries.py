@@ -15,6 +15,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,18 +41,21 @@ CYCLES = 5  # pg-boss maintenance runs (and completed jobs) that make "normal"
 
 
 def need_libraries() -> None:
-    if (LIBRARIES / "pg-boss").is_dir() and (LIBRARIES / "graphile-worker").is_dir():
+    if all(
+        (LIBRARIES / name).is_dir() for name in ("pg-boss", "graphile-worker", "node-pg-migrate")
+    ):
         return
-    reason = "pg-boss/graphile-worker missing from .npm-libraries: run scripts/bootstrap"
+    reason = "the job libraries are missing from .npm-libraries: run scripts/bootstrap"
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
     pytest.skip(reason)
 
 
 class NodeWorker:
-    """One of the scripts in tests/npm-libraries, its output lines counted."""
+    """A script in tests/npm-libraries (or a library's own command, by its
+    path), its output lines counted."""
 
-    def __init__(self, script: str, *args: str) -> None:
+    def __init__(self, script: str | Path, *args: str, env: dict[str, str] | None = None) -> None:
         need_libraries()
         self.lines: list[str] = []
         self.process = subprocess.Popen(
@@ -59,7 +63,7 @@ class NodeWorker:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "NODE_PATH": str(LIBRARIES)},
+            env={**os.environ, "NODE_PATH": str(LIBRARIES), **(env or {})},
         )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -260,6 +264,50 @@ def test_a_worker_killed_mid_job_leaves_a_stuck_running_job_that_is_reported(
         assert evidence.stuck_count == 1
         assert job_id in finding.summary
     finally:
+        runner.close()
+
+
+NODE_PG_MIGRATE = LIBRARIES / "node-pg-migrate" / "bin" / "node-pg-migrate.js"
+
+
+def test_node_pg_migrate_runs_clean_and_a_deploy_stuck_behind_its_lock_is_named(
+    pg: PgDatabase, tmp_path: Path
+) -> None:
+    """Three deploys run node-pg-migrate at once (advisory-lock-mode wait): the
+    first one's migration waits on a table the test holds, the other two queue
+    on node-pg-migrate's lock: a convoy named for it. Released, all three
+    finish, one applies the migration, and nothing is left to report."""
+    migrations = tmp_path / "migrations"
+    migrations.mkdir()
+    (migrations / "1_read_gate.sql").write_text(
+        "-- Up Migration\nSELECT count(*) FROM gate;\n-- Down Migration\n", encoding="utf-8"
+    )
+    admin = pg.connect()
+    admin.execute("CREATE TABLE gate (id int)")
+    gate = pg.connect(autocommit=False)
+    gate.execute("LOCK TABLE gate IN ACCESS EXCLUSIVE MODE")
+    target = Target("main", pg.monitor_dsn, interval=0.2, locks=LockSettings(convoy_wait=0.5))
+    runner = TargetRunner(target, Board(), StateStore(None))
+    deploy = ("up", "-m", str(migrations), "--advisory-lock-mode", "wait")
+    env = {"DATABASE_URL": url(pg)}
+    deploys = [NodeWorker(NODE_PG_MIGRATE, *deploy, env=env) for _ in range(3)]
+    try:
+        findings = wait_until(
+            lambda: runner.poll_once().findings, timeout=60, message="the stuck deploy seen"
+        )
+        [finding] = findings
+        assert finding.kind is FindingKind.LOCK_CONVOY
+        assert finding.subject == Subject(pg.database, "node-pg-migrate")
+        assert "lock node-pg-migrate (7241865325823964)" in finding.summary
+        gate.rollback()
+        for each in deploys:
+            assert each.process.wait(timeout=60) == 0, each.lines
+        assert admin.execute("SELECT count(*) FROM pgmigrations").fetchone() == (1,)
+        assert runner.poll_once().findings == ()
+    finally:
+        gate.rollback()
+        for each in deploys:
+            each.stop()
         runner.close()
 
 

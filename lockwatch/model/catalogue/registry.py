@@ -2,11 +2,15 @@
 
 Read and found to take no advisory lock (so nothing to name): graphile-worker
 0.16.6 (its migrations and job locks are rows: ``locked_by``/``locked_at``),
-procrastinate 3.10 (row locks and a ``lock`` column), Liquibase (its
-DATABASECHANGELOGLOCK table). Ecto's optional ``migration_lock:
-:pg_advisory_lock`` keys on ``:erlang.phash2({:ecto, prefix, Repo})``
-(ecto_sql lib/ecto/adapters/postgres.ex), a hash of the repo's module name
-that the database cannot tell: name it under ``locks.named``.
+procrastinate 3.10 (row locks and a ``lock`` column), Solid Queue (row locks
+and process heartbeats), Liquibase (its DATABASECHANGELOGLOCK table).
+Keyed on what the database cannot tell, so left to ``locks.named``: Ecto's
+optional ``migration_lock: :pg_advisory_lock`` (``:erlang.phash2({:ecto,
+prefix, Repo})``, ecto_sql lib/ecto/adapters/postgres.ex) and Oban's unique
+jobs (``acquire_lock``: ``phash2(prefix) + key``), hashes of Erlang
+terms; good_job's job and process locks (md5 of the table name and a row's
+uuid, lib/good_job/advisory_lockable.rb) and Que's (the job id), one per row,
+which the good_job and que presets read instead.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from lockwatch.model.catalogue import (
     KnownLock,
     flyway,
     golang_migrate,
+    goose,
+    node_pg_migrate,
     pg_boss,
     prisma,
     rails,
+    sqlx,
 )
 from lockwatch.model.locks import LockKey
 
@@ -30,6 +37,9 @@ ENTRIES: tuple[CatalogueEntry, ...] = (
     rails.ENTRY,
     golang_migrate.ENTRY,
     flyway.ENTRY,
+    goose.ENTRY,
+    sqlx.ENTRY,
+    node_pg_migrate.ENTRY,
     pg_boss.ENTRY,
 )
 LIBRARIES = frozenset(entry.library for entry in ENTRIES)

@@ -12,7 +12,16 @@ import pytest
 
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model import catalogue
-from lockwatch.model.catalogue import flyway, golang_migrate, pg_boss, prisma, rails, registry
+from lockwatch.model.catalogue import (
+    flyway,
+    golang_migrate,
+    goose,
+    pg_boss,
+    prisma,
+    rails,
+    registry,
+    sqlx,
+)
 from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import FindingKind, Subject
 from lockwatch.model.locks import AdvisoryLock, LockKey
@@ -65,6 +74,27 @@ def test_flyway_adds_the_java_hash_of_the_quoted_table_to_its_magic_number() -> 
     assert flyway.KEY.first - flyway.LOCK_MAGIC_NUM == flyway.java_hash(
         '"public"."flyway_schema_history"'
     )
+
+
+def crc64_xz(data: bytes) -> int:
+    """Go's crc64.Checksum with the ECMA table: reflected, all ones in and out."""
+    crc = (1 << 64) - 1
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0xC96C5795D7870F42 if crc & 1 else 0)
+    return crc ^ ((1 << 64) - 1)
+
+
+def test_goose_s_key_is_the_crc64_of_its_name() -> None:
+    assert LockKey.bigint(crc64_xz(b"goose")) == goose.KEY
+
+
+def test_sqlx_multiplies_the_crc32_of_the_database_by_its_factor() -> None:
+    for database in ("app", "a-much-longer-database-name"):
+        expected = 0x3D32AD9E * zlib.crc32(database.encode())
+        assert sqlx.migrate_key(database) == LockKey.bigint(expected)
+        assert expected < 1 << 63
 
 
 def test_no_two_entries_share_a_key_in_the_same_database() -> None:
