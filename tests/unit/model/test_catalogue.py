@@ -6,10 +6,14 @@ from __future__ import annotations
 import doctest
 import hashlib
 import zlib
+from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from lockwatch.config.load import ConfigError, load_settings
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model import catalogue
 from lockwatch.model.catalogue import (
@@ -138,3 +142,46 @@ def test_the_catalogue_can_be_turned_off_or_skip_a_library_and_named_locks_win()
 def test_an_ignored_key_stays_ignored_though_the_catalogue_knows_it() -> None:
     snap = snapshot(*prisma_convoy())
     assert detect_locks(snap, LockSettings(ignore=(LockKey.bigint(PRISMA),)), NOW) == []
+
+
+def test_defaults_turn_the_catalogue_off_and_a_target_skips_one_library(tmp_path: Path) -> None:
+    path = tmp_path / "lockwatch.yml"
+    path.write_text(
+        "defaults:\n  locks:\n    catalogue: false\n"
+        "targets:\n"
+        "  - name: quiet\n    dsn: postgresql://mon@127.0.0.1/app\n"
+        "  - name: rails-free\n    dsn: postgresql://mon@127.0.0.1/app\n"
+        "    locks:\n      catalogue: true\n      catalogue_skip: [rails]\n",
+        encoding="utf-8",
+    )
+    quiet, rails_free = load_settings(path, {}).targets
+    rails_key = rails.migrator_key("app")
+    assert quiet.locks.named_lock("app", LockKey.bigint(PRISMA)) is None
+    assert rails_free.locks.named_lock("app", rails_key) is None
+    prisma_lock = rails_free.locks.named_lock("app", LockKey.bigint(PRISMA))
+    assert prisma_lock is not None and prisma_lock.name == "Prisma Migrate"
+
+
+def test_an_unknown_library_to_skip_is_a_config_problem_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "lockwatch.yml"
+    path.write_text(
+        "targets:\n  - name: main\n    dsn: postgresql://mon@127.0.0.1/app\n"
+        "    locks:\n      catalogue_skip: [prizma]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, {})
+    [problem] = caught.value.problems
+    assert "not a catalogued library: 'prizma'" in str(problem)
+    assert ":5:" in str(problem)
+
+
+@given(st.text(min_size=1, max_size=63))
+def test_every_entry_s_key_in_any_database_is_named_by_the_catalogue(database: str) -> None:
+    for entry in registry.ENTRIES:
+        for key in entry.keys(database):
+            known = registry.identify(database, key)
+            assert known is not None
+            # A key two entries share in a database keeps the first entry's name.
+            first = next(e for e in registry.ENTRIES if key in e.keys(database))
+            assert known.library == first.library
