@@ -37,7 +37,7 @@ from lockwatch.model.evidence import (
     SessionCounts,
     WorkerFacts,
 )
-from lockwatch.model.findings import Family, Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import Backend, LockKey, LockSnapshot
 from lockwatch.model.queues import QueueSample, SessionWait, WorkerSample
 from lockwatch.settings.locks import LockSettings
@@ -401,7 +401,8 @@ def _judge(
     """Findings for one queue, and the kinds it cannot judge now."""
     window = queue_window(queue, now)
     if window is None:
-        return [], set(FindingKind.of(Family.QUEUES))
+        # Undecided until the window is covered; job_stuck_running needs none.
+        return [], {FindingKind.QUEUE_GROWING, FindingKind.QUEUE_STALLED}
     thresholds = queue.thresholds
     growing = _growing(window, thresholds)
     stalled_because = _stalled_because(window, thresholds)

@@ -21,6 +21,7 @@ from lockwatch.model.evidence import (
     QueueEvidence,
     QueueStallEvidence,
     SourceDownEvidence,
+    StuckJobsEvidence,
     TargetDownEvidence,
     TransactionPooledEvidence,
 )
@@ -65,6 +66,8 @@ class FindingKind(enum.StrEnum):
     LEADER_LOCK_MISSING = ("leader_lock_missing", Family.LOCKS)
     QUEUE_GROWING = ("queue_growing", Family.QUEUES)
     QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
+    # A queue library's job: the queue monitor reads it with the queue's preset.
+    JOB_STUCK_RUNNING = ("job_stuck_running", Family.QUEUES)
     JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
     JOB_OVERLAP = ("job_overlap", Family.JOBS)
     JOB_MISSED = ("job_missed", Family.JOBS)
@@ -77,8 +80,8 @@ class FindingKind(enum.StrEnum):
     @classmethod
     def of(cls, family: Family) -> frozenset[FindingKind]:
         """
-        >>> sorted(FindingKind.of(Family.QUEUES))
-        [<FindingKind.QUEUE_GROWING: 'queue_growing'>, <FindingKind.QUEUE_STALLED: 'queue_stalled'>]
+        >>> sorted(FindingKind.of(Family.TARGETS))
+        [<FindingKind.TARGET_DOWN: 'target_down'>, <FindingKind.TARGET_TRANSACTION_POOLED: 'target_transaction_pooled'>]
         """
         return frozenset(kind for kind in cls if kind.family is family)
 
@@ -160,6 +163,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.LEADER_LOCK_MISSING: _LOCK_FAMILIES,
     FindingKind.QUEUE_GROWING: (QueueEvidence,),
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
+    FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),
     FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),
     FindingKind.JOB_OVERLAP: (OverlapEvidence,),
     FindingKind.JOB_MISSED: (MissedRunEvidence,),

@@ -8,6 +8,16 @@ from datetime import datetime
 
 
 @dataclass(frozen=True, slots=True)
+class StuckJobs:
+    """Jobs the queue's library marks running whose worker session is gone,
+    as a preset's query finds them."""
+
+    count: int
+    job_ids: tuple[str, ...]  # the oldest first, at most the query's own limit
+    since: datetime | None  # when the oldest of them was taken by its worker
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSample:
     """One reading of one queue. ``depth`` is the pending work; the rest is
     known only when the source tells it."""
@@ -17,6 +27,7 @@ class QueueSample:
     oldest_age_seconds: float | None = None  # age of the oldest pending item
     completed_total: int | None = None  # finished items, as a count that only grows
     in_flight: int | None = None  # taken by a worker, not finished
+    stuck: StuckJobs | None = None  # None: the source cannot tell
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from lockwatch.detect.queues import (
     waiting_on,
 )
 from lockwatch.detect.sources import detect_source_down
+from lockwatch.detect.stuck_jobs import detect_stuck_running
 from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
@@ -185,12 +186,15 @@ class QueueMonitor(Stateless):
         ]
         locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
         verdicts = detect_queues(self.target.name, inputs, locks, now)
+        stuck = detect_stuck_running(self.target.name, inputs, now)
         down = detect_source_down(self.target.name, [r.health for r in self._runners()], now)
         self._queue_views = tuple(self._queue_view(queue, now) for queue in inputs)
         self._worker_views = tuple(
             self._worker_view(group, now, locks) for group in self.target.workers
         )
-        return MonitorResult((*verdicts.findings, *down), frozenset(undecided | verdicts.undecided))
+        return MonitorResult(
+            (*verdicts.findings, *stuck, *down), frozenset(undecided | verdicts.undecided)
+        )
 
     def _prune(self, now: datetime) -> None:
         for name, history in self._history.items():

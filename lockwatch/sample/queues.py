@@ -13,12 +13,15 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model.queues import QueueSample
+from lockwatch.model.queues import QueueSample, StuckJobs
 from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.settings.queues import Queue, SqlQueueSource
 
 REQUIRED = "depth"
-OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight")
+# Jobs marked running whose worker session is gone: how many, the ids of the
+# oldest (an array of text), and when the oldest was taken.
+STUCK = ("stuck_count", "stuck_job_ids", "stuck_since")
+OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight", *STUCK)
 LABEL = "queue"
 
 
@@ -40,6 +43,19 @@ def _count(queue: str, column: str, value: object) -> int | None:
     return None if number is None else int(number)
 
 
+def _stuck(queue: str, row: Mapping[str, Any]) -> StuckJobs | None:
+    count = _count(queue, STUCK[0], row.get(STUCK[0]))
+    if count is None:
+        return None
+    ids = row.get(STUCK[1]) or []
+    since = row.get(STUCK[2])
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise SampleError(f"queue {queue}: column {STUCK[1]} is not an array of text")
+    if since is not None and not isinstance(since, datetime):
+        raise SampleError(f"queue {queue}: column {STUCK[2]} is not a timestamptz")
+    return StuckJobs(count, tuple(ids), since)
+
+
 def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueSample:
     depth = _count(queue, REQUIRED, row[REQUIRED])
     if depth is None:
@@ -50,6 +66,7 @@ def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueS
         oldest_age_seconds=_number(queue, "oldest_age_seconds", row.get("oldest_age_seconds")),
         completed_total=_count(queue, "completed_total", row.get("completed_total")),
         in_flight=_count(queue, "in_flight", row.get("in_flight")),
+        stuck=_stuck(queue, row),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from pydantic import Field, PlainValidator
 
+from lockwatch.model.catalogue.registry import LIBRARIES, identify
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.fields import (
     UNIQUE,
@@ -22,6 +23,7 @@ from lockwatch.settings.fields import (
     Whole,
     at_least,
     at_most,
+    check,
     one_of,
     to_text,
     unique_items,
@@ -33,6 +35,18 @@ MAX_TOP_N = 1000
 class LockRole(enum.StrEnum):
     MUTEX = "mutex"  # expected to be held briefly, by anyone allowed
     LEADER = "leader"  # expected to be held continuously by one allowed holder
+
+
+def _check_library(name: str) -> str | None:
+    """
+    >>> _check_library("prisma") is None
+    True
+    >>> _check_library("prizma")[:60]
+    "not a catalogued library: 'prizma' (known: flyway, golang-mi"
+    """
+    if name in LIBRARIES:
+        return None
+    return f"not a catalogued library: {name!r} (known: {', '.join(sorted(LIBRARIES))})"
 
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -144,15 +158,29 @@ class LockSettings(Section):
     # keys libraries hold on purpose
     ignore: Annotated[tuple[Key, ...], unique_items(lambda key: f"key {key}")] = ()
     named: tuple[NamedLock, ...] = ()
+    # name the keys well-known libraries take (model/catalogue); a named lock wins
+    catalogue: Flag = True
+    catalogue_skip: tuple[Annotated[Text, check(_check_library)], ...] = ()
 
     def named_lock(self, database: str, key: LockKey) -> NamedLock | None:
+        """The configured named lock of the key, else its catalogue entry as
+        a mutex with the target's budgets."""
+        named = self._configured(database, key)
+        if named is not None or not self.catalogue:
+            return named
+        known = identify(database, key, self.catalogue_skip)
+        if known is None:
+            return None
+        return NamedLock(known.name, key, database=database)
+
+    def _configured(self, database: str, key: LockKey) -> NamedLock | None:
         for lock in self.named:
             if lock.matches(database, key):
                 return lock
         return None
 
     def ignored(self, database: str, key: LockKey) -> bool:
-        named = self.named_lock(database, key)
+        named = self._configured(database, key)
         if named is not None:
             return named.ignore
         return key in self.ignore

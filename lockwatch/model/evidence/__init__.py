@@ -32,6 +32,7 @@ from lockwatch.model.evidence.queues import (
     QueueLockChain,
     QueueStallEvidence,
     SessionCounts,
+    StuckJobsEvidence,
     WorkerFacts,
 )
 from lockwatch.model.evidence.sessions import (
@@ -55,6 +56,7 @@ Evidence: TypeAlias = (
     | PooledLockEvidence
     | OverflowEvidence
     | QueueEvidence
+    | StuckJobsEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -95,6 +97,7 @@ __all__ = [
     "SessionCounts",
     "SessionFacts",
     "SourceDownEvidence",
+    "StuckJobsEvidence",
     "TargetDownEvidence",
     "TransactionPooledEvidence",
     "WaiterFacts",

@@ -4,6 +4,7 @@ for a stall, the advisory lock its workers wait on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from datetime import datetime
 
 from lockwatch.model.evidence.sessions import FindingFacts, LockHolderFacts
 from lockwatch.model.queues import SessionWait
@@ -80,3 +81,14 @@ class QueueStallEvidence(QueueEvidence):
     @property
     def named_holders(self) -> tuple[LockHolderFacts, ...]:
         return () if self.lock is None else self.lock.holders
+
+
+@dataclass(frozen=True, slots=True)
+class StuckJobsEvidence(FindingFacts):
+    """Jobs marked running whose worker session is gone."""
+
+    queue: str
+    stuck_count: int
+    job_ids: tuple[str, ...]  # the oldest first, at most the source's limit
+    since: datetime | None  # when the oldest was taken
+    depth: int  # the queue's pending work behind them

@@ -3,7 +3,18 @@ beside this one and its line here."""
 
 from __future__ import annotations
 
-from lockwatch.sample.presets import celery, procrastinate, rq
+from lockwatch.sample.presets import (
+    celery,
+    good_job,
+    graphile_worker,
+    oban,
+    pg_boss,
+    procrastinate,
+    que,
+    river,
+    rq,
+    solid_queue,
+)
 from lockwatch.sample.presets.base import Preset, RedisPreset, RedisReader
 from lockwatch.settings.queues import QueueSource
 
@@ -11,6 +22,13 @@ KNOWN: dict[str, Preset] = {
     preset.name: preset
     for preset in (
         procrastinate.PRESET,
+        pg_boss.PRESET,
+        graphile_worker.PRESET,
+        river.PRESET,
+        oban.PRESET,
+        good_job.PRESET,
+        solid_queue.PRESET,
+        que.PRESET,
         rq.PRESET,
         celery.PRESET,
     )

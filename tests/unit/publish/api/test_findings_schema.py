@@ -45,6 +45,7 @@ DEFINITIONS = {
     "queue_facts": families.QueueEvidence,
     "queue_evidence": families.QueueEvidence,
     "queue_stall_evidence": families.QueueStallEvidence,
+    "stuck_jobs_evidence": families.StuckJobsEvidence,
     "job_run": families.RunFacts,
     "duplicate_start_evidence": families.DuplicateStartEvidence,
     "overlap_evidence": families.OverlapEvidence,

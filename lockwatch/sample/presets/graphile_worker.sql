@@ -1,0 +1,44 @@
+-- graphile-worker 0.16 (PostgreSQL): its graphile_worker._private_jobs table,
+-- one task identifier (the "queue" lockwatch watches) or every task when
+-- %(queue)s is NULL. Waiting: due, not locked (or locked longer ago than the
+-- 4 hours after which graphile-worker takes it again), attempts left;
+-- running: locked within those 4 hours. graphile-worker deletes a job when it
+-- succeeds, so there is no count of completions.
+-- Stuck: jobs locked within the 4 hours that no live worker could have
+-- locked. Every graphile-worker process keeps one session for its whole life
+-- that ran LISTEN "jobs:insert" (src/main.ts) and nothing since; a job locked
+-- before every such session connected (10 s of slack for a worker that takes
+-- jobs while its listener connects) belongs to a worker that is gone.
+-- Schema: graphile-worker 0.16.6 (its migrations, applied by run()). Needs
+-- SELECT on graphile_worker._private_jobs and _private_tasks, and, as the
+-- two tables have row security on with no policy, a policy on each that
+-- lets the monitoring role read it (CREATE POLICY ... FOR SELECT TO ... USING (true)).
+WITH jobs AS (
+    SELECT j.* FROM graphile_worker._private_jobs AS j
+    JOIN graphile_worker._private_tasks AS t ON t.id = j.task_id
+    WHERE %(queue)s::text IS NULL OR t.identifier = %(queue)s::text
+), stuck AS (
+    SELECT j.id, j.locked_at FROM jobs AS j
+    WHERE j.locked_at >= now() - interval '4 hours'
+      AND NOT EXISTS (
+          SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+          WHERE a.datname = current_database()
+            AND a.query LIKE 'LISTEN "jobs:insert"%%'
+            AND a.backend_start <= j.locked_at + interval '10 seconds'
+      )
+)
+SELECT count(*) FILTER (
+           WHERE j.run_at <= now() AND j.attempts < j.max_attempts
+             AND (j.locked_at IS NULL OR j.locked_at < now() - interval '4 hours')
+       ) AS depth,
+       count(*) FILTER (WHERE j.locked_at >= now() - interval '4 hours') AS in_flight,
+       NULL::bigint AS completed_total,
+       EXTRACT(epoch FROM now() - min(j.run_at) FILTER (
+           WHERE j.run_at <= now() AND j.attempts < j.max_attempts
+             AND (j.locked_at IS NULL OR j.locked_at < now() - interval '4 hours')
+       )) AS oldest_age_seconds,
+       (SELECT count(*) FROM stuck) AS stuck_count,
+       (SELECT array_agg(s.id::text ORDER BY s.locked_at)
+        FROM (SELECT * FROM stuck ORDER BY locked_at LIMIT 20) AS s) AS stuck_job_ids,
+       (SELECT min(locked_at) FROM stuck) AS stuck_since
+FROM jobs AS j

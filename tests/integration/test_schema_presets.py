@@ -1,0 +1,268 @@
+"""The presets of queue libraries that cannot run here (Go, Elixir, Ruby)
+against their published schema: each test creates the tables the preset
+reads, as the library's migration does (the source is named beside each),
+writes the rows the library would, and reads them as lockwatch's pg_monitor
+role does. Stuck jobs are made the way a dead worker leaves them: good_job's
+job with its advisory lock gone, Solid Queue's claim of a process that is
+gone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from lockwatch.model.queues import QueueSample, StuckJobs
+from lockwatch.sample.presets.registry import preset_source
+from lockwatch.sample.queues import reading_from_row
+from lockwatch.settings.queues import SqlQueueSource
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase
+
+FAR_ZONE = "-c TimeZone=Asia/Kathmandu"  # UTC+05:45
+
+
+def read(pg: PgDatabase, preset: str, queue: str | None = "mail") -> QueueSample:
+    """One reading of ``queue`` through the preset, as the monitoring role."""
+    source = preset_source(preset, queue=queue, redis_url=None, timeout=2.0)
+    assert isinstance(source, SqlQueueSource)
+    # In a zone far from UTC: the libraries that write UTC wall-clock times
+    # (Oban, Rails) must read the same in any session's time zone.
+    with psycopg.connect(pg.monitor_dsn, row_factory=dict_row, options=FAR_ZONE) as conn:
+        (row,) = conn.execute(source.query, dict(source.params)).fetchall()
+    return reading_from_row(queue or "all", row, datetime.now(UTC))
+
+
+def schema(pg: PgDatabase, ddl: str, *tables: str) -> psycopg.Connection[tuple[Any, ...]]:
+    """The library's tables, readable by the monitoring role; an admin session."""
+    admin = pg.connect()
+    admin.execute(ddl)
+    for table in tables:
+        admin.execute(f"GRANT SELECT ON {table} TO {MONITOR_USER}")
+    return admin
+
+
+# riverqueue/river riverdriver/riverpgxv5/migration/main/002_initial_schema.up.sql
+RIVER = """
+CREATE TYPE river_job_state AS ENUM
+    ('available', 'cancelled', 'completed', 'discarded', 'retryable', 'running', 'scheduled');
+CREATE TABLE river_job (
+    id bigserial PRIMARY KEY,
+    state river_job_state NOT NULL DEFAULT 'available',
+    attempted_at timestamptz,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    finalized_at timestamptz,
+    scheduled_at timestamptz NOT NULL DEFAULT now(),
+    attempted_by text[],
+    kind text NOT NULL,
+    queue text NOT NULL DEFAULT 'default'
+);
+"""
+
+
+def test_the_river_preset_reads_available_running_and_finalized_jobs(pg: PgDatabase) -> None:
+    admin = schema(pg, RIVER, "river_job")
+    admin.execute(
+        "INSERT INTO river_job (kind, queue, scheduled_at) VALUES ('email', 'mail', now() - interval '90 s')"
+    )
+    admin.execute("INSERT INTO river_job (kind, queue) VALUES ('email', 'mail')")
+    admin.execute(
+        "INSERT INTO river_job (kind, queue, scheduled_at) VALUES ('email', 'mail', now() + interval '1 h')"
+    )
+    admin.execute("INSERT INTO river_job (kind, queue, state) VALUES ('email', 'mail', 'running')")
+    admin.execute(
+        "INSERT INTO river_job (kind, queue, state, finalized_at) VALUES ('email', 'mail', 'completed', now())"
+    )
+    admin.execute("INSERT INTO river_job (kind, queue) VALUES ('email', 'other')")
+    sample = read(pg, "river")
+    assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, 1)
+    assert sample.oldest_age_seconds is not None and 90 <= sample.oldest_age_seconds < 150
+    assert sample.stuck is None  # River cannot tell a job's session
+    assert read(pg, "river", None).depth == 3
+
+
+# oban-bg/oban lib/oban/migrations/postgres/v01.ex (and the later 'cancelled' state)
+OBAN = """
+CREATE TYPE oban_job_state AS ENUM
+    ('available', 'scheduled', 'executing', 'retryable', 'completed', 'discarded', 'cancelled');
+CREATE TABLE oban_jobs (
+    id bigserial PRIMARY KEY,
+    state oban_job_state NOT NULL DEFAULT 'available',
+    queue text NOT NULL DEFAULT 'default',
+    worker text NOT NULL,
+    inserted_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
+    scheduled_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
+    attempted_at timestamp,
+    completed_at timestamp
+);
+"""
+
+
+def test_the_oban_preset_reads_available_executing_and_finished_jobs(pg: PgDatabase) -> None:
+    admin = schema(pg, OBAN, "oban_jobs")
+    admin.execute(
+        "INSERT INTO oban_jobs (worker, queue, scheduled_at)"
+        " VALUES ('Mailer', 'mail', timezone('UTC', now()) - interval '2 min')"
+    )
+    admin.execute(
+        "INSERT INTO oban_jobs (worker, queue, state) VALUES ('Mailer', 'mail', 'executing')"
+    )
+    admin.execute(
+        "INSERT INTO oban_jobs (worker, queue, state) VALUES ('Mailer', 'mail', 'discarded')"
+    )
+    admin.execute(
+        "INSERT INTO oban_jobs (worker, queue, scheduled_at)"
+        " VALUES ('Mailer', 'mail', timezone('UTC', now()) + interval '1 h')"
+    )
+    sample = read(pg, "oban")
+    assert (sample.depth, sample.in_flight, sample.completed_total) == (1, 1, 1)
+    assert sample.oldest_age_seconds is not None and 120 <= sample.oldest_age_seconds < 180
+
+
+# bensheldon/good_job lib/generators/good_job/templates/install/migrations/create_good_jobs.rb.erb
+GOOD_JOB = """
+CREATE TABLE good_jobs (
+    id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    queue_name text,
+    scheduled_at timestamp,
+    performed_at timestamp,
+    finished_at timestamp,
+    created_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
+    updated_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
+    active_job_id uuid
+);
+"""
+
+GOOD_JOB_LOCK = "SELECT pg_advisory_lock(('x' || substr(md5('good_jobs-' || %s::text), 1, 16))::bit(64)::bigint)"
+
+
+def test_a_good_job_whose_advisory_lock_is_gone_is_stuck_running(pg: PgDatabase) -> None:
+    admin = schema(pg, GOOD_JOB, "good_jobs")
+    ids = [
+        admin.execute(
+            "INSERT INTO good_jobs (queue_name, performed_at, active_job_id)"
+            " VALUES ('mail', timezone('UTC', now()), gen_random_uuid()) RETURNING id::text"
+        ).fetchone()[0]  # type: ignore[index]
+        for _ in range(2)
+    ]
+    admin.execute(
+        "INSERT INTO good_jobs (queue_name, scheduled_at) VALUES ('mail', timezone('UTC', now()))"
+    )
+    admin.execute(
+        "INSERT INTO good_jobs (queue_name, finished_at) VALUES ('mail', timezone('UTC', now()))"
+    )
+    # Both running jobs are locked by their workers, as good_job 4 locks them (by id).
+    workers = [pg.connect(f"good_job-worker-{n}") for n in (1, 2)]
+    for worker, job_id in zip(workers, ids, strict=True):
+        worker.execute(GOOD_JOB_LOCK, (job_id,))
+    sample = read(pg, "good_job")
+    assert (sample.depth, sample.in_flight, sample.completed_total) == (1, 2, 1)
+    assert sample.stuck == StuckJobs(0, (), None)
+
+    workers[0].close()  # the worker dies: its session, and so its lock, is gone
+    stuck = read(pg, "good_job").stuck
+    assert stuck is not None and (stuck.count, stuck.job_ids) == (1, (ids[0],))
+    assert stuck.since is not None and abs((datetime.now(UTC) - stuck.since).total_seconds()) < 60
+
+
+# rails/solid_queue lib/generators/solid_queue/install/templates/db/queue_schema.rb
+SOLID_QUEUE = """
+CREATE TABLE solid_queue_jobs (
+    id bigserial PRIMARY KEY,
+    queue_name varchar NOT NULL,
+    class_name varchar NOT NULL,
+    finished_at timestamp(6),
+    created_at timestamp(6) NOT NULL DEFAULT timezone('UTC', now())
+);
+CREATE TABLE solid_queue_ready_executions (
+    id bigserial PRIMARY KEY,
+    job_id bigint NOT NULL,
+    queue_name varchar NOT NULL,
+    created_at timestamp(6) NOT NULL DEFAULT timezone('UTC', now())
+);
+CREATE TABLE solid_queue_claimed_executions (
+    id bigserial PRIMARY KEY,
+    job_id bigint NOT NULL,
+    process_id bigint,
+    created_at timestamp(6) NOT NULL DEFAULT timezone('UTC', now())
+);
+CREATE TABLE solid_queue_processes (
+    id bigserial PRIMARY KEY,
+    kind varchar NOT NULL,
+    last_heartbeat_at timestamp(6) NOT NULL,
+    pid integer NOT NULL,
+    name varchar NOT NULL,
+    created_at timestamp(6) NOT NULL DEFAULT timezone('UTC', now())
+);
+"""
+
+
+def test_solid_queue_claims_of_a_dead_or_silent_process_are_stuck_running(pg: PgDatabase) -> None:
+    admin = schema(
+        pg,
+        SOLID_QUEUE,
+        "solid_queue_jobs",
+        "solid_queue_ready_executions",
+        "solid_queue_claimed_executions",
+        "solid_queue_processes",
+    )
+    admin.execute(
+        "INSERT INTO solid_queue_processes (id, kind, last_heartbeat_at, pid, name) VALUES"
+        " (1, 'Worker', timezone('UTC', now()), 101, 'worker-alive'),"
+        " (2, 'Worker', timezone('UTC', now()) - interval '6 minutes', 102, 'worker-silent')"
+    )
+    admin.execute(
+        "INSERT INTO solid_queue_jobs (id, queue_name, class_name) SELECT n, 'mail', 'Mailer' FROM generate_series(1, 5) AS n"
+    )
+    admin.execute("UPDATE solid_queue_jobs SET finished_at = timezone('UTC', now()) WHERE id = 5")
+    admin.execute(
+        "INSERT INTO solid_queue_ready_executions (job_id, queue_name, created_at) VALUES (1, 'mail', timezone('UTC', now()) - interval '30 s')"
+    )
+    admin.execute(
+        "INSERT INTO solid_queue_claimed_executions (job_id, process_id) VALUES"
+        " (2, 1), (3, 2), (4, 99)"  # alive, silent for 6 minutes, no process row at all
+    )
+    sample = read(pg, "solid_queue")
+    assert (sample.depth, sample.in_flight, sample.completed_total) == (1, 3, 1)
+    assert sample.oldest_age_seconds is not None and 30 <= sample.oldest_age_seconds < 90
+    assert sample.stuck is not None
+    assert (sample.stuck.count, sorted(sample.stuck.job_ids)) == (2, ["3", "4"])
+
+
+# que-rb/que lib/que/migrations/4/up.sql
+QUE = """
+CREATE TABLE que_jobs (
+    id bigserial PRIMARY KEY,
+    priority smallint NOT NULL DEFAULT 100,
+    run_at timestamptz NOT NULL DEFAULT now(),
+    job_class text NOT NULL,
+    queue text NOT NULL DEFAULT 'default',
+    finished_at timestamptz,
+    expired_at timestamptz
+);
+CREATE UNLOGGED TABLE que_lockers (
+    pid integer NOT NULL PRIMARY KEY,
+    worker_count integer NOT NULL,
+    ruby_pid integer NOT NULL,
+    ruby_hostname text NOT NULL,
+    queues text[] NOT NULL,
+    listening boolean NOT NULL
+);
+"""
+
+
+def test_the_que_preset_counts_jobs_its_lockers_hold_as_running(pg: PgDatabase) -> None:
+    admin = schema(pg, QUE, "que_jobs", "que_lockers")
+    admin.execute(
+        "INSERT INTO que_jobs (id, job_class, queue) SELECT n, 'Mailer', 'mail' FROM generate_series(1, 4) AS n"
+    )
+    admin.execute("UPDATE que_jobs SET run_at = now() + interval '1 h' WHERE id = 4")
+    locker = pg.connect("que-locker")
+    pid = locker.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    admin.execute(f"INSERT INTO que_lockers VALUES ({pid}, 2, 4242, 'app-1', '{{mail}}', true)")
+    locker.execute("SELECT pg_advisory_lock(1)")  # a worker runs job 1
+    stranger = pg.connect("not-que")
+    stranger.execute("SELECT pg_advisory_lock(2)")  # the same key, but no locker's: not Que's
+    sample = read(pg, "que")
+    assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, None)
