@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 from lockwatch.model.evidence import (
+    ChurnEvidence,
     DuplicateStartEvidence,
     Evidence,
     FailedRunEvidence,
@@ -62,6 +63,7 @@ class FindingKind(enum.StrEnum):
     LOCK_POOLED_SESSION = ("lock_pooled_session", Family.LOCKS)
     LOCK_UNEXPECTED_HOLDER = ("lock_unexpected_holder", Family.LOCKS)
     LEADER_LOCK_MISSING = ("leader_lock_missing", Family.LOCKS)
+    LEADER_LOCK_CHURN = ("leader_lock_churn", Family.LOCKS)
     QUEUE_GROWING = ("queue_growing", Family.QUEUES)
     QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
     JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
@@ -156,6 +158,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.LOCK_POOLED_SESSION: (PooledLockEvidence, OverflowEvidence),
     FindingKind.LOCK_UNEXPECTED_HOLDER: _LOCK_FAMILIES,
     FindingKind.LEADER_LOCK_MISSING: _LOCK_FAMILIES,
+    FindingKind.LEADER_LOCK_CHURN: (ChurnEvidence, OverflowEvidence),
     FindingKind.QUEUE_GROWING: (QueueEvidence,),
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),

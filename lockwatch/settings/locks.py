@@ -15,6 +15,7 @@ from lockwatch.settings.fields import (
     UNIQUE,
     Flag,
     Name,
+    Number,
     PositiveSeconds,
     Seconds,
     Section,
@@ -23,11 +24,16 @@ from lockwatch.settings.fields import (
     at_least,
     at_most,
     one_of,
+    to_seconds,
     to_text,
     unique_items,
 )
 
 MAX_TOP_N = 1000
+# The holder changes remembered per leader lock: the most leader_churn may count.
+MAX_HOLDER_CHANGES = 64
+DEFAULT_MAX_HOLD = 300.0
+DEFAULT_ORPHAN_AFTER = 600.0
 
 
 class LockRole(enum.StrEnum):
@@ -65,7 +71,32 @@ def to_network(value: object) -> IpNetwork:
         raise ValueError(f"not an address, a CIDR or 'local': {text!r}") from None
 
 
+class Learned(enum.StrEnum):
+    AUTO = "auto"  # the budget is learned from the key's own holds
+
+
+def to_budget(value: object) -> float | Learned:
+    """
+    >>> to_budget("auto"), to_budget("2m")
+    (<Learned.AUTO: 'auto'>, 120.0)
+    """
+    if value == Learned.AUTO.value:
+        return Learned.AUTO
+    seconds = to_seconds(value)
+    if seconds <= 0:
+        raise ValueError("must be greater than 0")
+    return seconds
+
+
+def fixed(budget: float | Learned, default: float) -> float:
+    """The static budget behind ``budget``: itself, or ``default`` for auto
+    (what applies while a key's history is still being learned)."""
+    return default if isinstance(budget, Learned) else budget
+
+
 Key = Annotated[LockKey, PlainValidator(to_lock_key)]
+# Seconds, or ``auto``: learned from the key's history.
+Budget = Annotated[float | Learned, PlainValidator(to_budget)]
 Network = Annotated[IpNetwork, PlainValidator(to_network)]
 
 
@@ -114,10 +145,10 @@ class NamedLock(Section):
     key: Key
     role: Annotated[LockRole, one_of(LockRole, "role")] = LockRole.MUTEX
     database: Text | None = None  # None: the key is meant in every database of the target
-    # seconds; None: the target's default (mutex) or unlimited (leader)
-    max_hold: PositiveSeconds | None = None
-    orphan_after: PositiveSeconds | None = (
-        None  # seconds; None: the target's default (mutex) or off (leader)
+    # seconds or auto; None: the target's default (mutex) or unlimited (leader)
+    max_hold: Budget | None = None
+    orphan_after: Budget | None = (
+        None  # seconds or auto; None: the target's default (mutex) or off (leader)
     )
     allowed: Annotated[AllowedHolders, Field(alias="allowed_holders")] = field(
         default_factory=AllowedHolders
@@ -129,9 +160,23 @@ class NamedLock(Section):
 
 
 @dataclass(frozen=True, slots=True)
+class Learning(Section):
+    """How ``auto`` budgets are learned: after ``period`` and ``min_holds``
+    completed holds of a key, its budget is max(factor x its p99, floor);
+    until then the static default applies."""
+
+    period: PositiveSeconds = 86400.0  # seconds since the key's first recorded hold
+    min_holds: Annotated[Whole, at_least(1)] = 50
+    factor: Annotated[Number, at_least(1)] = 10.0
+    floor: PositiveSeconds = 30.0  # seconds no learned budget goes below
+
+
+@dataclass(frozen=True, slots=True)
 class LockSettings(Section):
-    max_hold: PositiveSeconds = 300.0  # seconds a lock may be held before lock_held_too_long
-    orphan_after: PositiveSeconds = 600.0  # seconds a holder may sit idle before lock_orphaned
+    # seconds a lock may be held before lock_held_too_long, or auto (learned per key)
+    max_hold: Budget = DEFAULT_MAX_HOLD
+    # seconds a holder may sit idle before lock_orphaned, or auto (learned per key)
+    orphan_after: Budget = DEFAULT_ORPHAN_AFTER
     convoy_waiters: Annotated[Whole, at_least(1)] = (
         2  # waiting sessions on one key that make a convoy
     )
@@ -141,6 +186,18 @@ class LockSettings(Section):
     # keys libraries hold on purpose
     ignore: Annotated[tuple[Key, ...], unique_items(lambda key: f"key {key}")] = ()
     named: tuple[NamedLock, ...] = ()
+    learning: Learning = field(default_factory=Learning)
+    # A leader lock whose holder changed this many times within the window churns.
+    leader_churn_changes: Annotated[Whole, at_least(2), at_most(MAX_HOLDER_CHANGES)] = 3
+    leader_churn_window: PositiveSeconds = 6 * 3600.0
+
+    @property
+    def static_max_hold(self) -> float:
+        return fixed(self.max_hold, DEFAULT_MAX_HOLD)
+
+    @property
+    def static_orphan_after(self) -> float:
+        return fixed(self.orphan_after, DEFAULT_ORPHAN_AFTER)
 
     def named_lock(self, database: str, key: LockKey) -> NamedLock | None:
         for lock in self.named:
