@@ -123,29 +123,6 @@ def _in_force(budget: float | Learned | None, group: KeyGroup, default: float) -
     return None if group.leader else default
 
 
-def learned_budget(history: KeyHistory | None, settings: LockSettings, now: datetime) -> float | None:
-    """max(factor x p99, floor) of the key's holds, once it has enough of
-    them over a long enough time; None while it is still learning.
-
-    >>> from lockwatch.model.hold_history import DurationStats
-    >>> holds = DurationStats(60, 0.04, 0.3, 0.8, 2.0, 0.05, 3.0, ())
-    >>> start = datetime(2026, 1, 1)
-    >>> history = KeyHistory("app", LockKey.bigint(42), holds, None, start)
-    >>> learned_budget(history, LockSettings(), start + timedelta(days=2))
-    30.0
-    >>> learned_budget(history, LockSettings(), start + timedelta(hours=2)) is None
-    True
-    """
-    if history is None or history.holds is None:
-        return None
-    learning = settings.learning
-    if history.holds.count < learning.min_holds:
-        return None
-    if (now - history.since).total_seconds() < learning.period:
-        return None
-    return max(learning.factor * history.holds.p99, learning.floor)
-
-
 def history_facts(group: KeyGroup, holder: Holder | None) -> HistoryFacts | None:
     """``usually 40ms, p99 800ms, now 5m``: the key's normal against this hold."""
     holds = None if group.history is None else group.history.holds
@@ -304,7 +281,7 @@ def worth_checking(
     auto_hold = isinstance(settings.max_hold, Learned)
     auto_orphan = isinstance(settings.orphan_after, Learned)
     if history and (auto_hold or auto_orphan):
-        learned = (learned_budget(h, settings, now) for h in history.values())
+        learned = (settings.learning.budget(h, now) for h in history.values())
         lowest = min((b for b in learned if b is not None), default=None)
         if lowest is not None:
             max_hold = min(max_hold, lowest) if auto_hold else max_hold
@@ -378,7 +355,7 @@ def key_groups(
                 tuple(holders),
                 tuple(waiters),
                 past,
-                learned_budget(past, settings, now),
+                settings.learning.budget(past, now),
             )
         )
     return groups

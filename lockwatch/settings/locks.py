@@ -6,10 +6,12 @@ import enum
 import fnmatch
 import ipaddress
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import Field, PlainValidator
 
+from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.fields import (
     UNIQUE,
@@ -169,6 +171,28 @@ class Learning(Section):
     min_holds: Annotated[Whole, at_least(1)] = 50
     factor: Annotated[Number, at_least(1)] = 10.0
     floor: PositiveSeconds = 30.0  # seconds no learned budget goes below
+
+    def budget(self, history: KeyHistory | None, now: datetime) -> float | None:
+        """max(factor x p99, floor) of the key's holds, once it has enough of
+        them over a long enough time; None while it is still learning.
+
+        >>> from datetime import timedelta
+        >>> from lockwatch.model.hold_history import DurationStats
+        >>> holds = DurationStats(60, 0.04, 0.3, 0.8, 2.0, 0.05, 3.0, ())
+        >>> start = datetime(2026, 1, 1)
+        >>> history = KeyHistory("app", LockKey.bigint(42), holds, None, start)
+        >>> Learning().budget(history, start + timedelta(days=2))
+        30.0
+        >>> Learning(floor=1.0).budget(history, start + timedelta(days=2))
+        8.0
+        >>> Learning().budget(history, start + timedelta(hours=2)) is None
+        True
+        """
+        if history is None or history.holds is None or history.holds.count < self.min_holds:
+            return None
+        if (now - history.since).total_seconds() < self.period:
+            return None
+        return max(self.factor * history.holds.p99, self.floor)
 
 
 @dataclass(frozen=True, slots=True)

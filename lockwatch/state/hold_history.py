@@ -249,9 +249,7 @@ class HoldHistory:
             record.changes.append(now)
         record.holder = holder
 
-    def _record(
-        self, where: HistoryKey, settings: LockSettings, now: datetime
-    ) -> KeyRecord | None:
+    def _record(self, where: HistoryKey, settings: LockSettings, now: datetime) -> KeyRecord | None:
         """The record a hold of ``where`` goes to (the other keys' one past the
         top N), made if need be; None for an ignored key."""
         record = self._records.get(where)

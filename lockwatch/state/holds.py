@@ -108,7 +108,9 @@ class HoldTracker:
                         begun = backend.backend_start if backend else None
                         started[lock.pid] = begun.isoformat() if begun else ""
                     key = _observation(lock, started[lock.pid])
-                hold = seen.get(key) or self._new_sighting(key, lock, backend, bridged, now, read_at)
+                hold = seen.get(key) or self._new_sighting(
+                    key, lock, backend, bridged, now, read_at
+                )
                 filled = replace(lock, first_seen=hold[0], session_level=hold[2])
             seen[key] = hold
             remembered[id(lock)] = (lock, filled, key, hold)
