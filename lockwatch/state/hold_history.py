@@ -39,10 +39,10 @@ _GAMMA = (1 + QUANTILE_ERROR) / (1 - QUANTILE_ERROR)
 _LN_GAMMA = math.log(_GAMMA)
 # Durations below this (seconds) are counted as zero: a hold seen by one poll only.
 MIN_DURATION = 1e-4
-# Buckets per sketch: 2 % steps cover 1 ms .. 5 h in fewer than 400, and real
+# Buckets per sketch: 2 % steps cover 1 ms .. 9 days in 512, and real
 # keys span a few decades; past it the lowest buckets merge, which coarsens
 # only the lowest quantiles.
-MAX_BUCKETS = 256
+MAX_BUCKETS = 512
 
 
 class QuantileSketch:
