@@ -11,8 +11,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from functools import partial
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 from prometheus_client import generate_latest
