@@ -21,7 +21,8 @@ from lockwatch.model.evidence import (
 from lockwatch.model.findings import FindingKind, Severity, Subject
 from lockwatch.model.hold_history import HistoryKey, KeyHistory
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
-from lockwatch.settings.locks import Learned, LockRole, LockSettings, NamedLock
+from lockwatch.settings.fields import Learned
+from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
 
 Histories = Mapping[HistoryKey, KeyHistory]

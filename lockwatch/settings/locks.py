@@ -15,6 +15,7 @@ from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.fields import (
     UNIQUE,
+    Budget,
     Flag,
     Name,
     Number,
@@ -25,8 +26,8 @@ from lockwatch.settings.fields import (
     Whole,
     at_least,
     at_most,
+    fixed,
     one_of,
-    to_seconds,
     to_text,
     unique_items,
 )
@@ -73,32 +74,8 @@ def to_network(value: object) -> IpNetwork:
         raise ValueError(f"not an address, a CIDR or 'local': {text!r}") from None
 
 
-class Learned(enum.StrEnum):
-    AUTO = "auto"  # the budget is learned from the key's own holds
-
-
-def to_budget(value: object) -> float | Learned:
-    """
-    >>> to_budget("auto"), to_budget("2m")
-    (<Learned.AUTO: 'auto'>, 120.0)
-    """
-    if value == Learned.AUTO.value:
-        return Learned.AUTO
-    seconds = to_seconds(value)
-    if seconds <= 0:
-        raise ValueError("must be greater than 0")
-    return seconds
-
-
-def fixed(budget: float | Learned, default: float) -> float:
-    """The static budget behind ``budget``: itself, or ``default`` for auto
-    (what applies while a key's history is still being learned)."""
-    return default if isinstance(budget, Learned) else budget
-
-
 Key = Annotated[LockKey, PlainValidator(to_lock_key)]
-# Seconds, or ``auto``: learned from the key's history.
-Budget = Annotated[float | Learned, PlainValidator(to_budget)]
+
 Network = Annotated[IpNetwork, PlainValidator(to_network)]
 
 

@@ -25,7 +25,8 @@ from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.runner import TargetRunner
-from lockwatch.settings.locks import Learned, Learning, LockRole, LockSettings, NamedLock
+from lockwatch.settings.fields import Learned
+from lockwatch.settings.locks import Learning, LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.ledger import Transitions

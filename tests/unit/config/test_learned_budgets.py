@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lockwatch.config.load import ConfigError, load_settings
-from lockwatch.settings.locks import Learned, Learning
+from lockwatch.settings.fields import Learned
+from lockwatch.settings.locks import Learning
 
 
 def write(tmp_path: Path, locks: str) -> Path:

@@ -13,7 +13,8 @@ from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.hold_history import DurationStats, KeyHistory
 from lockwatch.model.locks import LockKey
-from lockwatch.settings.locks import Learned, Learning, LockRole, LockSettings, NamedLock
+from lockwatch.settings.fields import Learned
+from lockwatch.settings.locks import Learning, LockRole, LockSettings, NamedLock
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.snapshots import DB, NOW, backend, held, snapshot
 
