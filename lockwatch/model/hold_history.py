@@ -32,7 +32,7 @@ HISTOGRAM_BUCKETS: tuple[float, ...] = (
 )
 
 # The relative error of the learned quantiles (state/hold_history.py).
-QUANTILE_ERROR = 0.02
+QUANTILE_ERROR = 0.05
 
 # The holds of keys with no history of their own (past the top N), as one.
 OTHER_KEYS = "(other keys)"

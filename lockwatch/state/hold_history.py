@@ -39,10 +39,10 @@ _GAMMA = (1 + QUANTILE_ERROR) / (1 - QUANTILE_ERROR)
 _LN_GAMMA = math.log(_GAMMA)
 # Durations below this (seconds) are counted as zero: a hold seen by one poll only.
 MIN_DURATION = 1e-4
-# Buckets per sketch: 2 % steps cover 1 ms .. 9 days in 512, and real
-# keys span a few decades; past it the lowest buckets merge, which coarsens
-# only the lowest quantiles.
-MAX_BUCKETS = 512
+# Buckets per sketch: 5 % steps cover 1 ms .. 5 days in 200, and real keys
+# span a few decades; past it the lowest buckets merge, which coarsens only
+# the lowest quantiles.
+MAX_BUCKETS = 200
 
 
 class QuantileSketch:
@@ -89,14 +89,20 @@ class QuantileSketch:
         return 2 * _GAMMA ** max(self.buckets) / (_GAMMA + 1)
 
     def dump(self) -> dict[str, Any]:
-        return {"zeros": self.zeros, "buckets": {str(i): n for i, n in self.buckets.items()}}
+        """Dense from the lowest bucket: a few hundred bytes for a key's sketch."""
+        first = min(self.buckets, default=0)
+        last = max(self.buckets, default=-1)
+        counts = [self.buckets.get(i, 0) for i in range(first, last + 1)]
+        return {"zeros": self.zeros, "first": first, "counts": counts}
 
     @classmethod
     def load(cls, document: Mapping[str, Any]) -> QuantileSketch:
         sketch = cls()
         sketch.zeros = int(document["zeros"])
-        buckets = {int(i): int(n) for i, n in dict(document["buckets"]).items()}
-        if len(buckets) > MAX_BUCKETS or any(n <= 0 for n in buckets.values()) or sketch.zeros < 0:
+        first = int(document["first"])
+        counts = [int(n) for n in document["counts"]]
+        buckets = {first + i: n for i, n in enumerate(counts) if n}
+        if len(buckets) > MAX_BUCKETS or any(n < 0 for n in counts) or sketch.zeros < 0:
             raise ValueError("not a sketch lockwatch wrote")
         sketch.buckets = buckets
         sketch.count = sketch.zeros + sum(buckets.values())
