@@ -108,9 +108,11 @@ class HoldTracker:
                         begun = backend.backend_start if backend else None
                         started[lock.pid] = begun.isoformat() if begun else ""
                     key = _observation(lock, started[lock.pid])
-                hold = seen.get(key) or self._new_sighting(
-                    key, lock, backend, bridged, now, read_at
-                )
+                known = seen.get(key)
+                if known is None:
+                    known = self._hold(key, lock, backend, bridged, now, read_at)
+                    self._note_start(key, known)
+                hold = known
                 filled = replace(lock, first_seen=hold[0], session_level=hold[2])
             seen[key] = hold
             remembered[id(lock)] = (lock, filled, key, hold)
@@ -144,24 +146,14 @@ class HoldTracker:
         self._observed_at += jump
         self._filled = {}
 
-    def _new_sighting(
-        self,
-        key: ObservationKey,
-        lock: AdvisoryLock,
-        backend: Backend | None,
-        bridged: bool,
-        now: datetime,
-        read_at: datetime | None,
-    ) -> Hold:
-        """``_hold``, noting a hold that began (and the one it replaces, when a
-        transaction lock's backend took the key again in a new transaction)."""
-        hold = self._hold(key, lock, backend, bridged, now, read_at)
+    def _note_start(self, key: ObservationKey, hold: Hold) -> None:
+        """A hold that began (and the one it replaces, when a transaction
+        lock's backend took the key again in a new transaction)."""
         old = self._holds.get(key)
         if old is None or old[0] != hold[0]:
             self.began.append(key)
             if old is not None and self._observed_at is not None:
                 self.ended.append((key, old[0], self._observed_at))
-        return hold
 
     def _hold(
         self,

@@ -7,7 +7,6 @@ series stay bounded."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import PgDatabase, run_in_thread, wait_until
-from tests.fixtures.prometheus import binary
+from tests.fixtures.prometheus import promtool_check_metrics
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -183,13 +182,7 @@ def test_the_histograms_pass_promtool_and_their_series_stay_bounded(pg: PgDataba
     finally:
         watched.runner.close()
     exposition = generate_latest(build_registry(watched.board))
-    checked = subprocess.run(
-        [binary("promtool"), "check", "metrics"],
-        input=exposition,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    checked = promtool_check_metrics(exposition)
     assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
     families = {f.name: f for f in text_string_to_metric_families(exposition.decode())}
     holds = families["lockwatch_advisory_lock_hold_duration_seconds"]
