@@ -9,6 +9,7 @@ target itself cannot be sampled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -16,7 +17,7 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.within_hold import HoldMemory, within_hold
 from lockwatch.model.findings import Family, FindingKind
-from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
@@ -48,11 +49,17 @@ class LockMonitor:
 
     kinds = FindingKind.of(Family.LOCKS)
 
-    def __init__(self, target: Target, session: TargetSession) -> None:
+    def __init__(
+        self,
+        target: Target,
+        session: TargetSession,
+        catalogued: Callable[[str, LockKey], bool] | None = None,
+    ) -> None:
         self.target = target
         self.reader = AdvisoryLockReader(session)
         self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
-        self.history = HoldHistory()
+        # Keys of well-known software (the key catalogue) get a history of their own.
+        self.history = HoldHistory() if catalogued is None else HoldHistory(catalogued)
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
