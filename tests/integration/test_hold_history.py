@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import partial
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -44,13 +45,13 @@ LEARNING = Learning(period=1.0, min_holds=15, factor=10.0, floor=1.0)
 class Watched:
     """A runner over the test database, with every finding that fired."""
 
-    def __init__(self, pg: PgDatabase, locks: LockSettings) -> None:
+    def __init__(self, pg: PgDatabase, locks: LockSettings, state_dir: Path | None = None) -> None:
         self.board = Board()
         self.fired: list[Finding] = []
         self.runner = TargetRunner(
             Target("main", pg.monitor_dsn, interval=INTERVAL, locks=locks),
             self.board,
-            StateStore(None),
+            StateStore(state_dir),
             lambda: datetime.now(UTC),
             (self._listen,),
         )
@@ -191,3 +192,28 @@ def test_the_histograms_pass_promtool_and_their_series_stay_bounded(pg: PgDataba
     assert counts["billing"] == 1
     assert counts["(other keys)"] == 40 - 1 - top_n
     assert sum(counts.values()) == 40
+
+
+def test_the_history_and_the_learned_budget_survive_a_restart(
+    pg: PgDatabase, short_holds: threading.Event, tmp_path: Path
+) -> None:
+    locks = LockSettings(max_hold=Learned.AUTO, learning=LEARNING)
+    before = Watched(pg, locks, tmp_path)
+    try:
+        wait_until(lambda: learned_budget(before.poll()), timeout=60, message="a budget learned")
+        short_holds.set()
+        # A poll that records a hold's end saves it with the hold times it changed.
+        history = before.poll().lock_history
+    finally:
+        before.runner.close()
+    after = Watched(pg, locks, tmp_path)
+    try:
+        restored = after.poll()
+    finally:
+        after.runner.close()
+    (key,) = [h for h in restored.lock_history if h.key == LockKey.bigint(99)]
+    (old,) = [h for h in history if h.key == LockKey.bigint(99)]
+    assert key.holds is not None and old.holds is not None
+    assert key.holds.count >= old.holds.count >= LEARNING.min_holds
+    assert key.since == old.since
+    assert learned_budget(restored) is not None  # learned still: no second learning period
