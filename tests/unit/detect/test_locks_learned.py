@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.within_hold import within_hold
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.hold_history import DurationStats, KeyHistory
@@ -125,3 +126,15 @@ def test_churn_is_told_while_nobody_holds_the_leader_for_a_moment() -> None:
     found = detect_locks(snapshot(), CHURNY, NOW, history=changed(20, 10, 0))
     kinds = sorted(f.kind.value for f in found)
     assert kinds == ["leader_lock_churn", "leader_lock_missing"]
+
+
+def test_churn_ends_with_its_window_though_the_last_leader_holds_on() -> None:
+    lock = held(42, 1234, held_for=3000.0)
+    snap = snapshot(lock, backends=[backend(1234)])
+    firing = detect_locks(snap, CHURNY, NOW, history=changed(50, 49, 48))
+    _, memory = within_hold(firing, {}, snap, CHURNY)
+    later = NOW + timedelta(minutes=15)
+    quiet = detect_locks(snap, CHURNY, later, history=changed(50, 49, 48))
+    held_later, _ = within_hold(quiet, memory, snap, CHURNY)
+    assert [f.kind for f in firing] == [FindingKind.LEADER_LOCK_CHURN]
+    assert quiet == [] and held_later == frozenset()
