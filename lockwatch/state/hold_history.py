@@ -209,6 +209,7 @@ class HoldHistory:
         # While the top N are all busy, no plain key can give its place up
         # before this: a flood of new keys costs no search each.
         self._full_until: datetime | None = None
+        self._settings: LockSettings | None = None  # the settings the records were sorted by
 
     @property
     def keys(self) -> Mapping[HistoryKey, KeyHistory]:
@@ -228,6 +229,8 @@ class HoldHistory:
     ) -> None:
         """Record the holds and waits the tracker saw end, each from its first
         to its last sighting, and who took each leader lock anew."""
+        if settings is not self._settings:
+            self._resort(settings)
         for observed, first_seen, last_seen in ended:
             where = (observed[2], LockKey(observed[3], observed[4], observed[5]))
             record = self._record(where, settings, now)
@@ -275,6 +278,30 @@ class HoldHistory:
         self._changed.add(where)
         self.dirty = True
         return record
+
+    def _resort(self, settings: LockSettings) -> None:
+        """After a restart or a reload: a key no longer named (nor catalogued)
+        keeps its history as a plain key while there is room, and an ignored
+        one loses it, so that no config history makes the records grow."""
+        self._settings = settings
+        self._full_until = None
+        removed = False
+        for where in list(self._records):
+            database, key = where
+            keep = settings.named_lock(database, key) is not None or self.catalogued(database, key)
+            if settings.ignored(database, key) or (
+                not keep and where not in self._plain and len(self._plain) >= settings.top_n
+            ):
+                self._plain.discard(where)
+                del self._records[where]
+                self._published.pop(where, None)
+                removed = True
+            elif keep:
+                self._plain.discard(where)
+            else:
+                self._plain.add(where)
+        if removed:
+            self._publish()
 
     def _make_room(self, settings: LockSettings, now: datetime) -> bool:
         """Whether another plain key may have a history: under top_n, or after

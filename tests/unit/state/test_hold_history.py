@@ -200,3 +200,17 @@ def test_a_damaged_entry_is_dropped_and_the_rest_kept() -> None:
     fresh = HoldHistory()
     fresh.load(document)
     assert [h.lock for h in fresh.published()] == ["6"]
+
+
+def test_a_reload_makes_a_lock_no_longer_named_plain_and_an_ignored_one_forgotten() -> None:
+    named = LockSettings(top_n=1, named=(NamedLock("a", LockKey.bigint(5)), LEADER))
+    tracker, history = HoldTracker(continuity_gap=GAP), HoldHistory()
+    worker = {1234: backend(1234, state="active")}
+    for step, key in enumerate((5, 77, 6)):
+        poll(tracker, history, named, 2 * step, (lock(1234, key),), worker)
+        poll(tracker, history, named, 2 * step + 1, (), worker)
+    assert [h.lock for h in history.published()] == ["5", "6", "77"]
+    reloaded = LockSettings(top_n=1, ignore=(LockKey.bigint(77),))
+    poll(tracker, history, reloaded, 10, (), worker)
+    # 6 keeps the one plain place; 5, named no more, finds none; 77 is ignored now.
+    assert [h.lock for h in history.published()] == ["6"]
