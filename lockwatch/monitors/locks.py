@@ -33,8 +33,6 @@ from lockwatch.state.holds import HoldTracker
 # the floor) counts as held throughout.
 CONTINUITY_INTERVALS = 3
 CONTINUITY_FLOOR = 30.0
-# How often at most the keys' hold history alone makes the state file rewritten.
-HISTORY_SAVE_EVERY = timedelta(minutes=1)
 # How much the measured clock offset to the server may move before it is
 # measured anew (a read's latency varies by milliseconds, a skew does not).
 OFFSET_SLACK = timedelta(seconds=1)
@@ -146,10 +144,9 @@ class LockMonitor:
 
     def save_due(self, now: datetime, saved_at: datetime | None) -> bool:
         # Restored hold times stay trusted for the continuity gap after the
-        # last save, so the file is refreshed well within it.
+        # last save, so the file is refreshed well within it (and the hold
+        # history with it: a crash loses no more than that of it).
         refresh = timedelta(seconds=self.tracker.continuity_gap / 3)
-        if self.history.dirty:
-            refresh = min(refresh, HISTORY_SAVE_EVERY)
         return self.tracker.changed_since_dump() or saved_at is None or now - saved_at >= refresh
 
     def take_over(self, old: Monitor) -> None:

@@ -205,7 +205,8 @@ class HoldHistory:
         self._published: dict[HistoryKey, KeyHistory] = {}
         self._published_others: KeyHistory | None = None
         self._shown: tuple[KeyHistory, ...] = ()
-        self.dirty = False  # recorded something since the last dump
+        self._dirty = False  # recorded something since the last dump
+        self._dumped: dict[str, Any] | None = None
         # While the top N are all busy, no plain key can give its place up
         # before this: a flood of new keys costs no search each.
         self._full_until: datetime | None = None
@@ -271,12 +272,12 @@ class HoldHistory:
                     if self._others is None:
                         self._others = KeyRecord(now, now)
                     self._changed.add(None)
-                    self.dirty = True
+                    self._dirty = True
                     return self._others
                 self._plain.add(where)
             record = self._records[where] = KeyRecord(now, now)
         self._changed.add(where)
-        self.dirty = True
+        self._dirty = True
         return record
 
     def _resort(self, settings: LockSettings) -> None:
@@ -301,6 +302,7 @@ class HoldHistory:
             else:
                 self._plain.add(where)
         if removed:
+            self._dirty = True
             self._publish()
 
     def _make_room(self, settings: LockSettings, now: datetime) -> bool:
@@ -334,11 +336,16 @@ class HoldHistory:
         self._shown = (*shown, others) if others is not None else tuple(shown)
 
     def dump(self) -> dict[str, Any]:
-        self.dirty = False
-        records: list[tuple[HistoryKey | None, KeyRecord]] = list(self._records.items())
-        if self._others is not None:
-            records.append((None, self._others))
-        return {"keys": [_entry(where, where in self._plain, r) for where, r in records]}
+        """The records for the state file; the last dump again while nothing changed."""
+        if self._dumped is None or self._dirty:
+            records: list[tuple[HistoryKey | None, KeyRecord]] = list(self._records.items())
+            if self._others is not None:
+                records.append((None, self._others))
+            self._dumped = {
+                "keys": [_entry(where, where in self._plain, r) for where, r in records]
+            }
+            self._dirty = False
+        return self._dumped
 
     def load(self, document: Mapping[str, Any]) -> None:
         """Restore a dump; a malformed entry is dropped, not guessed at."""
