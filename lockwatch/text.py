@@ -44,6 +44,21 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+def format_short_duration(seconds: float) -> str:
+    """``format_duration`` that keeps what is below a second: a hold's normal.
+
+    >>> format_short_duration(0.04), format_short_duration(0.0), format_short_duration(2.5)
+    ('40ms', '0ms', '2.5s')
+    >>> format_short_duration(300)
+    '5m'
+    """
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    if seconds < 10:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    return format_duration(seconds)
+
+
 def _breaks_line(ch: str) -> bool:
     """Control, format and private characters, and the Unicode line and
     paragraph separators: anything a terminal or chat client may render as a

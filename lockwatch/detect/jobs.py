@@ -7,6 +7,7 @@ per run key is what catches a job that ran twice (seed 000).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
@@ -21,8 +22,9 @@ from lockwatch.model.evidence import (
 )
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.jobs import JobRun, RunStatus
+from lockwatch.settings.fields import Learned
 from lockwatch.settings.jobs import JobSpec
-from lockwatch.text import format_duration, one_line
+from lockwatch.text import format_duration, format_short_duration, one_line
 
 
 def run_key_of(spec: JobSpec, run: JobRun) -> str:
@@ -152,12 +154,47 @@ def _missed(
     )
 
 
+def learned_duration(spec: JobSpec, runs: Sequence[JobRun]) -> tuple[float, str] | None:
+    """The limit learned from the job's successful runs in ``runs``, with
+    what they say (``usually 40s, p99 1m over 30 runs``); None while there
+    are fewer than ``learning.min_runs`` of them.
+
+    >>> from datetime import UTC
+    >>> start = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> runs = [JobRun("report", None, start, start + timedelta(seconds=40 + n),
+    ...                RunStatus.SUCCESS) for n in range(10)]
+    >>> learned_duration(JobSpec("report"), runs)
+    (144.0, 'usually 44s, p99 48s over 10 runs')
+    """
+    durations = sorted(
+        (run.finished_at - run.started_at).total_seconds()
+        for run in runs
+        if run.status is RunStatus.SUCCESS and run.finished_at is not None
+    )
+    learning = spec.learning
+    if len(durations) < learning.min_runs:
+        return None
+    p50 = durations[(len(durations) - 1) // 2]
+    p99 = durations[math.floor(0.99 * (len(durations) - 1))]
+    normal = f"usually {format_short_duration(p50)}, p99 {format_short_duration(p99)}"
+    return max(learning.factor * p99, learning.floor), f"{normal} over {len(durations)} runs"
+
+
 def _too_long(
     spec: JobSpec, runs: Sequence[JobRun], target: str, now: datetime
 ) -> Iterable[Finding]:
     if spec.max_duration is None:
         return
-    limit = timedelta(seconds=spec.max_duration)
+    if isinstance(spec.max_duration, Learned):
+        learned = learned_duration(spec, runs)
+        if learned is None:
+            return  # still learning: no limit yet
+        seconds, normal = learned
+        limit_text = f"its learned {format_duration(seconds)} ({normal})"
+    else:
+        seconds = spec.max_duration
+        limit_text = f"its {format_duration(seconds)}"
+    limit = timedelta(seconds=seconds)
     long_runs = sorted(
         (r for r in runs if r.running and now - r.started_at > limit), key=lambda r: r.started_at
     )
@@ -171,33 +208,43 @@ def _too_long(
         Severity.WARNING,
         oldest.started_at + limit,
         f"job {one_line(spec.name)} has been running {format_duration((now - oldest.started_at).total_seconds())}"
-        f" on {one_line(oldest.host or 'unknown host')}, longer than its {format_duration(spec.max_duration)}",
+        f" on {one_line(oldest.host or 'unknown host')}, longer than {limit_text}",
         LongRunEvidence(
             job=spec.name,
-            max_duration_seconds=spec.max_duration,
+            max_duration_seconds=seconds,
             runs=tuple(_run_facts(run, now) for run in long_runs),
         ),
     )
 
 
 def _failed(spec: JobSpec, runs: Sequence[JobRun], target: str, now: datetime) -> Iterable[Finding]:
+    """The last ``failures_before_alert`` finished runs all failed (as Sentry
+    Crons' failure tolerance): one failed run of a flaky job is no page."""
     finished = sorted(
         (r for r in runs if r.finished_at is not None), key=lambda r: r.finished_at or now
     )
-    if not finished or finished[-1].status is not RunStatus.FAIL:
+    streak = finished[-spec.failures_before_alert :]
+    if len(streak) < spec.failures_before_alert or any(
+        r.status is not RunStatus.FAIL for r in streak
+    ):
         return
     last = finished[-1]
-    assert last.finished_at is not None
+    assert last.finished_at is not None and streak[0].finished_at is not None
     if now - last.finished_at > timedelta(seconds=spec.event_ttl):
         return
     code = f" with exit code {last.exit_code}" if last.exit_code is not None else ""
+    host = one_line(last.host or "unknown host")
+    if len(streak) == 1:
+        summary = f"the last run of job {one_line(spec.name)} on {host} failed{code}"
+    else:
+        summary = f"the last {len(streak)} runs of job {one_line(spec.name)} failed, the last on {host}{code}"
     yield _finding(
         FindingKind.JOB_FAILED,
         spec,
         target,
         Severity.WARNING,
-        last.finished_at,
-        f"the last run of job {one_line(spec.name)} on {one_line(last.host or 'unknown host')} failed{code}",
+        streak[0].finished_at,
+        summary,
         FailedRunEvidence(job=spec.name, run=_run_facts(last, now)),
     )
 

@@ -6,12 +6,20 @@ Pure, like every detector: the clock comes in as ``now``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
-from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts, WaiterFacts
+from lockwatch.model.evidence import (
+    HistoryFacts,
+    HolderFacts,
+    LockEvidence,
+    PreparedFacts,
+    WaiterFacts,
+)
 from lockwatch.model.findings import FindingKind, Severity, Subject
+from lockwatch.model.hold_history import HistoryKey, KeyHistory
 from lockwatch.model.locks import (
     HIDDEN,
     IDLE_STATES,
@@ -20,8 +28,11 @@ from lockwatch.model.locks import (
     LockKey,
     LockSnapshot,
 )
+from lockwatch.settings.fields import Learned
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
-from lockwatch.text import format_duration, one_line
+from lockwatch.text import format_duration, format_short_duration, one_line
+
+Histories = Mapping[HistoryKey, KeyHistory]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +69,9 @@ class KeyGroup:
     named: NamedLock | None
     holders: tuple[Holder, ...]
     waiters: tuple[Waiter, ...]
+    history: KeyHistory | None = None  # its completed holds, when any are recorded
+    # max(factor x p99, floor) of those holds once learned; None while learning
+    learned: float | None = None
 
     @property
     def subject(self) -> Subject:
@@ -92,17 +106,47 @@ class Draft:
 
 def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:
     """(max_hold, orphan_after) for the group; None switches the check off.
-    A leader is meant to be held for ever, so it only gets the budgets it names."""
+    A leader is meant to be held for ever, so it only gets the budgets it names.
+    An ``auto`` budget is the learned one, the static default until then."""
     named = group.named
     if named is not None and named.max_hold is not None:
-        max_hold: float | None = named.max_hold
+        max_hold: float | Learned | None = named.max_hold
     else:
         max_hold = None if group.leader else settings.max_hold
     if named is not None and named.orphan_after is not None:
-        orphan_after: float | None = named.orphan_after
+        orphan_after: float | Learned | None = named.orphan_after
     else:
         orphan_after = None if group.leader else settings.orphan_after
-    return max_hold, orphan_after
+    return (
+        _in_force(max_hold, group, settings.static_max_hold),
+        _in_force(orphan_after, group, settings.static_orphan_after),
+    )
+
+
+def _in_force(budget: float | Learned | None, group: KeyGroup, default: float) -> float | None:
+    if not isinstance(budget, Learned):
+        return budget
+    if group.learned is not None:
+        return group.learned
+    return None if group.leader else default
+
+
+def history_facts(group: KeyGroup, holder: Holder | None) -> HistoryFacts | None:
+    """``usually 40ms, p99 800ms, now 5m``: the key's normal against this hold."""
+    holds = None if group.history is None else group.history.holds
+    if holds is None:
+        return None
+    text = f"usually {format_short_duration(holds.p50)}, p99 {format_short_duration(holds.p99)}"
+    if holder is not None:
+        text += f", now {format_short_duration(holder.held)}"
+    return HistoryFacts(
+        holds=holds.count,
+        p50_seconds=round(holds.p50, 3),
+        p99_seconds=round(holds.p99, 3),
+        longest_seconds=round(holds.longest, 3),
+        learned=group.learned is not None,
+        text=text,
+    )
 
 
 def who(holder: Holder, *, addr: bool = True) -> str:
@@ -216,6 +260,7 @@ def lock_evidence(
         allowed_applications=tuple(allowed.applications) if allowed else (),
         allowed_addresses=tuple(addresses),
         chain=() if chain_from is None else blocking_chain(snapshot, chain_from, now),
+        history=history_facts(group, holder),
     )
 
 
@@ -229,24 +274,38 @@ def _before(now: datetime, seconds: float) -> datetime:
 
 
 def worth_checking(
-    snapshot: LockSnapshot, settings: LockSettings, now: datetime, pooled: frozenset[int]
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    pooled: frozenset[int],
+    history: Histories | None = None,
 ) -> list[AdvisoryLock]:
     """The rows of every key that could raise a finding.
 
     In a busy database most keys are held by a working session for less than
     any budget; a few comparisons tell them apart, where building their groups
     and evidence would be most of a poll at 50,000 locks. A key is kept for a
-    waiter, a hold past the target's max_hold or orphan_after, a holder idle past its
+    waiter, a hold past the target's max_hold or orphan_after (or the lowest
+    budget learned for a key, when they are auto), a holder idle past its
     orphan_after or on a pooled server connection, or a name (which may carry
     its own budgets and allowed holders). A new check must fire only on keys
     kept here.
     """
-    if settings.max_hold < 0 or settings.orphan_after < 0:
+    max_hold, orphan_after = settings.static_max_hold, settings.static_orphan_after
+    auto_hold = isinstance(settings.max_hold, Learned)
+    auto_orphan = isinstance(settings.orphan_after, Learned)
+    if history and (auto_hold or auto_orphan):
+        learned = (settings.learning.budget(h, now) for h in history.values())
+        lowest = min((b for b in learned if b is not None), default=None)
+        if lowest is not None:
+            max_hold = min(max_hold, lowest) if auto_hold else max_hold
+            orphan_after = min(orphan_after, lowest) if auto_orphan else orphan_after
+    if max_hold < 0 or orphan_after < 0:
         return list(snapshot.locks)  # every holder is past a negative budget
     # Held past orphan_after counts too: a session that has run other
     # statements since is an orphan however busy it is.
-    held_before = _before(now, min(settings.max_hold, settings.orphan_after))
-    idle_before = _before(now, settings.orphan_after)
+    held_before = _before(now, min(max_hold, orphan_after))
+    idle_before = _before(now, orphan_after)
     named = {lock.key for lock in settings.named}
     suspects = pooled | {
         pid
@@ -275,9 +334,10 @@ def key_groups(
     settings: LockSettings,
     now: datetime,
     pooled: frozenset[int] = frozenset(),
+    history: Histories | None = None,
 ) -> list[KeyGroup]:
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
-    for lock in worth_checking(snapshot, settings, now, pooled):
+    for lock in worth_checking(snapshot, settings, now, pooled, history):
         rows.setdefault((lock.database, lock.key), []).append(lock)
     groups = []
     for (database, key), locks in sorted(rows.items()):
@@ -300,6 +360,7 @@ def key_groups(
                 waiters.append(Waiter(lock, backend, seconds_between(now, started)))
         holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
         waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+        past = None if history is None else history.get((database, key))
         groups.append(
             KeyGroup(
                 database,
@@ -307,6 +368,8 @@ def key_groups(
                 settings.named_lock(database, key),
                 tuple(holders),
                 tuple(waiters),
+                past,
+                settings.learning.budget(past, now),
             )
         )
     return groups

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import (
     Draft,
+    Histories,
     Holder,
     KeyGroup,
     Waiter,
@@ -25,12 +26,12 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.pooler import pooled_session
-from lockwatch.model.evidence import OverflowEvidence
+from lockwatch.model.evidence import ChurnEvidence, OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
-from lockwatch.text import format_duration, one_line
+from lockwatch.text import format_duration, format_short_duration, one_line
 
 # Findings of one kind reported one by one per target; the rest become one.
 FINDINGS_PER_KIND = 100
@@ -51,10 +52,15 @@ def _held_too_long(
         return None
     assert holder.lock.first_seen is not None  # a positive hold has a start
     others = sum(1 for h in group.holders if h.held > budget) - 1
+    evidence = lock_evidence(group, settings, snapshot, now, holder)
+    if evidence.history is not None and evidence.history.learned and budget == group.learned:
+        budget_text = f"learned budget {format_short_duration(budget)} ({evidence.history.text})"
+    else:
+        budget_text = f"budget {format_duration(budget)}"
     summary = (
         f"lock {group.label()} in {one_line(group.database)} held "
         f"{format_duration(holder.held)} by {who(holder)}{and_more(others)}, {doing(holder)}; "
-        f"budget {format_duration(budget)}{waiting_text(group)}"
+        f"{budget_text}{waiting_text(group)}"
     )
     return Draft(
         FindingKind.LOCK_HELD_TOO_LONG,
@@ -62,7 +68,7 @@ def _held_too_long(
         Severity.CRITICAL if group.waiters else Severity.WARNING,
         holder.lock.first_seen + timedelta(seconds=budget),
         summary,
-        lock_evidence(group, settings, snapshot, now, holder),
+        evidence,
     )
 
 
@@ -244,6 +250,49 @@ def _leaders_missing(
         )
 
 
+def _leaders_churning(
+    groups: list[KeyGroup],
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    history: Histories,
+    now: datetime,
+) -> Iterable[Draft]:
+    """Leader locks whose holder changed leader_churn_changes times within the
+    window: a pool recycling the leader's connection, leaders fighting. Told
+    from the holder changes the history saw, so it holds even while no poll
+    sees the lock free (and while it is free for a moment)."""
+    window = settings.leader_churn_window
+    present = {(g.database, g.key): g for g in groups if g.leader}
+    for named in settings.named:
+        if named.role is not LockRole.LEADER or named.ignore:
+            continue
+        for (database, key), past in sorted(history.items()):
+            if not named.matches(database, key):
+                continue
+            recent = [t for t in past.holder_changes if (now - t).total_seconds() <= window]
+            if len(recent) < settings.leader_churn_changes:
+                continue
+            group = present.get((database, key)) or KeyGroup(database, key, named, (), (), past)
+            holder = min(group.holders, key=lambda h: (h.held, h.lock.pid), default=None)
+            evidence = ChurnEvidence.of(
+                lock_evidence(group, settings, snapshot, now, holder),
+                window,
+                tuple(t.isoformat() for t in recent),
+            )
+            yield Draft(
+                FindingKind.LEADER_LOCK_CHURN,
+                group,
+                Severity.WARNING,
+                recent[0],
+                f"leader lock {group.label()} in {one_line(database)} changed hands "
+                f"{len(recent)} times in {format_duration(window)} "
+                f"({evidence.changes_per_hour:g}/h), last "
+                f"{format_duration((now - recent[-1]).total_seconds())} ago"
+                + (f" to {who(holder)}" if holder is not None else ""),
+                evidence,
+            )
+
+
 _CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder)
 
 
@@ -252,9 +301,11 @@ def detect_locks(
     settings: LockSettings,
     now: datetime,
     pooler: PoolerSnapshot | None = None,
+    history: Histories | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
-    pooler's view of the same server, also session locks on pooled backends.
+    pooler's view of the same server, also session locks on pooled backends;
+    with the keys' history, learned budgets and leader churn.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
@@ -266,7 +317,7 @@ def detect_locks(
             for server in pooler.servers
             if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
         )
-    groups = key_groups(snapshot, settings, now, pooled)
+    groups = key_groups(snapshot, settings, now, pooled, history)
     drafts = [
         draft
         for group in groups
@@ -280,6 +331,8 @@ def detect_locks(
             if (draft := pooled_session(group, settings, snapshot, now, pooler)) is not None
         )
     drafts.extend(_leaders_missing(snapshot, settings, now))
+    if history:
+        drafts.extend(_leaders_churning(groups, snapshot, settings, history, now))
     drafts, overflow = _capped(drafts)
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
     kinds: dict[Subject, set[FindingKind]] = {}

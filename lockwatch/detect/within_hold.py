@@ -25,8 +25,12 @@ Identity = tuple[int, datetime | None]
 # (kind, subject) of each lock finding -> the sessions that held its key.
 HoldMemory = Mapping[tuple[FindingKind, Subject], frozenset[Identity]]
 
-# About a key and its holders; leader_lock_missing is about nobody holding it.
-STICKY = FindingKind.of(Family.LOCKS) - {FindingKind.LEADER_LOCK_MISSING}
+# About a key and its holders; leader_lock_missing is about nobody holding it,
+# leader_lock_churn about its holders over a window (it ends with the window).
+STICKY = FindingKind.of(Family.LOCKS) - {
+    FindingKind.LEADER_LOCK_MISSING,
+    FindingKind.LEADER_LOCK_CHURN,
+}
 
 
 def _key_of(subject: Subject, settings: LockSettings) -> LockKey | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 from lockwatch.model.evidence import (
+    ChurnEvidence,
     DuplicateStartEvidence,
     Evidence,
     FailedRunEvidence,
@@ -64,6 +65,7 @@ class FindingKind(enum.StrEnum):
     LOCK_POOLED_SESSION = ("lock_pooled_session", Family.LOCKS)
     LOCK_UNEXPECTED_HOLDER = ("lock_unexpected_holder", Family.LOCKS)
     LEADER_LOCK_MISSING = ("leader_lock_missing", Family.LOCKS)
+    LEADER_LOCK_CHURN = ("leader_lock_churn", Family.LOCKS)
     QUEUE_GROWING = ("queue_growing", Family.QUEUES)
     QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
     # A queue library's job: the queue monitor reads it with the queue's preset.
@@ -161,6 +163,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.LOCK_POOLED_SESSION: (PooledLockEvidence, OverflowEvidence),
     FindingKind.LOCK_UNEXPECTED_HOLDER: _LOCK_FAMILIES,
     FindingKind.LEADER_LOCK_MISSING: _LOCK_FAMILIES,
+    FindingKind.LEADER_LOCK_CHURN: (ChurnEvidence, OverflowEvidence),
     FindingKind.QUEUE_GROWING: (QueueEvidence,),
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),

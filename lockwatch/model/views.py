@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwatch.model.findings import Finding
+from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.incidents import Incident
 from lockwatch.model.jobs import JobView
 from lockwatch.model.locks import LockSnapshot
@@ -83,6 +84,8 @@ class TargetView:
     queues: tuple[QueueView, ...] = ()
     workers: tuple[WorkerView, ...] = ()
     jobs: tuple[JobView, ...] = ()
+    # The keys' completed holds and waits (named, catalogued, the top N, the rest as one).
+    lock_history: tuple[KeyHistory, ...] = ()
     # The findings told as root causes: the open ones, worst first, and the
     # recently resolved ones, newest first (bounded; the rest is history).
     incidents: tuple[Incident, ...] = ()

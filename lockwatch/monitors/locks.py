@@ -25,6 +25,7 @@ from lockwatch.sample.locks import AdvisoryLockReader
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.sample.session import TargetSession
 from lockwatch.settings.targets import Target
+from lockwatch.state.hold_history import HoldHistory
 from lockwatch.state.holds import HoldTracker
 
 # A lock seen again after at most this many intervals (and never less than
@@ -49,6 +50,7 @@ class LockMonitor:
         self.target = target
         self.reader = AdvisoryLockReader(session)
         self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
+        self.history = HoldHistory()
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
@@ -84,12 +86,14 @@ class LockMonitor:
             poll_seconds=raw.seconds,
             visibility=self.reader.session.visibility,
         )
+        self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
+        history = self.history.keys
         if self.pooler is None:
-            findings = detect_locks(snapshot, self.target.locks, now)
+            findings = detect_locks(snapshot, self.target.locks, now, history=history)
             held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
             return MonitorResult(tuple(findings), undecided=held, snapshot=snapshot)
         pooled = self.pooler.poll(SampleContext(now, None))
-        findings = detect_locks(snapshot, self.target.locks, now, pooled)
+        findings = detect_locks(snapshot, self.target.locks, now, pooled, history)
         held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
         return MonitorResult(
@@ -116,21 +120,26 @@ class LockMonitor:
         return self._offset
 
     def publish(self, view: TargetView) -> TargetView:
+        view = replace(view, lock_history=self.history.published())
         if self.pooler is None:
             return view
         return replace(view, sources=(*view.sources, self.pooler.health))
 
     def save(self, now: datetime) -> StateDocument:
-        return {"holds": self.tracker.dump(now)}
+        return {"holds": self.tracker.dump(now), "hold_history": self.history.dump()}
 
     def restore(self, document: StateDocument) -> None:
         holds = document.get("holds")
         if isinstance(holds, dict):
             self.tracker.load(holds)
+        history = document.get("hold_history")
+        if isinstance(history, dict):
+            self.history.load(history)
 
     def save_due(self, now: datetime, saved_at: datetime | None) -> bool:
         # Restored hold times stay trusted for the continuity gap after the
-        # last save, so the file is refreshed well within it.
+        # last save, so the file is refreshed well within it (and the hold
+        # history with it: a crash loses no more than that of it).
         refresh = timedelta(seconds=self.tracker.continuity_gap / 3)
         return self.tracker.changed_since_dump() or saved_at is None or now - saved_at >= refresh
 
@@ -138,6 +147,7 @@ class LockMonitor:
         if isinstance(old, LockMonitor):
             old.tracker.continuity_gap = self.tracker.continuity_gap
             self.tracker = old.tracker
+            self.history = old.history
             self.holds = old.holds
 
     def close(self) -> None:

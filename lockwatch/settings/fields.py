@@ -358,6 +358,35 @@ Name = Annotated[Text, check(check_name)]
 Dsn = Annotated[Text, check(check_dsn)]
 
 
+class Learned(enum.StrEnum):
+    AUTO = (
+        "auto"  # the budget is learned from the thing's own history (a lock's holds, a job's runs)
+    )
+
+
+def to_budget(value: object) -> float | Learned:
+    """
+    >>> to_budget("auto"), to_budget("2m")
+    (<Learned.AUTO: 'auto'>, 120.0)
+    """
+    if value == Learned.AUTO.value:
+        return Learned.AUTO
+    seconds = to_seconds(value)
+    if seconds <= 0:
+        raise ValueError("must be greater than 0")
+    return seconds
+
+
+def fixed(budget: float | Learned, default: float) -> float:
+    """The static budget behind ``budget``: itself, or ``default`` for auto
+    (what applies while a key's history is still being learned)."""
+    return default if isinstance(budget, Learned) else budget
+
+
+# Seconds, or ``auto``: learned from history.
+Budget = Annotated[float | Learned, PlainValidator(to_budget)]
+
+
 # ---------------------------------------------------------------------------
 # Sections: the dataclasses a config file fills
 

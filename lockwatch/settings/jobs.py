@@ -10,12 +10,16 @@ from pydantic import Field
 
 from lockwatch.settings.fields import (
     UNIQUE,
+    Budget,
     Dsn,
     Name,
+    Number,
     PositiveSeconds,
     Secret,
     Section,
     Text,
+    Whole,
+    at_least,
     check,
 )
 from lockwatch.settings.schedule import Schedule
@@ -48,13 +52,27 @@ class PingSettings(Section):
 
 
 @dataclass(frozen=True, slots=True)
+class RunLearning(Section):
+    """How ``max_duration: auto`` is learned: from the job's successful runs
+    in its look-back, once there are ``min_runs``, max(factor x p99, floor)."""
+
+    min_runs: Annotated[Whole, at_least(1)] = 10
+    factor: Annotated[Number, at_least(1)] = 3.0
+    floor: PositiveSeconds = 60.0  # seconds no learned limit goes below
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec(Section):
     """A job lockwatch follows: its schedule and limits, and where its runs come from."""
 
     # Job names go into ping URLs and metric labels: the target-name rules fit.
     name: Annotated[Name, UNIQUE]
     schedule: Schedule | None = None
-    max_duration: PositiveSeconds | None = None  # seconds a run may take before job_too_long
+    # seconds a run may take before job_too_long, or auto (learned from its runs)
+    max_duration: Budget | None = None
+    learning: RunLearning = field(default_factory=RunLearning)
+    # failed runs in a row that make job_failed (1: every failed run)
+    failures_before_alert: Annotated[Whole, at_least(1)] = 1
     lookback: PositiveSeconds = 2 * 86400.0  # seconds of run history considered
     event_ttl: PositiveSeconds = 3600.0  # seconds a duplicate start or a failure stays a finding
     # the target whose findings it joins (and whose database the query reads)

@@ -6,16 +6,20 @@ import enum
 import fnmatch
 import ipaddress
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import Field, PlainValidator
 
 from lockwatch.model.catalogue.registry import LIBRARIES, identify
+from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.fields import (
     UNIQUE,
+    Budget,
     Flag,
     Name,
+    Number,
     PositiveSeconds,
     Seconds,
     Section,
@@ -24,12 +28,17 @@ from lockwatch.settings.fields import (
     at_least,
     at_most,
     check,
+    fixed,
     one_of,
     to_text,
     unique_items,
 )
 
 MAX_TOP_N = 1000
+# The holder changes remembered per leader lock: the most leader_churn may count.
+MAX_HOLDER_CHANGES = 64
+DEFAULT_MAX_HOLD = 300.0
+DEFAULT_ORPHAN_AFTER = 600.0
 
 
 class LockRole(enum.StrEnum):
@@ -80,6 +89,7 @@ def to_network(value: object) -> IpNetwork:
 
 
 Key = Annotated[LockKey, PlainValidator(to_lock_key)]
+
 Network = Annotated[IpNetwork, PlainValidator(to_network)]
 
 
@@ -131,10 +141,10 @@ class NamedLock(Section):
     key: Key
     role: Annotated[LockRole, one_of(LockRole, "role")] = LockRole.MUTEX
     database: Text | None = None  # None: the key is meant in every database of the target
-    # seconds; None: the target's default (mutex) or unlimited (leader)
-    max_hold: PositiveSeconds | None = None
-    orphan_after: PositiveSeconds | None = (
-        None  # seconds; None: the target's default (mutex) or off (leader)
+    # seconds or auto; None: the target's default (mutex) or unlimited (leader)
+    max_hold: Budget | None = None
+    orphan_after: Budget | None = (
+        None  # seconds or auto; None: the target's default (mutex) or off (leader)
     )
     allowed: Annotated[AllowedHolders, Field(alias="allowed_holders")] = field(
         default_factory=AllowedHolders
@@ -146,9 +156,45 @@ class NamedLock(Section):
 
 
 @dataclass(frozen=True, slots=True)
+class Learning(Section):
+    """How ``auto`` budgets are learned: after ``period`` and ``min_holds``
+    completed holds of a key, its budget is max(factor x its p99, floor);
+    until then the static default applies."""
+
+    period: PositiveSeconds = 86400.0  # seconds since the key's first recorded hold
+    min_holds: Annotated[Whole, at_least(1)] = 50
+    factor: Annotated[Number, at_least(1)] = 10.0
+    floor: PositiveSeconds = 30.0  # seconds no learned budget goes below
+
+    def budget(self, history: KeyHistory | None, now: datetime) -> float | None:
+        """max(factor x p99, floor) of the key's holds, once it has enough of
+        them over a long enough time; None while it is still learning.
+
+        >>> from datetime import timedelta
+        >>> from lockwatch.model.hold_history import DurationStats
+        >>> holds = DurationStats(60, 0.04, 0.3, 0.8, 2.0, 0.05, 3.0, ())
+        >>> start = datetime(2026, 1, 1)
+        >>> history = KeyHistory("app", LockKey.bigint(42), holds, None, start)
+        >>> Learning().budget(history, start + timedelta(days=2))
+        30.0
+        >>> Learning(floor=1.0).budget(history, start + timedelta(days=2))
+        8.0
+        >>> Learning().budget(history, start + timedelta(hours=2)) is None
+        True
+        """
+        if history is None or history.holds is None or history.holds.count < self.min_holds:
+            return None
+        if (now - history.since).total_seconds() < self.period:
+            return None
+        return max(self.factor * history.holds.p99, self.floor)
+
+
+@dataclass(frozen=True, slots=True)
 class LockSettings(Section):
-    max_hold: PositiveSeconds = 300.0  # seconds a lock may be held before lock_held_too_long
-    orphan_after: PositiveSeconds = 600.0  # seconds a holder may sit idle before lock_orphaned
+    # seconds a lock may be held before lock_held_too_long, or auto (learned per key)
+    max_hold: Budget = DEFAULT_MAX_HOLD
+    # seconds a holder may sit idle before lock_orphaned, or auto (learned per key)
+    orphan_after: Budget = DEFAULT_ORPHAN_AFTER
     convoy_waiters: Annotated[Whole, at_least(1)] = (
         2  # waiting sessions on one key that make a convoy
     )
@@ -161,6 +207,18 @@ class LockSettings(Section):
     # name the keys well-known libraries take (model/catalogue); a named lock wins
     catalogue: Flag = True
     catalogue_skip: tuple[Annotated[Text, check(_check_library)], ...] = ()
+    learning: Learning = field(default_factory=Learning)
+    # A leader lock whose holder changed this many times within the window churns.
+    leader_churn_changes: Annotated[Whole, at_least(2), at_most(MAX_HOLDER_CHANGES)] = 3
+    leader_churn_window: PositiveSeconds = 6 * 3600.0
+
+    @property
+    def static_max_hold(self) -> float:
+        return fixed(self.max_hold, DEFAULT_MAX_HOLD)
+
+    @property
+    def static_orphan_after(self) -> float:
+        return fixed(self.orphan_after, DEFAULT_ORPHAN_AFTER)
 
     def named_lock(self, database: str, key: LockKey) -> NamedLock | None:
         """The configured named lock of the key, else its catalogue entry as

@@ -25,6 +25,8 @@ ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
 Hold = tuple[datetime, datetime | None, bool]
 # A lock as the sampler gave it, as filled in, its observation and its hold.
 _Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, Hold]
+# A hold (or wait) that ended: its observation, first and last sighting.
+Ended = tuple[ObservationKey, datetime, datetime]
 
 
 def _observation(lock: AdvisoryLock, started: str) -> ObservationKey:
@@ -59,6 +61,9 @@ class HoldTracker:
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
         self._filled: dict[int, _Filled] = {}
+        # What the last observe saw end and begin (the hold history reads them).
+        self.ended: list[Ended] = []
+        self.began: list[ObservationKey] = []
 
     def __len__(self) -> int:
         return len(self._holds)
@@ -86,10 +91,13 @@ class HoldTracker:
         remembered: dict[int, _Filled] = {}
         started: dict[int, str] = {}
         result: list[AdvisoryLock] = []
+        self.ended, self.began = [], []
+        unchanged = 0
         for lock in locks:
             hit = previous.get(id(lock))
             if hit is not None and hit[0] is lock and _unchanged(hit[3], backends.get(lock.pid)):
                 _, filled, key, hold = hit
+                unchanged += 1
             else:
                 backend = backends.get(lock.pid)
                 if lock.prepared is not None:
@@ -100,11 +108,20 @@ class HoldTracker:
                         begun = backend.backend_start if backend else None
                         started[lock.pid] = begun.isoformat() if begun else ""
                     key = _observation(lock, started[lock.pid])
-                hold = seen.get(key) or self._hold(key, lock, backend, bridged, now, read_at)
+                known = seen.get(key)
+                if known is None:
+                    known = self._hold(key, lock, backend, bridged, now, read_at)
+                    self._note_start(key, known)
+                hold = known
                 filled = replace(lock, first_seen=hold[0], session_level=hold[2])
             seen[key] = hold
             remembered[id(lock)] = (lock, filled, key, hold)
             result.append(filled)
+        # Every lock unchanged since the last poll, and as many: nothing ended.
+        if last_seen is not None and not (unchanged == len(seen) == len(self._holds)):
+            self.ended.extend(
+                (key, hold[0], last_seen) for key, hold in self._holds.items() if key not in seen
+            )
         self._holds = seen
         self._filled = remembered
         self._observed_at = now
@@ -128,6 +145,15 @@ class HoldTracker:
         }
         self._observed_at += jump
         self._filled = {}
+
+    def _note_start(self, key: ObservationKey, hold: Hold) -> None:
+        """A hold that began (and the one it replaces, when a transaction
+        lock's backend took the key again in a new transaction)."""
+        old = self._holds.get(key)
+        if old is None or old[0] != hold[0]:
+            self.began.append(key)
+            if old is not None and self._observed_at is not None:
+                self.ended.append((key, old[0], self._observed_at))
 
     def _hold(
         self,

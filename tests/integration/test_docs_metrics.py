@@ -60,9 +60,16 @@ def served(text: str) -> dict[str, set[str]]:
             suffix = "_total" if family.type == "counter" else ""
             series.setdefault(family.name + suffix, set())
         for sample in family.samples:
-            if not sample.name.endswith(("_created", "_bucket", "_count", "_sum")):
+            if family.type == "histogram" and sample.name == family.name + "_count":
+                series.setdefault(family.name, set()).update(sample.labels)
+            elif not sample.name.endswith(("_created", "_bucket", "_count", "_sum")):
                 series.setdefault(sample.name, set()).update(sample.labels)
     return series
+
+
+def waiters_on(base: str, key: str) -> int:
+    targets = requests.get(f"{base}/api/v1/locks", timeout=5).json()["targets"]
+    return sum(lock["waiter_count"] for t in targets for lock in t["locks"] if lock["key"] == key)
 
 
 def documented() -> dict[str, set[str] | None]:
@@ -96,6 +103,13 @@ def lockwatch(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
 def test_the_docs_name_the_metrics_and_labels_metrics_serves(
     pg: PgDatabase, lockwatch: LockwatchProcess
 ) -> None:
+    # A hold and a wait on key 43 that complete: the hold and wait histograms get series.
+    first = pg.connect("report-1")
+    first.execute("SELECT pg_advisory_lock(43)")
+    second = queue_on_lock(pg.connect("report-2"), 43)
+    wait_until(lambda: waiters_on(lockwatch.base, "43"), message="a wait seen")
+    first.execute("SELECT pg_advisory_unlock(43)")
+    second.join()
     holder = pg.connect("webhook-worker-1")
     holder.execute("SELECT pg_advisory_lock(42)")
     blocked = [queue_on_lock(pg.connect(f"webhook-worker-{n}"), 42) for n in (2, 3)]
@@ -109,7 +123,12 @@ def test_the_docs_name_the_metrics_and_labels_metrics_serves(
 
     def complete() -> dict[str, set[str]] | None:
         series = served(requests.get(f"{lockwatch.base}/metrics", timeout=5).text)
-        labelled = ("lockwatch_worker_cpu_cores", "lockwatch_job_last_duration_seconds")
+        labelled = (
+            "lockwatch_worker_cpu_cores",
+            "lockwatch_job_last_duration_seconds",
+            "lockwatch_advisory_lock_hold_duration_seconds",
+            "lockwatch_advisory_lock_wait_duration_seconds",
+        )
         return series if all(series.get(name) for name in labelled) else None
 
     series = wait_until(complete, timeout=30, message="every series with its labels")

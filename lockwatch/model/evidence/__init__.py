@@ -19,7 +19,12 @@ from lockwatch.model.evidence.jobs import (
     OverlapEvidence,
     RunFacts,
 )
-from lockwatch.model.evidence.locks import LockEvidence, OverflowEvidence
+from lockwatch.model.evidence.locks import (
+    ChurnEvidence,
+    HistoryFacts,
+    LockEvidence,
+    OverflowEvidence,
+)
 from lockwatch.model.evidence.pooler import (
     LinkedClientFacts,
     PooledLockEvidence,
@@ -54,6 +59,7 @@ from lockwatch.model.evidence.targets import (
 Evidence: TypeAlias = (
     LockEvidence
     | PooledLockEvidence
+    | ChurnEvidence
     | OverflowEvidence
     | QueueEvidence
     | StuckJobsEvidence
@@ -72,10 +78,12 @@ Evidence: TypeAlias = (
 __all__ = [
     "SESSION_STATES",
     "ChainStep",
+    "ChurnEvidence",
     "DuplicateStartEvidence",
     "Evidence",
     "FailedRunEvidence",
     "FindingFacts",
+    "HistoryFacts",
     "HolderFacts",
     "JobEvidence",
     "LinkedClientFacts",

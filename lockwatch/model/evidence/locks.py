@@ -3,9 +3,21 @@ and blocking chain, and the findings past the per-kind cap told as one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from lockwatch.model.evidence.sessions import ChainStep, FindingFacts, HolderFacts, WaiterFacts
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFacts:
+    """What the key's completed holds say is normal for it."""
+
+    holds: int  # completed holds recorded
+    p50_seconds: float
+    p99_seconds: float
+    longest_seconds: float
+    learned: bool  # the budget in force was learned from these holds
+    text: str  # ``usually 40ms, p99 800ms, now 5m``
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +38,34 @@ class LockEvidence(FindingFacts):
     allowed_applications: tuple[str, ...]  # a named lock's allowed holders; empty: any
     allowed_addresses: tuple[str, ...]  # CIDRs, and ``local`` for a local socket
     chain: tuple[ChainStep, ...]  # from the longest waiter (or a waiting holder) on; may be empty
+    history: HistoryFacts | None  # None: no hold of the key has completed yet
 
     @property
     def named_holders(self) -> tuple[HolderFacts, ...]:
         return tuple(sorted(self.holders, key=lambda holder: holder.pid != self.holder_pid))
+
+
+@dataclass(frozen=True, slots=True)
+class ChurnEvidence(LockEvidence):
+    """A leader lock that changed hands too often: when, within the window."""
+
+    changes: int  # holder changes within the window
+    window_seconds: float
+    changes_per_hour: float
+    changed_at: tuple[str, ...]  # ISO times of those changes, oldest first
+
+    @classmethod
+    def of(
+        cls, lock: LockEvidence, window_seconds: float, changed_at: tuple[str, ...]
+    ) -> ChurnEvidence:
+        """The lock's evidence, with the holder changes seen within the window."""
+        return cls(
+            **{field.name: getattr(lock, field.name) for field in fields(LockEvidence)},
+            changes=len(changed_at),
+            window_seconds=window_seconds,
+            changes_per_hour=round(len(changed_at) * 3600.0 / window_seconds, 2),
+            changed_at=changed_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)

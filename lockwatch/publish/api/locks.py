@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.board import Board
-from lockwatch.text import iso_utc
+from lockwatch.text import format_short_duration, iso_utc
 
 
 def _age(now: datetime, since: datetime | None) -> float | None:
@@ -158,7 +159,52 @@ def _waiter_entry(lock: AdvisoryLock, backend: Backend | None, now: datetime) ->
     }
 
 
-def _lock_entry(group: LockGroup, snapshot: LockSnapshot, now: datetime) -> dict[str, Any]:
+def _durations_entry(stats: DurationStats | None) -> dict[str, Any] | None:
+    if stats is None:
+        return None
+    return {
+        "count": stats.count,
+        "p50_seconds": _seconds(stats.p50),
+        "p90_seconds": _seconds(stats.p90),
+        "p99_seconds": _seconds(stats.p99),
+        "longest_seconds": _seconds(stats.longest),
+        "last_seconds": _seconds(stats.last),
+    }
+
+
+def history_entry(
+    history: KeyHistory | None, settings: LockSettings, now: datetime
+) -> dict[str, Any] | None:
+    """A key's completed holds and waits in brief, and the budget learned from them."""
+    if history is None:
+        return None
+    return {
+        "database": history.database,
+        "key": None if history.key is None else history.key.render(),
+        "since": iso_utc(history.since),
+        "holds": _durations_entry(history.holds),
+        "waits": _durations_entry(history.waits),
+        "learned_budget_seconds": _seconds(settings.learning.budget(history, now)),
+        "holder_changes": [iso_utc(moment) for moment in history.holder_changes],
+    }
+
+
+def history_text(entry: dict[str, Any]) -> str:
+    """A lock entry's normal, for the page: ``; usually 40ms, p99 800ms over 120 holds``."""
+    holds = (entry.get("history") or {}).get("holds")
+    if not holds:
+        return ""
+    p50, p99 = (format_short_duration(holds[q] or 0.0) for q in ("p50_seconds", "p99_seconds"))
+    return f"; usually {p50}, p99 {p99} over {holds['count']} holds"
+
+
+def _lock_entry(
+    group: LockGroup,
+    snapshot: LockSnapshot,
+    now: datetime,
+    past: KeyHistory | None,
+    settings: LockSettings,
+) -> dict[str, Any]:
     backends = snapshot.backends
     return {
         "database": group.database,
@@ -172,13 +218,18 @@ def _lock_entry(group: LockGroup, snapshot: LockSnapshot, now: datetime) -> dict
         "hold_seconds": _seconds(group.hold_seconds),
         "waiter_count": len(group.waiters),
         "longest_wait_seconds": _seconds(group.longest_wait_seconds),
+        "history": history_entry(past, settings, now),
     }
 
 
 def _target_entry(view: TargetView, now: datetime, shown: int | None) -> dict[str, Any]:
     status = view.status
     snapshot = None if status is None else status.snapshot
-    groups = [] if snapshot is None else lock_groups(snapshot, view.target.locks, now)
+    settings = view.target.locks
+    groups = [] if snapshot is None else lock_groups(snapshot, settings, now)
+    pasts: dict[HistoryKey, KeyHistory] = {
+        (h.database, h.key): h for h in view.lock_history if h.key is not None
+    }
     left_out = 0
     if shown is not None:
         relevant = [g for g in groups if not g.ignored]
@@ -188,7 +239,13 @@ def _target_entry(view: TargetView, now: datetime, shown: int | None) -> dict[st
         "up": view.up,
         "error": None if status is None else status.error,
         "checked_at": None if status is None else iso_utc(status.checked_at),
-        "locks": [] if snapshot is None else [_lock_entry(g, snapshot, now) for g in groups],
+        "locks": []
+        if snapshot is None
+        else [
+            _lock_entry(g, snapshot, now, pasts.get((g.database, g.key)), settings) for g in groups
+        ],
+        # Every key with a history, held now or not (named, catalogued, the top N, the rest as one).
+        "history": [history_entry(h, settings, now) for h in view.lock_history],
     }
     if shown is not None:
         entry["locks_left_out"] = left_out

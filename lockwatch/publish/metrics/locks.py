@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from prometheus_client.core import HistogramMetricFamily, Metric
+
 from lockwatch.model.evidence import Evidence
+from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHistory
+from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import LockGroup
 from lockwatch.settings.locks import LockSettings
 from lockwatch.text import one_line, printable
@@ -52,3 +58,50 @@ def holder_label(evidence: Evidence) -> str:
     app = one_line(holder.application_name or "") or "no application_name"
     where = one_line(holder.client_addr or "") or "local socket"
     return printable(f"pid {holder.pid} ({app} from {where})")
+
+
+def history_label(history: KeyHistory, settings: LockSettings) -> str:
+    """The ``lock`` label of a key's history: its name when it has one."""
+    if history.key is not None:
+        named = settings.named_lock(history.database, history.key)
+        if named is not None:
+            return named.name
+    return history.lock
+
+
+def history_metrics(views: tuple[TargetView, ...]) -> Iterator[Metric]:
+    """The completed holds and waits of every key with a history (named,
+    catalogued, the top N), and of all other keys as one ``(other keys)``."""
+    labels = ["target", "database", "lock"]
+    holds = HistogramMetricFamily(
+        "lockwatch_advisory_lock_hold_duration_seconds",
+        "Completed holds of the lock, from the first to the last poll that saw them "
+        "(within one poll interval either way; a hold seen by one poll only counts as 0).",
+        labels=labels,
+    )
+    waits = HistogramMetricFamily(
+        "lockwatch_advisory_lock_wait_duration_seconds",
+        "Completed waits for the lock (granted or given up), from the first to the last "
+        "poll that saw them waiting.",
+        labels=labels,
+    )
+    for view in views:
+        seen: set[tuple[str, str]] = set()
+        for history in view.lock_history:
+            series = (history.database, history_label(history, view.target.locks))
+            if series in seen:
+                continue  # a name equal to another key's rendering: the first wins
+            seen.add(series)
+            values = [printable(v) for v in (view.target.name, *series)]
+            _observe(holds, values, history.holds)
+            _observe(waits, values, history.waits)
+    yield from (holds, waits)
+
+
+def _observe(family: HistogramMetricFamily, labels: list[str], stats: DurationStats | None) -> None:
+    if stats is None:
+        return
+    buckets = [
+        (f"{bound:g}", count) for bound, count in zip(HISTOGRAM_BUCKETS, stats.buckets, strict=True)
+    ]
+    family.add_metric(labels, [*buckets, ("+Inf", stats.count)], stats.total)

@@ -12,7 +12,7 @@ from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.jobs import jobs_document
-from lockwatch.publish.api.locks import locks_document
+from lockwatch.publish.api.locks import history_text, locks_document
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.status.cells import (
     escape,
@@ -127,7 +127,8 @@ def _locks_section(page: Page) -> str:
                 rows.append(
                     '<div class="lock">'
                     f'<h4>lock {escape(lock["lock"])} <span class="where">in {escape(lock["database"])}, '
-                    f"{escape(lock['mode'])}, held for {seconds_text(lock['hold_seconds'])}</span></h4>"
+                    f"{escape(lock['mode'])}, held for {seconds_text(lock['hold_seconds'])}"
+                    f"{escape(history_text(lock))}</span></h4>"
                     f"{holders}{waiters}</div>"
                 )
             body = "".join(rows)

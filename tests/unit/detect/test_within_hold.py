@@ -143,7 +143,7 @@ def test_a_busy_pooled_client_holding_a_lock_is_one_orphan_from_orphan_after_on(
             orphaned_at = (hold.now - NOW).total_seconds()
     assert orphaned_at is not None
     # The first poll past orphan_after says it: no waiting for an idle stretch.
-    assert SETTINGS.orphan_after < orphaned_at <= SETTINGS.orphan_after + 3.0
+    assert SETTINGS.static_orphan_after < orphaned_at <= SETTINGS.static_orphan_after + 3.0
     assert hold.fired[FindingKind.LOCK_ORPHANED] == 1 and not hold.resolved
     hold.poll(hold.snap(0, holding=False))
     assert hold.resolved[FindingKind.LOCK_ORPHANED] == 1

@@ -108,6 +108,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
             "allowed_applications": [],
             "allowed_addresses": [],
             "chain": [],
+            "history": None,
             "related": [],
         },
     }
@@ -192,13 +193,21 @@ def test_a_target_that_never_polled_or_failed_has_no_locks() -> None:
     document = locks_document([never, failed], NOW)
 
     assert document["targets"] == [
-        {"target": "fresh", "up": False, "error": None, "checked_at": None, "locks": []},
+        {
+            "target": "fresh",
+            "up": False,
+            "error": None,
+            "checked_at": None,
+            "locks": [],
+            "history": [],
+        },
         {
             "target": "down",
             "up": False,
             "error": "connection refused by 127.0.0.1:6432",
             "checked_at": NOW.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "locks": [],
+            "history": [],
         },
     ]
 

@@ -39,6 +39,7 @@ DEFINITIONS = {
     "lock_facts": families.LockEvidence,
     "lock_evidence": families.LockEvidence,
     "pooled_lock_evidence": families.PooledLockEvidence,
+    "churn_evidence": families.ChurnEvidence,
     "overflow_evidence": families.OverflowEvidence,
     "lock_holder": families.LockHolderFacts,
     "worker": families.WorkerFacts,
