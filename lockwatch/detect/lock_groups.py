@@ -6,13 +6,21 @@ Pure, like every detector: the clock comes in as ``now``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
-from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts, WaiterFacts
+from lockwatch.model.evidence import (
+    HolderFacts,
+    LockEvidence,
+    PooledHolderFacts,
+    PreparedFacts,
+    WaiterFacts,
+)
 from lockwatch.model.findings import FindingKind, Severity, Subject
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.pooler import PooledBackend
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, one_line
 
@@ -23,6 +31,8 @@ class Holder:
     backend: Backend | None
     held: float
     idle: float | None  # seconds idle, None unless the backend is in an idle state
+    # A pooler's backend: its application_name and client_addr are not the holder's.
+    pooled: PooledBackend | None = None
 
     @property
     def waits(self) -> bool:
@@ -107,11 +117,28 @@ def who(holder: Holder, *, addr: bool = True) -> str:
     backend = holder.backend
     if backend is None:
         return f"pid {holder.lock.pid}"
+    if holder.pooled is not None:
+        return f"pid {holder.lock.pid} ({pooled_note(holder.pooled, backend)})"
     app = one_line(backend.application_name) or "no application_name"
     if addr:
-        where = one_line(backend.client_addr) if backend.client_addr else "local socket"
-        return f"pid {holder.lock.pid} ({app} from {where})"
+        return f"pid {holder.lock.pid} ({app} from {_where(backend)})"
     return f"pid {holder.lock.pid} ({app})"
+
+
+def _where(backend: Backend) -> str:
+    return one_line(backend.client_addr) if backend.client_addr else "local socket"
+
+
+def pooled_note(pooled: PooledBackend, backend: Backend) -> str:
+    """``pooled backend of pool app/app; the client that took the lock is
+    unknown; last client: web-worker from 127.0.0.1``"""
+    of = f"pool {one_line(pooled.pool)}" if pooled.pool else "a pooler"
+    how = " (inferred)" if pooled.inferred else ""
+    app = one_line(backend.application_name) or "no application_name"
+    return (
+        f"pooled backend of {of}{how}; the client that took the lock is unknown; "
+        f"last client: {app} from {_where(backend)}"
+    )
 
 
 def doing(holder: Holder) -> str:
@@ -139,13 +166,30 @@ def waiting_text(group: KeyGroup) -> str:
 
 def holder_facts(holder: Holder, now: datetime) -> HolderFacts:
     backend = holder.backend
-    return HolderFacts(
+    facts = HolderFacts(
         **session_args(backend, holder.lock.pid, now),
         usename=backend.usename if backend else None,
         held_seconds=round(holder.held, 1),
         mode=holder.lock.mode,
         xact_seconds=age_seconds(now, backend.xact_start) if backend else None,
         prepared=_prepared_facts(holder),
+    )
+    if holder.pooled is None or backend is None:
+        return facts
+    # What the backend shows is its last client's: kept apart, not the holder's.
+    return replace(
+        facts,
+        application_name=None,
+        client_addr=None,
+        query=None,
+        pooled=PooledHolderFacts(
+            pool=holder.pooled.pool,
+            inferred=holder.pooled.inferred,
+            last_client_application_name=facts.application_name,
+            last_client_addr=facts.client_addr,
+            last_client_query=facts.query,
+            note=pooled_note(holder.pooled, backend),
+        ),
     )
 
 
@@ -216,7 +260,7 @@ def _before(now: datetime, seconds: float) -> datetime:
 
 
 def worth_checking(
-    snapshot: LockSnapshot, settings: LockSettings, now: datetime, pooled: frozenset[int]
+    snapshot: LockSnapshot, settings: LockSettings, now: datetime, pooled: Mapping[int, object]
 ) -> list[AdvisoryLock]:
     """The rows of every key that could raise a finding.
 
@@ -235,7 +279,7 @@ def worth_checking(
     held_before = _before(now, min(settings.max_hold, settings.orphan_after))
     idle_before = _before(now, settings.orphan_after)
     named = {lock.key for lock in settings.named}
-    suspects = pooled | {
+    suspects = set(pooled) | {
         pid
         for pid, backend in snapshot.backends.items()
         if backend.state in IDLE_STATES
@@ -261,8 +305,11 @@ def key_groups(
     snapshot: LockSnapshot,
     settings: LockSettings,
     now: datetime,
-    pooled: frozenset[int] = frozenset(),
+    pooled: Mapping[int, PooledBackend] | None = None,
 ) -> list[KeyGroup]:
+    """The keys worth checking, each with its holders and waiters; ``pooled``
+    names the backends a pooler hands out (by pid)."""
+    pooled = pooled or {}
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled):
         rows.setdefault((lock.database, lock.key), []).append(lock)
@@ -281,7 +328,7 @@ def key_groups(
                     idle = held  # a prepared transaction runs no SQL, ever
                 elif backend is not None and backend.state in IDLE_STATES:
                     idle = seconds_between(now, backend.state_change)
-                holders.append(Holder(lock, backend, held, idle))
+                holders.append(Holder(lock, backend, held, idle, pooled.get(lock.pid)))
             else:
                 started = lock.wait_start or lock.first_seen
                 waiters.append(Waiter(lock, backend, seconds_between(now, started)))

@@ -28,7 +28,7 @@ from lockwatch.detect.pooler import pooled_session
 from lockwatch.model.evidence import OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
+from lockwatch.model.pooler import SHARED_POOL_MODES, PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings
 from lockwatch.text import format_duration, one_line
 
@@ -176,11 +176,14 @@ def _unexpected_holder(
     named = group.named
     if named is None or not named.allowed.restricted:
         return None
-    # A holder whose session lockwatch did not see cannot be judged either way.
+    # A holder whose session lockwatch did not see cannot be judged either way;
+    # nor can one on a pooled backend, whose name and address are the pool's
+    # last client's (lock_pooled_session tells of it).
     strangers = [
         h
         for h in group.holders
         if h.backend is not None
+        and h.pooled is None
         and not named.allowed.allows(h.backend.application_name, h.backend.client_addr)
     ]
     if not strangers:
@@ -254,14 +257,7 @@ def detect_locks(
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
-    pooled: frozenset[int] = frozenset()
-    if pooler is not None:
-        pooled = frozenset(
-            server.remote_pid
-            for server in pooler.servers
-            if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
-        )
-    groups = key_groups(snapshot, settings, now, pooled)
+    groups = key_groups(snapshot, settings, now, pooled_backends(pooler))
     drafts = [
         draft
         for group in groups
@@ -298,6 +294,17 @@ def detect_locks(
     ]
     findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
     return findings
+
+
+def pooled_backends(pooler: PoolerSnapshot | None) -> dict[int, PooledBackend]:
+    """The backends pgbouncer hands out per transaction or statement, by pid."""
+    if pooler is None:
+        return {}
+    return {
+        server.remote_pid: PooledBackend(f"{server.database}/{server.user}", inferred=False)
+        for server in pooler.servers
+        if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
+    }
 
 
 def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:

@@ -17,11 +17,11 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, PooledLockEvidence
 from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
-from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.sample.base import SampleContext
 from lockwatch.sample.locks import PgLockSampler
 from lockwatch.sample.pooler import PgBouncerSampler
-from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from lockwatch.state.holds import HoldTracker
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
@@ -54,13 +54,13 @@ class Watcher:
         self.pooler = PgBouncerSampler(bouncer.admin_dsn())
         self.tracker = HoldTracker(continuity_gap=30)
 
-    def findings(self) -> list[Finding]:
+    def findings(self, settings: LockSettings | None = None) -> list[Finding]:
         raw = self.locks.sample()
         now = datetime.now(UTC)
         pool = self.pooler.sample(SampleContext(now, None))
         locks = self.tracker.observe(raw.locks, raw.backends, now)
         snapshot = LockSnapshot("main", now, raw.server_version, locks, raw.backends)
-        return detect_locks(snapshot, LockSettings(), now, pool)
+        return detect_locks(snapshot, settings or LockSettings(), now, pool)
 
     def close(self) -> None:
         self.locks.close()
@@ -149,6 +149,66 @@ def test_the_fix_a_direct_dsn_gives_one_leader_and_no_finding(
         assert try_lead(app1)
         assert not try_lead(app2)
         assert pooled(watcher.findings()) == []
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def backend_application(pg: PgDatabase, pid: int) -> str | None:
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()
+    return row[0] if row else None
+
+
+def test_a_lock_left_on_a_pooled_backend_is_never_put_on_its_later_clients(
+    pg: PgDatabase, bouncer: PgBouncer, watcher: Watcher
+) -> None:
+    """Seed 000 through pgbouncer: the leader lock left on a backend by the
+    scheduler, then a web worker and lockwatch doctor itself passing through
+    that backend. Neither is named its holder, nor judged as one."""
+    settings = LockSettings(
+        named=(
+            NamedLock(
+                "nightly-leader",
+                LockKey.parse("42"),
+                role=LockRole.LEADER,
+                allowed=AllowedHolders(applications=("scheduler-*",)),
+            ),
+        )
+    )
+    dsn = bouncer.dsn(pg.database, user="scheduler")
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        leader = scheduler(dsn, "scheduler-host1", conns)
+        assert try_lead(leader)
+        row = leader.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        holder_pid = row[0]
+        leader.close()  # gone without unlocking; pgbouncer keeps the backend, lock and all
+        web = scheduler(dsn, "web-worker", conns)
+        later = ["web-worker"]
+        for _ in range(3):
+            web.execute("SELECT 1")
+        web.close()
+        doctor = CliRunner().invoke(main, ["doctor", "--dsn", dsn])
+        assert doctor.exit_code == 1, doctor.output  # it says POOLED
+        later.append("lockwatch-doctor")
+        # The backend now bears the name of one of its later clients: the trap.
+        assert backend_application(pg, holder_pid) in later
+
+        findings = watcher.findings(settings)
+        assert [f.kind for f in findings] == [FindingKind.LOCK_POOLED_SESSION]
+        (finding,) = findings
+        evidence = evidence_as(finding, LockEvidence)
+        (holder,) = evidence.holders
+        assert holder.pid == evidence.holder_pid == holder_pid
+        assert holder.application_name is None and holder.query is None
+        assert holder.pooled is not None and holder.pooled.pool == f"{pg.database}/scheduler"
+        assert holder.pooled.last_client_application_name in later
+        assert "the client that took the lock is unknown" in holder.pooled.note
+        assert not any(name in finding.summary for name in later), finding.summary
     finally:
         for conn in conns:
             conn.close()

@@ -14,9 +14,9 @@ from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import Backend
 from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
-from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from tests.fixtures.evidence import evidence_as
-from tests.fixtures.snapshots import NOW, ago, backend, held, snapshot
+from tests.fixtures.snapshots import NOW, ago, backend, held, key, snapshot
 
 BACKEND_PID = 4242
 POOLER_PORT = 51000
@@ -157,3 +157,52 @@ def test_without_a_pooler_view_nothing_is_said_about_pooling() -> None:
         f.kind is not FindingKind.LOCK_POOLED_SESSION
         for f in detect_locks(snap, LockSettings(), NOW)
     )
+
+
+def named_leader(*applications: str) -> LockSettings:
+    allowed = AllowedHolders(applications=applications)
+    return LockSettings(
+        named=(NamedLock("nightly-leader", key(42), role=LockRole.LEADER, allowed=allowed),)
+    )
+
+
+def test_the_last_client_of_a_pooled_backend_is_not_judged_as_the_holder() -> None:
+    # Seed 000 through pgbouncer: the scheduler took the leader lock, then a
+    # web worker's transaction ran on the same backend and left its name there.
+    session = pooled_backend(application_name="web-worker")
+    snap = snapshot(held(42, BACKEND_PID, held_for=60), backends=[session])
+    findings = detect_locks(snap, named_leader("scheduler-*"), NOW, pooler())
+    assert [f.kind for f in findings] == [FindingKind.LOCK_POOLED_SESSION]
+    (finding,) = findings
+    assert "web-worker" not in finding.summary.split("now serving")[0].split("last client")[0]
+    (holder,) = evidence_as(finding, LockEvidence).holders
+    assert (holder.application_name, holder.client_addr, holder.query) == (None, None, None)
+    assert holder.pooled is not None
+    assert holder.pooled.last_client_application_name == "web-worker"
+    assert holder.pooled.pool == "app/scheduler"
+    assert not holder.pooled.inferred
+    assert holder.pooled.note == (
+        "pooled backend of pool app/scheduler; the client that took the lock is unknown; "
+        "last client: web-worker from 127.0.0.1"
+    )
+
+
+def test_a_direct_session_is_still_judged_by_its_name() -> None:
+    session = pooled_backend(application_name="web-worker")
+    snap = snapshot(held(42, BACKEND_PID, held_for=60), backends=[session])
+    findings = detect_locks(snap, named_leader("scheduler-*"), NOW)
+    (finding,) = findings
+    assert finding.kind is FindingKind.LOCK_UNEXPECTED_HOLDER
+    (holder,) = evidence_as(finding, LockEvidence).holders
+    assert holder.application_name == "web-worker" and holder.pooled is None
+
+
+def test_an_orphan_on_a_pooled_backend_names_the_pool_not_its_last_client() -> None:
+    session = pooled_backend(application_name="lockwatch-doctor", state_change=ago(900))
+    snap = snapshot(held(42, BACKEND_PID, held_for=900), backends=[session])
+    (orphan,) = [
+        f
+        for f in detect_locks(snap, LockSettings(orphan_after=60), NOW, pooler())
+        if f.kind is FindingKind.LOCK_ORPHANED
+    ]
+    assert f"held by pid {BACKEND_PID} (pooled backend of pool app/scheduler;" in orphan.summary
