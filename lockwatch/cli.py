@@ -487,12 +487,19 @@ def exec_command(
     required=True,
     help="The connection string your application uses.",
 )
-def doctor(dsn: str) -> None:
+@click.option(
+    "--pgbouncer",
+    envvar="LOCKWATCH_PGBOUNCER_DSN",
+    default=None,
+    help="pgbouncer's admin console (a stats_users login): its server_lifetime and "
+    "server_idle_timeout go into the orphan lifetime.",
+)
+def doctor(dsn: str, pgbouncer: str | None) -> None:
     """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), or broken (2)."""
     from lockwatch.commands.doctor import EXIT_ERROR, diagnose
 
     try:
-        diagnosis = diagnose(dsn)
+        diagnosis = diagnose(dsn, pgbouncer)
     except RuntimeError as exc:
         click.echo(f"lockwatch doctor: {exc}", err=True)
         sys.exit(EXIT_ERROR)

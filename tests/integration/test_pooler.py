@@ -23,6 +23,7 @@ from lockwatch.sample.locks import PgLockSampler
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from lockwatch.state.holds import HoldTracker
+from lockwatch.text import format_duration
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
@@ -227,6 +228,25 @@ def test_doctor_says_pooled_for_the_pgbouncer_dsn_and_safe_for_the_direct_one(
     assert "SAFE for session state" in direct.output
     assert "role has pg_monitor yes" in direct.output
     assert MONITOR_PASSWORD not in direct.output
+
+
+def test_doctor_says_a_busy_pool_keeps_an_orphan_until_pgbouncer_retires_its_backend(
+    pg: PgDatabase, bouncer: PgBouncer
+) -> None:
+    with psycopg.connect(
+        bouncer.admin_dsn(), autocommit=True, cursor_factory=psycopg.ClientCursor
+    ) as admin:
+        config = {str(row[0]): str(row[1]) for row in admin.execute("SHOW CONFIG").fetchall()}
+    lifetime = format_duration(float(config["server_lifetime"]))
+    dsn = bouncer.dsn(pg.database, user="app")
+
+    told = CliRunner().invoke(main, ["doctor", "--dsn", dsn, "--pgbouncer", bouncer.admin_dsn()])
+    assert told.exit_code == 1, told.output
+    assert f"orphan lifetime     idle: up to {lifetime}, ended by pgbouncer's server_lifetime;" in (
+        told.output
+    )
+    untold = CliRunner().invoke(main, ["doctor", "--dsn", dsn])
+    assert "orphan lifetime     idle: the pooler, when it retires" in untold.output
 
 
 def test_doctor_exits_2_when_the_dsn_does_not_work(pg: PgDatabase) -> None:
