@@ -481,19 +481,8 @@ def exec_command(
 
 
 @main.command()
-@click.option(
-    "--dsn",
-    envvar="LOCKWATCH_DSN",
-    required=True,
-    help="The connection string your application uses.",
-)
-@click.option(
-    "--pgbouncer",
-    envvar="LOCKWATCH_PGBOUNCER_DSN",
-    default=None,
-    help="pgbouncer's admin console (a stats_users login): its server_lifetime and "
-    "server_idle_timeout go into the orphan lifetime.",
-)
+@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="The DSN your application uses.")
+@click.option("--pgbouncer", help="pgbouncer's admin DSN: its server_lifetime bounds an orphan.")
 def doctor(dsn: str, pgbouncer: str | None) -> None:
     """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), or broken (2)."""
     from lockwatch.commands.doctor import EXIT_ERROR, diagnose
