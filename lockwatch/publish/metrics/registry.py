@@ -79,9 +79,16 @@ class BoardCollector(Collector):
             "Unix time of the last successful poll of the target; absent until one succeeded.",
             ["target"],
         )
+        asleep = gauge(
+            "lockwatch_target_asleep",
+            "1 while lockwatch lets a serverless target sleep (its session closed, looking "
+            "again every sleep.interval), else 0.",
+            ["target"],
+        )
         for view in views:
             target = [view.target.name]
             add(up, target, 1.0 if view.up else 0.0)
+            add(asleep, target, 0.0 if view.asleep_since is None else 1.0)
             add(polls, target, view.polls_total)
             add(errors, target, view.poll_errors_total)
             add(state_errors, target, view.state_write_errors_total)
@@ -90,7 +97,7 @@ class BoardCollector(Collector):
                 add(duration, target, snapshot.poll_seconds)
             if view.last_success is not None:
                 add(last_success, target, view.last_success.timestamp())
-        yield from (up, duration, polls, errors, state_errors, last_success)
+        yield from (up, asleep, duration, polls, errors, state_errors, last_success)
 
     def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
         counts = gauge(
