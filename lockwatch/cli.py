@@ -299,8 +299,9 @@ def check_config(config_file: Path) -> None:
     named = sum(len(t.locks.named) for t in settings.targets)
     click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
     from lockwatch.commands.doctor import pooled_dsn_hints
+    from lockwatch.commands.serverless import serverless_hints
 
-    for hint in pooled_dsn_hints(settings.targets):
+    for hint in pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
 
 

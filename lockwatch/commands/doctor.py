@@ -164,7 +164,7 @@ def _notes(*, pooled: bool, proxied: bool) -> tuple[str, ...]:
     return ()
 
 
-def _address(dsn: str) -> tuple[str, str] | None:
+def dsn_address(dsn: str) -> tuple[str, str] | None:
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
@@ -186,10 +186,10 @@ def pooled_dsn_hints(targets: Iterable[Target]) -> list[str]:
     """
     hints = []
     for target in targets:
-        address = _address(target.dsn)
+        address = dsn_address(target.dsn)
         if address is None:
             continue
-        pooler = _address(target.pgbouncer.dsn) if target.pgbouncer is not None else None
+        pooler = dsn_address(target.pgbouncer.dsn) if target.pgbouncer is not None else None
         if address != pooler:
             continue
         hints.append(
