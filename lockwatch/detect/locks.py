@@ -8,9 +8,11 @@ findings in the same order.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import seconds_between
+from lockwatch.detect.keepalive import orphan_lifetime
 from lockwatch.detect.lock_groups import (
     Draft,
     Holder,
@@ -27,6 +29,7 @@ from lockwatch.detect.lock_groups import (
 from lockwatch.detect.pooler import pooled_session
 from lockwatch.model.evidence import OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings
@@ -250,16 +253,18 @@ def detect_locks(
     settings: LockSettings,
     now: datetime,
     pooler: PoolerSnapshot | None = None,
+    timeouts: ServerTimeouts | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
-    pooler's view of the same server, also session locks on pooled backends.
+    pooler's view of the same server, also session locks on pooled backends;
+    with the server's timeouts, how long an orphan can live there.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
     groups = key_groups(snapshot, settings, now, pooled_backends(pooler))
     drafts = [
-        draft
+        _with_lifetime(draft, timeouts)
         for group in groups
         for check in _CHECKS
         if (draft := check(group, settings, snapshot, now)) is not None
@@ -294,6 +299,20 @@ def detect_locks(
     ]
     findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
     return findings
+
+
+def _with_lifetime(draft: Draft, timeouts: ServerTimeouts | None) -> Draft:
+    """An orphan's draft with how long it can live on this server. Behind a
+    pooler (whose own settings are not read here) the pooler retires it; a
+    prepared transaction lives until it is committed or rolled back."""
+    if timeouts is None or draft.kind is not FindingKind.LOCK_ORPHANED:
+        return draft
+    holder = next(h for h in draft.group.holders if h.lock.pid == draft.evidence.holder_pid)
+    if holder.lock.prepared is not None:
+        return draft
+    pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
+    lifetime = orphan_lifetime(timeouts, pooler)
+    return replace(draft, evidence=replace(draft.evidence, orphan_lifetime=lifetime))
 
 
 def pooled_backends(pooler: PoolerSnapshot | None) -> dict[int, PooledBackend]:

@@ -237,6 +237,9 @@ def test_an_orphan_on_a_busy_node_pool_fires_once_per_hold_and_resolves_once(
         (orphan,) = polls[fired[0]].orphans
         evidence = evidence_as(orphan, LockEvidence)
         assert evidence.holder_pid == locked["pid"]
+        # How long it could live here, from the server's own settings.
+        assert evidence.orphan_lifetime is not None
+        assert "TCP keepalive" in evidence.orphan_lifetime.idle_bound_by
         (holder,) = evidence.holders
         assert "advisory_lock" not in (holder.query or ""), "the pool lent the holder to others"
         # Seen at lockwatch's first poll after the client took it; the hold is

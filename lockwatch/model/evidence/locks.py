@@ -3,9 +3,10 @@ and blocking chain, and the findings past the per-kind cap told as one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lockwatch.model.evidence.sessions import ChainStep, FindingFacts, HolderFacts, WaiterFacts
+from lockwatch.model.keepalive import OrphanLifetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,9 @@ class LockEvidence(FindingFacts):
     allowed_applications: tuple[str, ...]  # a named lock's allowed holders; empty: any
     allowed_addresses: tuple[str, ...]  # CIDRs, and ``local`` for a local socket
     chain: tuple[ChainStep, ...]  # from the longest waiter (or a waiting holder) on; may be empty
+    # lock_orphaned: how long such an orphan can live on this server (doctor's
+    # estimate); None for other kinds, or when the server's settings were not read.
+    orphan_lifetime: OrphanLifetime | None = field(default=None, kw_only=True)
 
     @property
     def named_holders(self) -> tuple[HolderFacts, ...]:

@@ -6,7 +6,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockwatch.detect.keepalive import describe, orphan_lifetime
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence import LockEvidence
+from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.keepalive import LINUX_KEEPALIVE, PoolerTimeouts, ServerTimeouts
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.pooler import PoolerSnapshot
+from lockwatch.settings.locks import LockSettings
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.snapshots import NOW, ago, backend, held, snapshot
+from tests.unit.detect.test_pooler import BACKEND_PID, pooled_backend, pooler
 
 
 def server(**settings: float | int | None) -> ServerTimeouts:
@@ -108,3 +117,34 @@ def test_no_enabled_bound_is_exceeded(
     )
     assert lifetime.idle_seconds == min(keepalive, session or keepalive)
     assert lifetime.in_transaction_seconds == min(keepalive, xact or keepalive)
+
+
+def orphans(
+    snap: LockSnapshot, pool: PoolerSnapshot | None = None, timeouts: ServerTimeouts | None = None
+) -> list[Finding]:
+    found = detect_locks(snap, LockSettings(orphan_after=60), NOW, pool, timeouts)
+    return [f for f in found if f.kind is FindingKind.LOCK_ORPHANED]
+
+
+def test_an_orphan_carries_how_long_it_can_live_on_its_server() -> None:
+    snap = snapshot(held(42, 1234, held_for=900), backends=[backend(1234, "app", idle_for=900)])
+    timeouts = server(idle_session_timeout=3600.0)
+    (orphan,) = orphans(snap, timeouts=timeouts)
+    assert evidence_as(orphan, LockEvidence).orphan_lifetime == orphan_lifetime(timeouts)
+    (unread,) = orphans(snap)
+    assert evidence_as(unread, LockEvidence).orphan_lifetime is None
+    held_long = detect_locks(snap, LockSettings(max_hold=60), NOW, None, timeouts)
+    assert all(
+        evidence_as(f, LockEvidence).orphan_lifetime is None
+        for f in held_long
+        if f.kind is not FindingKind.LOCK_ORPHANED
+    )
+
+
+def test_an_orphan_on_a_pooled_backend_lives_until_the_pooler_retires_it() -> None:
+    session = pooled_backend(state_change=ago(900))
+    snap = snapshot(held(42, BACKEND_PID, held_for=900), backends=[session])
+    (orphan,) = orphans(snap, pooler(), server())
+    lifetime = evidence_as(orphan, LockEvidence).orphan_lifetime
+    assert lifetime is not None and lifetime.idle_seconds is None
+    assert "retires the server connection" in lifetime.idle_bound_by

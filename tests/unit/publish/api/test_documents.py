@@ -109,6 +109,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
             "allowed_applications": [],
             "allowed_addresses": [],
             "chain": [],
+            "orphan_lifetime": None,
             "related": [],
         },
     }
