@@ -7,7 +7,7 @@ findings in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -26,12 +26,12 @@ from lockwatch.detect.lock_groups import (
     waiting_text,
     who,
 )
-from lockwatch.detect.pooler import pooled_session
+from lockwatch.detect.pooler import known_pooled, pooled_session
 from lockwatch.model.evidence import OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.pooler import SHARED_POOL_MODES, PooledBackend, PoolerSnapshot
+from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings
 from lockwatch.text import format_duration, one_line
 
@@ -254,26 +254,31 @@ def detect_locks(
     now: datetime,
     pooler: PoolerSnapshot | None = None,
     timeouts: ServerTimeouts | None = None,
+    inferred: Mapping[int, str] | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
-    pooler's view of the same server, also session locks on pooled backends;
-    with the server's timeouts, how long an orphan can live there.
+    pooler's view of the same server (or the backends ``inferred`` pooled,
+    pid -> how), also session locks on pooled backends; with the server's
+    timeouts, how long an orphan can live there.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
-    groups = key_groups(snapshot, settings, now, pooled_backends(pooler))
+    pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
+    pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
+    groups = key_groups(snapshot, settings, now, pooled)
     drafts = [
         _with_lifetime(draft, timeouts)
         for group in groups
         for check in _CHECKS
         if (draft := check(group, settings, snapshot, now)) is not None
     ]
-    if pooler is not None:
+    if pooled:
         drafts.extend(
             draft
             for group in groups
-            if (draft := pooled_session(group, settings, snapshot, now, pooler)) is not None
+            if (draft := pooled_session(group, settings, snapshot, now, pooler, inferred))
+            is not None
         )
     drafts.extend(_leaders_missing(snapshot, settings, now))
     drafts, overflow = _capped(drafts)
@@ -313,17 +318,6 @@ def _with_lifetime(draft: Draft, timeouts: ServerTimeouts | None) -> Draft:
     pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
     lifetime = orphan_lifetime(timeouts, pooler)
     return replace(draft, evidence=replace(draft.evidence, orphan_lifetime=lifetime))
-
-
-def pooled_backends(pooler: PoolerSnapshot | None) -> dict[int, PooledBackend]:
-    """The backends pgbouncer hands out per transaction or statement, by pid."""
-    if pooler is None:
-        return {}
-    return {
-        server.remote_pid: PooledBackend(f"{server.database}/{server.user}", inferred=False)
-        for server in pooler.servers
-        if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
-    }
 
 
 def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.within_hold import HoldMemory, within_hold
 from lockwatch.model.findings import Family, FindingKind
@@ -53,6 +54,8 @@ class LockMonitor:
         self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
+        # Backends seen to be a pooler's from PostgreSQL's view (no admin console).
+        self.pool_memory = PoolMemory()
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
         self.session = session
         # What ends an orphan on this server, read once (lock_orphaned's evidence).
@@ -89,12 +92,13 @@ class LockMonitor:
             poll_seconds=raw.seconds,
         )
         timeouts = self._timeouts()
+        inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
         if self.pooler is None:
-            findings = detect_locks(snapshot, self.target.locks, now, None, timeouts)
+            findings = detect_locks(snapshot, self.target.locks, now, None, timeouts, inferred)
             held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
             return MonitorResult(tuple(findings), undecided=held, snapshot=snapshot)
         pooled = self.pooler.poll(SampleContext(now, None))
-        findings = detect_locks(snapshot, self.target.locks, now, pooled, timeouts)
+        findings = detect_locks(snapshot, self.target.locks, now, pooled, timeouts, inferred)
         held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
         return MonitorResult(
@@ -155,6 +159,7 @@ class LockMonitor:
             old.tracker.continuity_gap = self.tracker.continuity_gap
             self.tracker = old.tracker
             self.holds = old.holds
+            self.pool_memory = old.pool_memory
 
     def close(self) -> None:
         if self.pooler is not None:

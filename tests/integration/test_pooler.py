@@ -18,13 +18,17 @@ from lockwatch.model.evidence import LockEvidence, PooledLockEvidence
 from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import LockKey, LockSnapshot
+from lockwatch.runner import TargetRunner
 from lockwatch.sample.base import SampleContext
 from lockwatch.sample.locks import PgLockSampler
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 from lockwatch.state.holds import HoldTracker
+from lockwatch.state.statefile import StateStore
 from lockwatch.text import format_duration
-from tests.fixtures.evidence import evidence_as
+from tests.fixtures.evidence import evidence_as, pgbouncer_facts
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
 
@@ -102,9 +106,9 @@ def test_two_schedulers_both_lead_through_transaction_pooling_and_lockwatch_says
 
         (finding,) = pooled(watcher.findings())
         assert finding.subject.database == pg.database
-        assert evidence_as(finding, PooledLockEvidence).pool.pool_mode == "transaction"
-        assert evidence_as(finding, PooledLockEvidence).pool.user == "scheduler"
-        backend_pid = evidence_as(finding, PooledLockEvidence).server_connection.backend_pid
+        assert pgbouncer_facts(finding)[0].pool_mode == "transaction"
+        assert pgbouncer_facts(finding)[0].user == "scheduler"
+        backend_pid = pgbouncer_facts(finding)[1].backend_pid
         assert backend_pid in {h.pid for h in evidence_as(finding, LockEvidence).holders}
         assert "belongs to no client" in finding.summary
     finally:
@@ -125,12 +129,12 @@ def test_the_lock_of_a_client_long_gone_is_found_while_others_keep_the_backend_b
             busy.execute("SELECT 1")  # the holder's backend keeps serving others: never idle long
 
         (finding,) = pooled(watcher.findings())
-        assert object_json(evidence_as(finding, PooledLockEvidence).pool) == {
+        assert object_json(pgbouncer_facts(finding)[0]) == {
             "database": pg.database,
             "user": "app",
             "pool_mode": "transaction",
         }
-        assert evidence_as(finding, PooledLockEvidence).server_connection.state in {
+        assert pgbouncer_facts(finding)[1].state in {
             "used",
             "idle",
             "active",
@@ -213,6 +217,44 @@ def test_a_lock_left_on_a_pooled_backend_is_never_put_on_its_later_clients(
     finally:
         for conn in conns:
             conn.close()
+
+
+def test_a_pooler_without_its_console_is_inferred_from_a_name_that_changes_under_a_lock(
+    pg: PgDatabase, bouncer: PgBouncer
+) -> None:
+    """As behind Supavisor or RDS Proxy: no SHOW SERVERS to join, only what
+    PostgreSQL shows. The backend holding the lock takes the name of each
+    client pgbouncer hands it to."""
+    runner = TargetRunner(
+        Target("main", pg.monitor_dsn, locks=LockSettings(orphan_after=3600.0)),
+        Board(),
+        StateStore(None),
+    )
+    dsn = bouncer.dsn(pg.database, user="scheduler")
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        leader = scheduler(dsn, "scheduler-host1", conns)
+        assert try_lead(leader)
+        leader.close()
+        first = runner.poll_once()
+        assert pooled(list(first.findings)) == [], "one name seen: nothing to infer yet"
+        web = scheduler(dsn, "web-worker", conns)
+        web.execute("SELECT 1")  # pgbouncer gives the web worker that backend, and its name
+        (finding,) = pooled(list(runner.poll_once().findings))
+    finally:
+        runner.close()
+        for conn in conns:
+            conn.close()
+    evidence = evidence_as(finding, PooledLockEvidence)
+    assert evidence.pool is None and evidence.server_connection is None
+    assert evidence.inferred == (
+        "its application_name changed from 'scheduler-host1' to 'web-worker' "
+        "while it held a session lock"
+    )
+    (holder,) = evidence.holders
+    assert holder.pooled is not None and holder.pooled.inferred
+    assert holder.pooled.last_client_application_name == "web-worker"
+    assert "a pooler's (inferred:" in finding.summary
 
 
 def test_doctor_says_pooled_for_the_pgbouncer_dsn_and_safe_for_the_direct_one(
