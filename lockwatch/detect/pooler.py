@@ -88,7 +88,7 @@ class PoolMemory:
 
     # The application_name of each backend last seen holding a session lock.
     names: Mapping[Identity, str] = field(default_factory=dict)
-    # Backends found pooled, with how: for as long as they live.
+    # Backends found pooled, with how, while they hold session locks.
     pooled: Mapping[Identity, str] = field(default_factory=dict)
     # Client addresses of those backends: a pooler's, whose other backends are its too.
     poolers: frozenset[str | None] = frozenset()
@@ -118,7 +118,8 @@ def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int
     clients: pooled. Its client address is then the pooler's, and other
     backends from there that hold session locks are pooled too. (Its query
     changing proves nothing: any busy session runs one statement after
-    another.) Once found, a backend stays pooled for as long as it lives.
+    another.) Once found, a backend stays pooled while it holds session locks,
+    and its address keeps marking the pooler's backends after that.
     """
     names: dict[Identity, str] = {}
     pooled: dict[Identity, str] = {}

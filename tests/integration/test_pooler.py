@@ -3,12 +3,15 @@ locks that belong to no client, seen by joining SHOW SERVERS to pg_locks."""
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+import psycopg2
 import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
 from click.testing import CliRunner
 from psycopg import sql
 
@@ -167,12 +170,44 @@ def backend_application(pg: PgDatabase, pid: int) -> str | None:
     return row[0] if row else None
 
 
+def apscheduler_nightly_run(dsn: str) -> int:
+    """Seed 000's nightly job as each app server ran it: APScheduler fires it,
+    it takes the leader lock with pg_try_advisory_lock on a psycopg2
+    connection in autocommit, and exits without unlocking. The backend pid
+    that took it."""
+    outcome: queue.Queue[int | BaseException] = queue.Queue()
+
+    def nightly() -> None:
+        try:
+            conn = psycopg2.connect(dsn, application_name="scheduler-host1")
+            conn.autocommit = True
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(42), pg_backend_pid()")
+                row = cursor.fetchone()
+            conn.close()  # pgbouncer keeps the backend, lock and all
+            assert row is not None and row[0], "not a leader"
+            outcome.put(int(row[1]))
+        except BaseException as exc:  # APScheduler would only log it
+            outcome.put(exc)
+
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(nightly, "date", run_date=datetime.now(UTC))
+    scheduler.start()
+    try:
+        result = outcome.get(timeout=30)
+    finally:
+        scheduler.shutdown(wait=True)
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
 def test_a_lock_left_on_a_pooled_backend_is_never_put_on_its_later_clients(
     pg: PgDatabase, bouncer: PgBouncer, watcher: Watcher
 ) -> None:
     """Seed 000 through pgbouncer: the leader lock left on a backend by the
-    scheduler, then a web worker and lockwatch doctor itself passing through
-    that backend. Neither is named its holder, nor judged as one."""
+    APScheduler job, then a web worker and lockwatch doctor itself passing
+    through that backend. Neither is named its holder, nor judged as one."""
     settings = LockSettings(
         named=(
             NamedLock(
@@ -184,39 +219,33 @@ def test_a_lock_left_on_a_pooled_backend_is_never_put_on_its_later_clients(
         )
     )
     dsn = bouncer.dsn(pg.database, user="scheduler")
-    conns: list[psycopg.Connection[Any]] = []
+    holder_pid = apscheduler_nightly_run(dsn)
+    web = psycopg2.connect(dsn, application_name="web-worker")
+    web.autocommit = True
     try:
-        leader = scheduler(dsn, "scheduler-host1", conns)
-        assert try_lead(leader)
-        row = leader.execute("SELECT pg_backend_pid()").fetchone()
-        assert row is not None
-        holder_pid = row[0]
-        leader.close()  # gone without unlocking; pgbouncer keeps the backend, lock and all
-        web = scheduler(dsn, "web-worker", conns)
-        later = ["web-worker"]
-        for _ in range(3):
-            web.execute("SELECT 1")
-        web.close()
-        doctor = CliRunner().invoke(main, ["doctor", "--dsn", dsn])
-        assert doctor.exit_code == 1, doctor.output  # it says POOLED
-        later.append("lockwatch-doctor")
-        # The backend now bears the name of one of its later clients: the trap.
-        assert backend_application(pg, holder_pid) in later
-
-        findings = watcher.findings(settings)
-        assert [f.kind for f in findings] == [FindingKind.LOCK_POOLED_SESSION]
-        (finding,) = findings
-        evidence = evidence_as(finding, LockEvidence)
-        (holder,) = evidence.holders
-        assert holder.pid == evidence.holder_pid == holder_pid
-        assert holder.application_name is None and holder.query is None
-        assert holder.pooled is not None and holder.pooled.pool == f"{pg.database}/scheduler"
-        assert holder.pooled.last_client_application_name in later
-        assert "the client that took the lock is unknown" in holder.pooled.note
-        assert not any(name in finding.summary for name in later), finding.summary
+        with web.cursor() as cursor:
+            for _ in range(3):
+                cursor.execute("SELECT 1")
     finally:
-        for conn in conns:
-            conn.close()
+        web.close()
+    later = ["web-worker"]
+    doctor = CliRunner().invoke(main, ["doctor", "--dsn", dsn])
+    assert doctor.exit_code == 1, doctor.output  # it says POOLED
+    later.append("lockwatch-doctor")
+    # The backend now bears the name of one of its later clients: the trap.
+    assert backend_application(pg, holder_pid) in later
+
+    findings = watcher.findings(settings)
+    assert [f.kind for f in findings] == [FindingKind.LOCK_POOLED_SESSION]
+    (finding,) = findings
+    evidence = evidence_as(finding, LockEvidence)
+    (holder,) = evidence.holders
+    assert holder.pid == evidence.holder_pid == holder_pid
+    assert holder.application_name is None and holder.query is None
+    assert holder.pooled is not None and holder.pooled.pool == f"{pg.database}/scheduler"
+    assert holder.pooled.last_client_application_name in later
+    assert "the client that took the lock is unknown" in holder.pooled.note
+    assert not any(name in finding.summary for name in later), finding.summary
 
 
 def test_a_pooler_without_its_console_is_inferred_from_a_name_that_changes_under_a_lock(
