@@ -21,6 +21,7 @@ from lockwatch.model.keepalive import OrphanLifetime, PoolerTimeouts
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES
 from lockwatch.sample.keepalive import pooler_timeouts, server_timeouts
 from lockwatch.sample.pooling import backend_pid, per_transaction, through_pooler
+from lockwatch.settings.serverless import serverless_provider
 from lockwatch.settings.targets import Target
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
@@ -147,7 +148,7 @@ def diagnose(dsn: str, pgbouncer: str | None = None) -> Diagnosis:
         version,
         role,
         can_monitor,
-        _notes(pooled=pooled, proxied=proxied),
+        _notes(pooled=pooled, proxied=proxied) + _serverless_note(dsn),
         orphan_lifetime(timeouts, _pooler_timeouts(pgbouncer, pooled)),
     )
 
@@ -162,6 +163,17 @@ def _notes(*, pooled: bool, proxied: bool) -> tuple[str, ...]:
             "but each session kept its backend: a session pool is fine for lockwatch",
         )
     return ()
+
+
+def _serverless_note(dsn: str) -> tuple[str, ...]:
+    address = dsn_address(dsn)
+    provider = None if address is None else serverless_provider(address[0])
+    if provider is None:
+        return ()
+    return (
+        f"the host is {provider}'s, whose compute sleeps when idle: mark its lockwatch "
+        "target `serverless: true`, or lockwatch's polls keep it awake",
+    )
 
 
 def dsn_address(dsn: str) -> tuple[str, str] | None:

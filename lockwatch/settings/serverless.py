@@ -7,6 +7,19 @@ from dataclasses import dataclass
 
 from lockwatch.settings.fields import Interval, PositiveSeconds, Section
 
+# Host name endings of providers whose compute suspends when idle.
+SERVERLESS_HOSTS = {".neon.tech": "Neon", ".supabase.co": "Supabase", ".supabase.com": "Supabase"}
+
+
+def serverless_provider(host: str) -> str | None:
+    """``Neon`` for ``ep-cool-1.us-east-2.aws.neon.tech``; None for a host of no such provider.
+
+    >>> serverless_provider("db.abcd.supabase.co"), serverless_provider("db.internal")
+    ('Supabase', None)
+    """
+    name = host.lower().rstrip(".")
+    return next((who for end, who in SERVERLESS_HOSTS.items() if name.endswith(end)), None)
+
 
 @dataclass(frozen=True, slots=True)
 class SleepSettings(Section):
