@@ -78,7 +78,13 @@ def _idle_bounds(
         assert pooler is not None
         if pooler.server_lifetime is None:
             return []
-        return [(pooler.server_lifetime, "pgbouncer's server_lifetime")]
+        quiet = pooler.server_idle_timeout
+        sooner = (
+            f" (on a quiet pool sooner: server_idle_timeout {format_duration(quiet)})"
+            if quiet is not None and quiet < pooler.server_lifetime
+            else ""
+        )
+        return [(pooler.server_lifetime, f"pgbouncer's server_lifetime{sooner}")]
     bounds = [keepalive]
     if server.idle_session_timeout is not None:
         bounds.append((server.idle_session_timeout, "idle_session_timeout"))

@@ -309,13 +309,15 @@ def test_doctor_says_a_busy_pool_keeps_an_orphan_until_pgbouncer_retires_its_bac
     ) as admin:
         config = {str(row[0]): str(row[1]) for row in admin.execute("SHOW CONFIG").fetchall()}
     lifetime = format_duration(float(config["server_lifetime"]))
+    quiet = format_duration(float(config["server_idle_timeout"]))
     dsn = bouncer.dsn(pg.database, user="app")
 
     told = CliRunner().invoke(main, ["doctor", "--dsn", dsn, "--pgbouncer", bouncer.admin_dsn()])
     assert told.exit_code == 1, told.output
-    assert f"orphan lifetime     idle: up to {lifetime}, ended by pgbouncer's server_lifetime;" in (
-        told.output
-    )
+    assert (
+        f"orphan lifetime     idle: up to {lifetime}, ended by pgbouncer's server_lifetime "
+        f"(on a quiet pool sooner: server_idle_timeout {quiet});"
+    ) in told.output
     untold = CliRunner().invoke(main, ["doctor", "--dsn", dsn])
     assert "orphan lifetime     idle: the pooler, when it retires" in untold.output
 
