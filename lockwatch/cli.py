@@ -299,8 +299,9 @@ def check_config(config_file: Path) -> None:
     named = sum(len(t.locks.named) for t in settings.targets)
     click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
     from lockwatch.commands.doctor import pooled_dsn_hints
+    from lockwatch.commands.serverless import serverless_hints
 
-    for hint in pooled_dsn_hints(settings.targets):
+    for hint in pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
 
 
@@ -481,18 +482,14 @@ def exec_command(
 
 
 @main.command()
-@click.option(
-    "--dsn",
-    envvar="LOCKWATCH_DSN",
-    required=True,
-    help="The connection string your application uses.",
-)
-def doctor(dsn: str) -> None:
+@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="The DSN your application uses.")
+@click.option("--pgbouncer", help="pgbouncer's admin DSN: its server_lifetime bounds an orphan.")
+def doctor(dsn: str, pgbouncer: str | None) -> None:
     """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), broken (2), or safe but without pg_monitor for lockwatch (3)."""
     from lockwatch.commands.doctor import EXIT_ERROR, diagnose
 
     try:
-        diagnosis = diagnose(dsn)
+        diagnosis = diagnose(dsn, pgbouncer)
     except RuntimeError as exc:
         click.echo(f"lockwatch doctor: {exc}", err=True)
         sys.exit(EXIT_ERROR)

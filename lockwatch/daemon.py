@@ -148,7 +148,7 @@ class Daemon:
     @staticmethod
     def _stale_after(runners: list[TargetRunner]) -> float:
         """Seconds without a finished poll after which the loop counts as stalled."""
-        return max(3 * max(r.target.interval for r in runners), 10.0) + max(
+        return max(3 * max(r.target.longest_gap for r in runners), 10.0) + max(
             r.target.connect_timeout + r.poll_timeout for r in runners
         )
 

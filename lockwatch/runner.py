@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from lockwatch.detect.targets import (
     detect_privileges_missing,
@@ -31,6 +31,7 @@ from lockwatch.monitors.jobs import JobMonitor
 from lockwatch.monitors.locks import LockMonitor
 from lockwatch.monitors.queues import QueueMonitor
 from lockwatch.sample.base import SampleError
+from lockwatch.sample.serverless import other_clients
 from lockwatch.sample.session import TargetSession
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
@@ -119,6 +120,7 @@ class TargetRunner:
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
         self._failing_since: datetime | None = None
+        self._alone_since: datetime | None = None  # lockwatch the server's only client
         self._view = TargetView(self.target)
         self._thread: threading.Thread | None = None
         self._saved_at: datetime | None = None
@@ -175,7 +177,7 @@ class TargetRunner:
             detect_privileges_missing(self.target.name, self.session.visibility, status.checked_at)
         )
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
-        view = self._next_view(status, transitions)
+        view = replace(self._next_view(status, transitions), asleep_since=self._rest(status))
         if view.polls_total == 1 and status.snapshot is not None:
             held = sum(1 for lock in status.snapshot.locks if lock.granted)
             log.info(
@@ -188,6 +190,45 @@ class TargetRunner:
         for listener in self.listeners:
             listener(transitions)
         return view
+
+    def _rest(self, status: TargetStatus) -> datetime | None:
+        """Since when a serverless target is left to sleep; None while awake.
+
+        A poll that finds lockwatch's session the server's only client for
+        ``sleep.after`` closes it, so that the compute may suspend; the loop
+        then looks again only every ``sleep.interval`` (a look connects, and
+        may wake it). A client seen at a look wakes the target's cadence up."""
+        if not self.target.serverless or not status.up:
+            self._alone_since = None
+            return None
+        try:
+            alone = other_clients(self.session) == 0
+        except SampleError as exc:
+            log.warning(
+                "%s: cannot tell whether the server has other clients: %s", self.target.name, exc
+            )
+            alone = False
+        now = status.checked_at
+        if not alone:
+            if self._view.asleep_since is not None:
+                log.info(
+                    "%s: the server has clients again; polling every %gs",
+                    self.target.name,
+                    self.target.interval,
+                )
+            self._alone_since = None
+            return None
+        self._alone_since = self._alone_since or now
+        if now - self._alone_since < timedelta(seconds=self.target.sleep.after):
+            return None
+        self.session.close()
+        if self._view.asleep_since is None:
+            log.info(
+                "%s: lockwatch has been the server's only client for %gs: letting it sleep, "
+                "looking again every %gs",
+                *(self.target.name, self.target.sleep.after, self.target.sleep.interval),
+            )
+        return self._view.asleep_since or now
 
     def _connect(self) -> str | None:
         """Open the session if there is none; the error if it cannot be."""
@@ -274,7 +315,6 @@ class TargetRunner:
         self._thread.start()
 
     def _loop(self) -> None:
-        interval = self.target.interval
         next_due = time.monotonic()
         while not self.stop_event.is_set():
             self.poll_due = next_due
@@ -282,6 +322,8 @@ class TargetRunner:
                 self.poll_once()
             except Exception:
                 log.exception("%s: poll failed unexpectedly; polling goes on", self.target.name)
+            asleep = self._view.asleep_since is not None
+            interval = self.target.sleep.interval if asleep else self.target.interval
             next_due += interval
             late = time.monotonic() - next_due
             if late > 0:

@@ -16,9 +16,13 @@ from typing import Any
 
 import psycopg
 
+from lockwatch.detect.keepalive import describe, orphan_lifetime
+from lockwatch.model.keepalive import OrphanLifetime, PoolerTimeouts
 from lockwatch.model.locks import HIDDEN
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES
+from lockwatch.sample.keepalive import pooler_timeouts, server_timeouts
 from lockwatch.sample.pooling import backend_pid, per_transaction, through_pooler
+from lockwatch.settings.serverless import serverless_provider
 from lockwatch.settings.targets import Target
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
@@ -46,6 +50,7 @@ class Diagnosis:
     role: str
     can_monitor: bool
     notes: tuple[str, ...] = field(default=())
+    orphans: OrphanLifetime | None = None
 
     @property
     def exit_code(self) -> int:
@@ -74,8 +79,40 @@ class Diagnosis:
             f"  role has pg_monitor {monitor}",
             f"  verdict             {verdict}",
             *(f"  note                {note}" for note in self.notes),
+            *_orphan_lines(self.orphans),
         ]
         return "\n".join(lines)
+
+
+def _orphan_lines(orphans: OrphanLifetime | None) -> list[str]:
+    """How long a backend whose client vanished keeps its advisory locks here."""
+    if orphans is None:
+        return []
+    return [
+        f"  orphan lifetime     {describe(orphans)}",
+        *(f"  assumed             {assumed}" for assumed in orphans.assumed),
+        *(f"  shorten it with     {advice}" for advice in orphans.shorten),
+    ]
+
+
+def _pooler_timeouts(admin_dsn: str | None, pooled: bool) -> PoolerTimeouts | None:
+    """pgbouncer's limits from its admin console; without one, a pooler whose
+    limits are unknown when the DSN is pooled per transaction."""
+    if admin_dsn is None:
+        return PoolerTimeouts(None, None, "transaction", known=False) if pooled else None
+    secrets = dsn_secrets(admin_dsn)
+    try:
+        with psycopg.connect(
+            admin_dsn, autocommit=True, connect_timeout=5, cursor_factory=psycopg.ClientCursor
+        ) as admin:
+            timeouts = pooler_timeouts(admin)
+    except psycopg.Error as exc:
+        where = describe_dsn(admin_dsn)
+        raise RuntimeError(redact(f"pgbouncer {where}: {first_line(exc)}", secrets)) from None
+    if pooled and timeouts.pool_mode not in ("transaction", "statement"):
+        # This DSN's pool overrides the default mode: the doctor saw it share backends.
+        return PoolerTimeouts(timeouts.server_lifetime, timeouts.server_idle_timeout, "transaction")
+    return timeouts
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
@@ -89,8 +126,9 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     )
 
 
-def diagnose(dsn: str) -> Diagnosis:
-    """Raises RuntimeError with a secret-free message when the DSN does not work."""
+def diagnose(dsn: str, pgbouncer: str | None = None) -> Diagnosis:
+    """Raises RuntimeError with a secret-free message when the DSN (or the
+    pgbouncer admin DSN) does not work."""
     secrets = dsn_secrets(dsn)
     try:
         with _connect(dsn) as first, _connect(dsn) as second:
@@ -104,6 +142,7 @@ def diagnose(dsn: str) -> Diagnosis:
             server_pid = backend_pid(first)
             proxied = through_pooler(first, server_pid)
             sharing = per_transaction(first, second)
+            timeouts = server_timeouts(first)
     except psycopg.Error as exc:
         raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line(exc)}", secrets)) from None
     pooled = sharing is not None
@@ -115,7 +154,8 @@ def diagnose(dsn: str) -> Diagnosis:
         version,
         role,
         can_monitor,
-        _notes(pooled=pooled, proxied=proxied),
+        _notes(pooled=pooled, proxied=proxied) + _serverless_note(dsn),
+        orphan_lifetime(timeouts, _pooler_timeouts(pgbouncer, pooled)),
     )
 
 
@@ -131,7 +171,18 @@ def _notes(*, pooled: bool, proxied: bool) -> tuple[str, ...]:
     return ()
 
 
-def _address(dsn: str) -> tuple[str, str] | None:
+def _serverless_note(dsn: str) -> tuple[str, ...]:
+    address = dsn_address(dsn)
+    provider = None if address is None else serverless_provider(address[0])
+    if provider is None:
+        return ()
+    return (
+        f"the host is {provider}'s, whose compute sleeps when idle: mark its lockwatch "
+        "target `serverless: true`, or lockwatch's polls keep it awake",
+    )
+
+
+def dsn_address(dsn: str) -> tuple[str, str] | None:
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
@@ -153,10 +204,10 @@ def pooled_dsn_hints(targets: Iterable[Target]) -> list[str]:
     """
     hints = []
     for target in targets:
-        address = _address(target.dsn)
+        address = dsn_address(target.dsn)
         if address is None:
             continue
-        pooler = _address(target.pgbouncer.dsn) if target.pgbouncer is not None else None
+        pooler = dsn_address(target.pgbouncer.dsn) if target.pgbouncer is not None else None
         if address != pooler:
             continue
         hints.append(

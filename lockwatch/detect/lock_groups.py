@@ -7,7 +7,7 @@ Pure, like every detector: the clock comes in as ``now``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
@@ -15,6 +15,7 @@ from lockwatch.model.evidence import (
     HistoryFacts,
     HolderFacts,
     LockEvidence,
+    PooledHolderFacts,
     PreparedFacts,
     WaiterFacts,
 )
@@ -28,6 +29,7 @@ from lockwatch.model.locks import (
     LockKey,
     LockSnapshot,
 )
+from lockwatch.model.pooler import PooledBackend
 from lockwatch.settings.fields import Learned
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
@@ -41,6 +43,8 @@ class Holder:
     backend: Backend | None
     held: float
     idle: float | None  # seconds idle, None unless the backend is in an idle state
+    # A pooler's backend: its application_name and client_addr are not the holder's.
+    pooled: PooledBackend | None = None
 
     @property
     def waits(self) -> bool:
@@ -158,10 +162,24 @@ def who(holder: Holder, *, addr: bool = True) -> str:
     backend = holder.backend
     if backend is None:
         return f"pid {holder.lock.pid}"
+    if holder.pooled is not None:
+        return f"pid {holder.lock.pid} ({pooled_note(holder.pooled, backend)})"
     app = one_line(backend.application_name) or "no application_name"
     if addr:
         return f"pid {holder.lock.pid} ({app} from {one_line(backend.where)})"
     return f"pid {holder.lock.pid} ({app})"
+
+
+def pooled_note(pooled: PooledBackend, backend: Backend) -> str:
+    """``pooled backend of pool app/app; the client that took the lock is
+    unknown; last client: web-worker from 127.0.0.1``"""
+    of = f"pool {one_line(pooled.pool)}" if pooled.pool else "a pooler"
+    how = " (inferred)" if pooled.inferred else ""
+    app = one_line(backend.application_name) or "no application_name"
+    return (
+        f"pooled backend of {of}{how}; the client that took the lock is unknown; "
+        f"last client: {app} from {one_line(backend.where)}"
+    )
 
 
 def doing(holder: Holder) -> str:
@@ -191,13 +209,30 @@ def waiting_text(group: KeyGroup) -> str:
 
 def holder_facts(holder: Holder, now: datetime) -> HolderFacts:
     backend = holder.backend
-    return HolderFacts(
+    facts = HolderFacts(
         **session_args(backend, holder.lock.pid, now),
         usename=backend.usename if backend else None,
         held_seconds=round(holder.held, 1),
         mode=holder.lock.mode,
         xact_seconds=age_seconds(now, backend.xact_start) if backend else None,
         prepared=_prepared_facts(holder),
+    )
+    if holder.pooled is None or backend is None:
+        return facts
+    # What the backend shows is its last client's: kept apart, not the holder's.
+    return replace(
+        facts,
+        application_name=None,
+        client_addr=None,
+        query=None,
+        pooled=PooledHolderFacts(
+            pool=holder.pooled.pool,
+            inferred=holder.pooled.inferred,
+            last_client_application_name=facts.application_name,
+            last_client_addr=facts.client_addr,
+            last_client_query=facts.query,
+            note=pooled_note(holder.pooled, backend),
+        ),
     )
 
 
@@ -277,7 +312,7 @@ def worth_checking(
     snapshot: LockSnapshot,
     settings: LockSettings,
     now: datetime,
-    pooled: frozenset[int],
+    pooled: Mapping[int, object],
     history: Histories | None = None,
 ) -> list[AdvisoryLock]:
     """The rows of every key that could raise a finding.
@@ -307,7 +342,7 @@ def worth_checking(
     held_before = _before(now, min(max_hold, orphan_after))
     idle_before = _before(now, orphan_after)
     named = {lock.key for lock in settings.named}
-    suspects = pooled | {
+    suspects = set(pooled) | {
         pid
         for pid, backend in snapshot.backends.items()
         if backend.state in IDLE_STATES
@@ -333,9 +368,12 @@ def key_groups(
     snapshot: LockSnapshot,
     settings: LockSettings,
     now: datetime,
-    pooled: frozenset[int] = frozenset(),
+    pooled: Mapping[int, PooledBackend] | None = None,
     history: Histories | None = None,
 ) -> list[KeyGroup]:
+    """The keys worth checking, each with its holders and waiters; ``pooled``
+    names the backends a pooler hands out (by pid)."""
+    pooled = pooled or {}
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled, history):
         rows.setdefault((lock.database, lock.key), []).append(lock)
@@ -354,7 +392,7 @@ def key_groups(
                     idle = held  # a prepared transaction runs no SQL, ever
                 elif backend is not None and backend.state in IDLE_STATES:
                     idle = seconds_between(now, backend.state_change)
-                holders.append(Holder(lock, backend, held, idle))
+                holders.append(Holder(lock, backend, held, idle, pooled.get(lock.pid)))
             else:
                 started = lock.wait_start or lock.first_seen
                 waiters.append(Waiter(lock, backend, seconds_between(now, started)))

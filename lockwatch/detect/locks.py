@@ -7,10 +7,12 @@ findings in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import seconds_between
+from lockwatch.detect.keepalive import orphan_lifetime
 from lockwatch.detect.lock_groups import (
     Draft,
     Histories,
@@ -25,11 +27,12 @@ from lockwatch.detect.lock_groups import (
     waiting_text,
     who,
 )
-from lockwatch.detect.pooler import pooled_session
+from lockwatch.detect.pooler import known_pooled, pooled_session
 from lockwatch.model.evidence import ChurnEvidence, OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
 from lockwatch.model.locks import Backend, LockSnapshot
-from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
+from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
 
@@ -192,8 +195,14 @@ def _unexpected_holder(
     named = group.named
     if named is None or not named.allowed.restricted:
         return None
-    # A holder whose session lockwatch did not see cannot be judged either way.
-    strangers = [h for h in group.holders if h.backend is not None and _stranger(named, h.backend)]
+    # A holder whose session lockwatch did not see cannot be judged either way;
+    # nor can one on a pooled backend, whose name and address are the pool's
+    # last client's (lock_pooled_session tells of it).
+    strangers = [
+        h
+        for h in group.holders
+        if h.backend is not None and h.pooled is None and _stranger(named, h.backend)
+    ]
     if not strangers:
         return None
     holder = min(strangers, key=lambda h: (h.lock.first_seen or now, h.lock.pid))
@@ -301,61 +310,82 @@ def detect_locks(
     settings: LockSettings,
     now: datetime,
     pooler: PoolerSnapshot | None = None,
+    *,
     history: Histories | None = None,
+    timeouts: ServerTimeouts | None = None,
+    inferred: Mapping[int, str] | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
-    pooler's view of the same server, also session locks on pooled backends;
-    with the keys' history, learned budgets and leader churn.
+    pooler's view of the same server (or the backends ``inferred`` pooled,
+    pid -> how), also session locks on pooled backends; with the keys'
+    history, learned budgets and leader churn; with the server's timeouts,
+    how long an orphan can live there.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
-    pooled: frozenset[int] = frozenset()
-    if pooler is not None:
-        pooled = frozenset(
-            server.remote_pid
-            for server in pooler.servers
-            if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
-        )
+    pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
+    pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
     groups = key_groups(snapshot, settings, now, pooled, history)
     drafts = [
-        draft
+        _with_lifetime(draft, timeouts)
         for group in groups
         for check in _CHECKS
         if (draft := check(group, settings, snapshot, now)) is not None
     ]
-    if pooler is not None:
+    if pooled:
         drafts.extend(
             draft
             for group in groups
-            if (draft := pooled_session(group, settings, snapshot, now, pooler)) is not None
+            if (draft := pooled_session(group, settings, snapshot, now, pooler, inferred))
+            is not None
         )
     drafts.extend(_leaders_missing(snapshot, settings, now))
     if history:
         drafts.extend(_leaders_churning(groups, snapshot, settings, history, now))
     drafts, overflow = _capped(drafts)
+    findings = _related_findings(snapshot.target, drafts)
+    findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
+    return findings
+
+
+def _related_findings(target: str, drafts: list[Draft]) -> list[Finding]:
+    """The drafts as findings, ordered by kind, database and key, each naming
+    the others about its subject."""
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
     kinds: dict[Subject, set[FindingKind]] = {}
     for draft in drafts:
         kinds.setdefault(draft.group.subject, set()).add(draft.kind)
-    findings = [
+    return [
         Finding(
             draft.kind,
-            snapshot.target,
+            target,
             draft.group.subject,
             draft.severity,
             draft.since,
             draft.summary,
             draft.evidence,
             tuple(
-                Related(kind, snapshot.target, draft.group.subject)
+                Related(kind, target, draft.group.subject)
                 for kind in sorted(kinds[draft.group.subject] - {draft.kind})
             ),
         )
         for draft in drafts
     ]
-    findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
-    return findings
+
+
+def _with_lifetime(draft: Draft, timeouts: ServerTimeouts | None) -> Draft:
+    """An orphan's draft with how long it can live on this server. Behind a
+    pooler (whose own settings are not read here) the pooler retires it; a
+    prepared transaction lives until it is committed or rolled back."""
+    if timeouts is None or draft.kind is not FindingKind.LOCK_ORPHANED:
+        return draft
+    holder = next(h for h in draft.group.holders if h.lock.pid == draft.evidence.holder_pid)
+    if holder.lock.prepared is not None:
+        return draft
+    pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
+    lifetime = orphan_lifetime(timeouts, pooler)
+    return replace(draft, evidence=replace(draft.evidence, orphan_lifetime=lifetime))
 
 
 def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:

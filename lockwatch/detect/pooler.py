@@ -1,23 +1,34 @@
 """``lock_pooled_session``: a session advisory lock on a server connection that
-a transaction-mode pooler hands out per transaction.
+a transaction-mode pooler hands out per transaction, known from pgbouncer's
+``SHOW SERVERS`` or inferred from PostgreSQL's view alone (Supavisor, RDS
+Proxy, Neon's pooler have no admin console to join).
 
-Pure: pgbouncer's view of the server comes in as a snapshot.
+Pure: pgbouncer's view of the server comes in as a snapshot; what inference
+needs of the last polls comes back as ``PoolMemory``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwatch.detect.lock_groups import Draft, Holder, KeyGroup, lock_evidence
 from lockwatch.model.evidence import (
     LinkedClientFacts,
+    LockEvidence,
     PooledLockEvidence,
     PoolFacts,
     ServerConnectionFacts,
 )
 from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerConnection, PoolerSnapshot
+from lockwatch.model.pooler import (
+    SHARED_POOL_MODES,
+    PooledBackend,
+    PoolerConnection,
+    PoolerSnapshot,
+)
 from lockwatch.settings.locks import LockSettings
 from lockwatch.text import one_line
 
@@ -67,27 +78,127 @@ def pooler_facts(
     return PoolFacts(server.database, server.user, pooler.pool_mode(server)), connection, linked
 
 
+# A backend: the server reuses pids, so pid + backend_start names one.
+Identity = tuple[int, datetime | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMemory:
+    """What inferring pooled backends keeps from one poll to the next."""
+
+    # The application_name of each backend last seen holding a session lock.
+    names: Mapping[Identity, str] = field(default_factory=dict)
+    # Backends found pooled, with how, while they hold session locks.
+    pooled: Mapping[Identity, str] = field(default_factory=dict)
+    # Client addresses of those backends: a pooler's, whose other backends are its too.
+    poolers: frozenset[str | None] = frozenset()
+
+
+def known_pooled(pooler: PoolerSnapshot | None, snapshot: LockSnapshot) -> dict[int, PooledBackend]:
+    """The backends pgbouncer hands out per transaction or statement, by pid."""
+    if pooler is None:
+        return {}
+    found = {}
+    for lock in snapshot.locks:
+        backend = snapshot.backends.get(lock.pid)
+        server = pooler.server_for(lock.pid, backend.client_port if backend else None)
+        if server is not None and pooler.pool_mode(server) in SHARED_POOL_MODES:
+            found[lock.pid] = PooledBackend(f"{server.database}/{server.user}", inferred=False)
+    return found
+
+
+def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int, str], PoolMemory]:
+    """Backends PostgreSQL shows to be a pooler's, without its admin console:
+    pid -> how it shows, and what the next poll needs.
+
+    A client sets its application_name once, when it connects; a pooler that
+    hands one server connection to many clients sets each one's on it in
+    turn. So a backend holding a session advisory lock whose application_name
+    changed since the last poll, the lock held all along, serves several
+    clients: pooled. Its client address is then the pooler's, and other
+    backends from there that hold session locks are pooled too. (Its query
+    changing proves nothing: any busy session runs one statement after
+    another.) Once found, a backend stays pooled while it holds session locks,
+    and its address keeps marking the pooler's backends after that.
+    """
+    names: dict[Identity, str] = {}
+    pooled: dict[Identity, str] = {}
+    poolers = set(previous.poolers)
+    holding = {lock.pid for lock in snapshot.locks if lock.granted and lock.session_level}
+    for pid in sorted(holding):
+        backend = snapshot.backends.get(pid)
+        if backend is None:
+            continue
+        identity = (pid, backend.backend_start)
+        names[identity] = backend.application_name
+        before = previous.names.get(identity)
+        if identity in previous.pooled:
+            pooled[identity] = previous.pooled[identity]
+        elif before is not None and before != backend.application_name:
+            pooled[identity] = (
+                f"its application_name changed from '{one_line(before)}' to "
+                f"'{one_line(backend.application_name)}' while it held a session lock"
+            )
+            poolers.add(backend.client_addr)
+    for pid in sorted(holding):
+        backend = snapshot.backends.get(pid)
+        if backend is not None and backend.client_addr in poolers:
+            where = one_line(backend.client_addr) if backend.client_addr else "local socket"
+            pooled.setdefault(
+                (pid, backend.backend_start), f"its client address {where} is a pooler's"
+            )
+    found = {pid: how for (pid, _), how in pooled.items()}
+    return found, PoolMemory(names, pooled, frozenset(poolers))
+
+
+def _inferred_draft(
+    group: KeyGroup, holder: Holder, evidence: LockEvidence, how: str | None, now: datetime
+) -> Draft:
+    how = how or "inferred"
+    summary = (
+        f"session lock {group.label()} in {one_line(group.database)} held by backend pid "
+        f"{holder.lock.pid}, a pooler's (inferred: {how}): it belongs to no client; "
+        "any client handed this backend can take it again"
+    )
+    return Draft(
+        FindingKind.LOCK_POOLED_SESSION,
+        group,
+        Severity.CRITICAL,
+        holder.lock.first_seen or now,
+        summary,
+        PooledLockEvidence.of(evidence, None, None, None, inferred=how),
+    )
+
+
 def pooled_session(
     group: KeyGroup,
     settings: LockSettings,
     snapshot: LockSnapshot,
     now: datetime,
-    pooler: PoolerSnapshot,
+    pooler: PoolerSnapshot | None,
+    inferred: Mapping[int, str] | None = None,
 ) -> Draft | None:
+    """A session lock on a pooled backend: one pgbouncer lists in a shared pool,
+    or one ``inferred`` pooled (pid -> how)."""
     pooled = []
     for holder in group.holders:
-        server = pooler.server_for(
-            holder.lock.pid, holder.backend.client_port if holder.backend else None
-        )
-        if server is None or pooler.pool_mode(server) not in SHARED_POOL_MODES:
+        if holder.pooled is None or not session_level(holder):
             continue
-        if session_level(holder):
+        server = None
+        if pooler is not None:
+            backend = holder.backend
+            server = pooler.server_for(holder.lock.pid, backend.client_port if backend else None)
+        if server is not None or holder.pooled.inferred:
             pooled.append((holder, server))
     if not pooled:
         return None
     holder, server = min(
         pooled, key=lambda pair: (pair[0].lock.first_seen or now, pair[0].lock.pid)
     )
+    evidence = lock_evidence(group, settings, snapshot, now, holder)
+    if server is None:
+        return _inferred_draft(group, holder, evidence, (inferred or {}).get(holder.lock.pid), now)
+    assert pooler is not None
     pool, connection, client = pooler_facts(pooler, server)
     now_serving = (
         f"now serving client {one_line(client.addr or 'local')}:{client.port}"
@@ -107,7 +218,5 @@ def pooled_session(
         Severity.CRITICAL,
         holder.lock.first_seen or now,
         summary,
-        PooledLockEvidence.of(
-            lock_evidence(group, settings, snapshot, now, holder), pool, connection, client
-        ),
+        PooledLockEvidence.of(evidence, pool, connection, client),
     )

@@ -59,6 +59,17 @@ class PoolerSnapshot:
         return self.pool_modes.get((server.database, server.user))
 
 
+@dataclass(frozen=True, slots=True)
+class PooledBackend:
+    """A server backend a pooler hands out per transaction. What PostgreSQL
+    shows of it (application_name, client_addr, its last query) is the pool's
+    last client's, not its lock holder's: the client that took a session lock
+    on it is unknown."""
+
+    pool: str | None  # ``database/user`` as the pooler names it; None: not known
+    inferred: bool  # from PostgreSQL's view alone, without a pooler's admin console
+
+
 # What lockwatch's own session does differently when it runs through a
 # transaction pooler (see sample/session.py): a setting made or a statement
 # prepared on one server backend would stay there for other clients, and the

@@ -79,6 +79,8 @@ class TargetView:
     last_success: datetime | None = None
     state_write_errors_total: int = 0  # saves to the state dir that failed
     findings: tuple[Finding, ...] = ()  # active findings of this target, oldest first
+    # A serverless target lockwatch lets sleep: its session closed since then.
+    asleep_since: datetime | None = None
     # Everything sampled besides the locks, as the target's monitors left it.
     sources: tuple[SourceHealth, ...] = ()
     queues: tuple[QueueView, ...] = ()

@@ -13,14 +13,17 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.within_hold import HoldMemory, within_hold
 from lockwatch.model.findings import Family, FindingKind
+from lockwatch.model.keepalive import ServerTimeouts
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
+from lockwatch.sample.keepalive import server_timeouts
 from lockwatch.sample.locks import AdvisoryLockReader
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.sample.session import TargetSession
@@ -53,7 +56,12 @@ class LockMonitor:
         self.history = HoldHistory()
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
+        # Backends seen to be a pooler's from PostgreSQL's view (no admin console).
+        self.pool_memory = PoolMemory()
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
+        self.session = session
+        # What ends an orphan on this server, read once (lock_orphaned's evidence).
+        self.timeouts: ServerTimeouts | None = None
         self.pooler: SourceRunner[PoolerSnapshot] | None = None
         if target.pgbouncer is not None:
             self.pooler = SourceRunner(
@@ -87,14 +95,21 @@ class LockMonitor:
             visibility=self.reader.session.visibility,
         )
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
-        history = self.history.keys
-        if self.pooler is None:
-            findings = detect_locks(snapshot, self.target.locks, now, history=history)
-            held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
-            return MonitorResult(tuple(findings), undecided=held, snapshot=snapshot)
-        pooled = self.pooler.poll(SampleContext(now, None))
-        findings = detect_locks(snapshot, self.target.locks, now, pooled, history)
+        history, timeouts = self.history.keys, self._timeouts()
+        inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
+        pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
+        findings = detect_locks(
+            snapshot,
+            self.target.locks,
+            now,
+            pooled,
+            history=history,
+            timeouts=timeouts,
+            inferred=inferred,
+        )
         held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
+        if self.pooler is None:
+            return MonitorResult(tuple(findings), undecided=held, snapshot=snapshot)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
         return MonitorResult(
             tuple(findings),
@@ -105,6 +120,17 @@ class LockMonitor:
             else frozenset(),
             snapshot=snapshot,
         )
+
+    def _timeouts(self) -> ServerTimeouts | None:
+        """The server's keepalive and timeout settings, read at the first poll
+        that can (a failed read is tried again next poll; it costs one query)."""
+        if self.timeouts is None:
+            try:
+                with self.session.step("settings read") as conn:
+                    self.timeouts = server_timeouts(conn)
+            except SampleError:
+                return None
+        return self.timeouts
 
     def _clock_offset(self, now: datetime, read_at: datetime | None) -> timedelta:
         """How far lockwatch's clock is ahead of the server's, as of this poll.
@@ -149,6 +175,7 @@ class LockMonitor:
             self.tracker = old.tracker
             self.history = old.history
             self.holds = old.holds
+            self.pool_memory = old.pool_memory
 
     def close(self) -> None:
         if self.pooler is not None:

@@ -16,6 +16,7 @@ from lockwatch.settings.fields import (
     UNIQUE,
     Dsn,
     FilePath,
+    Flag,
     Interval,
     Name,
     PositiveSeconds,
@@ -30,6 +31,7 @@ from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.notify import NotifySettings
 from lockwatch.settings.pooler import PoolerSpec
 from lockwatch.settings.queues import Queue, WorkerGroup
+from lockwatch.settings.serverless import SleepSettings
 from lockwatch.settings.web import WebConfig
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
@@ -100,6 +102,14 @@ class Target(Section):
     queues: tuple[Queue, ...] = ()
     workers: tuple[WorkerGroup, ...] = ()
     pgbouncer: PoolerSpec | None = None  # the pooler in front of this server, if any
+    # A compute that suspends when idle: lockwatch lets it sleep (``sleep``).
+    serverless: Flag = False
+    sleep: SleepSettings = field(default_factory=SleepSettings)
+
+    @property
+    def longest_gap(self) -> float:
+        """The longest lockwatch waits between two polls of the target."""
+        return max(self.interval, self.sleep.interval) if self.serverless else self.interval
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,25 @@ def test_check_config_reports_every_problem_with_file_line_and_path(tmp_path: Pa
     assert PASSWORD not in result.output
 
 
+def test_check_config_suggests_serverless_for_a_neon_host_not_marked_so(tmp_path: Path) -> None:
+    neon = f"postgresql://mon:{PASSWORD}@ep-cool-1.us-east-2.aws.neon.tech/app"
+    path = write(
+        tmp_path,
+        f"""
+        targets:
+          - {{name: neon, dsn: "{neon}"}}
+          - {{name: sleepy, dsn: "{neon}", serverless: true, sleep: {{after: 2m, interval: 30m}}}}
+        """,
+        name="neon.yml",
+    )
+    result = invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    (note,) = [line for line in result.stdout.splitlines() if "note:" in line]
+    assert note.startswith(f"{path}: note: target neon: its host is Neon's")
+    assert "`serverless: true`" in note
+    assert PASSWORD not in result.output
+
+
 def test_check_config_of_a_missing_file_exits_2(tmp_path: Path) -> None:
     result = invoke("check-config", str(tmp_path / "nowhere.yml"))
     assert result.exit_code == 2

@@ -29,7 +29,7 @@ from lockwatch.settings.pooler import PoolerSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
-from tests.fixtures.evidence import evidence_as
+from tests.fixtures.evidence import evidence_as, pgbouncer_facts
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase, queue_on_lock, wait_until
 
@@ -188,9 +188,9 @@ def test_a_session_lock_on_a_transaction_pooled_server_connection(
             message="lock_pooled_session",
         )
         (finding,) = pooled
-        assert evidence_as(finding, PooledLockEvidence).pool.pool_mode == "transaction"
-        assert evidence_as(finding, PooledLockEvidence).pool.user == "scheduler"
-        backend_pid = evidence_as(finding, PooledLockEvidence).server_connection.backend_pid
+        assert pgbouncer_facts(finding)[0].pool_mode == "transaction"
+        assert pgbouncer_facts(finding)[0].user == "scheduler"
+        backend_pid = pgbouncer_facts(finding)[1].backend_pid
         assert backend_pid in {h.pid for h in evidence_as(finding, PooledLockEvidence).holders}
 
 

@@ -3,9 +3,10 @@ and blocking chain, and the findings past the per-kind cap told as one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from lockwatch.model.evidence.sessions import ChainStep, FindingFacts, HolderFacts, WaiterFacts
+from lockwatch.model.keepalive import OrphanLifetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,9 @@ class LockEvidence(FindingFacts):
     allowed_addresses: tuple[str, ...]  # CIDRs, and ``local`` for a local socket
     chain: tuple[ChainStep, ...]  # from the longest waiter (or a waiting holder) on; may be empty
     history: HistoryFacts | None  # None: no hold of the key has completed yet
+    # lock_orphaned: how long such an orphan can live on this server (doctor's
+    # estimate); None for other kinds, or when the server's settings were not read.
+    orphan_lifetime: OrphanLifetime | None = field(default=None, kw_only=True)
 
     @property
     def named_holders(self) -> tuple[HolderFacts, ...]:

@@ -3,7 +3,7 @@ the server connection that holds it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from lockwatch.model.evidence.locks import LockEvidence
 
@@ -39,22 +39,28 @@ class LinkedClientFacts:
 
 @dataclass(frozen=True, slots=True)
 class PooledLockEvidence(LockEvidence):
-    pool: PoolFacts
-    server_connection: ServerConnectionFacts
+    pool: PoolFacts | None  # None: inferred, no pooler console was read
+    server_connection: ServerConnectionFacts | None
     linked_client: LinkedClientFacts | None  # None: no client is served by it now
+    # How the backend was found pooled from PostgreSQL's view alone (a pooler
+    # without an admin console); None: from pgbouncer's SHOW SERVERS.
+    inferred: str | None = field(default=None, kw_only=True)
 
     @classmethod
     def of(
         cls,
         lock: LockEvidence,
-        pool: PoolFacts,
-        server_connection: ServerConnectionFacts,
+        pool: PoolFacts | None,
+        server_connection: ServerConnectionFacts | None,
         linked_client: LinkedClientFacts | None,
+        inferred: str | None = None,
     ) -> PooledLockEvidence:
-        """The lock's evidence, with pgbouncer's facts about the connection holding it."""
+        """The lock's evidence, with pgbouncer's facts about the connection
+        holding it, or how it was inferred pooled."""
         return cls(
-            **{field.name: getattr(lock, field.name) for field in fields(LockEvidence)},
+            **{each.name: getattr(lock, each.name) for each in fields(LockEvidence)},
             pool=pool,
             server_connection=server_connection,
             linked_client=linked_client,
+            inferred=inferred,
         )

@@ -38,6 +38,21 @@ class PreparedFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class PooledHolderFacts:
+    """The holder's backend is a pooler's: the session facts beside it are
+    then empty, for what PostgreSQL shows of the backend (kept here as the
+    ``last_client_*`` facts) belongs to the pool's last client, not to the
+    client that took the lock, which is unknown."""
+
+    pool: str | None  # ``database/user`` as the pooler names it; None: not known
+    inferred: bool  # seen from PostgreSQL alone (no pooler admin console)
+    last_client_application_name: str | None
+    last_client_addr: str | None
+    last_client_query: str | None
+    note: str  # the above in words
+
+
+@dataclass(frozen=True, slots=True)
 class HolderFacts(SessionFacts):
     """A session holding the advisory lock a finding is about (pid 0 and
     ``prepared`` for a prepared transaction)."""
@@ -47,6 +62,7 @@ class HolderFacts(SessionFacts):
     mode: str
     xact_seconds: float | None  # age of its open transaction; None without one
     prepared: PreparedFacts | None = None
+    pooled: PooledHolderFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,9 +86,16 @@ class BoardCollector(Collector):
             "other roles' sessions are hidden from it; absent until a poll succeeded.",
             ["target"],
         )
+        asleep = gauge(
+            "lockwatch_target_asleep",
+            "1 while lockwatch lets a serverless target sleep (its session closed, looking "
+            "again every sleep.interval), else 0.",
+            ["target"],
+        )
         for view in views:
             target = [view.target.name]
             add(up, target, 1.0 if view.up else 0.0)
+            add(asleep, target, 0.0 if view.asleep_since is None else 1.0)
             add(polls, target, view.polls_total)
             add(errors, target, view.poll_errors_total)
             add(state_errors, target, view.state_write_errors_total)
@@ -99,7 +106,7 @@ class BoardCollector(Collector):
                 add(sees, target, 1.0 if snapshot.visibility.sees_all_sessions else 0.0)
             if view.last_success is not None:
                 add(last_success, target, view.last_success.timestamp())
-        yield from (up, duration, polls, errors, state_errors, last_success, sees)
+        yield from (up, asleep, duration, polls, errors, state_errors, last_success, sees)
 
     def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
         counts = gauge(

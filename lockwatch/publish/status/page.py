@@ -148,6 +148,7 @@ def _targets_section(page: Page) -> str:
         status = view.status
         snapshot = None if status is None else status.snapshot
         state = "waiting for the first poll" if status is None else ("up" if view.up else "down")
+        state = state if view.asleep_since is None else "asleep (serverless)"
         error = (
             ""
             if status is None or status.error is None

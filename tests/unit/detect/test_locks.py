@@ -446,6 +446,7 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
         "mode": "ExclusiveLock",
         "xact_seconds": None,
         "prepared": None,
+        "pooled": None,
         "wait_event_type": None,
         "wait_event": None,
         "query": "SELECT pg_advisory_lock(42)",

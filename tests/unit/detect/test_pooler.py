@@ -7,16 +7,19 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.model.evidence import LockEvidence, PooledLockEvidence
 from lockwatch.model.evidence.json_form import object_json
 from lockwatch.model.findings import Finding, FindingKind
-from lockwatch.model.locks import Backend
+from lockwatch.model.locks import AdvisoryLock, Backend
 from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
-from lockwatch.settings.locks import LockSettings
-from tests.fixtures.evidence import evidence_as
-from tests.fixtures.snapshots import NOW, ago, backend, held, snapshot
+from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
+from tests.fixtures.evidence import evidence_as, pgbouncer_facts
+from tests.fixtures.snapshots import NOW, ago, backend, held, key, snapshot
 
 BACKEND_PID = 4242
 POOLER_PORT = 51000
@@ -91,12 +94,12 @@ def test_it_reports_a_session_lock_on_a_transaction_pooled_backend_with_the_pool
     (finding,) = findings_for(pooler(), pooled_backend())
     assert finding.subject.lock == "42"
     assert finding.severity.value == "critical"
-    assert object_json(evidence_as(finding, PooledLockEvidence).pool) == {
+    assert object_json(pgbouncer_facts(finding)[0]) == {
         "database": "app",
         "user": "scheduler",
         "pool_mode": "transaction",
     }
-    assert evidence_as(finding, PooledLockEvidence).server_connection.backend_pid == BACKEND_PID
+    assert pgbouncer_facts(finding)[1].backend_pid == BACKEND_PID
     assert evidence_as(finding, PooledLockEvidence).linked_client is None
     assert "belongs to no client" in finding.summary
     assert "transaction mode" in finding.summary
@@ -157,3 +160,114 @@ def test_without_a_pooler_view_nothing_is_said_about_pooling() -> None:
         f.kind is not FindingKind.LOCK_POOLED_SESSION
         for f in detect_locks(snap, LockSettings(), NOW)
     )
+
+
+def named_leader(*applications: str) -> LockSettings:
+    allowed = AllowedHolders(applications=applications)
+    return LockSettings(
+        named=(NamedLock("nightly-leader", key(42), role=LockRole.LEADER, allowed=allowed),)
+    )
+
+
+def test_the_last_client_of_a_pooled_backend_is_not_judged_as_the_holder() -> None:
+    # Seed 000 through pgbouncer: the scheduler took the leader lock, then a
+    # web worker's transaction ran on the same backend and left its name there.
+    session = pooled_backend(application_name="web-worker")
+    snap = snapshot(held(42, BACKEND_PID, held_for=60), backends=[session])
+    findings = detect_locks(snap, named_leader("scheduler-*"), NOW, pooler())
+    assert [f.kind for f in findings] == [FindingKind.LOCK_POOLED_SESSION]
+    (finding,) = findings
+    assert "web-worker" not in finding.summary.split("now serving")[0].split("last client")[0]
+    (holder,) = evidence_as(finding, LockEvidence).holders
+    assert (holder.application_name, holder.client_addr, holder.query) == (None, None, None)
+    assert holder.pooled is not None
+    assert holder.pooled.last_client_application_name == "web-worker"
+    assert holder.pooled.pool == "app/scheduler"
+    assert not holder.pooled.inferred
+    assert holder.pooled.note == (
+        "pooled backend of pool app/scheduler; the client that took the lock is unknown; "
+        "last client: web-worker from 127.0.0.1"
+    )
+
+
+def test_a_direct_session_is_still_judged_by_its_name() -> None:
+    session = pooled_backend(application_name="web-worker")
+    snap = snapshot(held(42, BACKEND_PID, held_for=60), backends=[session])
+    findings = detect_locks(snap, named_leader("scheduler-*"), NOW)
+    (finding,) = findings
+    assert finding.kind is FindingKind.LOCK_UNEXPECTED_HOLDER
+    (holder,) = evidence_as(finding, LockEvidence).holders
+    assert holder.application_name == "web-worker" and holder.pooled is None
+
+
+def test_an_orphan_on_a_pooled_backend_names_the_pool_not_its_last_client() -> None:
+    session = pooled_backend(application_name="lockwatch-doctor", state_change=ago(900))
+    snap = snapshot(held(42, BACKEND_PID, held_for=900), backends=[session])
+    (orphan,) = [
+        f
+        for f in detect_locks(snap, LockSettings(orphan_after=60), NOW, pooler())
+        if f.kind is FindingKind.LOCK_ORPHANED
+    ]
+    assert f"held by pid {BACKEND_PID} (pooled backend of pool app/scheduler;" in orphan.summary
+
+
+def session_lock(pid: int = BACKEND_PID) -> AdvisoryLock:
+    return replace(held(42, pid, held_for=60), session_level=True)
+
+
+def polls(*sessions: list[Backend]) -> tuple[dict[int, str], PoolMemory]:
+    """infer_pooled over one poll per list of sessions, each holding key 42 (or 43...)."""
+    memory = PoolMemory()
+    inferred: dict[int, str] = {}
+    for seen in sessions:
+        snap = snapshot(*(session_lock(s.pid) for s in seen), backends=seen)
+        inferred, memory = infer_pooled(snap, memory)
+    return inferred, memory
+
+
+def test_a_name_that_changes_under_a_session_lock_marks_the_backend_pooled() -> None:
+    inferred, _ = polls([pooled_backend()], [pooled_backend(application_name="web-worker")])
+    assert inferred == {
+        BACKEND_PID: "its application_name changed from 'app-1' to 'web-worker' "
+        "while it held a session lock"
+    }
+
+
+def test_a_name_that_stays_infers_nothing_and_a_new_backend_on_the_pid_starts_afresh() -> None:
+    assert polls([pooled_backend()], [pooled_backend()])[0] == {}
+    reborn = pooled_backend(application_name="web-worker", backend_start=ago(1))
+    assert polls([pooled_backend()], [reborn])[0] == {}
+
+
+def test_other_lock_holders_from_the_poolers_address_are_its_backends_too() -> None:
+    other = replace(pooled_backend(), pid=5151, application_name="cron")
+    elsewhere = replace(pooled_backend(), pid=6161, client_addr="10.9.9.9", application_name="x")
+    inferred, _ = polls(
+        [pooled_backend(), other, elsewhere],
+        [pooled_backend(application_name="web-worker"), other, elsewhere],
+    )
+    assert set(inferred) == {BACKEND_PID, 5151}
+    assert inferred[5151] == "its client address 127.0.0.1 is a pooler's"
+
+
+def test_an_inferred_pooled_session_is_reported_with_the_evidence_marked_inferred() -> None:
+    inferred, _ = polls([pooled_backend()], [pooled_backend(application_name="web-worker")])
+    snap = snapshot(session_lock(), backends=[pooled_backend(application_name="web-worker")])
+    (finding,) = [
+        f
+        for f in detect_locks(snap, named_leader("app-*"), NOW, None, inferred=inferred)
+        if f.kind is FindingKind.LOCK_POOLED_SESSION
+    ]
+    evidence = evidence_as(finding, PooledLockEvidence)
+    assert evidence.inferred == inferred[BACKEND_PID]
+    assert evidence.pool is None
+    assert "(inferred: its application_name changed" in finding.summary
+
+
+@given(
+    st.lists(st.sampled_from(["idle", "active", "idle in transaction"]), min_size=1, max_size=20)
+)
+def test_a_direct_client_that_keeps_its_name_is_never_inferred_pooled(states: list[str]) -> None:
+    sessions = [[pooled_backend(state=state)] for state in states]
+    inferred, memory = polls(*sessions)
+    assert inferred == {} and not memory.pooled

@@ -98,6 +98,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
                     "mode": "ExclusiveLock",
                     "xact_seconds": None,
                     "prepared": None,
+                    "pooled": None,
                 }
             ],
             "waiters": [],
@@ -109,6 +110,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
             "allowed_addresses": [],
             "chain": [],
             "history": None,
+            "orphan_lifetime": None,
             "related": [],
         },
     }
