@@ -52,7 +52,7 @@ def world(tmp_path: Path) -> tuple[list[TargetView], FileHistory, list[Incident]
     """Three incidents resolved into the history, one open on the board."""
     history = FileHistory(tmp_path, clock=lambda: NOW)
     book = IncidentBook(TARGET, on_resolved=history.add)
-    resolved = []
+    resolved: list[Incident] = []
     for n, pid in enumerate((501, 502, 503)):
         told(book, orphan_of(pid), 10 * n)
         resolved.extend(told(book, snapshot(), 10 * n + 1).resolved_incidents[:1])
