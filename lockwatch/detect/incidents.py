@@ -10,7 +10,7 @@ the same root poll after poll.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lockwatch.detect.incident_text import incident_title, next_step
@@ -23,7 +23,7 @@ from lockwatch.model.evidence import (
     QueueEvidence,
     QueueStallEvidence,
 )
-from lockwatch.model.findings import Family, Finding, FindingKind
+from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.incidents import IncidentRoot, RootGroup, RootKind, RootLoad
 from lockwatch.model.locks import AdvisoryLock, LockKey, LockSnapshot
 
@@ -37,6 +37,7 @@ class _Grouped:
 
 
 Holder = HolderFacts | LockHolderFacts
+FindingIdentity = tuple[str, str, Subject]
 _HOLDING = frozenset({RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED})
 
 
@@ -128,9 +129,12 @@ def _queue_root(
     root: IncidentRoot | None,
     stalls: dict[tuple[str, str | None], IncidentRoot],
     by_lock: dict[tuple[str | None, str | None], IncidentRoot],
+    previous: Mapping[FindingIdentity, IncidentRoot],
 ) -> IncidentRoot:
     """A queue finding's root: its queue's stall's, else the holder of a lock
-    its workers wait on (one a lock finding blames), else the queue itself."""
+    its workers wait on (one a lock finding blames), else the holder it was
+    told with last poll (a backlog outlasts the hold that caused it: it stays
+    that incident's until it clears), else the queue itself."""
     if root is not None and root.kind is not RootKind.QUEUE:
         return root
     stall = stalls.get((finding.target, finding.subject.queue))
@@ -141,14 +145,20 @@ def _queue_root(
         for wait in worker.waiting_on:
             if (wait.database, wait.lock) in by_lock:
                 return by_lock[wait.database, wait.lock]
+    before = previous.get(finding.identity)
+    if before is not None and before.kind is not RootKind.QUEUE:
+        return before
     return (
         root or stall or IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
     )
 
 
-def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
+def group_findings(
+    findings: Sequence[Finding], previous: Mapping[FindingIdentity, IncidentRoot] | None = None
+) -> list[_Grouped]:
     """Every finding in exactly one group, one group per root, in the order
-    of each root's first finding."""
+    of each root's first finding. ``previous``: the root each finding was told
+    with last poll, which a queue's finding keeps while nothing else claims it."""
     own = [_own_root(finding) for finding in findings]
     holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
     roots: list[IncidentRoot | None] = [
@@ -168,7 +178,7 @@ def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
         if root is not None and _pid_key(root) is not None and isinstance(f.evidence, LockEvidence)
     }
     decided = [
-        _queue_root(finding, root, stalls, by_lock)
+        _queue_root(finding, root, stalls, by_lock, previous or {})
         for finding, root in zip(findings, roots, strict=True)
     ]
     groups: dict[tuple[str, ...], list[Finding]] = {}
@@ -222,11 +232,15 @@ def waiters_in(findings: Iterable[Finding]) -> int:
 
 
 def tell_incidents(
-    findings: Sequence[Finding], snapshot: LockSnapshot | None, runbooks: str
+    findings: Sequence[Finding],
+    snapshot: LockSnapshot | None,
+    runbooks: str,
+    previous: Mapping[FindingIdentity, IncidentRoot] | None = None,
 ) -> list[RootGroup]:
     """One poll's findings as root causes, each with its title and next step:
-    what the incident book folds into incidents."""
-    grouped = group_findings(findings)
+    what the incident book folds into incidents (``previous``: its
+    ``finding_roots()``, the roots findings were told with last poll)."""
+    grouped = group_findings(findings, previous)
     loads = root_loads([group.root for group in grouped], snapshot)
     told = []
     for group in grouped:

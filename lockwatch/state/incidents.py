@@ -24,13 +24,14 @@ from lockwatch.model.evidence import (
     QueueEvidence,
 )
 from lockwatch.model.evidence.json_form import JsonObject, to_json
-from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.incidents import (
     SEVERITY_RANK,
     EventKind,
     Impact,
     Incident,
     IncidentChanges,
+    IncidentRoot,
     IncidentState,
     Resolution,
     RootGroup,
@@ -160,6 +161,15 @@ class IncidentBook:
     def recent(self) -> tuple[Incident, ...]:
         with self._lock:
             return tuple(self._recent)
+
+    def finding_roots(self) -> dict[tuple[str, str, Subject], IncidentRoot]:
+        """The root each active finding was told with at the last poll."""
+        with self._lock:
+            return {
+                finding.identity: record.incident.root
+                for record in self._open.values()
+                for finding in record.incident.findings
+            }
 
     def incident_ids(self) -> dict[tuple[str, str, object], str]:
         """The incident of each active finding, by the finding's identity."""

@@ -35,9 +35,11 @@ def incidents(lockwatch: LockwatchProcess, **params: str) -> list[dict[str, Any]
 def the_open_one(lockwatch: LockwatchProcess, pid: int) -> dict[str, Any] | None:
     """The open incident of ``pid`` once it counts every lock, alone among the open ones."""
     found = incidents(lockwatch, state="open", target="main")
-    if len(found) == 1 and found[0]["root"]["pid"] == pid:
-        if found[0]["impact"]["locks_held"] == LOCKS:
-            return found[0]
+    if len(found) == 1 and (found[0]["root"]["pid"], found[0]["impact"]["locks_held"]) == (
+        pid,
+        LOCKS,
+    ):
+        return found[0]
     return None
 
 

@@ -20,10 +20,12 @@ from lockwatch.model.evidence import (
     QueueLockChain,
     QueueStallEvidence,
     ServerConnectionFacts,
+    WorkerFacts,
 )
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incidents import DEFAULT_RUNBOOKS, IncidentRoot, RootKind
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.queues import SessionWait
 from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.fixtures.evidence import holder, lock_evidence, queue_evidence
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, key, snapshot
@@ -209,3 +211,31 @@ def test_a_finding_s_root_does_not_depend_on_the_others(
     for finding in findings:
         (alone,) = group_findings([finding])
         assert alone.root.fingerprint == together[finding.identity]
+
+
+def waiting_growth(database: str) -> Finding:
+    """A growing queue whose workers wait on webhook-delivery in ``database``."""
+    workers = (
+        WorkerFacts(
+            "webhook-workers", 6, 0.01, None, (SessionWait(database, "webhook-delivery", "42", 5),)
+        ),
+    )
+    return replace(growing(), evidence=queue_evidence(workers=workers))
+
+
+def test_a_growing_queue_whose_workers_wait_on_a_blamed_lock_joins_its_holder() -> None:
+    snap = seed_002_convoy()
+    locks = detect_locks(snap, SEED_002, NOW)
+    (told,) = group_findings([*locks, waiting_growth(DB)])
+    assert told.root.pid == 1234
+    assert len(group_findings([*locks, waiting_growth("elsewhere")])) == 2
+
+
+def test_a_backlog_outlasting_its_holder_stays_in_the_holder_s_incident() -> None:
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    (before,) = group_findings([*locks, waiting_growth(DB)])
+    previous = {f.identity: before.root for f in before.findings}
+    (after,) = group_findings([growing()], previous)
+    assert after.root == before.root
+    (fresh,) = group_findings([growing()])
+    assert fresh.root.kind is RootKind.QUEUE
