@@ -86,3 +86,6 @@ def test_the_demo_tells_its_incidents(pg: PgDatabase) -> None:
     assert any("holds webhook-delivery (42)" in line for line in opened), text
     assert any("blog-generator holds daily-post-generation (7,13)" in line for line in opened), text
     assert "INCIDENT RESOLVED" in text
+    # The backlog the hung worker left is its incident's, not a story of its own.
+    assert not any(line.startswith("INCIDENT OPENED queue") for line in opened), text
+    assert len(opened) == 2, text
