@@ -176,8 +176,9 @@ class PostgresHistory(IncidentHistory):
         retention: float = DEFAULT_RETENTION,
         max_kept: int = 1000,
         table: str = TABLE,
+        clock: Clock = utc_now,
     ) -> None:
-        super().__init__(retention, max_kept)
+        super().__init__(retention, max_kept, clock)
         self._dsn = dsn
         self._secrets = dsn_secrets(dsn)
         self._table = table

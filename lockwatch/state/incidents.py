@@ -171,15 +171,6 @@ class IncidentBook:
                 for finding in record.incident.findings
             }
 
-    def incident_ids(self) -> dict[tuple[str, str, object], str]:
-        """The incident of each active finding, by the finding's identity."""
-        with self._lock:
-            return {
-                finding.identity: record.incident.id
-                for record in self._open.values()
-                for finding in record.incident.findings
-            }
-
     # -- one poll -------------------------------------------------------------
 
     def update(
