@@ -101,6 +101,9 @@ def test_a_session_holding_4001_locks_is_one_incident_that_outlives_a_restart(
         assert by_id.status_code == 200
         assert_valid_incidents(by_id.json())
         assert requests.get(f"{lockwatch.base}/api/v1/incidents/nope", timeout=5).status_code == 404
+        refused = requests.get(f"{lockwatch.base}/api/v1/incidents?state=closed", timeout=5)
+        assert refused.status_code == 400
+        assert "state" in refused.json()["error"]
     finally:
         lockwatch.stop()
 

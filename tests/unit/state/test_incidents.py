@@ -20,6 +20,7 @@ from lockwatch.model.incidents import (
     IncidentChanges,
     IncidentState,
     Resolution,
+    RootKind,
     incident_json,
 )
 from lockwatch.model.locks import LockSnapshot
@@ -27,7 +28,7 @@ from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incident_json import load_incident
 from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook, IncidentRegistry
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
-from tests.unit.detect.test_incidents import SEED_002
+from tests.unit.detect.test_incidents import SEED_002, pooled
 from tests.unit.detect.test_locks import seed_002_convoy
 
 MINUTE = timedelta(minutes=1)
@@ -184,3 +185,16 @@ def test_an_incident_s_json_reads_back_as_itself() -> None:
     incident = resolved_incident(book, 0)
     assert load_incident(json.loads(json.dumps(incident_json(incident)))) == incident
     assert load_incident({"id": 1}) is None
+
+
+def test_the_holder_s_backend_lent_to_another_client_goes_on_the_timeline() -> None:
+    book = IncidentBook(TARGET)
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    for minute, port in enumerate((40001, 40001, 40002)):
+        findings = [*locks, pooled(locks[0], port)]
+        groups = tell_incidents(findings, seed_002_convoy(), DEFAULT_RUNBOOKS)
+        (incident,) = book.update(groups, NOW + minute * MINUTE, minute * 60.0).active
+    reused = [e for e in incident.timeline if e.event is EventKind.BACKEND_REUSED]
+    assert [e.detail for e in reused] == ["the holder's backend now serves 10.0.0.9:40002 web"]
+    assert incident.root.kind is RootKind.POOLED_BACKEND
+    assert incident.next_step.cost is not None and "pgbouncer" in incident.next_step.cost
