@@ -198,3 +198,39 @@ def test_the_holder_s_backend_lent_to_another_client_goes_on_the_timeline() -> N
     assert [e.detail for e in reused] == ["the holder's backend now serves 10.0.0.9:40002 web"]
     assert incident.root.kind is RootKind.POOLED_BACKEND
     assert incident.next_step.cost is not None and "pgbouncer" in incident.next_step.cost
+
+
+def orphan_of(pid: int) -> LockSnapshot:
+    return snapshot(
+        held(pid, pid, held_for=900), backends=[backend(pid, f"worker-{pid}", idle_for=800)]
+    )
+
+
+SCENES = (seed_002_convoy(), convoy(2), orphan_of(501), orphan_of(502), snapshot())
+
+
+@given(st.lists(st.lists(st.sampled_from(SCENES), max_size=3), min_size=1, max_size=8))
+def test_any_run_of_polls_keeps_one_incident_per_root_with_a_steady_id(
+    polls: list[list[LockSnapshot]],
+) -> None:
+    book = IncidentBook(TARGET)
+    ids: dict[str, str] = {}  # fingerprint -> id while open
+    for minute, scenes in enumerate(polls):
+        merged = snapshot(
+            *(lock for scene in scenes for lock in scene.locks),
+            backends=[b for scene in scenes for b in scene.backends.values()],
+        )
+        findings = detect_locks(merged, SEED_002, NOW)
+        groups = tell_incidents(findings, merged, DEFAULT_RUNBOOKS, book.finding_roots())
+        changes = book.update(groups, NOW + minute * MINUTE, minute * 60.0)
+        now_open = {i.fingerprint: i.id for i in changes.active}
+        assert set(now_open) == {g.root.fingerprint for g in groups}
+        assert sum(len(i.findings) for i in changes.active) == len(findings)
+        for fingerprint, ident in now_open.items():
+            assert ids.get(fingerprint, ident) == ident  # steady while open
+        assert {i.fingerprint for i in changes.resolved} == set(ids) - set(now_open)
+        assert {i.fingerprint for i in changes.opened} == set(now_open) - set(ids)
+        ids = now_open
+        restored = IncidentBook(TARGET)
+        restored.load(json.loads(json.dumps(book.dump())))
+        assert restored.open == book.open
