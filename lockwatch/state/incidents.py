@@ -11,6 +11,7 @@ later incident of the same root gets a new one.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
@@ -65,6 +66,10 @@ def incident_id(fingerprint: str, opened_at: datetime) -> str:
     return f"{fingerprint[:12]}-{int(opened_at.timestamp() * 1000)}"
 
 
+def _at(event: TimelineEvent) -> datetime:
+    return event.at
+
+
 def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
     if len(events) <= TIMELINE_LIMIT:
         return events
@@ -94,9 +99,11 @@ class _Record:
         kind: FindingKind | None = None,
         value: float | None = None,
     ) -> None:
-        moment = TimelineEvent(at, event, detail, kind, value)
-        timeline = _bounded([*self.incident.timeline, moment])
-        self.incident = replace(self.incident, timeline=tuple(timeline))
+        # In time order: an event dated back (when the holder went idle) goes
+        # before what was noted since; equal times keep the order they came in.
+        timeline = list(self.incident.timeline)
+        bisect.insort_right(timeline, TimelineEvent(at, event, detail, kind, value), key=_at)
+        self.incident = replace(self.incident, timeline=tuple(_bounded(timeline)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,6 +228,9 @@ def test_any_run_of_polls_keeps_one_incident_per_root_with_a_steady_id(
         assert sum(len(i.findings) for i in changes.active) == len(findings)
         for fingerprint, ident in now_open.items():
             assert ids.get(fingerprint, ident) == ident  # steady while open
+        for incident in changes.active:
+            moments = [event.at for event in incident.timeline]
+            assert moments == sorted(moments)
         assert {i.fingerprint for i in changes.resolved} == set(ids) - set(now_open)
         assert {i.fingerprint for i in changes.opened} == set(now_open) - set(ids)
         ids = now_open
