@@ -24,6 +24,7 @@ from lockwatch.model.incidents import (
     incident_json,
 )
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.settings.locks import LockSettings
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incident_json import load_incident
 from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook, IncidentRegistry
@@ -237,3 +238,20 @@ def test_any_run_of_polls_keeps_one_incident_per_root_with_a_steady_id(
         restored = IncidentBook(TARGET)
         restored.load(json.loads(json.dumps(book.dump())))
         assert restored.open == book.open
+
+
+def test_locks_moving_past_the_per_kind_cap_and_back_never_resolve_their_holder() -> None:
+    book = IncidentBook(TARGET)
+    psql = backend(7023, "psql", idle_for=800)
+    oldest_first = snapshot(*(held(k, 7023, held_for=900 - k) for k in range(150)), backends=[psql])
+    newest_first = snapshot(*(held(k, 7023, held_for=750 + k) for k in range(150)), backends=[psql])
+    seen = []
+    for minute, snap in enumerate((oldest_first, newest_first, oldest_first)):
+        findings = detect_locks(snap, LockSettings(max_hold=60.0), NOW)
+        groups = tell_incidents(findings, snap, DEFAULT_RUNBOOKS, book.finding_roots())
+        changes = book.update(groups, NOW + minute * MINUTE, minute * 60.0)
+        assert changes.resolved == ()
+        (incident,) = changes.active
+        seen.append((incident.id, {f.subject.lock for f in incident.findings}))
+    assert len({ident for ident, _ in seen}) == 1
+    assert seen[0][1] != seen[1][1]  # the keys told one by one did change
