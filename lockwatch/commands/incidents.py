@@ -85,7 +85,7 @@ def story(incident: Incident) -> str:
             else ""
         ),
         f"impact: {format_duration(impact.waiter_seconds)} of waiting, at most "
-        f"{impact.max_waiters} waiting, {impact.locks_held} locks held"
+        f"{impact.max_waiters} waiting, at most {impact.locks_held} locks held"
         + (
             f", backlog grew by {impact.queue_growth} to {impact.max_backlog}"
             if impact.queue_growth is not None

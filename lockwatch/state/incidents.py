@@ -44,6 +44,7 @@ from lockwatch.model.incidents import (
 from lockwatch.model.locks import IDLE_STATES
 from lockwatch.state.incident_json import load_incident
 from lockwatch.state.ledger import dump_finding, load_finding
+from lockwatch.text import one_line
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
 TIMELINE_LIMIT = 50  # ...and in all, the latest ones after those
@@ -282,9 +283,9 @@ class IncidentBook:
         for kind in joined:
             since = min(f.since for f in findings if f.kind is kind)
             if kind in (FindingKind.LOCK_HELD_TOO_LONG, FindingKind.JOB_TOO_LONG):
-                record.note(
-                    max(since, incident.opened_at), EventKind.BUDGET_PASSED, kind.value, kind=kind
-                )
+                summary = next(f.summary for f in findings if f.kind is kind)
+                at = max(since, incident.opened_at)
+                record.note(at, EventKind.BUDGET_PASSED, one_line(summary, 300), kind=kind)
             elif kind is FindingKind.QUEUE_STALLED:
                 record.note(now, EventKind.QUEUE_STALLED, "the queue stopped completing", kind=kind)
             elif incident.kinds:
@@ -335,8 +336,10 @@ class IncidentBook:
                 backlog = max(backlog or 0, evidence.depth)
             if isinstance(evidence, MissedRunEvidence) and len(record.missed_slots) < SLOTS_KEPT:
                 record.missed_slots.update(slot.isoformat() for slot in evidence.missed_slots)
+        # The waiters a poll saw are taken to wait until the next one.
+        waited = record.incident.waiters * max(0.0, interval)
         return Impact(
-            waiter_seconds=round(impact.waiter_seconds + waiters * max(0.0, interval), 3),
+            waiter_seconds=round(impact.waiter_seconds + waited, 3),
             max_waiters=max(impact.max_waiters, waiters),
             locks_held=max(impact.locks_held, held),
             queue_growth=growth,
@@ -356,12 +359,17 @@ class IncidentBook:
         else:
             how, detail = Resolution.CLEARED, "every finding of it stopped being true"
         record.note(poll.now, EventKind.RESOLVED, detail)
+        impact = record.incident.impact
+        if record.last_monotonic is not None:
+            waited = record.incident.waiters * max(0.0, poll.monotonic - record.last_monotonic)
+            impact = replace(impact, waiter_seconds=round(impact.waiter_seconds + waited, 3))
         incident = replace(
             record.incident,
             state=IncidentState.RESOLVED,
             updated_at=poll.now,
             resolved_at=poll.now,
             resolution=how,
+            impact=impact,
             findings=record.worst[:FINDINGS_KEPT],
             finding_count=len(record.worst),
             waiters=0,

@@ -71,14 +71,16 @@ def test_the_same_root_keeps_its_id_poll_after_poll_and_a_later_one_gets_another
 def test_waiter_seconds_add_up_over_lockwatch_s_own_intervals() -> None:
     book = IncidentBook(TARGET)
     poll(book, convoy(5), 0)
-    poll(book, convoy(5), 1)  # 5 waiting for 60 s
-    (incident,) = poll(book, convoy(2), 3).active  # 2 waiting for 120 s
-    assert incident.impact.waiter_seconds == 5 * 60 + 2 * 120
+    poll(book, convoy(5), 1)  # the 5 seen at 0 waited until 1
+    (incident,) = poll(book, convoy(2), 3).active  # the 5 seen at 1 waited until 3
+    assert incident.impact.waiter_seconds == 5 * 60 + 5 * 120
     assert incident.impact.max_waiters == 5
     assert incident.waiters == 2
     assert incident.impact.locks_held == 1
     counts = [e.value for e in incident.timeline if e.event is EventKind.WAITERS]
     assert counts == [5.0, 2.0]
+    (resolved,) = poll(book, snapshot(), 4).resolved  # the 2 seen at 3 waited until 4
+    assert resolved.impact.waiter_seconds == 5 * 60 + 5 * 120 + 2 * 60
 
 
 def test_a_new_kind_joining_worsens_the_incident_and_goes_on_its_timeline() -> None:
