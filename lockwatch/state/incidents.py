@@ -170,6 +170,14 @@ class IncidentBook:
         with self._lock:
             return tuple(self._recent)
 
+    def recall(self, resolved: Sequence[Incident]) -> None:
+        """Take the recently resolved incidents back from the history after a
+        restart (newest first; another target's are left out)."""
+        mine = [i for i in resolved if i.target == self.target and not i.open]
+        mine.sort(key=lambda i: (i.resolved_at or i.updated_at, i.id), reverse=True)
+        with self._lock:
+            self._recent = mine[:RECENT_RESOLVED]
+
     def finding_roots(self) -> dict[tuple[str, str, Subject], IncidentRoot]:
         """The root each active finding was told with at the last poll."""
         with self._lock:

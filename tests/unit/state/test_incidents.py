@@ -168,6 +168,9 @@ def test_resolved_incidents_go_to_the_history_which_outlives_a_restart(tmp_path:
 
     reread = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
     assert [i.id for i in reread.resolved()] == [third.id, second.id]
+    restarted = IncidentBook(TARGET)
+    restarted.recall([*reread.resolved(), replace(third, id="x", target="other")])
+    assert restarted.recent == (third, second)
     assert reread.get(third.id) == third
     assert reread.resolved(since=third.resolved_at) == [third]
 
