@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lockwatch.config.load import load_settings
+from lockwatch.detect.incident_text import sql_literal
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.incidents import DEFAULT_RUNBOOKS, EventKind, Incident
@@ -89,3 +90,18 @@ def test_the_config_chooses_the_store(tmp_path: Path, pg: PgDatabase) -> None:
     history.close()
     config.write_text(config.read_text().replace("history: pings", "history: state_dir"))
     assert isinstance(open_history(load_settings(config)), FileHistory)
+
+
+HOSTILE = ["it's", "a\\b", "\\'; DROP TABLE x; --", "line\nbreak", "$$dollar$$", "é 😀", "''"]
+
+
+def test_the_next_step_s_literals_read_back_as_the_client_s_values(pg: PgDatabase) -> None:
+    """What lockwatch prints to paste into psql quotes any value safely."""
+    conn = pg.connect()
+    for value in HOSTILE:
+        (back,) = conn.execute(f"SELECT {sql_literal(value)}").fetchone() or ("",)
+        assert back == value
+    conn.execute("SET standard_conforming_strings = off")
+    for value in HOSTILE:
+        (back,) = conn.execute(f"SELECT {sql_literal(value)}").fetchone() or ("",)
+        assert back == value

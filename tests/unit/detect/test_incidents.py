@@ -239,3 +239,13 @@ def test_a_backlog_outlasting_its_holder_stays_in_the_holder_s_incident() -> Non
     assert after.root == before.root
     (fresh,) = group_findings([growing()])
     assert fresh.root.kind is RootKind.QUEUE
+
+
+@given(snapshots_with_settings())
+def test_titles_and_next_steps_stay_one_line_whatever_the_clients_send(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    snap, settings_ = case
+    for told in tell_incidents(detect_locks(snap, settings_, NOW), snap, DEFAULT_RUNBOOKS):
+        for text in (told.title, told.next_step.action, told.next_step.sql or ""):
+            assert text.isprintable(), text
