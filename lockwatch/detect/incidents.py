@@ -80,16 +80,25 @@ def _own_root(finding: Finding) -> IncidentRoot | None:
     return None  # a queue's: decided once the holders of this poll are known
 
 
-def _stall_root(finding: Finding, holders: dict[int, IncidentRoot]) -> IncidentRoot:
+def _stall_root(
+    finding: Finding,
+    holders: dict[int, IncidentRoot],
+    by_lock: dict[tuple[str | None, str | None], IncidentRoot],
+) -> IncidentRoot:
     """A stalled queue's root: the holder its workers wait on (one already at
-    the root of another finding first), or the queue itself."""
+    the root of another finding first, then the root a finding about that lock
+    blames, such as a prepared transaction), or the queue itself."""
     evidence = finding.evidence
-    named = evidence.named_holders if isinstance(evidence, QueueStallEvidence) else ()
+    chain = evidence.lock if isinstance(evidence, QueueStallEvidence) else None
+    named = () if chain is None else chain.holders
     for holder in named:
         if holder.pid in holders:
             return holders[holder.pid]
-    if named:
-        return holder_root(finding.target, named[0])
+    if chain is not None and (chain.database, chain.lock) in by_lock:
+        return by_lock[chain.database, chain.lock]
+    sessions = [holder for holder in named if holder.pid != 0]  # pid 0: a prepared transaction
+    if sessions:
+        return holder_root(finding.target, sessions[0])
     return IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
 
 
@@ -161,8 +170,13 @@ def group_findings(
     with last poll, which a queue's finding keeps while nothing else claims it."""
     own = [_own_root(finding) for finding in findings]
     holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
+    by_lock = {
+        (f.subject.database, f.subject.lock): root
+        for f, root in zip(findings, own, strict=True)
+        if root is not None and root.kind in _HOLDING and isinstance(f.evidence, LockEvidence)
+    }
     roots: list[IncidentRoot | None] = [
-        _stall_root(finding, holders)
+        _stall_root(finding, holders, by_lock)
         if root is None and finding.kind is FindingKind.QUEUE_STALLED
         else root
         for finding, root in zip(findings, own, strict=True)
@@ -171,11 +185,6 @@ def group_findings(
         (finding.target, finding.subject.queue): root
         for finding, root in zip(findings, roots, strict=True)
         if finding.kind is FindingKind.QUEUE_STALLED and root is not None
-    }
-    by_lock = {
-        (f.subject.database, f.subject.lock): root
-        for f, root in zip(findings, own, strict=True)
-        if root is not None and _pid_key(root) is not None and isinstance(f.evidence, LockEvidence)
     }
     decided = [
         _queue_root(finding, root, stalls, by_lock, previous or {})

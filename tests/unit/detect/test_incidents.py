@@ -249,3 +249,25 @@ def test_titles_and_next_steps_stay_one_line_whatever_the_clients_send(
     for told in tell_incidents(detect_locks(snap, settings_, NOW), snap, DEFAULT_RUNBOOKS):
         for text in (told.title, told.next_step.action, told.next_step.sql or ""):
             assert text.isprintable(), text
+
+
+def test_a_queue_stalled_behind_a_prepared_transaction_joins_its_incident() -> None:
+    prepared = PreparedFacts("tx-1", "app", DB, NOW, 1234)
+    orphan = Finding(
+        FindingKind.LOCK_ORPHANED,
+        TARGET,
+        Subject(DB, "42"),
+        Severity.CRITICAL,
+        NOW,
+        "",
+        lock_evidence(holder_pid=0, holders=(holder(0, prepared=prepared),)),
+    )
+    stall = stall_on(0, snapshot())
+    assert isinstance(stall.evidence, QueueStallEvidence) and stall.evidence.lock is not None
+    chain = replace(stall.evidence.lock, lock="42")
+    stall = replace(stall, evidence=replace(stall.evidence, lock=chain))
+
+    (told,) = group_findings([orphan, stall, growing()])
+    assert told.root.kind is RootKind.PREPARED
+    (alone,) = group_findings([stall])
+    assert alone.root.kind is RootKind.QUEUE  # pid 0 is no session to end
