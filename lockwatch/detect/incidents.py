@@ -102,6 +102,17 @@ def _stall_root(
     return IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
 
 
+def _kept_session(root: IncidentRoot, before: IncidentRoot | None) -> IncidentRoot:
+    """The session a finding was told with last poll, when this poll names the
+    same pid without knowing its backend_start (or last poll did not know it):
+    a session seen once without it must not become another incident."""
+    if before is None or _pid_key(root) is None or _pid_key(before) != root.pid:
+        return root
+    if root.backend_start is None or before.backend_start is None:
+        return replace(root, backend_start=before.backend_start)
+    return root
+
+
 def _pid_key(root: IncidentRoot) -> int | None:
     is_session = root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND)
     return root.pid if is_session else None
@@ -186,8 +197,11 @@ def group_findings(
         for finding, root in zip(findings, roots, strict=True)
         if finding.kind is FindingKind.QUEUE_STALLED and root is not None
     }
+    before = previous or {}
     decided = [
-        _queue_root(finding, root, stalls, by_lock, previous or {})
+        _kept_session(
+            _queue_root(finding, root, stalls, by_lock, before), before.get(finding.identity)
+        )
         for finding, root in zip(findings, roots, strict=True)
     ]
     groups: dict[tuple[str, ...], list[Finding]] = {}

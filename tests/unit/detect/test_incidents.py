@@ -13,6 +13,7 @@ from lockwatch.detect.incidents import group_findings, tell_incidents
 from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT, detect_locks
 from lockwatch.model.evidence import (
     LinkedClientFacts,
+    LockEvidence,
     LockHolderFacts,
     PooledLockEvidence,
     PoolFacts,
@@ -271,3 +272,24 @@ def test_a_queue_stalled_behind_a_prepared_transaction_joins_its_incident() -> N
     assert told.root.kind is RootKind.PREPARED
     (alone,) = group_findings([stall])
     assert alone.root.kind is RootKind.QUEUE  # pid 0 is no session to end
+
+
+def test_a_holder_seen_once_without_its_backend_start_stays_the_same_incident() -> None:
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    (seen,) = group_findings(locks)
+    unseen = [
+        replace(
+            f,
+            evidence=replace(
+                f.evidence,
+                holders=tuple(replace(h, backend_start=None) for h in f.evidence.holders),
+            ),
+        )
+        for f in locks
+        if isinstance(f.evidence, LockEvidence)
+    ]
+    previous = {f.identity: seen.root for f in seen.findings}
+    (kept,) = group_findings(unseen, previous)
+    assert kept.root.fingerprint == seen.root.fingerprint
+    (fresh,) = group_findings(unseen)
+    assert fresh.root.fingerprint != seen.root.fingerprint
