@@ -164,12 +164,17 @@ def page_document(incidents: Iterable[Incident], query: IncidentQuery) -> dict[s
 def incident_document(
     board_or_views: Board | Iterable[TargetView], history: IncidentHistory | None, ident: str
 ) -> dict[str, Any] | None:
-    """``{"incident": ...}`` for one id; None when no incident has it."""
-    for incident in all_incidents(board_or_views, history):
-        if incident.id == ident:
-            document: dict[str, Any] = json_safe({"incident": incident_json(incident)})
-            return document
-    return None
+    """``{"incident": ...}`` for one id, the board's copy first; None when no
+    incident has it."""
+    views = _views(board_or_views)
+    on_board = (i for view in views for i in (*view.incidents, *view.resolved_incidents))
+    found = next((i for i in on_board if i.id == ident), None)
+    if found is None and history is not None:
+        found = history.get(ident)
+    if found is None:
+        return None
+    document: dict[str, Any] = json_safe({"incident": incident_json(found)})
+    return document
 
 
 def incident_ids(
