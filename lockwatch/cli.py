@@ -1,4 +1,4 @@
-"""Command line: ``lockwatch run|check-config|snapshot|demo|export``."""
+"""Command line: ``lockwatch run|check-config|snapshot|demo|export|incidents``."""
 
 from __future__ import annotations
 
@@ -13,56 +13,17 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
+from lockwatch.commands.incidents import incidents
+from lockwatch.commands.params import DURATION, LISTEN
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
-from lockwatch.settings.fields import parse_duration
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings
 from lockwatch.settings.web import WebConfig, WebConfigError
 
 EXIT_BAD_CONFIG = 2
 
 
-class Duration(click.ParamType):  # type: ignore[type-arg]
-    """A duration flag: ``500ms``, ``5s``, ``2m``, ``1h``, in seconds."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(value)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = Duration()
-
-
-class ListenAddress(click.ParamType):  # type: ignore[type-arg]
-    """``HOST:PORT``, IPv6 hosts in brackets; ``:PORT`` is every interface, ``[::]:PORT``.
-
-    >>> LISTEN.convert(":10057", None, None), LISTEN.convert("127.0.0.1:0", None, None)
-    ('[::]:10057', '127.0.0.1:0')
-    """
-
-    name = "host:port"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        text = str(value)
-        if text.startswith(":"):
-            text = f"[::]{text}"
-        try:
-            parse_listen(text)
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        return text
-
-
-LISTEN = ListenAddress()
 LISTEN_HELP = (
     "HOST:PORT to serve /metrics, the API and the status page on; repeatable. "
     "IPv6 hosts go in brackets; :PORT means every interface, IPv4 and IPv6."
@@ -495,3 +456,6 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
         sys.exit(EXIT_ERROR)
     click.echo(diagnosis.render())
     sys.exit(diagnosis.exit_code)
+
+
+main.add_command(incidents)

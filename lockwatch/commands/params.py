@@ -1,0 +1,52 @@
+"""The click parameter types of lockwatch's command-line flags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from lockwatch.settings.fields import parse_duration
+from lockwatch.settings.targets import parse_listen
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """A duration flag: ``500ms``, ``5s``, ``2m``, ``1h``, in seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = Duration()
+
+
+class ListenAddress(click.ParamType):  # type: ignore[type-arg]
+    """``HOST:PORT``, IPv6 hosts in brackets; ``:PORT`` is every interface, ``[::]:PORT``.
+
+    >>> LISTEN.convert(":10057", None, None), LISTEN.convert("127.0.0.1:0", None, None)
+    ('[::]:10057', '127.0.0.1:0')
+    """
+
+    name = "host:port"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if text.startswith(":"):
+            text = f"[::]{text}"
+        try:
+            parse_listen(text)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        return text
+
+
+LISTEN = ListenAddress()
