@@ -136,11 +136,19 @@ class Poll:
     """What one of lockwatch's polls saw, by lockwatch's own clock."""
 
     at: datetime
-    first_seen: datetime | None  # of the script's lock, if it was seen held
-    session_level: bool  # it was seen held with no transaction open: the client moved on
+    # The sessions seen holding the script's key: pid -> (first_seen, seen held
+    # with no transaction open, i.e. the client moved on). Kept whole, for the
+    # poll may come before the test learns which pid the script's lock is on.
+    held: dict[int, tuple[datetime | None, bool]]
     orphans: tuple[Finding, ...]  # the lock_orphaned findings active after it
     fired: bool  # a lock_orphaned fired in this poll
     resolved: bool
+
+    def first_seen(self, pid: int) -> datetime | None:
+        return self.held[pid][0] if pid in self.held else None
+
+    def session_level(self, pid: int) -> bool:
+        return pid in self.held and self.held[pid][1]
 
 
 class Recorder:
@@ -148,21 +156,19 @@ class Recorder:
 
     def __init__(self) -> None:
         self.polls: list[Poll] = []
-        self.holder: int | None = None  # the pid holding the script's lock
 
     def observe(self, view: TargetView) -> None:
         """Called by the board with each view, before the runner's listeners."""
         assert view.status is not None and view.status.snapshot is not None, view.status
-        held = [
-            lock
+        held = {
+            lock.pid: (lock.first_seen, bool(lock.session_level))
             for lock in view.status.snapshot.locks
-            if lock.pid == self.holder and lock.granted and lock.key == KEY
-        ]
+            if lock.granted and lock.key == KEY
+        }
         self.polls.append(
             Poll(
                 view.status.checked_at,
-                held[0].first_seen if held else None,
-                bool(held and held[0].session_level),
+                held,
                 tuple(f for f in view.findings if f.kind is FindingKind.LOCK_ORPHANED),
                 False,
                 False,
@@ -173,8 +179,7 @@ class Recorder:
         last = self.polls[-1]
         self.polls[-1] = Poll(
             last.at,
-            last.first_seen,
-            last.session_level,
+            last.held,
             last.orphans,
             any(f.kind is FindingKind.LOCK_ORPHANED for f in transitions.fired),
             any(f.kind is FindingKind.LOCK_ORPHANED for f in transitions.resolved),
@@ -191,7 +196,6 @@ def one_hold(
     lockwatch's clock, the script unlocks and lockwatch tells it resolved:
     (locked, when, unlocked, the polls since)."""
     locked = node_pool.tell("lock")
-    record.holder = locked["pid"]
     taken = datetime.fromisoformat(locked["at"])
     wait_until(
         lambda: any(p.at - taken >= timedelta(seconds=WATCH) for p in record.since(taken)),
@@ -245,9 +249,10 @@ def test_an_orphan_on_a_busy_node_pool_fires_once_per_hold_and_resolves_once(
         # Seen at lockwatch's first poll after the client took it; the hold is
         # dated at the latest from the first poll that saw the client moved on
         # (until then it may be a transaction's lock, taken anew in each) ...
-        assert next(p for p in polls if p.at >= taken).first_seen is not None
-        moved_on = next(p for p in polls if p.session_level)
-        start = polls[fired[0]].first_seen
+        pid = locked["pid"]
+        assert next(p for p in polls if p.at >= taken).first_seen(pid) is not None
+        moved_on = next(p for p in polls if p.session_level(pid))
+        start = polls[fired[0]].first_seen(pid)
         assert start is not None and taken <= start + SLACK and start <= moved_on.at
         # ... and it fired at the first poll past orphan_after from then, so
         # within orphan_after + one interval, never before orphan_after.
