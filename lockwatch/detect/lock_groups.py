@@ -6,6 +6,7 @@ Pure, like every detector: the clock comes in as ``now``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -73,14 +74,19 @@ class KeyGroup:
 
 @dataclass(frozen=True, slots=True)
 class Draft:
-    """A finding before it knows its target and its related findings."""
+    """A finding before it knows its target and its related findings.
+
+    Its summary and evidence are written only for the drafts that survive the
+    per-kind cap: 50,000 locks past their budget are 50,000 drafts, and all
+    but a hundred are only counted (most of a poll's cost was evidence that
+    was thrown away)."""
 
     kind: FindingKind
     group: KeyGroup
     severity: Severity
     since: datetime
-    summary: str
-    evidence: LockEvidence
+    summary: Callable[[], str]
+    evidence: Callable[[], LockEvidence]
 
 
 def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:
@@ -262,14 +268,24 @@ def key_groups(
     settings: LockSettings,
     now: datetime,
     pooled: frozenset[int] = frozenset(),
-) -> list[KeyGroup]:
+) -> Iterator[KeyGroup]:
+    """The groups of every key worth checking, in the snapshot's order, made
+    one at a time as they are asked for: at 50,000 keys past their budget,
+    holding every group at once was most of a poll's memory and its garbage
+    collection most of its time."""
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled):
         rows.setdefault((lock.database, lock.key), []).append(lock)
-    groups = []
-    for (database, key), locks in sorted(rows.items()):
-        if settings.ignored(database, key):
-            continue
+    # Only a configured key can be named or ignored: at 50,000 keys, asking the
+    # settings about each one was a tenth of a poll.
+    configured = {named.key for named in settings.named} | set(settings.ignore)
+    idle_by_pid: dict[int, float | None] = {}  # one session holds many keys
+    for (database, key), locks in rows.items():
+        named = None
+        if key in configured:
+            if settings.ignored(database, key):
+                continue
+            named = settings.named_lock(database, key)
         holders = []
         waiters = []
         for lock in locks:
@@ -280,20 +296,15 @@ def key_groups(
                 if lock.prepared is not None:
                     idle = held  # a prepared transaction runs no SQL, ever
                 elif backend is not None and backend.state in IDLE_STATES:
-                    idle = seconds_between(now, backend.state_change)
+                    if lock.pid not in idle_by_pid:
+                        idle_by_pid[lock.pid] = seconds_between(now, backend.state_change)
+                    idle = idle_by_pid[lock.pid]
                 holders.append(Holder(lock, backend, held, idle))
             else:
                 started = lock.wait_start or lock.first_seen
                 waiters.append(Waiter(lock, backend, seconds_between(now, started)))
-        holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
-        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
-        groups.append(
-            KeyGroup(
-                database,
-                key,
-                settings.named_lock(database, key),
-                tuple(holders),
-                tuple(waiters),
-            )
-        )
-    return groups
+        if len(holders) > 1:
+            holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
+        if len(waiters) > 1:
+            waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+        yield KeyGroup(database, key, named, tuple(holders), tuple(waiters))

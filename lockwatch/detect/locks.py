@@ -7,7 +7,7 @@ findings in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import seconds_between
@@ -25,11 +25,11 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.pooler import pooled_session
-from lockwatch.model.evidence import OverflowEvidence
+from lockwatch.model.evidence import LockEvidence, OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
-from lockwatch.settings.locks import LockRole, LockSettings
+from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, one_line
 
 # Findings of one kind reported one by one per target; the rest become one.
@@ -50,19 +50,22 @@ def _held_too_long(
     if budget is None or holder is None or holder.held <= budget:
         return None
     assert holder.lock.first_seen is not None  # a positive hold has a start
-    others = sum(1 for h in group.holders if h.held > budget) - 1
-    summary = (
-        f"lock {group.label()} in {one_line(group.database)} held "
-        f"{format_duration(holder.held)} by {who(holder)}{and_more(others)}, {doing(holder)}; "
-        f"budget {format_duration(budget)}{waiting_text(group)}"
-    )
+
+    def summary() -> str:
+        others = sum(1 for h in group.holders if h.held > budget) - 1
+        return (
+            f"lock {group.label()} in {one_line(group.database)} held "
+            f"{format_duration(holder.held)} by {who(holder)}{and_more(others)}, "
+            f"{doing(holder)}; budget {format_duration(budget)}{waiting_text(group)}"
+        )
+
     return Draft(
         FindingKind.LOCK_HELD_TOO_LONG,
         group,
         Severity.CRITICAL if group.waiters else Severity.WARNING,
         holder.lock.first_seen + timedelta(seconds=budget),
         summary,
-        lock_evidence(group, settings, snapshot, now, holder),
+        lambda: lock_evidence(group, settings, snapshot, now, holder),
     )
 
 
@@ -79,15 +82,19 @@ def _convoy(
     holder = max(
         group.holders, key=lambda h: (h.waits, h.idle or 0.0, h.held, -h.lock.pid), default=None
     )
-    if holder is None:
-        holder_text = "no holder seen"
-    else:
-        others = len(group.holders) - 1
-        holder_text = f"holder {who(holder, addr=False)}{and_more(others)} {doing(holder)}"
-    summary = (
-        f"{len(group.waiters)} sessions wait on lock {group.label()} in "
-        f"{one_line(group.database)}, longest {format_duration(longest.waited)}; {holder_text}"
-    )
+
+    def summary() -> str:
+        if holder is None:
+            holder_text = "no holder seen"
+        else:
+            others = len(group.holders) - 1
+            holder_text = f"holder {who(holder, addr=False)}{and_more(others)} {doing(holder)}"
+        return (
+            f"{len(group.waiters)} sessions wait on lock {group.label()} in "
+            f"{one_line(group.database)}, longest {format_duration(longest.waited)}; "
+            f"{holder_text}"
+        )
+
     starts = [w.started for w in group.waiters if w.started is not None]
     return Draft(
         FindingKind.LOCK_CONVOY,
@@ -95,7 +102,7 @@ def _convoy(
         Severity.CRITICAL,
         min(starts, default=now),
         summary,
-        lock_evidence(group, settings, snapshot, now, holder),
+        lambda: lock_evidence(group, settings, snapshot, now, holder),
     )
 
 
@@ -141,32 +148,41 @@ def _orphaned(
     if not orphans:
         return None
     holder, since = min(orphans, key=lambda pair: (pair[1], -pair[0].lock.pid))
-    head = (
-        f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(len(orphans) - 1)}"
-    )
-    backend = holder.backend
-    if holder.lock.prepared is not None:
-        # It survives restarts of the server: the worst orphan of all.
-        severity = Severity.CRITICAL
-        state = f"{doing(holder)}; it survives restarts until COMMIT PREPARED or ROLLBACK PREPARED"
-    else:
-        assert backend is not None  # an orphan without a prepared transaction has a session
-        severity = Severity.CRITICAL if group.waiters else Severity.WARNING
-        if holder.idle is not None and holder.idle > orphan_after:
-            state = f'{one_line(backend.state)} {format_duration(holder.idle)} since "{one_line(backend.query)}"'
-        else:
+    # A prepared transaction survives restarts of the server: the worst orphan of all.
+    prepared = holder.lock.prepared is not None
+    severity = Severity.CRITICAL if prepared or group.waiters else Severity.WARNING
+
+    def summary() -> str:
+        head = (
+            f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
+            f"{and_more(len(orphans) - 1)}"
+        )
+        backend = holder.backend
+        if prepared:
             state = (
-                f"held {format_duration(holder.held)} while its session runs other statements "
-                f'(now {doing(holder)}, last "{one_line(backend.query)}")'
+                f"{doing(holder)}; it survives restarts until COMMIT PREPARED or ROLLBACK PREPARED"
             )
+        else:
+            assert backend is not None  # an orphan without a prepared transaction has a session
+            if holder.idle is not None and holder.idle > orphan_after:
+                state = (
+                    f"{one_line(backend.state)} {format_duration(holder.idle)} "
+                    f'since "{one_line(backend.query)}"'
+                )
+            else:
+                state = (
+                    f"held {format_duration(holder.held)} while its session runs other "
+                    f'statements (now {doing(holder)}, last "{one_line(backend.query)}")'
+                )
+        return f"{head}, {state}{waiting_text(group)}"
+
     return Draft(
         FindingKind.LOCK_ORPHANED,
         group,
         severity,
         since,
-        f"{head}, {state}{waiting_text(group)}",
-        lock_evidence(group, settings, snapshot, now, holder),
+        summary,
+        lambda: lock_evidence(group, settings, snapshot, now, holder),
     )
 
 
@@ -186,15 +202,21 @@ def _unexpected_holder(
     if not strangers:
         return None
     holder = min(strangers, key=lambda h: (h.lock.first_seen or now, h.lock.pid))
-    evidence = lock_evidence(group, settings, snapshot, now, holder)
-    allowed = ", ".join(
-        [one_line(a) for a in evidence.allowed_applications]
-        + [one_line(a) for a in evidence.allowed_addresses]
-    )
-    summary = (
-        f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(len(strangers) - 1)}, not an allowed holder (allowed: {allowed})"
-    )
+
+    def evidence() -> LockEvidence:
+        return lock_evidence(group, settings, snapshot, now, holder)
+
+    def summary() -> str:
+        facts = evidence()
+        allowed = ", ".join(
+            [one_line(a) for a in facts.allowed_applications]
+            + [one_line(a) for a in facts.allowed_addresses]
+        )
+        return (
+            f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
+            f"{and_more(len(strangers) - 1)}, not an allowed holder (allowed: {allowed})"
+        )
+
     return Draft(
         FindingKind.LOCK_UNEXPECTED_HOLDER,
         group,
@@ -209,34 +231,41 @@ def _leaders_missing(
     snapshot: LockSnapshot, settings: LockSettings, now: datetime
 ) -> Iterable[Draft]:
     for named in settings.named:
-        if named.role is not LockRole.LEADER or named.ignore:
-            continue
-        rows = [
-            lock
-            for lock in snapshot.locks
-            if lock.key == named.key and (named.database is None or lock.database == named.database)
-        ]
-        if any(lock.granted for lock in rows):
-            continue
-        waiters = [
-            Waiter(
-                lock,
-                snapshot.backends.get(lock.pid),
-                seconds_between(now, lock.wait_start or lock.first_seen),
-            )
-            for lock in rows
-        ]
-        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
-        group = KeyGroup(named.database, named.key, named, (), tuple(waiters))
-        where = f"in {one_line(named.database)}" if named.database else "in any database"
-        yield Draft(
-            FindingKind.LEADER_LOCK_MISSING,
-            group,
-            Severity.CRITICAL,
-            now,
-            f"leader lock {group.label()} is held by nobody {where}{waiting_text(group)}",
-            lock_evidence(group, settings, snapshot, now, None),
+        if named.role is LockRole.LEADER and not named.ignore:
+            draft = _leader_missing(named, snapshot, settings, now)
+            if draft is not None:
+                yield draft
+
+
+def _leader_missing(
+    named: NamedLock, snapshot: LockSnapshot, settings: LockSettings, now: datetime
+) -> Draft | None:
+    rows = [
+        lock
+        for lock in snapshot.locks
+        if lock.key == named.key and (named.database is None or lock.database == named.database)
+    ]
+    if any(lock.granted for lock in rows):
+        return None
+    waiters = [
+        Waiter(
+            lock,
+            snapshot.backends.get(lock.pid),
+            seconds_between(now, lock.wait_start or lock.first_seen),
         )
+        for lock in rows
+    ]
+    waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+    group = KeyGroup(named.database, named.key, named, (), tuple(waiters))
+    where = f"in {one_line(named.database)}" if named.database else "in any database"
+    return Draft(
+        FindingKind.LEADER_LOCK_MISSING,
+        group,
+        Severity.CRITICAL,
+        now,
+        lambda: f"leader lock {group.label()} is held by nobody {where}{waiting_text(group)}",
+        lambda: lock_evidence(group, settings, snapshot, now, None),
+    )
 
 
 _CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder)
@@ -261,21 +290,13 @@ def detect_locks(
             for server in pooler.servers
             if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
         )
-    groups = key_groups(snapshot, settings, now, pooled)
-    drafts = [
-        draft
-        for group in groups
-        for check in _CHECKS
-        if (draft := check(group, settings, snapshot, now)) is not None
-    ]
-    if pooler is not None:
-        drafts.extend(
-            draft
-            for group in groups
-            if (draft := pooled_session(group, settings, snapshot, now, pooler)) is not None
-        )
-    drafts.extend(_leaders_missing(snapshot, settings, now))
-    drafts, overflow = _capped(drafts)
+    caps: dict[FindingKind, _Cap] = {}
+    for draft in _drafts(snapshot, settings, now, pooler, pooled):
+        cap = caps.get(draft.kind)
+        if cap is None:
+            cap = caps[draft.kind] = _Cap()
+        cap.add(draft)
+    drafts = [draft for cap in caps.values() for draft in cap.kept()]
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
     kinds: dict[Subject, set[FindingKind]] = {}
     for draft in drafts:
@@ -287,8 +308,8 @@ def detect_locks(
             draft.group.subject,
             draft.severity,
             draft.since,
-            draft.summary,
-            draft.evidence,
+            draft.summary(),
+            draft.evidence(),
             tuple(
                 Related(kind, snapshot.target, draft.group.subject)
                 for kind in sorted(kinds[draft.group.subject] - {draft.kind})
@@ -296,52 +317,101 @@ def detect_locks(
         )
         for draft in drafts
     ]
-    findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
+    findings.extend(
+        overflow for cap in caps.values() if (overflow := cap.overflow(snapshot.target))
+    )
     return findings
 
 
-def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:
-    """At most FINDINGS_PER_KIND findings of one kind: named locks first, then
-    the oldest. The rest of each kind come back apart, to be told as one
-    finding: 50,000 orphaned locks are one problem to a person, and 50,000 log
-    lines and messages would bury it.
+def _drafts(
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    pooler: PoolerSnapshot | None,
+    pooled: frozenset[int],
+) -> Iterator[Draft]:
+    """Every check's drafts, one key at a time: a key whose drafts the cap
+    does not keep is let go at once, not held with 49,999 others."""
+    for group in key_groups(snapshot, settings, now, pooled):
+        for check in _CHECKS:
+            draft = check(group, settings, snapshot, now)
+            if draft is not None:
+                yield draft
+        if pooler is not None:
+            draft = pooled_session(group, settings, snapshot, now, pooler)
+            if draft is not None:
+                yield draft
+    yield from _leaders_missing(snapshot, settings, now)
 
-    The rank uses only what stays put while a lock is held (named, since, key),
-    never the severity: a finding turning critical past the cap would push one
-    reported on its own into the overflow, and that one would be told resolved
-    while its lock is still held. A critical one past the cap makes the overflow
-    finding critical."""
-    by_kind: dict[FindingKind, list[Draft]] = {}
-    for draft in drafts:
-        by_kind.setdefault(draft.kind, []).append(draft)
-    kept: list[Draft] = []
-    overflow: list[list[Draft]] = []
-    for kind_drafts in by_kind.values():
-        kind_drafts.sort(
-            key=lambda d: (
-                d.group.named is None,
-                d.since,
-                d.group.key,
-            )
+
+Rank = tuple[bool, datetime, bool, int, int, str]
+
+
+def _rank(draft: Draft) -> Rank:
+    """Named locks first, then the oldest, then by key and database.
+
+    Only what stays put while a lock is held (named, since, key), never the
+    severity: a finding turning critical past the cap would push one reported
+    on its own into the overflow, and that one would be told resolved while
+    its lock is still held."""
+    group = draft.group
+    key = group.key
+    return (group.named is None, draft.since, key.pair, key.first, key.second, group.database or "")
+
+
+class _Cap:
+    """At most FINDINGS_PER_KIND findings of one kind, by ``_rank``; the rest
+    are told as one: 50,000 orphaned locks are one problem to a person, and
+    50,000 log lines and messages would bury it. A critical one past the cap
+    makes the overflow finding critical.
+
+    Only the best FINDINGS_PER_KIND + OVERFLOW_KEYS drafts are kept; those
+    that fall behind them are only counted."""
+
+    WINDOW = FINDINGS_PER_KIND + OVERFLOW_KEYS
+
+    def __init__(self) -> None:
+        self._best: list[tuple[Rank, Draft]] = []
+        self._dropped = 0
+        self._dropped_since: datetime | None = None
+        self._dropped_critical = False
+
+    def add(self, draft: Draft) -> None:
+        self._best.append((_rank(draft), draft))
+        if len(self._best) >= 2 * self.WINDOW:
+            self._trim()
+
+    def _trim(self) -> None:
+        self._best.sort(key=lambda pair: pair[0])
+        for _, draft in self._best[self.WINDOW :]:
+            self._dropped += 1
+            if self._dropped_since is None or draft.since < self._dropped_since:
+                self._dropped_since = draft.since
+            self._dropped_critical |= draft.severity is Severity.CRITICAL
+        del self._best[self.WINDOW :]
+
+    def kept(self) -> list[Draft]:
+        self._trim()
+        return [draft for _, draft in self._best[:FINDINGS_PER_KIND]]
+
+    def overflow(self, target: str) -> Finding | None:
+        """The drafts past the cap, as one finding: how many, since when, which keys."""
+        self._trim()
+        rest = [draft for _, draft in self._best[FINDINGS_PER_KIND:]]
+        if not rest:
+            return None
+        count = len(rest) + self._dropped
+        since = min([d.since for d in rest] + [s for s in (self._dropped_since,) if s])
+        critical = self._dropped_critical or any(d.severity is Severity.CRITICAL for d in rest)
+        kind = rest[0].kind
+        keys = [f"{d.group.database or '*'}/{d.group.label()}" for d in rest]
+        return Finding(
+            kind,
+            target,
+            Subject(lock=OVERFLOW_SUBJECT),
+            Severity.CRITICAL if critical else Severity.WARNING,
+            since,
+            f"{count} more advisory locks with {kind.value} beyond the "
+            f"{FINDINGS_PER_KIND} reported one by one, e.g. {', '.join(keys[:5])}",
+            OverflowEvidence(count=count, locks=tuple(keys), cap=FINDINGS_PER_KIND),
         )
-        kept.extend(kind_drafts[:FINDINGS_PER_KIND])
-        if len(kind_drafts) > FINDINGS_PER_KIND:
-            overflow.append(kind_drafts[FINDINGS_PER_KIND:])
-    return kept, overflow
-
-
-def _overflow_finding(target: str, rest: list[Draft]) -> Finding:
-    """The findings of one kind past the cap, as one: how many, since when, which keys."""
-    kind = rest[0].kind
-    keys = [f"{d.group.database or '*'}/{d.group.label()}" for d in rest]
-    critical = any(d.severity is Severity.CRITICAL for d in rest)
-    return Finding(
-        kind,
-        target,
-        Subject(lock=OVERFLOW_SUBJECT),
-        Severity.CRITICAL if critical else Severity.WARNING,
-        min(d.since for d in rest),
-        f"{len(rest)} more advisory locks with {kind.value} beyond the "
-        f"{FINDINGS_PER_KIND} reported one by one, e.g. {', '.join(keys[:5])}",
-        OverflowEvidence(count=len(rest), locks=tuple(keys[:OVERFLOW_KEYS]), cap=FINDINGS_PER_KIND),
-    )

@@ -106,8 +106,8 @@ def pooled_session(
         group,
         Severity.CRITICAL,
         holder.lock.first_seen or now,
-        summary,
-        PooledLockEvidence.of(
+        lambda: summary,
+        lambda: PooledLockEvidence.of(
             lock_evidence(group, settings, snapshot, now, holder), pool, connection, client
         ),
     )
