@@ -175,33 +175,63 @@ def _lock_entry(group: LockGroup, snapshot: LockSnapshot, now: datetime) -> dict
     }
 
 
-def _target_entry(view: TargetView, now: datetime, shown: int | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of each target's keys, longest-held first: ``limit`` keys from
+    the ``offset``-th (``/api/v1/locks?limit=&offset=``)."""
+
+    limit: int
+    offset: int = 0
+
+
+def key_count(snapshot: LockSnapshot) -> int:
+    """How many (database, key) the snapshot has rows for."""
+    return len({(lock.database, lock.key) for lock in snapshot.locks})
+
+
+def _target_entry(
+    view: TargetView, now: datetime, shown: int | None, page: Page | None
+) -> dict[str, Any]:
     status = view.status
     snapshot = None if status is None else status.snapshot
-    groups = [] if snapshot is None else lock_groups(snapshot, view.target.locks, now)
-    left_out = 0
-    if shown is not None:
-        relevant = [g for g in groups if not g.ignored]
-        groups, left_out = relevant[:shown], max(0, len(relevant) - shown)
-    entry = {
+    entry: dict[str, Any] = {
         "target": view.target.name,
         "up": view.up,
         "error": None if status is None else status.error,
         "checked_at": None if status is None else iso_utc(status.checked_at),
-        "locks": [] if snapshot is None else [_lock_entry(g, snapshot, now) for g in groups],
     }
+    # Only what is shown is built: a page of 50,000 keys costs a sort key per lock.
+    wanted = shown if page is None else page.offset + page.limit
+    groups = [] if snapshot is None else lock_groups(snapshot, view.target.locks, now, top=wanted)
     if shown is not None:
-        entry["locks_left_out"] = left_out
+        relevant = [g for g in groups if not g.ignored]
+        # Every ignored key is among those built (configured keys always are).
+        ignored = len(groups) - len(relevant)
+        total = 0 if snapshot is None else key_count(snapshot) - ignored
+        groups, entry["locks_left_out"] = relevant[:shown], max(0, total - shown)
+    if page is not None:
+        total = 0 if snapshot is None else key_count(snapshot)
+        groups = groups[page.offset : page.offset + page.limit]
+        end = page.offset + len(groups)
+        entry["locks_total"] = total
+        entry["next_offset"] = end if end < total else None
+    entry["locks"] = [] if snapshot is None else [_lock_entry(g, snapshot, now) for g in groups]
     return entry
 
 
 def locks_document(
-    views: Board | Iterable[TargetView], now: datetime, *, shown: int | None = None
+    views: Board | Iterable[TargetView],
+    now: datetime,
+    *,
+    shown: int | None = None,
+    page: Page | None = None,
 ) -> dict[str, Any]:
     """Every target's advisory locks, longest-held first. With ``shown`` (for
     pages, which must stay small whatever the database holds): only the first
-    ``shown`` keys that are not ignored, and how many more in ``locks_left_out``."""
+    ``shown`` keys that are not ignored, and how many more in ``locks_left_out``.
+    With ``page``: that page of every key, with ``locks_total`` and the
+    ``next_offset`` to ask for (None on the last page)."""
     document: dict[str, Any] = json_safe(
-        {"targets": [_target_entry(view, now, shown) for view in _views(views)]}
+        {"targets": [_target_entry(view, now, shown, page) for view in _views(views)]}
     )
     return document

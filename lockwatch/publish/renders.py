@@ -1,0 +1,103 @@
+"""HTTP answers rendered once per poll, and no more than one render at a time.
+
+Rendering is Python work that holds the interpreter's lock the poll threads
+need: eight browsers reloading the status page of 50,000 locks used to stop
+polling for half a minute. An answer is rendered from the board's views once
+per poll (per generation of views) and served from memory until the next
+poll; renders that cannot be served from memory take turns, so however many
+readers there are, a poll thread shares the interpreter with at most one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+from lockwatch.model.views import TargetView
+from lockwatch.state.board import Board
+
+# Renders running at once; the rest wait their turn.
+RENDERS_AT_ONCE = 1
+# Seconds a request waits for its turn before it is told to come back later.
+RENDER_WAIT = 5.0
+# Distinct answers (paths, pages, encodings) kept per generation: a client
+# asking for every offset in turn must not make the cache the leak.
+ANSWERS_KEPT = 64
+# Seconds an answer is served at most, even when no poll came since: a page
+# must be able to say that polling has stalled.
+ANSWER_TTL = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: HTTPStatus
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Renders:
+    """The answers rendered from the board's current views."""
+
+    board: Board
+    monotonic: Callable[[], float] = time.monotonic
+    wait: float = RENDER_WAIT  # seconds a request waits for its turn
+    _views: tuple[TargetView, ...] = ()
+    _answers: dict[Hashable, tuple[float, Answer]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _turn: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(RENDERS_AT_ONCE)
+    )
+    renders_total: int = 0  # how many answers were rendered, not served from memory
+
+    def answer(self, key: Hashable, render: Callable[[], Answer]) -> Answer | None:
+        """The answer for ``key`` as of the board's views now, rendered at most
+        once per generation of them; None when no turn to render came within
+        ``wait``."""
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        return self.in_turn(lambda: self._render(key, render))
+
+    def in_turn(self, render: Callable[[], Answer]) -> Answer | None:
+        """``render()`` once no other render runs; None if none ends in time."""
+        if not self._turn.acquire(timeout=self.wait):
+            return None
+        try:
+            return render()
+        finally:
+            self._turn.release()
+
+    def _cached(self, key: Hashable) -> Answer | None:
+        views = self.board.views()
+        with self._lock:
+            same = len(views) == len(self._views) and all(
+                a is b for a, b in zip(views, self._views, strict=True)
+            )
+            if not same:
+                self._views = views
+                self._answers.clear()
+            hit = self._answers.get(key)
+        if hit is None or self.monotonic() - hit[0] > ANSWER_TTL:
+            return None
+        return hit[1]
+
+    def _render(self, key: Hashable, render: Callable[[], Answer]) -> Answer:
+        # Another reader may have rendered it while this one waited its turn.
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        generation = self._views
+        rendered_at = self.monotonic()
+        answer = render()
+        with self._lock:
+            self.renders_total += 1
+            if self._views is generation:
+                if len(self._answers) >= ANSWERS_KEPT:
+                    self._answers.pop(next(iter(self._answers)))
+                self._answers[key] = (rendered_at, answer)
+        return answer
