@@ -109,7 +109,8 @@ class Loaded:
 
     def tracked(self) -> int:
         """Hold times kept in the state file: one per lock held, none forgotten to drop."""
-        return len(json.loads(self.state.read_text())["holds"]["locks"])
+        held = json.loads(self.state.read_text())["holds"]["held"]
+        return sum(len(entry["keys"]) for entry in held)
 
 
 @pytest.fixture(scope="module")
