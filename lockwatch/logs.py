@@ -1,7 +1,10 @@
 """Log setup: ``text`` for a terminal, ``logfmt`` and ``json`` for collectors.
 
-Every format stamps events in UTC with the zone and writes one event per line
-(in ``logfmt`` and ``json`` a traceback is a field, its newlines escaped).
+Every format stamps events in UTC with the zone and writes one event per line,
+whatever a database, application or job name in a message holds: line breaks
+and control characters in a message are escaped (in ``logfmt`` and ``json`` a
+traceback is a field, its newlines escaped too; ``text`` puts it on the lines
+after its event).
 Libraries' own chatter (psycopg's warnings about its connections) stays out of
 the log unless the level is ``debug``.
 
@@ -23,11 +26,16 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
+from lockwatch.text import escaped_breaks
+
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "logfmt", "json")
 # Loggers of libraries whose warnings are theirs to debug, not an operator's.
 QUIET = ("psycopg", "psycopg.pool", "urllib3")
 _BARE = re.compile(r"[^\s\"=\\]+")
+# What json.dumps leaves as it is and str.splitlines() (and many a log
+# viewer) still takes for the end of a line.
+_JSON_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 def utc_timestamp(created: float) -> str:
@@ -48,9 +56,13 @@ def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str
 
 
 def _logfmt_value(value: str) -> str:
-    if value and _BARE.fullmatch(value):
+    if value and value.isprintable() and _BARE.fullmatch(value):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return _json(value)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False).translate(_JSON_BREAKS)
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -65,7 +77,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per event."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_fields(record, self), ensure_ascii=False)
+        return _json(_fields(record, self))
 
 
 class TextFormatter(logging.Formatter):
@@ -76,6 +88,10 @@ class TextFormatter(logging.Formatter):
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         return utc_timestamp(record.created)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
+        record.message = escaped_breaks(record.message)
+        return super().formatMessage(record)
 
 
 def formatter(log_format: str) -> logging.Formatter:

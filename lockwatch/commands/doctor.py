@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from lockwatch.commands.tracking import tracking_notes
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES
 from lockwatch.sample.pooling import backend_pid, per_transaction, through_pooler
 from lockwatch.settings.targets import Target
@@ -98,6 +99,7 @@ def diagnose(dsn: str) -> Diagnosis:
             server_pid = backend_pid(first)
             proxied = through_pooler(first, server_pid)
             sharing = per_transaction(first, second)
+            tracking = tracking_notes(first)
     except psycopg.Error as exc:
         raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line(exc)}", secrets)) from None
     pooled = sharing is not None
@@ -109,7 +111,7 @@ def diagnose(dsn: str) -> Diagnosis:
         version,
         role,
         can_monitor,
-        _notes(pooled=pooled, proxied=proxied),
+        _notes(pooled=pooled, proxied=proxied) + tracking,
     )
 
 

@@ -13,9 +13,19 @@ from datetime import datetime, timedelta
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
 from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts, WaiterFacts
 from lockwatch.model.findings import FindingKind, Severity, Subject
-from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.locks import (
+    IDLE_STATES,
+    UNTRACKED_STATE,
+    AdvisoryLock,
+    Backend,
+    LockKey,
+    LockSnapshot,
+)
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, one_line
+
+# What a holder with track_activities off is doing, as far as anyone can tell.
+UNTRACKED = "not tracked: track_activities is off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +142,8 @@ def doing(holder: Holder) -> str:
         return f"itself waiting on pid {blockers}"
     if holder.idle is not None:
         return f"{one_line(backend.state)} {format_duration(holder.idle)}"
+    if backend.state == UNTRACKED_STATE:
+        return UNTRACKED
     return one_line(backend.state or "state unknown")
 
 

@@ -51,6 +51,7 @@ PAGE_POLICY = (
     "form-action 'none'; frame-ancestors 'none'"
 )
 
+BUSY = Answer(HTTPStatus.SERVICE_UNAVAILABLE, TEXT, b"busy, try again\n", (("Retry-After", "1"),))
 # /api/v1/locks: keys per target and page unless ?limit= says otherwise, and at most.
 LOCKS_LIMIT = 100
 MAX_LOCKS_LIMIT = 1000
@@ -344,30 +345,25 @@ class HttpServer:
             status, reason = self.health()
             request.reply(status, TEXT, (reason + "\n").encode("utf-8"))
             return
+        # Answered in turn, written after: a client slow to read its answer
+        # must not hold up the next one.
+        with self.renders.turn() as turn:
+            answer = self._answer(request, url.path, url.query) if turn else BUSY
+        request.reply(answer.status, answer.content_type, answer.body, dict(answer.headers))
+
+    def _answer(self, request: _Handler, path: str, query: str) -> Answer:
         if path == self.telemetry_path:
             # Not kept: process_* and the notifier's counters move between polls.
             encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            answer = self.renders.in_turn(
-                lambda: Answer(HTTPStatus.OK, content_type, encoder(self._registry))
-            )
-        elif path in self._documents:
-            try:
-                page = _locks_page(url.query) if path == "/api/v1/locks" else None
-            except ValueError as exc:
-                body = render_json({"error": str(exc)})
-                request.reply(HTTPStatus.BAD_REQUEST, JSON, body)
-                return
-            render = self._documents[path]
-            answer = self.renders.answer((path, page), lambda: render(page))
-        else:
-            request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
-            return
-        if answer is None:
-            request.reply(
-                HTTPStatus.SERVICE_UNAVAILABLE, TEXT, b"busy, try again\n", {"Retry-After": "1"}
-            )
-        else:
-            request.reply(answer.status, answer.content_type, answer.body, dict(answer.headers))
+            return Answer(HTTPStatus.OK, content_type, encoder(self._registry))
+        if path not in self._documents:
+            return Answer(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
+        try:
+            page = _locks_page(query) if path == "/api/v1/locks" else None
+        except ValueError as exc:
+            return Answer(HTTPStatus.BAD_REQUEST, JSON, render_json({"error": str(exc)}))
+        render = self._documents[path]
+        return self.renders.answer((path, page), lambda: render(page))
 
     def _json(self, document: Callable[[], Mapping[str, Any]]) -> Answer:
         return Answer(HTTPStatus.OK, JSON, render_json(document()))

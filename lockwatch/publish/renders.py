@@ -1,26 +1,32 @@
-"""HTTP answers rendered once per poll, and no more than one render at a time.
+"""HTTP answers rendered once per poll, and one request answered at a time.
 
-Rendering is Python work that holds the interpreter's lock the poll threads
+Answering is Python work that holds the interpreter's lock the poll threads
 need: eight browsers reloading the status page of 50,000 locks used to stop
 polling for half a minute. An answer is rendered from the board's views once
 per poll (per generation of views) and served from memory until the next
-poll; renders that cannot be served from memory take turns, so however many
-readers there are, a poll thread shares the interpreter with at most one.
+poll; and requests take turns to be answered (once they have arrived whole),
+each turn followed by a rest in proportion to the work it took, so however
+many readers there are and whatever they ask for, answering takes at most a
+quarter of the interpreter's time and the poll threads keep the rest.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
 from lockwatch.model.views import TargetView
 from lockwatch.state.board import Board
 
-# Renders running at once; the rest wait their turn.
-RENDERS_AT_ONCE = 1
+# Requests answered at once; the rest wait their turn.
+ANSWERS_AT_ONCE = 1
+# Seconds of rest after each second of answering, the turn kept meanwhile:
+# answering gets at most 1 / (1 + REST_PER_WORK) of the interpreter.
+REST_PER_WORK = 3.0
 # Seconds a request waits for its turn before it is told to come back later.
 RENDER_WAIT = 5.0
 # Distinct answers (paths, pages, encodings) kept per generation: a client
@@ -46,31 +52,46 @@ class Renders:
     board: Board
     monotonic: Callable[[], float] = time.monotonic
     wait: float = RENDER_WAIT  # seconds a request waits for its turn
+    rest_per_work: float = REST_PER_WORK
     _views: tuple[TargetView, ...] = ()
     _answers: dict[Hashable, tuple[float, Answer]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _turn: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(RENDERS_AT_ONCE)
+        default_factory=lambda: threading.BoundedSemaphore(ANSWERS_AT_ONCE)
     )
     renders_total: int = 0  # how many answers were rendered, not served from memory
 
-    def answer(self, key: Hashable, render: Callable[[], Answer]) -> Answer | None:
+    @contextmanager
+    def turn(self) -> Iterator[bool]:
+        """This request's turn to be answered: True once no other request is
+        being answered, False if none finished within ``wait``."""
+        if not self._turn.acquire(timeout=self.wait):
+            yield False
+            return
+        try:
+            # The thread's own CPU time: what it took from the poll threads.
+            started = time.thread_time()
+            yield True
+            time.sleep((time.thread_time() - started) * self.rest_per_work)
+        finally:
+            self._turn.release()
+
+    def answer(self, key: Hashable, render: Callable[[], Answer]) -> Answer:
         """The answer for ``key`` as of the board's views now, rendered at most
-        once per generation of them; None when no turn to render came within
-        ``wait``."""
+        once per generation of them."""
         cached = self._cached(key)
         if cached is not None:
             return cached
-        return self.in_turn(lambda: self._render(key, render))
-
-    def in_turn(self, render: Callable[[], Answer]) -> Answer | None:
-        """``render()`` once no other render runs; None if none ends in time."""
-        if not self._turn.acquire(timeout=self.wait):
-            return None
-        try:
-            return render()
-        finally:
-            self._turn.release()
+        generation = self._views
+        rendered_at = self.monotonic()
+        answer = render()
+        with self._lock:
+            self.renders_total += 1
+            if self._views is generation:
+                if len(self._answers) >= ANSWERS_KEPT:
+                    self._answers.pop(next(iter(self._answers)))
+                self._answers[key] = (rendered_at, answer)
+        return answer
 
     def _cached(self, key: Hashable) -> Answer | None:
         views = self.board.views()
@@ -85,19 +106,3 @@ class Renders:
         if hit is None or self.monotonic() - hit[0] > ANSWER_TTL:
             return None
         return hit[1]
-
-    def _render(self, key: Hashable, render: Callable[[], Answer]) -> Answer:
-        # Another reader may have rendered it while this one waited its turn.
-        cached = self._cached(key)
-        if cached is not None:
-            return cached
-        generation = self._views
-        rendered_at = self.monotonic()
-        answer = render()
-        with self._lock:
-            self.renders_total += 1
-            if self._views is generation:
-                if len(self._answers) >= ANSWERS_KEPT:
-                    self._answers.pop(next(iter(self._answers)))
-                self._answers[key] = (rendered_at, answer)
-        return answer

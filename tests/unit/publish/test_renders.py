@@ -31,10 +31,10 @@ def test_an_answer_is_rendered_once_per_poll_however_often_it_is_asked_for() -> 
     bodies = [renders.answer("/", render) for _ in range(20)]
 
     assert render.calls == 1
-    assert {a.body for a in bodies if a} == {b"1"}
+    assert {a.body for a in bodies} == {b"1"}
     board.publish(view_of(snapshot(held(1, 100, held_for=6))))
     again = renders.answer("/", render)
-    assert again is not None and again.body == b"2"
+    assert again.body == b"2"
     assert renders.renders_total == 2
 
 
@@ -61,26 +61,29 @@ def test_distinct_pages_are_kept_only_up_to_a_bound() -> None:
     assert len(renders._answers) == ANSWERS_KEPT
 
 
-def test_a_reader_that_finds_every_turn_taken_is_told_to_come_back() -> None:
-    board = Board()
-    board.publish(view_of(snapshot()))
-    renders = Renders(board, wait=0.05)
-    started, release = threading.Event(), threading.Event()
+def test_a_request_that_finds_the_turn_taken_waits_then_is_told_to_come_back() -> None:
+    renders = Renders(Board(), wait=0.05)
+    taken, release = threading.Event(), threading.Event()
 
-    def slow() -> Answer:
-        started.set()
-        release.wait(30)
-        return Answer(HTTPStatus.OK, "text/plain", b"slow")
+    def answering() -> None:
+        with renders.turn() as turn:
+            assert turn
+            taken.set()
+            release.wait(30)
 
-    first = threading.Thread(target=renders.answer, args=("a", slow))
+    first = threading.Thread(target=answering)
     first.start()
-    assert started.wait(10)
+    assert taken.wait(10)
     try:
-        refused = renders.answer("b", Counted())
+        with renders.turn() as second:
+            refused = not second
     finally:
         release.set()
         first.join(10)
-    assert refused is None
+    with renders.turn() as third:
+        assert third  # the turn comes back once the first is answered
+
+    assert refused
 
 
 def test_locks_come_in_pages_with_their_total_and_the_next_offset() -> None:
