@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,7 +16,7 @@ from lockwatch.config.load import ConfigError, load_settings, settings_from_flag
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
 from lockwatch.settings.fields import parse_duration
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, Target, parse_listen
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
 from lockwatch.settings.web import WebConfig, WebConfigError
 
 EXIT_BAD_CONFIG = 2
@@ -350,72 +349,26 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
 
 @main.command()
 @click.option("--dsn", envvar="LOCKWATCH_DSN", help="Database to look at.")
-@click.option(
-    "-c",
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Judge with this config's lock names, budgets and ignores (its first target, "
-    "or --target).",
-)
-@click.option("--target", "target_name", help="The config's target to look at.")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="Holding sessions (and problems) shown one by one; the rest are counted.",
-)
+@click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--target", help="The -c config's target whose names and budgets judge the locks.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--statement-timeout", type=DURATION, default=5.0, show_default=True)
 def snapshot(
     dsn: str | None,
-    config_file: Path | None,
-    target_name: str | None,
+    config: Path | None,
+    target: str | None,
     limit: int,
     as_json: bool,
     statement_timeout: float,
 ) -> None:
-    """Print the advisory locks held and awaited right now, one block per
-    holding session, and the problems seen. Exits 1 when there is a problem
-    (or the server cannot be read), 0 when there is none."""
-    from lockwatch.commands.snapshot import problems, render_snapshot, take_snapshot
+    """Print the advisory locks held and awaited now, per holding session, and the
+    problems seen; exit 1 on a problem (or an unreadable server), 0 on none."""
+    from lockwatch.commands.snapshot import run_snapshot
 
-    target = _snapshot_target(dsn, config_file, target_name)
-    try:
-        view = take_snapshot(target, statement_timeout=statement_timeout)
-    except RuntimeError as exc:
-        click.echo(f"lockwatch: {exc}", err=True)
-        sys.exit(1)
-    found = problems(view)
-    if as_json:
-        from lockwatch.publish.api.findings import findings_document
-        from lockwatch.publish.api.locks import locks_document
-
-        assert view.status is not None
-        document = locks_document((view,), view.status.checked_at)
-        document["findings"] = findings_document([replace(view, findings=tuple(found))])["findings"]
-        click.echo(json.dumps(document, indent=2))
-    else:
-        click.echo(render_snapshot(view, found, limit))
-    sys.exit(1 if found else 0)
-
-
-def _snapshot_target(dsn: str | None, config_file: Path | None, name: str | None) -> Target:
-    """The config's target (``name``, or its first), its DSN replaced by ``dsn``
-    if given; or a target of ``dsn`` alone with the default budgets."""
-    if dsn is None and config_file is None:
-        click.echo("lockwatch: give a database (--dsn DSN) or a config file (-c)", err=True)
-        sys.exit(EXIT_BAD_CONFIG)
-    try:
-        settings = load_settings(config_file) if config_file else settings_from_flags(dsn=dsn or "")
-    except ConfigError as exc:
-        _fail_config(exc)
-    targets = [t for t in settings.targets if name is None or t.name == name]
-    if not targets:
-        click.echo(f"lockwatch: no target {name!r} in {config_file}", err=True)
-        sys.exit(EXIT_BAD_CONFIG)
-    return targets[0] if dsn is None else replace(targets[0], dsn=dsn)
+    code, text, failed = run_snapshot(dsn, config, target, limit, as_json, statement_timeout)
+    click.echo(text, err=failed)
+    sys.exit(code)
 
 
 @main.command()

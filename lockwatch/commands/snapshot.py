@@ -11,20 +11,79 @@ there is none, for cron and scripts.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+from lockwatch.config import load
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.findings import Finding
 from lockwatch.model.locks import UNTRACKED_STATE, AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.api.findings import findings_document
+from lockwatch.publish.api.locks import locks_document
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.locks import PgLockSampler
 from lockwatch.settings.targets import Target
 from lockwatch.state.holds import HoldTracker
 from lockwatch.text import format_duration, one_line
+
+EXIT_PROBLEM = 1  # a problem seen, or the server could not be read
+EXIT_BAD_CONFIG = 2
+
+
+def run_snapshot(
+    dsn: str | None,
+    config_file: Path | None,
+    name: str | None,
+    limit: int,
+    as_json: bool,
+    statement_timeout: float,
+) -> tuple[int, str, bool]:
+    """``lockwatch snapshot``: (exit code, what to print, whether on stderr)."""
+    if dsn is None and config_file is None:
+        return EXIT_BAD_CONFIG, "lockwatch: give a database (--dsn DSN) or a config file (-c)", True
+    try:
+        target = snapshot_target(dsn, config_file, name)
+        view = take_snapshot(target, statement_timeout=statement_timeout)
+    except load.ConfigError as exc:
+        return EXIT_BAD_CONFIG, str(exc), True
+    except LookupError as exc:
+        return EXIT_BAD_CONFIG, f"lockwatch: {exc.args[0]}", True
+    except RuntimeError as exc:
+        return EXIT_PROBLEM, f"lockwatch: {exc}", True
+    found = problems(view)
+    if as_json:
+        text = json.dumps(snapshot_document(view, found), indent=2)
+    else:
+        text = render_snapshot(view, found, limit)
+    return (EXIT_PROBLEM if found else 0), text, False
+
+
+def snapshot_target(dsn: str | None, config_file: Path | None, name: str | None) -> Target:
+    """The config's target (``name``, or its first), its DSN replaced by ``dsn``
+    if given; or a target of ``dsn`` alone, with the default budgets. Raises
+    ConfigError, or LookupError for a target the config does not have."""
+    if config_file is None:
+        return load.settings_from_flags(dsn=dsn or "").targets[0]
+    targets = [t for t in load.load_settings(config_file).targets if name in (None, t.name)]
+    if not targets:
+        raise LookupError(f"no target {name!r} in {config_file}")
+    return targets[0] if dsn is None else replace(targets[0], dsn=dsn)
+
+
+def snapshot_document(view: TargetView, found: Sequence[Finding]) -> dict[str, Any]:
+    """``--json``: the locks as /api/v1/locks has them, and the problems as
+    /api/v1/findings."""
+    assert view.status is not None
+    document = locks_document((view,), view.status.checked_at)
+    document["findings"] = findings_document([replace(view, findings=tuple(found))])["findings"]
+    return document
 
 
 def problems(view: TargetView) -> list[Finding]:

@@ -26,7 +26,7 @@ from tests.fixtures.processes import LockwatchProcess, write_config
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 LOCKS = 50_000
-INTERVAL = 5.0
+INTERVAL = 10.0  # the default
 POLLS_WATCHED = 6
 READERS = 8
 # Every lock past its budget at the first poll that sees it.

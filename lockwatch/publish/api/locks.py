@@ -71,13 +71,19 @@ def _rough_order(group: GroupId, locks: list[AdvisoryLock], now: datetime) -> Gr
 
 
 def lock_groups(
-    snapshot: LockSnapshot, settings: LockSettings, now: datetime, *, top: int | None = None
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    *,
+    top: int | None = None,
+    skip: int = 0,
 ) -> list[LockGroup]:
     """The snapshot's advisory locks grouped per (database, key), longest-held first.
 
     With ``top``, of the keys neither named nor ignored only the ``top``
     longest-held come back, all the metrics export, and only those are built:
     a scrape of 50,000 locks then costs a sort key per lock, not a group.
+    With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
     """
     rows: dict[GroupId, list[AdvisoryLock]] = {}
     for lock in snapshot.locks:
@@ -90,8 +96,10 @@ def lock_groups(
         chosen += heapq.nsmallest(
             max(top, 0), plain, key=lambda group: _rough_order(group, rows[group], now)
         )
+    # The rough order is the groups' own: a page builds only its own keys.
+    chosen.sort(key=lambda group: _rough_order(group, rows[group], now))
     groups = []
-    for database, key in chosen:
+    for database, key in chosen[skip:]:
         locks = rows[database, key]
         named = settings.named_lock(database, key)
         holders = tuple(lock for lock in locks if lock.granted)
@@ -202,7 +210,12 @@ def _target_entry(
     }
     # Only what is shown is built: a page of 50,000 keys costs a sort key per lock.
     wanted = shown if page is None else page.offset + page.limit
-    groups = [] if snapshot is None else lock_groups(snapshot, view.target.locks, now, top=wanted)
+    skip = 0 if page is None else page.offset
+    groups = (
+        []
+        if snapshot is None
+        else lock_groups(snapshot, view.target.locks, now, top=wanted, skip=skip)
+    )
     if shown is not None:
         relevant = [g for g in groups if not g.ignored]
         # Every ignored key is among those built (configured keys always are).
@@ -211,7 +224,7 @@ def _target_entry(
         groups, entry["locks_left_out"] = relevant[:shown], max(0, total - shown)
     if page is not None:
         total = 0 if snapshot is None else key_count(snapshot)
-        groups = groups[page.offset : page.offset + page.limit]
+        groups = groups[: page.limit]
         end = page.offset + len(groups)
         entry["locks_total"] = total
         entry["next_offset"] = end if end < total else None
