@@ -99,7 +99,7 @@ def measure_daemon(server: BenchServer, workdir: Path) -> FloodFootprint:
     config.write_text(
         f"listen: 127.0.0.1:{port}\nstate_dir: {workdir / 'state'}\ntargets:\n"
         f"  - name: flood\n    dsn_file: {dsn_file}\n    interval: {DAEMON_INTERVAL:g}s\n"
-        "    statement_timeout: 60s\n    locks: {max_hold: 1ms, orphan_after: 1d}\n"
+        "    statement_timeout: 60s\n    locks: {max_hold: 1ms, orphan_after: 24h}\n"
     )
     base = f"http://127.0.0.1:{port}"
     daemon = Process(

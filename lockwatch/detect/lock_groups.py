@@ -6,6 +6,7 @@ Pure, like every detector: the clock comes in as ``now``.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -261,6 +262,7 @@ def worth_checking(
         and backend.state_change < idle_before
     }
     loud: set[tuple[str, LockKey]] = set()
+    quiet = False
     for lock in snapshot.locks:
         if (
             not lock.granted
@@ -270,9 +272,24 @@ def worth_checking(
             or (named and lock.key in named)
         ):
             loud.add((lock.database, lock.key))
+        else:
+            quiet = True
     if not loud:
         return []
+    if not quiet:
+        return list(snapshot.locks)  # a flood: every row is kept
     return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+
+
+@dataclass(frozen=True, slots=True)
+class Alike:
+    """Keys that every check judges alike but for the key: each the only row of
+    its key, granted to one session in one mode, first seen at the same
+    moment, unnamed. Only the first ``groups`` by key are built; ``more`` are
+    only counted, as they rank behind those in any cap."""
+
+    groups: tuple[KeyGroup, ...]
+    more: int
 
 
 def key_groups(
@@ -280,37 +297,69 @@ def key_groups(
     settings: LockSettings,
     now: datetime,
     pooled: frozenset[int] = frozenset(),
-) -> Iterator[KeyGroup]:
-    """The groups of every key worth checking, in the snapshot's order, made
-    one at a time as they are asked for: at 50,000 keys past their budget,
-    holding every group at once was most of a poll's memory and its garbage
-    collection most of its time."""
+    built: int | None = None,
+) -> Iterator[KeyGroup | Alike]:
+    """The groups of every key worth checking, made one at a time as they are
+    asked for: at 50,000 keys past their budget, holding every group at once
+    was most of a poll's memory and its garbage collection most of its time.
+
+    With ``built``, keys held alike by one session (``Alike``) beyond the first
+    ``built`` are counted, never built: a session that took 50,000 locks in one
+    go is 20 groups' work, not 50,000."""
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled):
         rows.setdefault((lock.database, lock.key), []).append(lock)
     # Only a configured key can be named or ignored: at 50,000 keys, asking the
     # settings about each one was a tenth of a poll.
     configured = {named.key for named in settings.named} | set(settings.ignore)
-    idle_by_pid: dict[int, float | None] = {}  # one session holds many keys
+    build = _Builder(snapshot, now)
+    alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
     for (database, key), locks in rows.items():
-        named = None
-        if key in configured:
-            if settings.ignored(database, key):
-                continue
-            named = settings.named_lock(database, key)
+        if configured and key in configured:
+            if not settings.ignored(database, key):
+                yield build(database, key, settings.named_lock(database, key), locks)
+            continue
+        lock = locks[0]
+        if built is not None and len(locks) == 1 and lock.granted and lock.prepared is None:
+            shape = (database, lock.pid, lock.mode, lock.first_seen, lock.session_level)
+            alike.setdefault(shape, []).append(lock)
+        else:
+            yield build(database, key, None, locks)
+    for locks in alike.values():
+        assert built is not None  # only then are keys set aside as alike
+        first = heapq.nsmallest(built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second))
+        groups = tuple(build(lock.database, lock.key, None, [lock]) for lock in first)
+        if len(locks) <= built:
+            yield from groups
+        else:
+            yield Alike(groups, len(locks) - built)
+
+
+class _Builder:
+    """Builds a key's group from its rows, each session's idle time reckoned once."""
+
+    def __init__(self, snapshot: LockSnapshot, now: datetime) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self._idle: dict[int, float | None] = {}  # one session holds many keys
+
+    def __call__(
+        self, database: str, key: LockKey, named: NamedLock | None, locks: list[AdvisoryLock]
+    ) -> KeyGroup:
+        now = self.now
         holders = []
         waiters = []
         for lock in locks:
-            backend = snapshot.backends.get(lock.pid)
+            backend = self.snapshot.backends.get(lock.pid)
             if lock.granted:
                 held = seconds_between(now, lock.first_seen)
                 idle = None
                 if lock.prepared is not None:
                     idle = held  # a prepared transaction runs no SQL, ever
                 elif backend is not None and backend.state in IDLE_STATES:
-                    if lock.pid not in idle_by_pid:
-                        idle_by_pid[lock.pid] = seconds_between(now, backend.state_change)
-                    idle = idle_by_pid[lock.pid]
+                    if lock.pid not in self._idle:
+                        self._idle[lock.pid] = seconds_between(now, backend.state_change)
+                    idle = self._idle[lock.pid]
                 holders.append(Holder(lock, backend, held, idle))
             else:
                 started = lock.wait_start or lock.first_seen
@@ -319,4 +368,4 @@ def key_groups(
             holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
         if len(waiters) > 1:
             waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
-        yield KeyGroup(database, key, named, tuple(holders), tuple(waiters))
+        return KeyGroup(database, key, named, tuple(holders), tuple(waiters))

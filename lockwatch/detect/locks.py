@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import (
+    Alike,
     Draft,
     Holder,
     KeyGroup,
@@ -291,11 +292,14 @@ def detect_locks(
             if server.remote_pid is not None and pooler.pool_mode(server) in SHARED_POOL_MODES
         )
     caps: dict[FindingKind, _Cap] = {}
-    for draft in _drafts(snapshot, settings, now, pooler, pooled):
+    for draft, alike in _drafts(snapshot, settings, now, pooler, pooled):
         cap = caps.get(draft.kind)
         if cap is None:
             cap = caps[draft.kind] = _Cap()
-        cap.add(draft)
+        if alike:
+            cap.count(draft, alike)
+        else:
+            cap.add(draft)
     drafts = [draft for cap in caps.values() for draft in cap.kept()]
     drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
     kinds: dict[Subject, set[FindingKind]] = {}
@@ -329,19 +333,37 @@ def _drafts(
     now: datetime,
     pooler: PoolerSnapshot | None,
     pooled: frozenset[int],
-) -> Iterator[Draft]:
+) -> Iterator[tuple[Draft, int]]:
     """Every check's drafts, one key at a time: a key whose drafts the cap
-    does not keep is let go at once, not held with 49,999 others."""
-    for group in key_groups(snapshot, settings, now, pooled):
-        for check in _CHECKS:
-            draft = check(group, settings, snapshot, now)
-            if draft is not None:
-                yield draft
-        if pooler is not None:
-            draft = pooled_session(group, settings, snapshot, now, pooler)
-            if draft is not None:
-                yield draft
-    yield from _leaders_missing(snapshot, settings, now)
+    does not keep is let go at once, not held with 49,999 others. Each comes
+    with how many more keys, never built, it stands for (0 but for ``Alike``)."""
+    for item in key_groups(snapshot, settings, now, pooled, built=_Cap.WINDOW):
+        groups = item.groups if isinstance(item, Alike) else (item,)
+        drafts: list[Draft] = []
+        for group in groups:
+            drafts = list(_checked(group, settings, snapshot, now, pooler))
+            yield from ((draft, 0) for draft in drafts)
+        if isinstance(item, Alike):
+            # The rest are judged as the last one built was, with larger keys.
+            yield from ((draft, item.more) for draft in drafts)
+    yield from ((draft, 0) for draft in _leaders_missing(snapshot, settings, now))
+
+
+def _checked(
+    group: KeyGroup,
+    settings: LockSettings,
+    snapshot: LockSnapshot,
+    now: datetime,
+    pooler: PoolerSnapshot | None,
+) -> Iterator[Draft]:
+    for check in _CHECKS:
+        draft = check(group, settings, snapshot, now)
+        if draft is not None:
+            yield draft
+    if pooler is not None:
+        draft = pooled_session(group, settings, snapshot, now, pooler)
+        if draft is not None:
+            yield draft
 
 
 Rank = tuple[bool, datetime, bool, int, int, str]
@@ -384,11 +406,16 @@ class _Cap:
     def _trim(self) -> None:
         self._best.sort(key=lambda pair: pair[0])
         for _, draft in self._best[self.WINDOW :]:
-            self._dropped += 1
-            if self._dropped_since is None or draft.since < self._dropped_since:
-                self._dropped_since = draft.since
-            self._dropped_critical |= draft.severity is Severity.CRITICAL
+            self.count(draft, 1)
         del self._best[self.WINDOW :]
+
+    def count(self, like: Draft, more: int) -> None:
+        """``more`` drafts judged as ``like`` whose keys rank behind the
+        window's: past the cap whatever else comes."""
+        self._dropped += more
+        if self._dropped_since is None or like.since < self._dropped_since:
+            self._dropped_since = like.since
+        self._dropped_critical |= like.severity is Severity.CRITICAL
 
     def kept(self) -> list[Draft]:
         self._trim()
