@@ -306,20 +306,26 @@ def key_groups(
     With ``built``, keys held alike by one session (``Alike``) beyond the first
     ``built`` are counted, never built: a session that took 50,000 locks in one
     go is 20 groups' work, not 50,000."""
-    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    # A key's first row, and the rows of keys with more than one: most keys
+    # have one, and a list for each was a tenth of a flood's memory.
+    first_rows: dict[tuple[str, LockKey], AdvisoryLock] = {}
+    more_rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled):
-        rows.setdefault((lock.database, lock.key), []).append(lock)
+        row = (lock.database, lock.key)
+        first = first_rows.setdefault(row, lock)
+        if first is not lock:
+            more_rows.setdefault(row, [first]).append(lock)
     # Only a configured key can be named or ignored: at 50,000 keys, asking the
     # settings about each one was a tenth of a poll.
     configured = {named.key for named in settings.named} | set(settings.ignore)
     build = _Builder(snapshot, now)
     alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
-    for (database, key), locks in rows.items():
+    for (database, key), lock in first_rows.items():
+        locks = more_rows.get((database, key)) or [lock]
         if configured and key in configured:
             if not settings.ignored(database, key):
                 yield build(database, key, settings.named_lock(database, key), locks)
             continue
-        lock = locks[0]
         if built is not None and len(locks) == 1 and lock.granted and lock.prepared is None:
             shape = (database, lock.pid, lock.mode, lock.first_seen, lock.session_level)
             alike.setdefault(shape, []).append(lock)
@@ -327,8 +333,10 @@ def key_groups(
             yield build(database, key, None, locks)
     for locks in alike.values():
         assert built is not None  # only then are keys set aside as alike
-        first = heapq.nsmallest(built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second))
-        groups = tuple(build(lock.database, lock.key, None, [lock]) for lock in first)
+        lowest = heapq.nsmallest(
+            built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second)
+        )
+        groups = tuple(build(lock.database, lock.key, None, [lock]) for lock in lowest)
         if len(locks) <= built:
             yield from groups
         else:

@@ -169,11 +169,13 @@ class HoldTracker:
         at most."""
         self._dumped_keys = frozenset(self._holds)
         saved_at = self._observed_at or now
-        shared: dict[tuple[Any, ...], list[str]] = {}
+        shared: dict[tuple[Any, ...], list[int | str]] = {}
         for key, (first_seen, xact, session) in self._holds.items():
             pid, started, database, pair, first, second, mode, granted = key
             alike = (pid, started, database, mode, granted, first_seen, xact, session)
-            shared.setdefault(alike, []).append(LockKey(pair, first, second).render())
+            # A bigint key as a JSON number: no string to make for each of 200,000.
+            shown = LockKey(pair, first, second).render() if pair else first
+            shared.setdefault(alike, []).append(shown)
         return {
             "saved_at": saved_at.isoformat(),
             "held": [
