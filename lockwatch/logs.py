@@ -33,9 +33,7 @@ FORMATS = ("text", "logfmt", "json")
 # Loggers of libraries whose warnings are theirs to debug, not an operator's.
 QUIET = ("psycopg", "psycopg.pool", "urllib3")
 _BARE = re.compile(r"[^\s\"=\\]+")
-# What json.dumps leaves as it is and str.splitlines() (and many a log
-# viewer) still takes for the end of a line.
-_JSON_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
 
 
 def utc_timestamp(created: float) -> str:
@@ -62,7 +60,13 @@ def _logfmt_value(value: str) -> str:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False).translate(_JSON_BREAKS)
+    """JSON with every character that is not printable escaped: json.dumps
+    leaves NEL, U+2028, C1 controls and lone surrogates as they are, and
+    str.splitlines(), log viewers and terminals act on them."""
+    text = json.dumps(value, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else json.dumps(ch)[1:-1] for ch in text)
 
 
 class LogfmtFormatter(logging.Formatter):
