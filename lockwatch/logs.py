@@ -35,7 +35,6 @@ QUIET = ("psycopg", "psycopg.pool", "urllib3")
 _BARE = re.compile(r"[^\s\"=\\]+")
 
 
-
 def utc_timestamp(created: float) -> str:
     """``created`` (seconds since the epoch) as ISO 8601 in UTC, to the millisecond."""
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"

@@ -5,9 +5,10 @@ need: eight browsers reloading the status page of 50,000 locks used to stop
 polling for half a minute. An answer is rendered from the board's views once
 per poll (per generation of views) and served from memory until the next
 poll; and requests take turns to be answered (once they have arrived whole),
-each turn followed by a rest in proportion to the work it took, so however
-many readers there are and whatever they ask for, answering takes at most a
-quarter of the interpreter's time and the poll threads keep the rest.
+the next turn starting after a rest in proportion to the work the last took
+(its answer already on its way), so however many readers there are and
+whatever they ask for, answering takes at most a quarter of the
+interpreter's time and the poll threads keep the rest.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Renders:
     _turn: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(ANSWERS_AT_ONCE)
     )
+    _rested_at: float = 0.0  # monotonic; the next answer starts no sooner
     renders_total: int = 0  # how many answers were rendered, not served from memory
 
     @contextmanager
@@ -68,12 +70,16 @@ class Renders:
         if not self._turn.acquire(timeout=self.wait):
             yield False
             return
+        # The thread's own CPU time: what it takes from the poll threads.
+        started = time.thread_time()
         try:
-            # The thread's own CPU time: what it took from the poll threads.
-            started = time.thread_time()
+            # The rest the last answer earned is taken before the next one,
+            # so that no answer waits for its own.
+            time.sleep(max(0.0, self._rested_at - self.monotonic()))
             yield True
-            time.sleep((time.thread_time() - started) * self.rest_per_work)
         finally:
+            spent = time.thread_time() - started
+            self._rested_at = self.monotonic() + spent * self.rest_per_work
             self._turn.release()
 
     def answer(self, key: Hashable, render: Callable[[], Answer]) -> Answer:
