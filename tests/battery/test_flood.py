@@ -188,7 +188,7 @@ def test_readers_hammering_a_flood_of_findings_delay_no_poll(
         ),
         did=(
             f"100 lock_held_too_long findings and one for the {overflow['evidence']['count']:,} "
-            f"more; polls took {min(durations):.2f}-{max(durations):.2f} s; {answered:,} "
+            f"more; its lock query took {min(durations):.2f}-{max(durations):.2f} s; {answered:,} "
             f"answers, {busy:,} told to come back (503), {scrapes} of the observer's "
             f"scrapes answered; /healthz 200 throughout"
         ),
