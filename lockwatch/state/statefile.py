@@ -192,6 +192,9 @@ class StateStore:
         durable_path, recent = self._path(target), self._recent(target)
         if durable_path is None or recent is None:
             return True
+        with self._lock:
+            # After a failed save the durable file may lack what that one had.
+            durable = durable or target in self._last_errors
         path = durable_path if durable else recent
         temp_prefix = f".{path.name}."
         temp: str | None = None

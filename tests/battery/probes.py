@@ -3,10 +3,12 @@ footprint (threads, file descriptors, memory) and its sessions on a server."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -161,3 +163,12 @@ def lateness(stamps: list[float], interval: float) -> tuple[list[float], int]:
     best = min(offsets)
     missed = slots[-1] + 1 - len(set(slots))
     return [o - best for o in offsets], missed
+
+
+def saved_keys(state_file: Path) -> list[str]:
+    """The lock keys whose hold times a target's state file keeps (none while
+    it does not exist)."""
+    if not state_file.exists():
+        return []
+    held = json.loads(state_file.read_text())["holds"]["held"]
+    return [str(key) for entry in held for key in entry["keys"]]

@@ -4,7 +4,6 @@ at a 1 s interval on one lockwatch."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import threading
@@ -19,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
-from tests.battery.probes import Observer, Scrape, footprint, lateness, scrape
+from tests.battery.probes import Observer, Scrape, footprint, lateness, saved_keys, scrape
 from tests.battery.report import soak
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
@@ -109,8 +108,7 @@ class Loaded:
 
     def tracked(self) -> int:
         """Hold times kept in the state file: one per lock held, none forgotten to drop."""
-        held = json.loads(self.state.read_text())["holds"]["held"]
-        return sum(len(entry["keys"]) for entry in held)
+        return len(saved_keys(self.state))
 
 
 @pytest.fixture(scope="module")

@@ -282,3 +282,16 @@ def test_forgetting_a_target_removes_its_refresh_too(tmp_path: Path) -> None:
 
     assert store.load("main") is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_after_a_failed_save_the_next_refresh_is_durable(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("not a directory")  # every save fails
+    store = StateStore(blocker)
+    assert store.save("main", {"findings": [1]}) is False
+    blocker.unlink()
+
+    assert store.save("main", {"findings": [2]}, durable=False) is True
+
+    assert (blocker / "target-main.json").is_file()
+    assert not (blocker / "target-main.json.recent").exists()
