@@ -131,14 +131,16 @@ def render(costs: list[ConvoyCost], command: str) -> str:
     )
 
 
-def write(text: str, path: Path = DOC) -> None:
+def write(text: str, path: Path = DOC, *, begin: str = BEGIN, end: str = END) -> None:
+    """``text`` between the markers ``begin`` and ``end`` of docs/benchmarks.md
+    (at its end the first time)."""
     document = path.read_text(encoding="utf-8")
-    start, end = document.find(BEGIN), document.find(END)
-    block = f"{BEGIN}\n{text.rstrip()}\n{END}"
-    if start < 0 or end < start:
+    start, stop = document.find(begin), document.find(end)
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    if start < 0 or stop < start:
         document = f"{document.rstrip()}\n\n{block}\n"
     else:
-        document = document[:start] + block + document[end + len(END) :]
+        document = document[:start] + block + document[stop + len(end) :]
     path.write_text(document, encoding="utf-8")
 
 

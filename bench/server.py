@@ -63,8 +63,13 @@ class StatementTotals:
 class BenchServer:
     """A throwaway server set up for measuring; use as a context manager."""
 
-    def __init__(self, base_dir: Path, postgres: int | None = None) -> None:
-        self.cluster = LocalCluster(bin_dir(postgres), base_dir=base_dir, settings=SETTINGS)
+    def __init__(
+        self,
+        base_dir: Path,
+        postgres: int | None = None,
+        settings: Mapping[str, str] = SETTINGS,
+    ) -> None:
+        self.cluster = LocalCluster(bin_dir(postgres), base_dir=base_dir, settings=dict(settings))
         self._admin: psycopg.Connection[tuple[Any, ...]] | None = None
         self._holders: list[psycopg.Connection[tuple[Any, ...]]] = []
         self.locks_held = 0

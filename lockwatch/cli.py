@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -311,30 +310,27 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="Database to look at.")
+@click.option("--dsn", envvar="LOCKWATCH_DSN", help="Database to look at.")
+@click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--target", help="The -c config's target whose names and budgets judge the locks.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--statement-timeout", type=DURATION, default=5.0, show_default=True)
-def snapshot(dsn: str, as_json: bool, statement_timeout: float) -> None:
-    """Print the advisory locks held and awaited right now, with their sessions."""
-    from lockwatch.commands.snapshot import render_snapshot, take_snapshot
+def snapshot(
+    dsn: str | None,
+    config: Path | None,
+    target: str | None,
+    limit: int,
+    as_json: bool,
+    statement_timeout: float,
+) -> None:
+    """Print the advisory locks held and awaited now, per holding session, and the
+    problems seen; exit 1 on a problem (or an unreadable server), 0 on none."""
+    from lockwatch.commands.snapshot import run_snapshot
 
-    try:
-        settings = settings_from_flags(dsn=dsn)
-    except ConfigError as exc:
-        _fail_config(exc)
-    target = settings.targets[0]
-    try:
-        view = take_snapshot(target, statement_timeout=statement_timeout)
-    except RuntimeError as exc:
-        click.echo(f"lockwatch: {exc}", err=True)
-        sys.exit(1)
-    if as_json:
-        from lockwatch.publish.api.locks import locks_document
-
-        assert view.status is not None
-        click.echo(json.dumps(locks_document((view,), view.status.checked_at), indent=2))
-    else:
-        click.echo(render_snapshot(view))
+    code, text, failed = run_snapshot(dsn, config, target, limit, as_json, statement_timeout)
+    click.echo(text, err=failed)
+    sys.exit(code)
 
 
 @main.command()

@@ -1,7 +1,10 @@
 """Log setup: ``text`` for a terminal, ``logfmt`` and ``json`` for collectors.
 
-Every format stamps events in UTC with the zone and writes one event per line
-(in ``logfmt`` and ``json`` a traceback is a field, its newlines escaped).
+Every format stamps events in UTC with the zone and writes one event per line,
+whatever a database, application or job name in a message holds: line breaks
+and control characters in a message are escaped (in ``logfmt`` and ``json`` a
+traceback is a field, its newlines escaped too; ``text`` puts it on the lines
+after its event).
 Libraries' own chatter (psycopg's warnings about its connections) stays out of
 the log unless the level is ``debug``.
 
@@ -22,6 +25,8 @@ import re
 import sys
 from datetime import UTC, datetime
 from typing import TextIO
+
+from lockwatch.text import escaped_breaks
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("text", "logfmt", "json")
@@ -48,9 +53,19 @@ def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str
 
 
 def _logfmt_value(value: str) -> str:
-    if value and _BARE.fullmatch(value):
+    if value and value.isprintable() and _BARE.fullmatch(value):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    return _json(value)
+
+
+def _json(value: object) -> str:
+    """JSON with every character that is not printable escaped: json.dumps
+    leaves NEL, U+2028, C1 controls and lone surrogates as they are, and
+    str.splitlines(), log viewers and terminals act on them."""
+    text = json.dumps(value, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else json.dumps(ch)[1:-1] for ch in text)
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -65,7 +80,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per event."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_fields(record, self), ensure_ascii=False)
+        return _json(_fields(record, self))
 
 
 class TextFormatter(logging.Formatter):
@@ -76,6 +91,10 @@ class TextFormatter(logging.Formatter):
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
         return utc_timestamp(record.created)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802
+        record.message = escaped_breaks(record.message)
+        return super().formatMessage(record)
 
 
 def formatter(log_format: str) -> logging.Formatter:

@@ -326,12 +326,13 @@ class TargetRunner:
             return True
         if not (changed or any(m.save_due(now, self._saved_at) for m in self.monitors)):
             return True
+        durable = changed or self.lock_monitor.tracker.changed_since_dump()  # else a refresh
         document: dict[str, object] = {}
         for monitor in self.monitors:
             document.update(monitor.save(now))
         document["findings"] = self.ledger.dump()
         document["incidents"] = self.incidents.dump()
-        saved = self.store.save(self.target.name, document)
+        saved = self.store.save(self.target.name, document, durable=durable)
         if saved:
             self._saved_at = now
         return saved

@@ -82,6 +82,21 @@ def one_line(text: object, limit: int = SUMMARY_VALUE_LIMIT) -> str:
     return collapsed if len(collapsed) <= limit else collapsed[:limit] + ELLIPSIS
 
 
+def escaped_breaks(text: str) -> str:
+    """``text`` with every character that may break a line (or hide) spelt out
+    as a Python escape, so that a value from a database client never splits
+    one log line into two.
+
+    >>> escaped_breaks("app\\nFAKE ERROR\\u2028x\\x1b[2J")
+    'app\\\\nFAKE ERROR\\\\u2028x\\\\x1b[2J'
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if _breaks_line(ch) else ch for ch in text
+    )
+
+
 def truncate(text: str, limit: int = QUERY_LIMIT) -> str:
     """
     >>> truncate("abcdef", 3)

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from lockwatch.commands.tracking import tracking_notes
 from lockwatch.detect.keepalive import describe, orphan_lifetime
 from lockwatch.model.keepalive import OrphanLifetime, PoolerTimeouts
 from lockwatch.model.locks import HIDDEN
@@ -143,6 +144,7 @@ def diagnose(dsn: str, pgbouncer: str | None = None) -> Diagnosis:
             proxied = through_pooler(first, server_pid)
             sharing = per_transaction(first, second)
             timeouts = server_timeouts(first)
+            tracking = tracking_notes(first)
     except psycopg.Error as exc:
         raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line(exc)}", secrets)) from None
     pooled = sharing is not None
@@ -154,7 +156,7 @@ def diagnose(dsn: str, pgbouncer: str | None = None) -> Diagnosis:
         version,
         role,
         can_monitor,
-        _notes(pooled=pooled, proxied=proxied) + _serverless_note(dsn),
+        _notes(pooled=pooled, proxied=proxied) + _serverless_note(dsn) + tracking,
         orphan_lifetime(timeouts, _pooler_timeouts(pgbouncer, pooled)),
     )
 

@@ -1,23 +1,107 @@
 """``lockwatch snapshot``: one look at the advisory locks of a server, as text.
 
-It replaces the hand-written ``pg_locks`` queries of an investigation: every
-key, its holder (pid, application, address, state and for how long), its
-waiters and the blocking chain behind them.
+It replaces the hand-written ``pg_locks`` queries of an investigation. One
+block per holding session (pid, application, address, state and for how
+long, its last query), with its keys counted and the first few listed, and
+under it every key others wait for, with its waiters and the blocking chain
+behind them; then the problems lockwatch's detectors see, judged with the
+config's lock names and budgets. It exits 1 when there is a problem, 0 when
+there is none, for cron and scripts.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+from lockwatch.config import load
 from lockwatch.detect.evidence import blocking_chain
-from lockwatch.model.locks import HIDDEN, AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.findings import Finding
+from lockwatch.model.locks import (
+    HIDDEN,
+    UNTRACKED_STATE,
+    AdvisoryLock,
+    Backend,
+    LockKey,
+    LockSnapshot,
+)
 from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.api.findings import findings_document
+from lockwatch.publish.api.locks import locks_document
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.locks import PgLockSampler
 from lockwatch.settings.targets import Target
 from lockwatch.state.holds import HoldTracker
 from lockwatch.text import format_duration, one_line
+
+EXIT_PROBLEM = 1  # a problem seen, or the server could not be read
+EXIT_BAD_CONFIG = 2
+
+
+def run_snapshot(
+    dsn: str | None,
+    config_file: Path | None,
+    name: str | None,
+    limit: int,
+    as_json: bool,
+    statement_timeout: float,
+) -> tuple[int, str, bool]:
+    """``lockwatch snapshot``: (exit code, what to print, whether on stderr)."""
+    if dsn is None and config_file is None:
+        return EXIT_BAD_CONFIG, "lockwatch: give a database (--dsn DSN) or a config file (-c)", True
+    try:
+        target = snapshot_target(dsn, config_file, name)
+        view = take_snapshot(target, statement_timeout=statement_timeout)
+    except load.ConfigError as exc:
+        return EXIT_BAD_CONFIG, str(exc), True
+    except LookupError as exc:
+        return EXIT_BAD_CONFIG, f"lockwatch: {exc.args[0]}", True
+    except RuntimeError as exc:
+        return EXIT_PROBLEM, f"lockwatch: {exc}", True
+    found = problems(view)
+    if as_json:
+        text = json.dumps(snapshot_document(view, found), indent=2)
+    else:
+        text = render_snapshot(view, found, limit)
+    return (EXIT_PROBLEM if found else 0), text, False
+
+
+def snapshot_target(dsn: str | None, config_file: Path | None, name: str | None) -> Target:
+    """The config's target (``name``, or its first), its DSN replaced by ``dsn``
+    if given; or a target of ``dsn`` alone, with the default budgets. Raises
+    ConfigError, or LookupError for a target the config does not have."""
+    if config_file is None:
+        return load.settings_from_flags(dsn=dsn or "").targets[0]
+    targets = [t for t in load.load_settings(config_file).targets if name in (None, t.name)]
+    if not targets:
+        raise LookupError(f"no target {name!r} in {config_file}")
+    return targets[0] if dsn is None else replace(targets[0], dsn=dsn)
+
+
+def snapshot_document(view: TargetView, found: Sequence[Finding]) -> dict[str, Any]:
+    """``--json``: the locks as /api/v1/locks has them, and the problems as
+    /api/v1/findings."""
+    assert view.status is not None
+    document = locks_document((view,), view.status.checked_at)
+    document["findings"] = findings_document([replace(view, findings=tuple(found))])["findings"]
+    return document
+
+
+def problems(view: TargetView) -> list[Finding]:
+    """What lockwatch's lock detectors find in the snapshot, with the target's
+    settings (its names, budgets and ignores). Hold times start at first
+    sight, as at lockwatch's first poll: an idle holder's at least since its
+    session went idle."""
+    snapshot = view.status.snapshot if view.status else None
+    if snapshot is None:
+        return []
+    return detect_locks(snapshot, view.target.locks, snapshot.taken_at)
 
 
 def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
@@ -49,6 +133,15 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
     )
 
 
+# Holding sessions shown one by one unless --limit says otherwise; the rest are counted.
+HOLDERS_SHOWN = 20
+KEYS_LISTED = 8  # keys named per holder; the rest are counted
+WAITED_KEYS_SHOWN = 10  # keys with waiters shown per holder
+
+# A holding session: (pid, xid of its prepared transaction or None).
+HolderId = tuple[int, int | None]
+
+
 def _who(backend: Backend | None, pid: int) -> str:
     if backend is None:
         return f"pid {pid} (session gone)"
@@ -60,11 +153,13 @@ def _state(backend: Backend | None, now: datetime) -> str:
         return f"state {HIDDEN}"
     if backend is None or backend.state is None:
         return "state unknown"
-    text = backend.state
+    if backend.state == UNTRACKED_STATE:
+        return "not tracked: track_activities is off"
+    text = one_line(backend.state)
     if backend.state_change is not None:
         text += f" for {format_duration((now - backend.state_change).total_seconds())}"
     if backend.waiting_on_lock:
-        text += f", waiting on {backend.wait_event or 'a lock'}"
+        text += f", waiting on {one_line(backend.wait_event or 'a lock')}"
     return text
 
 
@@ -79,58 +174,147 @@ def _blind_warning(snapshot: LockSnapshot) -> list[str]:
     ]
 
 
-def render_snapshot(view: TargetView) -> str:
+def _holder_line(lock: AdvisoryLock, snapshot: LockSnapshot) -> list[str]:
+    prepared = lock.prepared
+    if prepared is not None:
+        age = format_duration(prepared.age_seconds)
+        return [
+            f"prepared transaction '{one_line(prepared.gid)}' (owner "
+            f"{one_line(prepared.owner or '?')}), no session, prepared {age} ago"
+        ]
+    backend = snapshot.backends.get(lock.pid)
+    lines = [f"{_who(backend, lock.pid)}, {_state(backend, snapshot.taken_at)}"]
+    if backend is not None and backend.query:
+        lines.append(f"  last query: {one_line(backend.query, 120)}")
+    return lines
+
+
+def _title(view: TargetView, database: str, key: LockKey) -> str:
+    named = view.target.locks.named_lock(database, key)
+    return f"{one_line(named.name)} ({key.render()})" if named else key.render()
+
+
+def _listed(names: Sequence[str], limit: int) -> str:
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown}, … and {len(names) - limit} more"
+
+
+def _waiters(
+    view: TargetView,
+    snapshot: LockSnapshot,
+    database: str,
+    key: LockKey,
+    waiters: list[AdvisoryLock],
+) -> list[str]:
+    """A key's queue: how many, the longest wait, each waiter, the chain behind the first."""
+    now = snapshot.taken_at
+    waiters.sort(key=lambda lock: (lock.wait_start or lock.first_seen or now, lock.pid))
+    first = waiters[0]
+    longest = format_duration((now - (first.wait_start or first.first_seen or now)).total_seconds())
+    lines = [
+        f"  lock {_title(view, database, key)}: {len(waiters)} session(s) waiting, longest {longest}:"
+    ]
+    lines += [
+        f"    {_who(snapshot.backends.get(w.pid), w.pid)}, {w.mode}" for w in waiters[:KEYS_LISTED]
+    ]
+    if len(waiters) > KEYS_LISTED:
+        lines.append(f"    … and {len(waiters) - KEYS_LISTED} more")
+    chain = blocking_chain(snapshot, first.pid, now)
+    if len(chain) > 1:
+        steps = " -> ".join(
+            f"{step.pid} ({one_line(step.state or '?')}"
+            + (f", waits on {one_line(step.wait_event)}" if step.wait_event_type == "Lock" else "")
+            + ")"
+            for step in chain
+        )
+        lines.append(f"    chain {steps}")
+    return lines
+
+
+def _holder_block(
+    view: TargetView,
+    snapshot: LockSnapshot,
+    held: list[AdvisoryLock],
+    queues: dict[tuple[str, LockKey], list[AdvisoryLock]],
+) -> list[str]:
+    lines = _holder_line(held[0], snapshot)
+    by_database: dict[str, list[AdvisoryLock]] = defaultdict(list)
+    for lock in held:
+        by_database[lock.database].append(lock)
+    for database, locks in sorted(by_database.items()):
+        locks.sort(key=lambda lock: (lock.key.pair, lock.key.first, lock.key.second))
+        titles = [_title(view, database, lock.key) for lock in locks]
+        lines.append(
+            f"  holds {len(locks)} key(s) in database {one_line(database)}: "
+            f"{_listed(titles, KEYS_LISTED)}"
+        )
+        contended = [lock for lock in locks if (database, lock.key) in queues]
+        for lock in contended[:WAITED_KEYS_SHOWN]:
+            lines += _waiters(view, snapshot, database, lock.key, queues[database, lock.key])
+        if len(contended) > WAITED_KEYS_SHOWN:
+            lines.append(f"  … and {len(contended) - WAITED_KEYS_SHOWN} more keys with waiters")
+    return lines
+
+
+def render_snapshot(
+    view: TargetView, problems: Sequence[Finding] = (), limit: int = HOLDERS_SHOWN
+) -> str:
+    """The snapshot grouped by holding session, the ``limit`` holding the most
+    waiters and then the oldest first, and the ``problems`` found in it."""
     status = view.status
     if status is None or status.snapshot is None:
         return f"{view.target.name}: no snapshot ({status.error if status else 'not polled'})"
     snapshot = status.snapshot
     now = snapshot.taken_at
-    groups: dict[tuple[str, LockKey], list[AdvisoryLock]] = defaultdict(list)
+    holders: dict[HolderId, list[AdvisoryLock]] = defaultdict(list)
+    queues: dict[tuple[str, LockKey], list[AdvisoryLock]] = defaultdict(list)
     for lock in snapshot.locks:
-        groups[(lock.database, lock.key)].append(lock)
-    held = sum(1 for lock in snapshot.locks if lock.granted)
+        if lock.granted:
+            holder = (lock.pid, lock.prepared.transaction if lock.prepared else None)
+            holders[holder].append(lock)
+        else:
+            queues[(lock.database, lock.key)].append(lock)
+    held = sum(len(locks) for locks in holders.values())
     version = f"{snapshot.server_version // 10000}.{snapshot.server_version % 10000}"
     lines = [
-        f"PostgreSQL {version}: {held} advisory lock(s) held, "
+        f"PostgreSQL {version}: {held} advisory lock(s) held by {len(holders)} session(s), "
         f"{len(snapshot.locks) - held} waiting, at {now:%Y-%m-%d %H:%M:%S}Z "
         f"(poll {snapshot.poll_seconds * 1000:.1f} ms)"
     ]
     # First: everything below about other roles' sessions is partial.
     lines[:0] = _blind_warning(snapshot)
-    if not groups:
+    if not snapshot.locks:
         lines.append("no advisory locks held or awaited")
-    for (database, key), locks in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1])):
-        named = view.target.locks.named_lock(database, key)
-        title = f"{named.name} ({key})" if named else str(key)
-        lines.append("")
-        lines.append(f"lock {title} in database {one_line(database)}")
-        for lock in (lock for lock in locks if lock.granted):
-            backend = snapshot.backends.get(lock.pid)
-            lines.append(
-                f"  held by   {_who(backend, lock.pid)}, {lock.mode}, {_state(backend, now)}"
-            )
-            if backend is not None and backend.query:
-                lines.append(f"            last query: {one_line(backend.query, 120)}")
-        waiters = sorted(
-            (lock for lock in locks if not lock.granted),
-            key=lambda lock: lock.wait_start or lock.first_seen or now,
-        )
-        if waiters:
-            first = waiters[0]
-            longest = format_duration(
-                (now - (first.wait_start or first.first_seen or now)).total_seconds()
-            )
-            lines.append(f"  waiting   {len(waiters)} session(s), longest {longest}:")
-            for lock in waiters:
-                backend = snapshot.backends.get(lock.pid)
-                lines.append(f"            {_who(backend, lock.pid)}, {lock.mode}")
-            chain = blocking_chain(snapshot, first.pid, now)
-            if len(chain) > 1:
-                steps = " -> ".join(
-                    f"{step.pid} ({step.state or '?'}"
-                    + (f", waits on {step.wait_event}" if step.wait_event_type == "Lock" else "")
-                    + ")"
-                    for step in chain
-                )
-                lines.append(f"  chain     {steps}")
+
+    def rank(locks: list[AdvisoryLock]) -> tuple[int, datetime, int]:
+        blocked = sum(len(queues.get((lock.database, lock.key), ())) for lock in locks)
+        oldest = min((lock.first_seen or now for lock in locks), default=now)
+        return (-blocked, oldest, locks[0].pid)
+
+    ordered = sorted(holders.values(), key=rank)
+    for locks in ordered[:limit]:
+        lines += ["", *_holder_block(view, snapshot, locks, queues)]
+    if len(ordered) > limit:
+        rest = ordered[limit:]
+        lines += ["", f"… and {len(rest)} more session(s) holding {sum(map(len, rest))} lock(s)"]
+    held_keys = {(lock.database, lock.key) for locks in holders.values() for lock in locks}
+    orphan_queues = sorted(
+        (item for item in queues.items() if item[0] not in held_keys),
+        key=lambda item: (item[0][0], item[0][1].pair, item[0][1].first, item[0][1].second),
+    )
+    if orphan_queues:
+        lines += ["", "waiting on keys nobody is seen to hold:"]
+        for (database, key), waiters in orphan_queues[:limit]:
+            lines += _waiters(view, snapshot, database, key, waiters)
+    lines += ["", _problems(problems, limit)]
+    return "\n".join(lines)
+
+
+def _problems(problems: Sequence[Finding], limit: int) -> str:
+    if not problems:
+        return "no problems seen"
+    lines = [f"{len(problems)} problem(s):"]
+    lines += [f"  {f.kind.value} [{f.severity.value}]: {f.summary}" for f in problems[:limit]]
+    if len(problems) > limit:
+        lines.append(f"  … and {len(problems) - limit} more")
     return "\n".join(lines)

@@ -6,7 +6,8 @@ Pure, like every detector: the clock comes in as ``now``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -24,6 +25,7 @@ from lockwatch.model.hold_history import HistoryKey, KeyHistory
 from lockwatch.model.locks import (
     HIDDEN,
     IDLE_STATES,
+    UNTRACKED_STATE,
     AdvisoryLock,
     Backend,
     LockKey,
@@ -35,6 +37,9 @@ from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
 
 Histories = Mapping[HistoryKey, KeyHistory]
+
+# What a holder with track_activities off is doing, as far as anyone can tell.
+UNTRACKED = "not tracked: track_activities is off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,14 +103,19 @@ class KeyGroup:
 
 @dataclass(frozen=True, slots=True)
 class Draft:
-    """A finding before it knows its target and its related findings."""
+    """A finding before it knows its target and its related findings.
+
+    Its summary and evidence are written only for the drafts that survive the
+    per-kind cap: 50,000 locks past their budget are 50,000 drafts, and all
+    but a hundred are only counted (most of a poll's cost was evidence that
+    was thrown away)."""
 
     kind: FindingKind
     group: KeyGroup
     severity: Severity
     since: datetime
-    summary: str
-    evidence: LockEvidence
+    summary: Callable[[], str]
+    evidence: Callable[[], LockEvidence]
 
 
 def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:
@@ -196,7 +206,11 @@ def doing(holder: Holder) -> str:
         return f"itself waiting on pid {blockers}"
     if holder.idle is not None:
         return f"{one_line(backend.state)} {format_duration(holder.idle)}"
-    return one_line(backend.state or "state unknown")
+    return (
+        UNTRACKED
+        if backend.state == UNTRACKED_STATE
+        else one_line(backend.state or "state unknown")
+    )
 
 
 def and_more(count: int) -> str:
@@ -351,6 +365,7 @@ def worth_checking(
         and backend.state_change < idle_before
     }
     loud: set[tuple[str, LockKey]] = set()
+    quiet = False
     for lock in snapshot.locks:
         if (
             not lock.granted
@@ -360,9 +375,24 @@ def worth_checking(
             or (named and lock.key in named)
         ):
             loud.add((lock.database, lock.key))
+        else:
+            quiet = True
     if not loud:
         return []
+    if not quiet:
+        return list(snapshot.locks)  # a flood: every row is kept
     return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+
+
+@dataclass(frozen=True, slots=True)
+class Alike:
+    """Keys that every check judges alike but for the key: each the only row of
+    its key, granted to one session in one mode, first seen at the same
+    moment, unnamed. Only the first ``groups`` by key are built; ``more`` are
+    only counted, as they rank behind those in any cap."""
+
+    groups: tuple[KeyGroup, ...]
+    more: int
 
 
 def key_groups(
@@ -371,44 +401,97 @@ def key_groups(
     now: datetime,
     pooled: Mapping[int, PooledBackend] | None = None,
     history: Histories | None = None,
-) -> list[KeyGroup]:
-    """The keys worth checking, each with its holders and waiters; ``pooled``
-    names the backends a pooler hands out (by pid)."""
+    built: int | None = None,
+) -> Iterator[KeyGroup | Alike]:
+    """The groups of every key worth checking, made one at a time as they are
+    asked for: at 50,000 keys past their budget, holding every group at once
+    was most of a poll's memory and its garbage collection most of its time.
+    ``pooled`` names the backends a pooler hands out (by pid).
+
+    With ``built``, keys held alike by one session (``Alike``) beyond the first
+    ``built`` are counted, never built: a session that took 50,000 locks in one
+    go is 20 groups' work, not 50,000."""
     pooled = pooled or {}
-    rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
+    # A key's first row, and the rows of keys with more than one: most keys
+    # have one, and a list for each was a tenth of a flood's memory.
+    first_rows: dict[tuple[str, LockKey], AdvisoryLock] = {}
+    more_rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled, history):
-        rows.setdefault((lock.database, lock.key), []).append(lock)
-    groups = []
-    for (database, key), locks in sorted(rows.items()):
-        if settings.ignored(database, key):
+        row = (lock.database, lock.key)
+        first = first_rows.setdefault(row, lock)
+        if first is not lock:
+            more_rows.setdefault(row, [first]).append(lock)
+    # Only a configured or catalogued key can be named or ignored: at 50,000
+    # keys, asking the settings about each one was a tenth of a poll.
+    configured = {named.key for named in settings.named} | set(settings.ignore)
+    build = _Builder(snapshot, settings, now, pooled, history)
+    alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
+    for (database, key), lock in first_rows.items():
+        locks = more_rows.get((database, key)) or [lock]
+        if (configured and key in configured) or settings.catalogued(database, key):
+            if not settings.ignored(database, key):
+                yield build(database, key, settings.named_lock(database, key), locks)
             continue
+        if built is not None and len(locks) == 1 and lock.granted and lock.prepared is None:
+            shape = (database, lock.pid, lock.mode, lock.first_seen, lock.session_level)
+            alike.setdefault(shape, []).append(lock)
+        else:
+            yield build(database, key, None, locks)
+    for locks in alike.values():
+        assert built is not None  # only then are keys set aside as alike
+        lowest = heapq.nsmallest(
+            built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second)
+        )
+        groups = tuple(build(lock.database, lock.key, None, [lock]) for lock in lowest)
+        if len(locks) <= built:
+            yield from groups
+        else:
+            yield Alike(groups, len(locks) - built)
+
+
+class _Builder:
+    """Builds a key's group from its rows, each session's idle time reckoned once."""
+
+    def __init__(
+        self,
+        snapshot: LockSnapshot,
+        settings: LockSettings,
+        now: datetime,
+        pooled: Mapping[int, PooledBackend],
+        history: Histories | None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.settings = settings
+        self.now = now
+        self.pooled = pooled
+        self.history = history
+        self._idle: dict[int, float | None] = {}  # one session holds many keys
+
+    def __call__(
+        self, database: str, key: LockKey, named: NamedLock | None, locks: list[AdvisoryLock]
+    ) -> KeyGroup:
+        now = self.now
         holders = []
         waiters = []
         for lock in locks:
-            backend = snapshot.backends.get(lock.pid)
+            backend = self.snapshot.backends.get(lock.pid)
             if lock.granted:
                 held = seconds_between(now, lock.first_seen)
                 idle = None
                 if lock.prepared is not None:
                     idle = held  # a prepared transaction runs no SQL, ever
                 elif backend is not None and backend.state in IDLE_STATES:
-                    idle = seconds_between(now, backend.state_change)
-                holders.append(Holder(lock, backend, held, idle, pooled.get(lock.pid)))
+                    if lock.pid not in self._idle:
+                        self._idle[lock.pid] = seconds_between(now, backend.state_change)
+                    idle = self._idle[lock.pid]
+                holders.append(Holder(lock, backend, held, idle, self.pooled.get(lock.pid)))
             else:
                 started = lock.wait_start or lock.first_seen
                 waiters.append(Waiter(lock, backend, seconds_between(now, started)))
-        holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
-        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
-        past = None if history is None else history.get((database, key))
-        groups.append(
-            KeyGroup(
-                database,
-                key,
-                settings.named_lock(database, key),
-                tuple(holders),
-                tuple(waiters),
-                past,
-                settings.learning.budget(past, now),
-            )
-        )
-    return groups
+        if len(holders) > 1:
+            holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
+        if len(waiters) > 1:
+            waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+        past = None if self.history is None else self.history.get((database, key))
+        learned = None if past is None else self.settings.learning.budget(past, now)
+        return KeyGroup(database, key, named, tuple(holders), tuple(waiters), past, learned)

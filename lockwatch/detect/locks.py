@@ -7,13 +7,17 @@ findings in the same order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.keepalive import orphan_lifetime
+from lockwatch.detect.lock_cap import Cap
 from lockwatch.detect.lock_groups import (
+    Alike,
     Draft,
     Histories,
     Holder,
@@ -28,25 +32,13 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.pooler import known_pooled, pooled_session
-from lockwatch.model.evidence import ChurnEvidence, HolderFacts, OverflowEvidence
+from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
 from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
-
-# Findings of one kind reported one by one per target; the rest become one.
-FINDINGS_PER_KIND = 100
-
-
-OVERFLOW_SUBJECT = "(more locks)"
-
-
-OVERFLOW_KEYS = 50  # keys listed in the evidence of the overflow finding
-
-
-OVERFLOW_HOLDERS = 10  # holders named in the evidence of the overflow finding
 
 
 def _held_too_long(
@@ -57,17 +49,24 @@ def _held_too_long(
     if budget is None or holder is None or holder.held <= budget:
         return None
     assert holder.lock.first_seen is not None  # a positive hold has a start
-    others = sum(1 for h in group.holders if h.held > budget) - 1
-    evidence = lock_evidence(group, settings, snapshot, now, holder)
-    if evidence.history is not None and evidence.history.learned and budget == group.learned:
-        budget_text = f"learned budget {format_short_duration(budget)} ({evidence.history.text})"
-    else:
-        budget_text = f"budget {format_duration(budget)}"
-    summary = (
-        f"lock {group.label()} in {one_line(group.database)} held "
-        f"{format_duration(holder.held)} by {who(holder)}{and_more(others)}, {doing(holder)}; "
-        f"{budget_text}{waiting_text(group)}"
-    )
+
+    @functools.cache
+    def evidence() -> LockEvidence:
+        return lock_evidence(group, settings, snapshot, now, holder)
+
+    def summary() -> str:
+        others = sum(1 for h in group.holders if h.held > budget) - 1
+        history = evidence().history
+        if history is not None and history.learned and budget == group.learned:
+            budget_text = f"learned budget {format_short_duration(budget)} ({history.text})"
+        else:
+            budget_text = f"budget {format_duration(budget)}"
+        return (
+            f"lock {group.label()} in {one_line(group.database)} held "
+            f"{format_duration(holder.held)} by {who(holder)}{and_more(others)}, "
+            f"{doing(holder)}; {budget_text}{waiting_text(group)}"
+        )
+
     return Draft(
         FindingKind.LOCK_HELD_TOO_LONG,
         group,
@@ -91,15 +90,19 @@ def _convoy(
     holder = max(
         group.holders, key=lambda h: (h.waits, h.idle or 0.0, h.held, -h.lock.pid), default=None
     )
-    if holder is None:
-        holder_text = "no holder seen"
-    else:
-        others = len(group.holders) - 1
-        holder_text = f"holder {who(holder, addr=False)}{and_more(others)} {doing(holder)}"
-    summary = (
-        f"{len(group.waiters)} sessions wait on lock {group.label()} in "
-        f"{one_line(group.database)}, longest {format_duration(longest.waited)}; {holder_text}"
-    )
+
+    def summary() -> str:
+        if holder is None:
+            holder_text = "no holder seen"
+        else:
+            others = len(group.holders) - 1
+            holder_text = f"holder {who(holder, addr=False)}{and_more(others)} {doing(holder)}"
+        return (
+            f"{len(group.waiters)} sessions wait on lock {group.label()} in "
+            f"{one_line(group.database)}, longest {format_duration(longest.waited)}; "
+            f"{holder_text}"
+        )
+
     starts = [w.started for w in group.waiters if w.started is not None]
     return Draft(
         FindingKind.LOCK_CONVOY,
@@ -107,7 +110,7 @@ def _convoy(
         Severity.CRITICAL,
         min(starts, default=now),
         summary,
-        lock_evidence(group, settings, snapshot, now, holder),
+        lambda: lock_evidence(group, settings, snapshot, now, holder),
     )
 
 
@@ -154,32 +157,41 @@ def _orphaned(
     if not orphans:
         return None
     holder, since = min(orphans, key=lambda pair: (pair[1], -pair[0].lock.pid))
-    head = (
-        f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(len(orphans) - 1)}"
-    )
-    backend = holder.backend
-    if holder.lock.prepared is not None:
-        # It survives restarts of the server: the worst orphan of all.
-        severity = Severity.CRITICAL
-        state = f"{doing(holder)}; it survives restarts until COMMIT PREPARED or ROLLBACK PREPARED"
-    else:
-        assert backend is not None  # an orphan without a prepared transaction has a session
-        severity = Severity.CRITICAL if group.waiters else Severity.WARNING
-        if holder.idle is not None and holder.idle > orphan_after:
-            state = f'{one_line(backend.state)} {format_duration(holder.idle)} since "{one_line(backend.query)}"'
-        else:
+    # A prepared transaction survives restarts of the server: the worst orphan of all.
+    prepared = holder.lock.prepared is not None
+    severity = Severity.CRITICAL if prepared or group.waiters else Severity.WARNING
+
+    def summary() -> str:
+        head = (
+            f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
+            f"{and_more(len(orphans) - 1)}"
+        )
+        backend = holder.backend
+        if prepared:
             state = (
-                f"held {format_duration(holder.held)} while its session runs other statements "
-                f'(now {doing(holder)}, last "{one_line(backend.query)}")'
+                f"{doing(holder)}; it survives restarts until COMMIT PREPARED or ROLLBACK PREPARED"
             )
+        else:
+            assert backend is not None  # an orphan without a prepared transaction has a session
+            if holder.idle is not None and holder.idle > orphan_after:
+                state = (
+                    f"{one_line(backend.state)} {format_duration(holder.idle)} "
+                    f'since "{one_line(backend.query)}"'
+                )
+            else:
+                state = (
+                    f"held {format_duration(holder.held)} while its session runs other "
+                    f'statements (now {doing(holder)}, last "{one_line(backend.query)}")'
+                )
+        return f"{head}, {state}{waiting_text(group)}"
+
     return Draft(
         FindingKind.LOCK_ORPHANED,
         group,
         severity,
         since,
-        f"{head}, {state}{waiting_text(group)}",
-        lock_evidence(group, settings, snapshot, now, holder),
+        summary,
+        lambda: lock_evidence(group, settings, snapshot, now, holder),
     )
 
 
@@ -209,15 +221,21 @@ def _unexpected_holder(
     if not strangers:
         return None
     holder = min(strangers, key=lambda h: (h.lock.first_seen or now, h.lock.pid))
-    evidence = lock_evidence(group, settings, snapshot, now, holder)
-    allowed = ", ".join(
-        [one_line(a) for a in evidence.allowed_applications]
-        + [one_line(a) for a in evidence.allowed_addresses]
-    )
-    summary = (
-        f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
-        f"{and_more(len(strangers) - 1)}, not an allowed holder (allowed: {allowed})"
-    )
+
+    def evidence() -> LockEvidence:
+        return lock_evidence(group, settings, snapshot, now, holder)
+
+    def summary() -> str:
+        facts = evidence()
+        allowed = ", ".join(
+            [one_line(a) for a in facts.allowed_applications]
+            + [one_line(a) for a in facts.allowed_addresses]
+        )
+        return (
+            f"lock {group.label()} in {one_line(group.database)} held by {who(holder)}"
+            f"{and_more(len(strangers) - 1)}, not an allowed holder (allowed: {allowed})"
+        )
+
     return Draft(
         FindingKind.LOCK_UNEXPECTED_HOLDER,
         group,
@@ -232,34 +250,41 @@ def _leaders_missing(
     snapshot: LockSnapshot, settings: LockSettings, now: datetime
 ) -> Iterable[Draft]:
     for named in settings.named:
-        if named.role is not LockRole.LEADER or named.ignore:
-            continue
-        rows = [
-            lock
-            for lock in snapshot.locks
-            if lock.key == named.key and (named.database is None or lock.database == named.database)
-        ]
-        if any(lock.granted for lock in rows):
-            continue
-        waiters = [
-            Waiter(
-                lock,
-                snapshot.backends.get(lock.pid),
-                seconds_between(now, lock.wait_start or lock.first_seen),
-            )
-            for lock in rows
-        ]
-        waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
-        group = KeyGroup(named.database, named.key, named, (), tuple(waiters))
-        where = f"in {one_line(named.database)}" if named.database else "in any database"
-        yield Draft(
-            FindingKind.LEADER_LOCK_MISSING,
-            group,
-            Severity.CRITICAL,
-            now,
-            f"leader lock {group.label()} is held by nobody {where}{waiting_text(group)}",
-            lock_evidence(group, settings, snapshot, now, None),
+        if named.role is LockRole.LEADER and not named.ignore:
+            draft = _leader_missing(named, snapshot, settings, now)
+            if draft is not None:
+                yield draft
+
+
+def _leader_missing(
+    named: NamedLock, snapshot: LockSnapshot, settings: LockSettings, now: datetime
+) -> Draft | None:
+    rows = [
+        lock
+        for lock in snapshot.locks
+        if lock.key == named.key and (named.database is None or lock.database == named.database)
+    ]
+    if any(lock.granted for lock in rows):
+        return None
+    waiters = [
+        Waiter(
+            lock,
+            snapshot.backends.get(lock.pid),
+            seconds_between(now, lock.wait_start or lock.first_seen),
         )
+        for lock in rows
+    ]
+    waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
+    group = KeyGroup(named.database, named.key, named, (), tuple(waiters))
+    where = f"in {one_line(named.database)}" if named.database else "in any database"
+    return Draft(
+        FindingKind.LEADER_LOCK_MISSING,
+        group,
+        Severity.CRITICAL,
+        now,
+        lambda: f"leader lock {group.label()} is held by nobody {where}{waiting_text(group)}",
+        lambda: lock_evidence(group, settings, snapshot, now, None),
+    )
 
 
 def _leaders_churning(
@@ -291,18 +316,27 @@ def _leaders_churning(
                 window,
                 tuple(t.isoformat() for t in recent),
             )
+            summary = (
+                f"leader lock {group.label()} in {one_line(database)} changed hands "
+                f"{len(recent)} times in {format_duration(window)} "
+                f"({evidence.changes_per_hour:g}/h), last "
+                f"{format_duration((now - recent[-1]).total_seconds())} ago"
+                + (f" to {who(holder)}" if holder is not None else "")
+            )
+            # Few leaders churn: their text and facts are made at once, and bound here.
             yield Draft(
                 FindingKind.LEADER_LOCK_CHURN,
                 group,
                 Severity.WARNING,
                 recent[0],
-                f"leader lock {group.label()} in {one_line(database)} changed hands "
-                f"{len(recent)} times in {format_duration(window)} "
-                f"({evidence.changes_per_hour:g}/h), last "
-                f"{format_duration((now - recent[-1]).total_seconds())} ago"
-                + (f" to {who(holder)}" if holder is not None else ""),
-                evidence,
+                functools.partial(str, summary),
+                functools.partial(_made, evidence),
             )
+
+
+def _made(evidence: LockEvidence) -> LockEvidence:
+    """Facts made already, as a draft takes them (made when asked)."""
+    return evidence
 
 
 _CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder)
@@ -329,26 +363,22 @@ def detect_locks(
     """
     pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
     pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
-    groups = key_groups(snapshot, settings, now, pooled, history)
-    drafts = [
-        _with_lifetime(draft, timeouts)
-        for group in groups
-        for check in _CHECKS
-        if (draft := check(group, settings, snapshot, now)) is not None
-    ]
-    if pooled:
-        drafts.extend(
-            draft
-            for group in groups
-            if (draft := pooled_session(group, settings, snapshot, now, pooler, inferred))
-            is not None
-        )
-    drafts.extend(_leaders_missing(snapshot, settings, now))
-    if history:
-        drafts.extend(_leaders_churning(groups, snapshot, settings, history, now))
-    drafts, overflow = _capped(drafts)
+    caps: dict[FindingKind, Cap] = {}
+    leaders: list[KeyGroup] = []
+    judged = _drafts(snapshot, settings, now, _Pooling(pooler, pooled, inferred), history, leaders)
+    for draft, alike in judged:
+        cap = caps.setdefault(draft.kind, Cap())
+        if alike:
+            cap.count(draft, alike)
+        else:
+            cap.add(draft)
+    for draft in _leaders_churning(leaders, snapshot, settings, history, now) if history else ():
+        caps.setdefault(draft.kind, Cap()).add(draft)
+    drafts = [_with_lifetime(draft, timeouts) for cap in caps.values() for draft in cap.kept()]
     findings = _related_findings(snapshot.target, drafts)
-    findings.extend(_overflow_finding(snapshot.target, rest) for rest in overflow)
+    findings.extend(
+        overflow for cap in caps.values() if (overflow := cap.overflow(snapshot.target))
+    )
     return findings
 
 
@@ -366,8 +396,8 @@ def _related_findings(target: str, drafts: list[Draft]) -> list[Finding]:
             draft.group.subject,
             draft.severity,
             draft.since,
-            draft.summary,
-            draft.evidence,
+            draft.summary(),
+            draft.evidence(),
             tuple(
                 Related(kind, target, draft.group.subject)
                 for kind in sorted(kinds[draft.group.subject] - {draft.kind})
@@ -383,74 +413,67 @@ def _with_lifetime(draft: Draft, timeouts: ServerTimeouts | None) -> Draft:
     prepared transaction lives until it is committed or rolled back."""
     if timeouts is None or draft.kind is not FindingKind.LOCK_ORPHANED:
         return draft
-    holder = next(h for h in draft.group.holders if h.lock.pid == draft.evidence.holder_pid)
-    if holder.lock.prepared is not None:
-        return draft
-    pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
-    lifetime = orphan_lifetime(timeouts, pooler)
-    return replace(draft, evidence=replace(draft.evidence, orphan_lifetime=lifetime))
+    facts = draft.evidence
+
+    def evidence() -> LockEvidence:
+        built = facts()
+        holder = next((h for h in draft.group.holders if h.lock.pid == built.holder_pid), None)
+        if holder is None or holder.lock.prepared is not None:
+            return built
+        pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
+        return replace(built, orphan_lifetime=orphan_lifetime(timeouts, pooler))
+
+    return replace(draft, evidence=evidence)
 
 
-def _capped(drafts: list[Draft]) -> tuple[list[Draft], list[list[Draft]]]:
-    """At most FINDINGS_PER_KIND findings of one kind: named locks first, then
-    the oldest. The rest of each kind come back apart, to be told as one
-    finding: 50,000 orphaned locks are one problem to a person, and 50,000 log
-    lines and messages would bury it.
+class _Pooling(NamedTuple):
+    """What tells a pooled backend: pgbouncer's view, the backends known or
+    inferred pooled (by pid), and how each inferred one showed it."""
 
-    The rank uses only what stays put while a lock is held (named, since, key),
-    never the severity: a finding turning critical past the cap would push one
-    reported on its own into the overflow, and that one would be told resolved
-    while its lock is still held. A critical one past the cap makes the overflow
-    finding critical."""
-    by_kind: dict[FindingKind, list[Draft]] = {}
-    for draft in drafts:
-        by_kind.setdefault(draft.kind, []).append(draft)
-    kept: list[Draft] = []
-    overflow: list[list[Draft]] = []
-    for kind_drafts in by_kind.values():
-        kind_drafts.sort(
-            key=lambda d: (
-                d.group.named is None,
-                d.since,
-                d.group.key,
-            )
-        )
-        kept.extend(kind_drafts[:FINDINGS_PER_KIND])
-        if len(kind_drafts) > FINDINGS_PER_KIND:
-            overflow.append(kind_drafts[FINDINGS_PER_KIND:])
-    return kept, overflow
+    pooler: PoolerSnapshot | None
+    pooled: Mapping[int, PooledBackend]
+    inferred: Mapping[int, str] | None
 
 
-def _overflow_finding(target: str, rest: list[Draft]) -> Finding:
-    """The findings of one kind past the cap, as one: how many, since when, which keys."""
-    kind = rest[0].kind
-    keys = [f"{d.group.database or '*'}/{d.group.label()}" for d in rest]
-    critical = any(d.severity is Severity.CRITICAL for d in rest)
-    return Finding(
-        kind,
-        target,
-        Subject(lock=OVERFLOW_SUBJECT),
-        Severity.CRITICAL if critical else Severity.WARNING,
-        min(d.since for d in rest),
-        f"{len(rest)} more advisory locks with {kind.value} beyond the "
-        f"{FINDINGS_PER_KIND} reported one by one, e.g. {', '.join(keys[:5])}",
-        OverflowEvidence(
-            count=len(rest),
-            locks=tuple(keys[:OVERFLOW_KEYS]),
-            cap=FINDINGS_PER_KIND,
-            holders=_blamed_holders(rest),
-        ),
-    )
+def _drafts(
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    pooling: _Pooling,
+    history: Histories | None,
+    leaders: list[KeyGroup],
+) -> Iterator[tuple[Draft, int]]:
+    """Every check's drafts, one key at a time: a key whose drafts the cap
+    does not keep is let go at once, not held with 49,999 others. Each comes
+    with how many more keys, never built, it stands for (0 but for ``Alike``).
+    ``pooling``: pgbouncer's view, the pooled backends, those inferred so;
+    the groups of leader locks are put in ``leaders`` (for churn)."""
+    for item in key_groups(snapshot, settings, now, pooling.pooled, history, built=Cap.WINDOW):
+        groups = item.groups if isinstance(item, Alike) else (item,)
+        drafts: list[Draft] = []
+        for group in groups:
+            if group.leader:
+                leaders.append(group)
+            drafts = list(_checked(group, settings, snapshot, now, pooling))
+            yield from ((draft, 0) for draft in drafts)
+        if isinstance(item, Alike):
+            # The rest are judged as the last one built was, with larger keys.
+            yield from ((draft, item.more) for draft in drafts)
+    yield from ((draft, 0) for draft in _leaders_missing(snapshot, settings, now))
 
 
-def _blamed_holders(rest: list[Draft]) -> tuple[HolderFacts, ...]:
-    """The holders the findings past the cap blame, the most blamed first (then
-    by pid): their incidents are where the overflow belongs."""
-    blamed: dict[tuple[int, str], list[HolderFacts]] = {}
-    for draft in rest:
-        evidence = draft.evidence
-        for holder in evidence.named_holders[:1] if evidence.holder_pid is not None else ():
-            gid = "" if holder.prepared is None else holder.prepared.gid
-            blamed.setdefault((holder.pid, gid), []).append(holder)
-    order = sorted(blamed, key=lambda who: (-len(blamed[who]), who))
-    return tuple(blamed[who][0] for who in order[:OVERFLOW_HOLDERS])
+def _checked(
+    group: KeyGroup,
+    settings: LockSettings,
+    snapshot: LockSnapshot,
+    now: datetime,
+    pooling: _Pooling,
+) -> Iterator[Draft]:
+    for check in _CHECKS:
+        draft = check(group, settings, snapshot, now)
+        if draft is not None:
+            yield draft
+    if pooling.pooled:
+        draft = pooled_session(group, settings, snapshot, now, pooling.pooler, pooling.inferred)
+        if draft is not None:
+            yield draft

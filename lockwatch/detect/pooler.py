@@ -9,7 +9,7 @@ needs of the last polls comes back as ``PoolMemory``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -152,7 +152,11 @@ def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int
 
 
 def _inferred_draft(
-    group: KeyGroup, holder: Holder, evidence: LockEvidence, how: str | None, now: datetime
+    group: KeyGroup,
+    holder: Holder,
+    evidence: Callable[[], LockEvidence],
+    how: str | None,
+    now: datetime,
 ) -> Draft:
     how = how or "inferred"
     summary = (
@@ -165,8 +169,8 @@ def _inferred_draft(
         group,
         Severity.CRITICAL,
         holder.lock.first_seen or now,
-        summary,
-        PooledLockEvidence.of(evidence, None, None, None, inferred=how),
+        lambda: summary,
+        lambda: PooledLockEvidence.of(evidence(), None, None, None, inferred=how),
     )
 
 
@@ -195,7 +199,10 @@ def pooled_session(
     holder, server = min(
         pooled, key=lambda pair: (pair[0].lock.first_seen or now, pair[0].lock.pid)
     )
-    evidence = lock_evidence(group, settings, snapshot, now, holder)
+
+    def evidence() -> LockEvidence:
+        return lock_evidence(group, settings, snapshot, now, holder)
+
     if server is None:
         return _inferred_draft(group, holder, evidence, (inferred or {}).get(holder.lock.pid), now)
     assert pooler is not None
@@ -217,6 +224,6 @@ def pooled_session(
         group,
         Severity.CRITICAL,
         holder.lock.first_seen or now,
-        summary,
-        PooledLockEvidence.of(evidence, pool, connection, client),
+        lambda: summary,
+        lambda: PooledLockEvidence.of(evidence(), pool, connection, client),
     )

@@ -8,6 +8,9 @@ from datetime import datetime
 
 # The states of a session that runs no SQL right now.
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
+# pg_stat_activity.state of a session with track_activities off: no state, no
+# query, no time of its last change.
+UNTRACKED_STATE = "disabled"
 _INT32 = 1 << 32
 
 

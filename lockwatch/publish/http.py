@@ -31,12 +31,13 @@ from lockwatch.publish.api.incidents import (
     incidents_document,
 )
 from lockwatch.publish.api.jobs import jobs_document
-from lockwatch.publish.api.locks import locks_document
+from lockwatch.publish.api.locks import Page, locks_document
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.auth import BasicAuth
 from lockwatch.publish.bodies import BodyRefusedError, read_body
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
+from lockwatch.publish.renders import Answer, Renders
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.targets import parse_listen
 from lockwatch.settings.web import WebConfig
@@ -56,6 +57,11 @@ PAGE_POLICY = (
     "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
     "form-action 'none'; frame-ancestors 'none'"
 )
+
+BUSY = Answer(HTTPStatus.SERVICE_UNAVAILABLE, TEXT, b"busy, try again\n", (("Retry-After", "1"),))
+# /api/v1/locks: keys per target and page unless ?limit= says otherwise, and at most.
+LOCKS_LIMIT = 100
+MAX_LOCKS_LIMIT = 1000
 
 # Seconds a connection may sit idle before its thread gives up on it.
 REQUEST_TIMEOUT = 10.0
@@ -239,6 +245,17 @@ class HttpServer:
         self.stale_after = stale_after
         self._clock = clock
         self._status_page = StatusPage(board, clock)
+        self.renders = Renders(board)
+        # Everything rendered from the board alone, once per poll (renders.py).
+        self._documents: dict[str, Callable[[Page | None], Answer]] = {
+            "/": lambda _: self._page(),
+            "/api/v1/findings": lambda _: self._json(lambda: findings_document(board)),
+            "/api/v1/locks": lambda page: self._json(
+                lambda: locks_document(board, clock(), page=page)
+            ),
+            "/api/v1/queues": lambda _: self._json(lambda: queues_document(board)),
+            "/api/v1/jobs": lambda _: self._json(lambda: jobs_document(board)),
+        }
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
         self._started: float = 0.0
@@ -331,49 +348,57 @@ class HttpServer:
         return False
 
     def route(self, request: _Handler) -> None:
-        path = urlsplit(request.path).path
-        if path == self.telemetry_path:
-            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            request.reply(HTTPStatus.OK, content_type, encoder(self._registry))
-        elif path == "/api/v1/findings":
-            request.reply(HTTPStatus.OK, JSON, render_json(findings_document(self._board)))
-        elif path == "/api/v1/incidents" or path.startswith("/api/v1/incidents/"):
-            self._incidents(request, path)
-        elif path == "/api/v1/locks":
-            document = locks_document(self._board, self._clock())
-            request.reply(HTTPStatus.OK, JSON, render_json(document))
-        elif path == "/api/v1/queues":
-            request.reply(HTTPStatus.OK, JSON, render_json(queues_document(self._board)))
-        elif path == "/api/v1/jobs":
-            request.reply(HTTPStatus.OK, JSON, render_json(jobs_document(self._board)))
-        elif path == "/healthz":
+        url = urlsplit(request.path)
+        path = url.path
+        if path == "/healthz":
             status, reason = self.health()
             request.reply(status, TEXT, (reason + "\n").encode("utf-8"))
-        elif path == "/":
-            page = self._status_page.render().encode("utf-8")
-            request.reply(HTTPStatus.OK, HTML, page, {"Content-Security-Policy": PAGE_POLICY})
-        else:
-            request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
+            return
+        # Answered in turn, written after: a client slow to read its answer
+        # must not hold up the next one.
+        with self.renders.turn() as turn:
+            answer = self._answer(request, url.path, url.query) if turn else BUSY
+        request.reply(answer.status, answer.content_type, answer.body, dict(answer.headers))
 
-    def _incidents(self, request: _Handler, path: str) -> None:
-        """The incidents, filtered and paged, or one of them by id."""
+    def _answer(self, request: _Handler, path: str, query: str) -> Answer:
+        if path == self.telemetry_path:
+            # Not kept: process_* and the notifier's counters move between polls.
+            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            return Answer(HTTPStatus.OK, content_type, encoder(self._registry))
+        if path == "/api/v1/incidents" or path.startswith("/api/v1/incidents/"):
+            return self._incidents(path, query)
+        if path not in self._documents:
+            return Answer(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
+        try:
+            page = _locks_page(query) if path == "/api/v1/locks" else None
+        except ValueError as exc:
+            return Answer(HTTPStatus.BAD_REQUEST, JSON, render_json({"error": str(exc)}))
+        render = self._documents[path]
+        return self.renders.answer((path, page), lambda: render(page))
+
+    def _json(self, document: Callable[[], Mapping[str, Any]]) -> Answer:
+        return Answer(HTTPStatus.OK, JSON, render_json(document()))
+
+    def _page(self) -> Answer:
+        page = self._status_page.render().encode("utf-8")
+        return Answer(HTTPStatus.OK, HTML, page, (("Content-Security-Policy", PAGE_POLICY),))
+
+    def _incidents(self, path: str, query: str) -> Answer:
+        """The incidents, filtered and paged, or one of them by id (not kept:
+        each answer is bounded by its page, and the history is read as asked)."""
         ident = path.removeprefix("/api/v1/incidents").strip("/")
         if ident:
             found = incident_document(self._board, self.incidents, unquote(ident))
             if found is None:
-                request.reply(
+                return Answer(
                     HTTPStatus.NOT_FOUND, JSON, render_json({"error": "no such incident"})
                 )
-            else:
-                request.reply(HTTPStatus.OK, JSON, render_json(found))
-            return
+            return Answer(HTTPStatus.OK, JSON, render_json(found))
         try:
-            query = IncidentQuery.parse(parse_qs(urlsplit(request.path).query), self._clock())
+            asked = IncidentQuery.parse(parse_qs(query), self._clock())
         except QueryError as exc:
-            request.reply(HTTPStatus.BAD_REQUEST, JSON, render_json(json_safe({"error": str(exc)})))
-            return
-        document = incidents_document(self._board, self.incidents, query)
-        request.reply(HTTPStatus.OK, JSON, render_json(document))
+            return Answer(HTTPStatus.BAD_REQUEST, JSON, render_json(json_safe({"error": str(exc)})))
+        return self._json(lambda: incidents_document(self._board, self.incidents, asked))
 
     def health(self) -> tuple[HTTPStatus, str]:
         """OK while the poll loop makes progress; 503 with the reason once it stalls."""
@@ -394,3 +419,17 @@ class HttpServer:
             f"poll loop stalled: last poll finished {since_progress:.0f} s ago "
             f"(limit {self.stale_after:g} s)",
         )
+
+
+def _locks_page(query: str) -> Page:
+    """``?limit=&offset=`` of /api/v1/locks; ValueError says what is wrong."""
+    values = parse_qs(query, keep_blank_values=True)
+    numbers = {}
+    for name, default in (("limit", LOCKS_LIMIT), ("offset", 0)):
+        given = values.get(name, [str(default)])[-1]
+        if not given.isdigit() or len(given) > 9:
+            raise ValueError(f"{name} must be a whole number, not {printable(given)[:20]!r}")
+        numbers[name] = int(given)
+    if not 1 <= numbers["limit"] <= MAX_LOCKS_LIMIT:
+        raise ValueError(f"limit must be from 1 to {MAX_LOCKS_LIMIT}")
+    return Page(numbers["limit"], numbers["offset"])

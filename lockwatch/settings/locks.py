@@ -220,6 +220,10 @@ class LockSettings(Section):
     def static_orphan_after(self) -> float:
         return fixed(self.orphan_after, DEFAULT_ORPHAN_AFTER)
 
+    def catalogued(self, database: str, key: LockKey) -> bool:
+        """The catalogue (when on) names the key: a library's own lock."""
+        return self.catalogue and identify(database, key, self.catalogue_skip) is not None
+
     def named_lock(self, database: str, key: LockKey) -> NamedLock | None:
         """The configured named lock of the key, else its catalogue entry as
         a mutex with the target's budgets."""

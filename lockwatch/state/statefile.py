@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 LOCK_FILE = "lockwatch.lock"
+# Beside ``target-main.json``: the latest refresh, written without fsync.
+RECENT_SUFFIX = ".recent"
 
 
 class StateDirInUseError(OSError):
@@ -83,6 +85,12 @@ class StateStore:
 
     A store without a directory keeps nothing. Write failures never stop
     monitoring: they are logged (once per distinct error) and counted.
+
+    A save that only refreshes what is known (times moved on, nothing fired,
+    resolved, taken or released) is not ``durable``: it goes to
+    ``<file>.recent`` without an fsync, and the durable file stays as it was.
+    A poll that changes nothing then costs the disk no flush, and a power cut
+    that loses the refresh leaves the last durable save to start from.
     """
 
     def __init__(
@@ -103,9 +111,32 @@ class StateStore:
     def _path(self, target: str) -> Path | None:
         return None if self.directory is None else self.directory / f"{self.prefix}{target}.json"
 
+    def _recent(self, target: str) -> Path | None:
+        path = self._path(target)
+        return None if path is None else path.with_name(path.name + RECENT_SUFFIX)
+
     def load(self, target: str) -> dict[str, Any] | None:
         """The saved document; None (and the file moved aside) when it cannot be
-        read for any reason: lockwatch then starts afresh, it never fails to."""
+        read for any reason: lockwatch then starts afresh, it never fails to.
+        A refresh newer than the durable file is read instead of it, unless it
+        did not survive (a power cut before the kernel wrote it)."""
+        recent = self._recent(target)
+        if recent is not None and os.path.lexists(recent):
+            try:
+                document = json.loads(recent.read_bytes().decode("utf-8"))
+                if isinstance(document, dict) and document.get("version") == FORMAT_VERSION:
+                    return document
+                reason = "not a state file of this version of lockwatch"
+            except (OSError, ValueError, RecursionError, MemoryError) as exc:
+                reason = _unreadable(exc)
+            log.warning(
+                "the latest refresh of the saved state %s is lost (%s): starting from the "
+                "last durable save",
+                recent,
+                reason,
+            )
+            with contextlib.suppress(OSError):
+                recent.unlink()
         path = self._path(target)
         if path is None or not os.path.lexists(path):
             return None
@@ -147,18 +178,24 @@ class StateStore:
 
     def forget(self, target: str) -> None:
         """Remove what is kept for ``target`` (no longer configured)."""
-        path = self._path(target)
-        if path is None:
-            return
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("cannot remove %s: %s", path, exc)
+        for path in (self._recent(target), self._path(target)):
+            if path is None:
+                return
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("cannot remove %s: %s", path, exc)
 
-    def save(self, target: str, document: dict[str, Any]) -> bool:
-        path = self._path(target)
-        if path is None:
+    def save(self, target: str, document: dict[str, Any], *, durable: bool = True) -> bool:
+        """Write ``document`` for ``target``: fsync'd in place when ``durable``,
+        else as the file's refresh (class docstring). False when it failed."""
+        durable_path, recent = self._path(target), self._recent(target)
+        if durable_path is None or recent is None:
             return True
+        with self._lock:
+            # After a failed save the durable file may lack what that one had.
+            durable = durable or target in self._last_errors
+        path = durable_path if durable else recent
         temp_prefix = f".{path.name}."
         temp: str | None = None
         try:
@@ -167,9 +204,18 @@ class StateStore:
                 "w", encoding="utf-8", dir=path.parent, prefix=temp_prefix, delete=False
             ) as handle:
                 temp = handle.name
-                json.dump({"version": FORMAT_VERSION, **document}, handle, separators=(",", ":"))
-                handle.flush()
-                os.fsync(handle.fileno())
+                # dumps, not dump: json.dump streams through the pure-Python
+                # encoder, several times slower on a big document.
+                handle.write(
+                    json.dumps({"version": FORMAT_VERSION, **document}, separators=(",", ":"))
+                )
+                if durable:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            if durable:
+                # Before the durable file moves on: a refresh older than it
+                # must never be read in its place.
+                recent.unlink(missing_ok=True)
             os.replace(temp, path)
         except (OSError, TypeError, ValueError) as exc:
             if temp is not None:

@@ -3,10 +3,12 @@ footprint (threads, file descriptors, memory) and its sessions on a server."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -134,7 +136,39 @@ class Observer:
         slots = math.floor((last.at - first.at) / interval)
         return max(0, slots - int(polls)), slots
 
+    def poll_stamps(self, target: str) -> list[float]:
+        """The successive poll times of ``target`` the scrapes saw, each once."""
+        stamps: list[float] = []
+        for observation in self.seen:
+            stamp = observation.metrics.get(
+                "lockwatch_last_successful_poll_timestamp_seconds", target=target
+            )
+            if stamp is not None and (not stamps or stamps[-1] != stamp):
+                stamps.append(stamp)
+        return stamps
+
     def rss_curve(self, points: int = 8) -> list[float]:
         """RSS in MB at ``points`` evenly spaced observations."""
         step = max(1, (len(self.seen) - 1) // max(1, points - 1))
         return [o.footprint.rss_mb for o in self.seen[::step]][:points]
+
+
+def lateness(stamps: list[float], interval: float) -> tuple[list[float], int]:
+    """How late each poll of a target came against its own best slot, and how
+    many of its slots passed without a poll; ``stamps`` are the target's
+    successive ``lockwatch_last_successful_poll_timestamp_seconds``."""
+    first = stamps[0]
+    slots = [round((t - first) / interval) for t in stamps]
+    offsets = [t - first - k * interval for t, k in zip(stamps, slots, strict=True)]
+    best = min(offsets)
+    missed = slots[-1] + 1 - len(set(slots))
+    return [o - best for o in offsets], missed
+
+
+def saved_keys(state_file: Path) -> list[str]:
+    """The lock keys whose hold times a target's state file keeps (none while
+    it does not exist)."""
+    if not state_file.exists():
+        return []
+    held = json.loads(state_file.read_text())["holds"]["held"]
+    return [str(key) for entry in held for key in entry["keys"]]

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from lockwatch.demo.pgcluster import LocalCluster
-from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT
+from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, OVERFLOW_SUBJECT
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config

@@ -18,7 +18,7 @@ import pytest
 
 from lockwatch.demo.scenarios import ConvoyIncident, OrphanIncident
 from tests.battery.conftest import Record
-from tests.battery.probes import Observer
+from tests.battery.probes import Observer, saved_keys
 from tests.battery.relay import Relay
 from tests.battery.report import soak
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
@@ -211,7 +211,7 @@ def test_a_full_or_read_only_state_dir_is_said_loudly_while_monitoring_goes_on(
         assert lockwatch.metric("lockwatch_up", target="main") == 1
         polled = (lockwatch.metric("lockwatch_polls_total", target="main") or 0) - polls
         mend()
-        wait_until(lambda: f'"{key}"' in saved.read_text(), message=f"lock {key} saved at last")
+        wait_until(lambda: str(key) in saved_keys(saved), message=f"lock {key} saved at last")
         again = wait_until(
             lambda: [ln for ln in lockwatch.log().splitlines() if "persisted to" in ln],
             message="the recovery is logged",
@@ -238,7 +238,7 @@ def test_a_full_or_read_only_state_dir_is_said_loudly_while_monitoring_goes_on(
     try:
         lockwatch.start()
         hold_and_see(1)
-        wait_until(lambda: '"1"' in saved.read_text() if saved.exists() else False)
+        wait_until(lambda: "1" in saved_keys(saved))
 
         filler = fill(small_disk)
         phase(

@@ -4,7 +4,6 @@ at a 1 s interval on one lockwatch."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import threading
@@ -19,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
-from tests.battery.probes import Observer, Scrape, footprint, scrape
+from tests.battery.probes import Observer, Scrape, footprint, lateness, saved_keys, scrape
 from tests.battery.report import soak
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
@@ -109,7 +108,7 @@ class Loaded:
 
     def tracked(self) -> int:
         """Hold times kept in the state file: one per lock held, none forgotten to drop."""
-        return len(json.loads(self.state.read_text())["holds"]["locks"])
+        return len(saved_keys(self.state))
 
 
 @pytest.fixture(scope="module")
@@ -306,17 +305,6 @@ WINDOW = 120.0 if soak() else 10.0
 MAX_MISSED = 1
 
 
-def lateness(stamps: list[float]) -> tuple[list[float], int]:
-    """How late each poll of a target came against its own best slot, and how
-    many of its 1 s slots passed without a poll."""
-    first = stamps[0]
-    slots = [round((t - first) / TARGET_INTERVAL) for t in stamps]
-    offsets = [t - first - k * TARGET_INTERVAL for t, k in zip(stamps, slots, strict=True)]
-    best = min(offsets)
-    missed = slots[-1] + 1 - len(set(slots))
-    return [o - best for o in offsets], missed
-
-
 def test_twenty_targets_at_one_second_each_keep_their_schedule(
     battery_db: PgDatabase, tmp_path: Path, battery: Record
 ) -> None:
@@ -332,7 +320,6 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
         extra=dict.fromkeys(names, f"interval: {TARGET_INTERVAL:g}s"),
     )
     lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-    stamps: dict[str, list[float]] = {name: [] for name in names}
     try:
         lockwatch.start()
         assert lockwatch.proc is not None
@@ -350,17 +337,11 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
         stopped = lockwatch.stop() if lockwatch.proc is not None else 0
     assert stopped == 0, lockwatch.log(whole=True)
 
-    for observation in observer.seen:
-        for name in names:
-            stamp = observation.metrics.get(
-                "lockwatch_last_successful_poll_timestamp_seconds", target=name
-            )
-            if stamp is not None and (not stamps[name] or stamps[name][-1] != stamp):
-                stamps[name].append(stamp)
+    stamps = {name: observer.poll_stamps(name) for name in names}
     late: list[float] = []
     missed: dict[str, int] = {}
     for name, seen in stamps.items():
-        delays, missed[name] = lateness(seen)
+        delays, missed[name] = lateness(seen, TARGET_INTERVAL)
         late.extend(delays)
     late.sort()
     worst = max(missed.values())

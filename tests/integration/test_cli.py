@@ -220,23 +220,25 @@ def convoy(pg: PgDatabase) -> Iterator[Convoy]:
 
 def test_snapshot_shows_the_holder_the_waiter_and_the_chain(pg: PgDatabase, convoy: Convoy) -> None:
     result = invoke("snapshot", "--dsn", pg.monitor_dsn)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0, result.output  # nothing past a default budget yet
     out = result.stdout
-    assert "1 advisory lock(s) held, 1 waiting" in out
-    assert f"lock 42 in database {pg.database}" in out
-    assert f"held by   pid {convoy.holder_pid} webhook-worker-1 from " in out
-    assert f"pid {convoy.waiter_pid} webhook-worker-2 from " in out
-    assert "waiting   1 session(s)" in out
+    assert "1 advisory lock(s) held by 1 session(s), 1 waiting" in out
+    assert f"pid {convoy.holder_pid} webhook-worker-1 from " in out
+    assert f"  holds 1 key(s) in database {pg.database}: 42" in out
+    assert "  lock 42: 1 session(s) waiting, longest " in out
+    assert f"    pid {convoy.waiter_pid} webhook-worker-2 from " in out
     assert (
-        f"chain     {convoy.waiter_pid} (active, waits on advisory) -> {convoy.holder_pid} (idle)"
+        f"    chain {convoy.waiter_pid} (active, waits on advisory) -> {convoy.holder_pid} (idle)"
         in out
     )
+    assert out.rstrip().endswith("no problems seen")
     assert MONITOR_PASSWORD not in result.output
 
 
 def test_snapshot_json_is_valid_json_with_the_lock(pg: PgDatabase, convoy: Convoy) -> None:
     result = invoke("snapshot", "--json", "--dsn", pg.monitor_dsn)
     assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["findings"] == []
     assert MONITOR_PASSWORD not in result.output
     (target,) = json.loads(result.stdout)["targets"]
     assert target["up"] is True

@@ -72,13 +72,19 @@ def _rough_order(group: GroupId, locks: list[AdvisoryLock], now: datetime) -> Gr
 
 
 def lock_groups(
-    snapshot: LockSnapshot, settings: LockSettings, now: datetime, *, top: int | None = None
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    *,
+    top: int | None = None,
+    skip: int = 0,
 ) -> list[LockGroup]:
     """The snapshot's advisory locks grouped per (database, key), longest-held first.
 
     With ``top``, of the keys neither named nor ignored only the ``top``
     longest-held come back, all the metrics export, and only those are built:
     a scrape of 50,000 locks then costs a sort key per lock, not a group.
+    With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
     """
     rows: dict[GroupId, list[AdvisoryLock]] = {}
     for lock in snapshot.locks:
@@ -91,8 +97,10 @@ def lock_groups(
         chosen += heapq.nsmallest(
             max(top, 0), plain, key=lambda group: _rough_order(group, rows[group], now)
         )
+    # The rough order is the groups' own: a page builds only its own keys.
+    chosen.sort(key=lambda group: _rough_order(group, rows[group], now))
     groups = []
-    for database, key in chosen:
+    for database, key in chosen[skip:]:
         locks = rows[database, key]
         named = settings.named_lock(database, key)
         holders = tuple(lock for lock in locks if lock.granted)
@@ -222,43 +230,76 @@ def _lock_entry(
     }
 
 
-def _target_entry(view: TargetView, now: datetime, shown: int | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of each target's keys, longest-held first: ``limit`` keys from
+    the ``offset``-th (``/api/v1/locks?limit=&offset=``)."""
+
+    limit: int
+    offset: int = 0
+
+
+def key_count(snapshot: LockSnapshot) -> int:
+    """How many (database, key) the snapshot has rows for."""
+    return len({(lock.database, lock.key) for lock in snapshot.locks})
+
+
+def _target_entry(
+    view: TargetView, now: datetime, shown: int | None, page: Page | None
+) -> dict[str, Any]:
     status = view.status
     snapshot = None if status is None else status.snapshot
     settings = view.target.locks
-    groups = [] if snapshot is None else lock_groups(snapshot, settings, now)
     pasts: dict[HistoryKey, KeyHistory] = {
         (h.database, h.key): h for h in view.lock_history if h.key is not None
     }
-    left_out = 0
-    if shown is not None:
-        relevant = [g for g in groups if not g.ignored]
-        groups, left_out = relevant[:shown], max(0, len(relevant) - shown)
-    entry = {
+    entry: dict[str, Any] = {
         "target": view.target.name,
         "up": view.up,
         "error": None if status is None else status.error,
         "checked_at": None if status is None else iso_utc(status.checked_at),
-        "locks": []
-        if snapshot is None
-        else [
-            _lock_entry(g, snapshot, now, pasts.get((g.database, g.key)), settings) for g in groups
-        ],
         # Every key with a history, held now or not (named, catalogued, the top N, the rest as one).
         "history": [history_entry(h, settings, now) for h in view.lock_history],
     }
+    # Only what is shown is built: a page of 50,000 keys costs a sort key per lock.
+    wanted = shown if page is None else page.offset + page.limit
+    skip = 0 if page is None else page.offset
+    groups = [] if snapshot is None else lock_groups(snapshot, settings, now, top=wanted, skip=skip)
     if shown is not None:
-        entry["locks_left_out"] = left_out
+        relevant = [g for g in groups if not g.ignored]
+        # Every ignored key is among those built (configured keys always are).
+        ignored = len(groups) - len(relevant)
+        total = 0 if snapshot is None else key_count(snapshot) - ignored
+        groups, entry["locks_left_out"] = relevant[:shown], max(0, total - shown)
+    if page is not None:
+        total = 0 if snapshot is None else key_count(snapshot)
+        groups = groups[: page.limit]
+        end = page.offset + len(groups)
+        entry["locks_total"] = total
+        entry["next_offset"] = end if end < total else None
+    entry["locks"] = (
+        []
+        if snapshot is None
+        else [
+            _lock_entry(g, snapshot, now, pasts.get((g.database, g.key)), settings) for g in groups
+        ]
+    )
     return entry
 
 
 def locks_document(
-    views: Board | Iterable[TargetView], now: datetime, *, shown: int | None = None
+    views: Board | Iterable[TargetView],
+    now: datetime,
+    *,
+    shown: int | None = None,
+    page: Page | None = None,
 ) -> dict[str, Any]:
     """Every target's advisory locks, longest-held first. With ``shown`` (for
     pages, which must stay small whatever the database holds): only the first
-    ``shown`` keys that are not ignored, and how many more in ``locks_left_out``."""
+    ``shown`` keys that are not ignored, and how many more in ``locks_left_out``.
+    With ``page``: that page of every key, with ``locks_total`` and the
+    ``next_offset`` to ask for (None on the last page)."""
     document: dict[str, Any] = json_safe(
-        {"targets": [_target_entry(view, now, shown) for view in _views(views)]}
+        {"targets": [_target_entry(view, now, shown, page) for view in _views(views)]}
     )
     return document

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from lockwatch.detect.incident_text import sql_literal, terminate_sql
 from lockwatch.detect.incidents import group_findings, tell_incidents
-from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT, detect_locks
+from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, OVERFLOW_SUBJECT
+from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import (
     LinkedClientFacts,
     LockEvidence,

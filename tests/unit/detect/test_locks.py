@@ -9,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch import text as text_module
-from lockwatch.detect import lock_groups
-from lockwatch.detect import locks as locks_module
+from lockwatch.detect import lock_cap, lock_groups
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
@@ -726,7 +725,7 @@ def test_ignored_keys_never_appear_in_findings(case: tuple[LockSnapshot, LockSet
 
 
 def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
-    count = locks_module.FINDINGS_PER_KIND + 50
+    count = lock_cap.FINDINGS_PER_KIND + 50
     # One idle session per key, each past orphan_after; key 7 is named.
     locks = [held(key_value, 1000 + key_value, held_for=900) for key_value in range(1, count + 1)]
     sessions = [backend(1000 + key_value, idle_for=900) for key_value in range(1, count + 1)]
@@ -736,18 +735,18 @@ def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
     )
 
     orphans = [f for f in findings if f.kind is FindingKind.LOCK_ORPHANED]
-    one_by_one = [f for f in orphans if f.subject.lock != locks_module.OVERFLOW_SUBJECT]
-    (rest,) = [f for f in orphans if f.subject.lock == locks_module.OVERFLOW_SUBJECT]
-    assert len(one_by_one) == locks_module.FINDINGS_PER_KIND
+    one_by_one = [f for f in orphans if f.subject.lock != lock_cap.OVERFLOW_SUBJECT]
+    (rest,) = [f for f in orphans if f.subject.lock == lock_cap.OVERFLOW_SUBJECT]
+    assert len(one_by_one) == lock_cap.FINDINGS_PER_KIND
     assert "nightly" in {f.subject.lock for f in one_by_one}, "named locks are kept first"
     assert evidence_as(rest, OverflowEvidence).count == 50
-    assert len(evidence_as(rest, OverflowEvidence).locks) == locks_module.OVERFLOW_KEYS
+    assert len(evidence_as(rest, OverflowEvidence).locks) == lock_cap.OVERFLOW_KEYS
     assert rest.summary.startswith("50 more advisory locks with lock_orphaned")
-    assert len(findings) == locks_module.FINDINGS_PER_KIND + 1
+    assert len(findings) == lock_cap.FINDINGS_PER_KIND + 1
 
 
 def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow() -> None:
-    count = locks_module.FINDINGS_PER_KIND + 1
+    count = lock_cap.FINDINGS_PER_KIND + 1
     locks = [held(key_value, 1000, held_for=900) for key_value in range(1, count + 1)]
     settings_ = LockSettings(max_hold=60, orphan_after=3600)
     quiet = detect_locks(snapshot(*locks, backends=[backend(1000)]), settings_, NOW)
@@ -761,7 +760,5 @@ def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow()
         return {f.subject.lock for f in findings if f.kind is HELD}
 
     assert subjects(busy) == subjects(quiet)
-    (rest,) = [
-        f for f in busy if f.kind is HELD and f.subject.lock == locks_module.OVERFLOW_SUBJECT
-    ]
+    (rest,) = [f for f in busy if f.kind is HELD and f.subject.lock == lock_cap.OVERFLOW_SUBJECT]
     assert rest.severity is Severity.CRITICAL

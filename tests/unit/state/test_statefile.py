@@ -245,3 +245,53 @@ def test_temporary_files_of_an_interrupted_save_are_removed_and_nothing_else(
         (tmp_path / name).write_text("{}")
     remove_leftovers(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".keep", "target-main.json"]
+
+
+def test_a_refresh_leaves_the_durable_file_alone_and_is_read_back_first(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.save("main", {"findings": [1]})
+    durable = (tmp_path / "target-main.json").stat()
+
+    assert store.save("main", {"findings": [2]}, durable=False) is True
+
+    assert (tmp_path / "target-main.json").stat().st_mtime_ns == durable.st_mtime_ns
+    assert store.load("main") == {"version": FORMAT_VERSION, "findings": [2]}
+    store.save("main", {"findings": [3]})
+    assert not (tmp_path / "target-main.json.recent").exists()
+    assert store.load("main") == {"version": FORMAT_VERSION, "findings": [3]}
+
+
+def test_a_refresh_lost_to_a_power_cut_falls_back_to_the_durable_save(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = StateStore(tmp_path)
+    store.save("main", {"findings": [1]})
+    (tmp_path / "target-main.json.recent").write_bytes(b"")  # what a power cut leaves
+
+    assert store.load("main") == {"version": FORMAT_VERSION, "findings": [1]}
+    assert not (tmp_path / "target-main.json.recent").exists()
+    assert any("refresh" in r.getMessage() for r in caplog.records)
+
+
+def test_forgetting_a_target_removes_its_refresh_too(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.save("main", {"findings": [1]})
+    store.save("main", {"findings": [2]}, durable=False)
+
+    store.forget("main")
+
+    assert store.load("main") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_after_a_failed_save_the_next_refresh_is_durable(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("not a directory")  # every save fails
+    store = StateStore(blocker)
+    assert store.save("main", {"findings": [1]}) is False
+    blocker.unlink()
+
+    assert store.save("main", {"findings": [2]}, durable=False) is True
+
+    assert (blocker / "target-main.json").is_file()
+    assert not (blocker / "target-main.json.recent").exists()

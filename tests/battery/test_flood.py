@@ -1,0 +1,201 @@
+"""A flood of findings: 50,000 advisory locks all past their budget, and HTTP
+readers hammering the status page, the lock API and /metrics while lockwatch
+polls. Its own counters must show every poll on time, /healthz must stay 200,
+and the state file must stay small and untouched while nothing changes."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from lockwatch.demo.pgcluster import LocalCluster
+from tests.battery.conftest import Record
+from tests.battery.probes import Observer, lateness
+from tests.battery.test_load import Holders
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+LOCKS = 50_000
+INTERVAL = 10.0  # the default
+POLLS_WATCHED = 6
+READERS = 8
+# Every lock past its budget at the first poll that sees it.
+OVER_BUDGET = "{max_hold: 1s, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s}"
+PATHS = ("/", "/api/v1/locks", "/metrics", "/api/v1/findings", "/healthz")
+STATE_FILE_LIMIT = 2 * 2**20  # bytes; one entry per lock was 9 MB at 50,000
+
+
+@dataclass
+class Flooded:
+    lockwatch: LockwatchProcess
+    state: Path
+
+    @property
+    def pid(self) -> int:
+        assert self.lockwatch.proc is not None
+        return self.lockwatch.proc.pid
+
+
+@pytest.fixture
+def flooded(battery_cluster: LocalCluster, tmp_path: Path) -> Iterator[Flooded]:
+    with closing(PgDatabase(battery_cluster)) as db, closing(Holders(db.admin_dsn)) as holders:
+        holders.hold(1, LOCKS)
+        port = free_port()
+        extra = f"interval: {INTERVAL:g}s\nstatement_timeout: 20s"
+        config = write_config(
+            tmp_path, port, {"main": db.monitor_dsn}, locks=OVER_BUDGET, extra={"main": extra}
+        )
+        lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+        lockwatch.start()
+        try:
+            yield Flooded(lockwatch, tmp_path / "state" / "target-main.json")
+        finally:
+            assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+
+
+def span(observer: Observer) -> float:
+    """Seconds between the first and the last poll the scrapes saw."""
+    stamps = observer.poll_stamps("main")
+    return stamps[-1] - stamps[0] if stamps else 0.0
+
+
+def polls_between(observer: Observer, first: float, last: float) -> int:
+    """lockwatch_polls_total's rise from the poll started at ``first`` to the one at ``last``."""
+    totals = {}
+    for observation in observer.seen:
+        stamp = observation.metrics.get(
+            "lockwatch_last_successful_poll_timestamp_seconds", target="main"
+        )
+        totals[stamp] = observation.metrics.get("lockwatch_polls_total", target="main") or 0.0
+    return int(totals[last] - totals[first])
+
+
+class Readers:
+    """``READERS`` threads asking for the pages as fast as they are answered,
+    the lock API at random offsets and its largest page."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.statuses: Counter[tuple[str, int]] = Counter()
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._read, args=(n,), daemon=True) for n in range(READERS)
+        ]
+
+    def __enter__(self) -> Readers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def _read(self, n: int) -> None:
+        chooser = random.Random(n)
+        with requests.Session() as session:
+            while not self._stop.is_set():
+                path = PATHS[chooser.randrange(len(PATHS))]
+                params = {}
+                if path == "/api/v1/locks":
+                    params = {"limit": "1000", "offset": str(chooser.randrange(LOCKS))}
+                try:
+                    response = session.get(f"{self.base}{path}", params=params, timeout=60)
+                    self.statuses[path, response.status_code] += 1
+                except requests.RequestException as exc:
+                    self.errors.append(f"{path}: {exc}")
+
+
+def test_readers_hammering_a_flood_of_findings_delay_no_poll(
+    flooded: Flooded, battery: Record
+) -> None:
+    lockwatch = flooded.lockwatch
+    overflow = wait_until(
+        lambda: next(
+            (
+                f
+                for f in lockwatch.findings()
+                if f["kind"] == "lock_held_too_long" and f["subject"]["lock"] == "(more locks)"
+            ),
+            None,
+        ),
+        timeout=120,
+        message="the flood told as one overflow finding",
+    )
+    # The locks, and so the findings, stay as they are from here on.
+    wait_until(flooded.state.exists, message="the state saved once")
+    durable = flooded.state.stat()
+    with (
+        Readers(lockwatch.base) as readers,
+        Observer(lockwatch.base, flooded.pid, every=0.25) as observer,
+    ):
+        wait_until(
+            lambda: span(observer) >= POLLS_WATCHED * INTERVAL,
+            timeout=POLLS_WATCHED * INTERVAL * 4,
+            message=f"{POLLS_WATCHED} intervals of polls under the readers",
+        )
+    # Scrapes wait their turn with the readers' requests, so some polls go
+    # unseen; lockwatch's own counter tells how many polls there were.
+    stamps = observer.poll_stamps("main")
+    late, _ = lateness(stamps, INTERVAL)
+    polls = polls_between(observer, stamps[0], stamps[-1])
+    slots = round((stamps[-1] - stamps[0]) / INTERVAL)
+    missed = slots - polls
+    durations = [
+        o.metrics.get("lockwatch_last_poll_duration_seconds", target="main") or 0.0
+        for o in observer.seen
+    ]
+    rss = max(o.footprint.rss_mb for o in observer.seen)
+    state_bytes = sum(
+        path.stat().st_size
+        for path in (flooded.state, flooded.state.with_name(flooded.state.name + ".recent"))
+        if path.exists()
+    )
+    scrapes = len(observer.seen)
+    answered = sum(n for (_, status), n in readers.statuses.items() if status == 200)
+    busy = sum(n for (_, status), n in readers.statuses.items() if status == 503)
+    health = {status for (path, status) in readers.statuses if path == "/healthz"}
+
+    assert overflow["evidence"]["count"] == LOCKS - 100, overflow["evidence"]
+    overruns = [line for line in lockwatch.log().splitlines() if "overran" in line]
+    assert missed == 0, f"{polls} polls in {slots} slots: {stamps}; {overruns}"
+    assert max(late) <= 0.1 * INTERVAL, f"polls late by {late}"
+    assert not overruns, overruns
+    assert health == {200}, readers.statuses
+    assert not readers.errors, readers.errors[:5]
+    assert answered > slots and scrapes > slots, readers.statuses  # readers were answered
+    assert state_bytes < STATE_FILE_LIMIT
+    # Nothing changed while the readers read: the durable file was not rewritten.
+    assert flooded.state.stat().st_mtime_ns == durable.st_mtime_ns
+    battery(
+        "finding-flood",
+        injected=(
+            f"{LOCKS:,} advisory locks all past their budget; {READERS} clients reading "
+            f"{', '.join(PATHS)} (the lock API at random offsets, limit 1000) without pause "
+            f"over {len(stamps)} polls at {INTERVAL:g} s"
+        ),
+        did=(
+            f"100 lock_held_too_long findings and one for the {overflow['evidence']['count']:,} "
+            f"more; its lock query took {min(durations):.2f}-{max(durations):.2f} s; {answered:,} "
+            f"answers, {busy:,} told to come back (503), {scrapes} of the observer's "
+            f"scrapes answered; /healthz 200 throughout"
+        ),
+        intact=(
+            f"yes: {polls} polls in {slots} slots (lockwatch_polls_total), the latest of "
+            f"the {len(stamps)} seen started {1000 * max(late):.0f} ms "
+            f"after its slot (bound {100 * INTERVAL:.0f} ms); RSS at most {rss:.0f} MB; "
+            f"state file {state_bytes / 1024:.0f} KiB, not rewritten while nothing changed"
+        ),
+    )

@@ -1,0 +1,79 @@
+"""A flood: thousands of keys held alike by a few sessions are judged by
+building only the groups a cap can report, and come out exactly as if every
+key's group had been built and judged."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from unittest.mock import patch
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockwatch.detect import lock_cap, lock_groups
+from lockwatch.detect import locks as locks_module
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence import OverflowEvidence
+from lockwatch.model.findings import Finding, FindingKind, Severity
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.settings.locks import LockSettings
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.snapshots import NOW, backend, held, snapshot, waiting
+
+CAP = lock_cap.FINDINGS_PER_KIND
+SETTINGS = LockSettings(max_hold=60, orphan_after=3600)
+
+
+def every_group_built(
+    snap: LockSnapshot, settings_: LockSettings, now: Any, pooled: Any, history: Any, built: Any
+) -> Iterator[lock_groups.KeyGroup]:
+    """key_groups as it would be without ``Alike``: every group built."""
+    for item in lock_groups.key_groups(snap, settings_, now, pooled, history, built=None):
+        assert isinstance(item, lock_groups.KeyGroup)
+        yield item
+
+
+def judged_one_by_one(snap: LockSnapshot) -> list[Finding]:
+    with patch.object(locks_module, "key_groups", every_group_built):
+        return detect_locks(snap, SETTINGS, NOW)
+
+
+def test_one_session_holding_thousands_of_keys_reports_the_lowest_and_counts_the_rest() -> None:
+    count = 5_000
+    locks = [held(k, 1000, held_for=900) for k in range(1, count + 1)]
+
+    findings = detect_locks(snapshot(*locks, backends=[backend(1000)]), SETTINGS, NOW)
+
+    one_by_one = [f for f in findings if f.subject.lock != lock_cap.OVERFLOW_SUBJECT]
+    assert sorted(int(f.subject.lock or 0) for f in one_by_one) == list(range(1, CAP + 1))
+    (rest,) = [f for f in findings if f.subject.lock == lock_cap.OVERFLOW_SUBJECT]
+    overflow = evidence_as(rest, OverflowEvidence)
+    assert overflow.count == count - CAP
+    assert [k.split("/")[-1] for k in overflow.locks] == [
+        str(k) for k in range(CAP + 1, CAP + 1 + lock_cap.OVERFLOW_KEYS)
+    ]
+    assert (rest.kind, rest.severity) == (FindingKind.LOCK_HELD_TOO_LONG, Severity.WARNING)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=400), min_size=1, max_size=4),
+    ages=st.lists(st.sampled_from([30.0, 120.0, 900.0, 5000.0]), min_size=4, max_size=4),
+    idle=st.lists(st.booleans(), min_size=4, max_size=4),
+    queued=st.integers(min_value=0, max_value=1600),
+)
+def test_keys_held_alike_come_out_as_if_each_were_judged_on_its_own(
+    sizes: list[int], ages: list[float], idle: list[bool], queued: int
+) -> None:
+    rows = []
+    first = 1
+    for n, size in enumerate(sizes):
+        rows += [held(k, 1000 + n, held_for=ages[n]) for k in range(first, first + size)]
+        first += size
+    if 0 < queued < first:
+        rows.append(waiting(queued, 2000, waited_for=10))  # that key is no longer alike
+    backends = [backend(1000 + n, idle_for=ages[n] if idle[n] else None) for n in range(len(sizes))]
+    snap = snapshot(*rows, backends=[*backends, backend(2000, waits_on=[1000])])
+
+    assert detect_locks(snap, SETTINGS, NOW) == judged_one_by_one(snap)
