@@ -356,7 +356,7 @@ class HttpServer:
             return
         # Answered in turn, written after: a client slow to read its answer
         # must not hold up the next one.
-        with self.renders.turn() as turn:
+        with self.renders.turn(urgent=path == self.telemetry_path) as turn:
             answer = self._answer(request, url.path, url.query) if turn else BUSY
         request.reply(answer.status, answer.content_type, answer.body, dict(answer.headers))
 

@@ -8,7 +8,9 @@ poll; and requests take turns to be answered (once they have arrived whole),
 the next turn starting after a rest in proportion to the work the last took
 (its answer already on its way), so however many readers there are and
 whatever they ask for, answering takes at most a quarter of the
-interpreter's time and the poll threads keep the rest.
+interpreter's time and the poll threads keep the rest. A Prometheus scrape
+goes ahead of pages and API reads waiting their turn: in a flood, the
+alerting path must not be the one told to come back later.
 """
 
 from __future__ import annotations
@@ -57,17 +59,18 @@ class Renders:
     _views: tuple[TargetView, ...] = ()
     _answers: dict[Hashable, tuple[float, Answer]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _turn: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(ANSWERS_AT_ONCE)
-    )
+    _turns: threading.Condition = field(default_factory=threading.Condition)
+    _answering: int = 0  # requests being answered now, at most ANSWERS_AT_ONCE
+    _urgent_waiting: int = 0  # scrapes waiting for their turn: they go first
     _rested_at: float = 0.0  # monotonic; the next answer starts no sooner
     renders_total: int = 0  # how many answers were rendered, not served from memory
 
     @contextmanager
-    def turn(self) -> Iterator[bool]:
+    def turn(self, *, urgent: bool = False) -> Iterator[bool]:
         """This request's turn to be answered: True once no other request is
-        being answered, False if none finished within ``wait``."""
-        if not self._turn.acquire(timeout=self.wait):
+        being answered (and, unless ``urgent``, no urgent one waits), False if
+        none came within ``wait``."""
+        if not self._take_turn(urgent):
             yield False
             return
         # The thread's own CPU time: what it takes from the poll threads.
@@ -79,8 +82,25 @@ class Renders:
             yield True
         finally:
             spent = time.thread_time() - started
-            self._rested_at = self.monotonic() + spent * self.rest_per_work
-            self._turn.release()
+            with self._turns:
+                self._rested_at = self.monotonic() + spent * self.rest_per_work
+                self._answering -= 1
+                self._turns.notify_all()
+
+    def _take_turn(self, urgent: bool) -> bool:
+        def free() -> bool:
+            return self._answering < ANSWERS_AT_ONCE and (urgent or not self._urgent_waiting)
+
+        with self._turns:
+            self._urgent_waiting += urgent
+            try:
+                if not self._turns.wait_for(free, timeout=self.wait):
+                    return False
+                self._answering += 1
+                return True
+            finally:
+                self._urgent_waiting -= urgent
+                self._turns.notify_all()
 
     def answer(self, key: Hashable, render: Callable[[], Answer]) -> Answer:
         """The answer for ``key`` as of the board's views now, rendered at most

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from http import HTTPStatus
 
 from lockwatch.publish.api.locks import Page, locks_document
@@ -84,6 +85,41 @@ def test_a_request_that_finds_the_turn_taken_waits_then_is_told_to_come_back() -
         assert third  # the turn comes back once the first is answered
 
     assert refused
+
+
+def test_a_scrape_waiting_for_its_turn_goes_before_the_pages_and_api_reads() -> None:
+    renders = Renders(Board(), wait=30, rest_per_work=0.0)
+    taken, release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def answering() -> None:
+        with renders.turn() as turn:
+            assert turn
+            taken.set()
+            release.wait(30)
+
+    def waiting(name: str, urgent: bool) -> None:
+        with renders.turn(urgent=urgent) as turn:
+            assert turn
+            order.append(name)
+
+    first = threading.Thread(target=answering)
+    first.start()
+    assert taken.wait(10)
+    page = threading.Thread(target=waiting, args=("page", False))
+    page.start()
+    scrape = threading.Thread(target=waiting, args=("scrape", True))
+    scrape.start()
+    # Both wait on the turn's condition (CPython keeps its waiters in a list).
+    deadline = time.monotonic() + 10
+    while len(renders._turns._waiters) < 2 and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.001)
+    assert len(renders._turns._waiters) == 2  # type: ignore[attr-defined]
+    release.set()
+    for thread in (first, page, scrape):
+        thread.join(10)
+
+    assert order == ["scrape", "page"]
 
 
 def test_locks_come_in_pages_with_their_total_and_the_next_offset() -> None:
