@@ -6,7 +6,7 @@ after its expiry without stopping it, so a slow job runs twice at once.
 Told from consecutive readings of the running jobs: a job seen running at
 attempt N by workers W, then running at a later attempt that the library
 says followed a rescue (not a failure its worker reported), while one of W is
-still alive. The finding lasts while that second start runs. Pure: the
+seen alive during that later start. The finding lasts while it runs. Pure: the
 readings and what the last poll remembered come in, findings and what to
 remember go out.
 """
@@ -33,6 +33,10 @@ class RunMemory:
     """What one queue's readings so far say about its jobs' starts."""
 
     seen: Mapping[str, QueueJobRun] = field(default_factory=dict)  # job id -> its latest start
+    # Job id -> (the start before, the start after) of a job started again
+    # after a rescue, while that second start runs and no worker of the first
+    # has been seen alive yet.
+    restarts: Mapping[str, tuple[QueueJobRun, QueueJobRun]] = field(default_factory=dict)
     rescued: Mapping[str, RescuedJobFacts] = field(default_factory=dict)  # job id -> its two starts
 
 
@@ -49,24 +53,43 @@ def _remembered(seen: Mapping[str, QueueJobRun], running: RunningJobs) -> dict[s
     return {run.job_id: run for run in latest[:REMEMBERED_RUNS]}
 
 
+def _restarts(
+    running: RunningJobs, memory: RunMemory
+) -> dict[str, tuple[QueueJobRun, QueueJobRun]]:
+    """Every job running now at a start that followed a rescue of a start
+    lockwatch saw: the ones remembered whose second start still runs, and the
+    new ones."""
+    restarts = {}
+    for run in running.runs:
+        known = memory.restarts.get(run.job_id)
+        before = memory.seen.get(run.job_id)
+        if known is not None and known[1].attempt == run.attempt:
+            restarts[run.job_id] = known
+        elif run.rescued and before is not None and run.attempt > before.attempt:
+            restarts[run.job_id] = (before, run)
+    return restarts
+
+
 def rescued_runs(running: RunningJobs, memory: RunMemory) -> RunMemory:
-    """The queue's memory after a reading of its running jobs."""
+    """The queue's memory after a reading of its running jobs. A restart is a
+    duplicate once a worker of its first start is seen alive while the second
+    runs, and stays one until that second start ends."""
     now_running = {run.job_id: run for run in running.runs}
     rescued = {
         job: facts
         for job, facts in memory.rescued.items()
         if (run := now_running.get(job)) is not None and run.attempt == facts.second.attempt
     }
-    for run in running.runs:
-        before = memory.seen.get(run.job_id)
-        if run.job_id in rescued or before is None or not run.rescued:
+    pending = {}
+    for job, (first, second) in _restarts(running, memory).items():
+        if job in rescued:
             continue
-        if run.attempt <= before.attempt:
-            continue
-        alive = tuple(w for w in before.workers if w in running.live_workers)
+        alive = tuple(w for w in first.workers if w in running.live_workers)
         if alive:
-            rescued[run.job_id] = RescuedJobFacts(run.job_id, _facts(before), _facts(run), alive)
-    return RunMemory(_remembered(memory.seen, running), rescued)
+            rescued[job] = RescuedJobFacts(job, _facts(first), _facts(second), alive)
+        else:
+            pending[job] = (first, second)
+    return RunMemory(_remembered(memory.seen, running), pending, rescued)
 
 
 def _summary(queue: str, evidence: RescuedRunsEvidence, now: datetime) -> str:

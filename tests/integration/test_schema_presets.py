@@ -14,10 +14,13 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
+from lockwatch.model.evidence import RescuedRunsEvidence
 from lockwatch.model.queues import QueueSample, StuckJobs
 from lockwatch.sample.presets.registry import preset_source
 from lockwatch.sample.queues import reading_from_row
 from lockwatch.settings.queues import SqlQueueSource
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase
 
 FAR_ZONE = "-c TimeZone=Asia/Kathmandu"  # UTC+05:45
@@ -55,6 +58,9 @@ CREATE TABLE river_job (
     finalized_at timestamptz,
     scheduled_at timestamptz NOT NULL DEFAULT now(),
     attempted_by text[],
+    attempt smallint NOT NULL DEFAULT 0,
+    max_attempts smallint NOT NULL DEFAULT 25,
+    errors jsonb[],
     kind text NOT NULL,
     queue text NOT NULL DEFAULT 'default'
 );
@@ -94,7 +100,12 @@ CREATE TABLE oban_jobs (
     inserted_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
     scheduled_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
     attempted_at timestamp,
-    completed_at timestamp
+    completed_at timestamp,
+    attempt integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL DEFAULT 20,
+    errors jsonb[] NOT NULL DEFAULT ARRAY[]::jsonb[],
+    meta jsonb DEFAULT '{}'::jsonb,
+    attempted_by text[]
 );
 """
 
@@ -266,3 +277,121 @@ def test_the_que_preset_counts_jobs_its_lockers_hold_as_running(pg: PgDatabase) 
     stranger.execute("SELECT pg_advisory_lock(2)")  # the same key, but no locker's: not Que's
     sample = read(pg, "que")
     assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, None)
+
+
+def rescued_jobs(pg: PgDatabase, preset: str, memory: RunMemory) -> RunMemory:
+    """The queue's memory of starts after one more reading through the preset."""
+    sample = read(pg, preset)
+    assert sample.running is not None
+    return rescued_runs(sample.running, memory)
+
+
+def rescued_ids(memory: RunMemory) -> list[str]:
+    finding = detect_rescued_running("main", "mail", memory, datetime.now(UTC))
+    if finding is None:
+        return []
+    return [job.job_id for job in evidence_as(finding, RescuedRunsEvidence).jobs]
+
+
+# A River client's start of a job (riverdriver JobGetAvailable: attempt + 1,
+# attempted_at, the client id appended to attempted_by) and the rescuer's
+# rescue (internal/maintenance/job_rescuer.go: back to retryable with an error
+# for the attempt it ended).
+RIVER_START = """
+UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+    attempted_by = array_append(attempted_by, %s::text) WHERE id = %s
+"""
+RIVER_RESCUE = """
+UPDATE river_job SET state = 'retryable', scheduled_at = now(),
+    errors = array_append(errors, jsonb_build_object(
+        'at', now(), 'attempt', attempt, 'error', %s::text, 'trace', 'TODO'))
+WHERE id = %s
+"""
+
+
+def test_a_river_job_rescued_while_its_client_still_works_is_running_twice(
+    pg: PgDatabase,
+) -> None:
+    admin = schema(pg, RIVER, "river_job")
+    ids = [
+        admin.execute(
+            "INSERT INTO river_job (kind, queue) VALUES ('email', 'mail') RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        for _ in range(4)
+    ]
+    rescued, failed, orphaned, busy = ids
+    for job, client in ((rescued, "client-a"), (failed, "client-a"), (orphaned, "client-c")):
+        admin.execute(RIVER_START, (client, job))
+    admin.execute(RIVER_START, ("client-a", busy))  # client-a works on: alive
+    memory = rescued_jobs(pg, "river", RunMemory())
+    assert rescued_ids(memory) == []
+    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", rescued))
+    admin.execute(RIVER_RESCUE, ("boom", failed))  # its worker's own failure: a retry
+    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", orphaned))  # client-c is gone
+    for job in (rescued, failed, orphaned):
+        admin.execute(RIVER_START, ("client-b", job))
+    memory = rescued_jobs(pg, "river", memory)
+    finding = detect_rescued_running("main", "mail", memory, datetime.now(UTC))
+    assert finding is not None
+    [job] = evidence_as(finding, RescuedRunsEvidence).jobs
+    assert (job.job_id, job.first.attempt, job.second.attempt) == (str(rescued), 1, 2)
+    assert (job.first.workers, job.second.workers, job.alive) == (
+        ("client-a",),
+        ("client-b",),
+        ("client-a",),
+    )
+    admin.execute(
+        "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = %s", (rescued,)
+    )
+    assert rescued_ids(rescued_jobs(pg, "river", memory)) == []
+
+
+# An Oban producer's start (attempt + 1, attempted_at in UTC, [node, producer
+# uuid] in attempted_by), Lifeline's rescue (lib/oban/plugins/lifeline.ex:
+# back to available, no error), a failure its worker records (an error for
+# the attempt) and a snooze (meta's count of snoozes).
+OBAN_START = """
+UPDATE oban_jobs SET state = 'executing', attempt = attempt + 1,
+    attempted_at = timezone('UTC', now()), attempted_by = ARRAY['web-1', %s::text] WHERE id = %s
+"""
+OBAN_LIFELINE = "UPDATE oban_jobs SET state = 'available' WHERE id = %s"
+OBAN_FAILURE = """
+UPDATE oban_jobs SET state = 'retryable', errors = array_append(errors,
+    jsonb_build_object('attempt', attempt, 'at', timezone('UTC', now()), 'error', 'boom'))
+WHERE id = %s
+"""
+OBAN_SNOOZE = """
+UPDATE oban_jobs SET state = 'scheduled', max_attempts = max_attempts + 1,
+    meta = meta || '{"snoozed": 1}' WHERE id = %s
+"""
+
+
+def test_an_oban_job_lifeline_rescued_while_its_producer_still_works_is_running_twice(
+    pg: PgDatabase,
+) -> None:
+    admin = schema(pg, OBAN, "oban_jobs")
+    ids = [
+        admin.execute(
+            "INSERT INTO oban_jobs (worker, queue) VALUES ('Mailer', 'mail') RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        for _ in range(3)
+    ]
+    rescued, failed, snoozed = ids
+    for job in ids:
+        admin.execute(OBAN_START, ("uuid-a", job))
+    memory = rescued_jobs(pg, "oban", RunMemory())
+    admin.execute(OBAN_LIFELINE, (rescued,))
+    admin.execute(OBAN_FAILURE, (failed,))
+    admin.execute(OBAN_SNOOZE, (snoozed,))
+    admin.execute(OBAN_START, ("uuid-b", rescued))
+    admin.execute(OBAN_START, ("uuid-b", failed))
+    memory = rescued_jobs(pg, "oban", memory)
+    assert rescued_ids(memory) == [], "uuid-a runs nothing now and completed nothing lately"
+    admin.execute(OBAN_START, ("uuid-a", snoozed))  # uuid-a takes the snoozed job back: alive
+    memory = rescued_jobs(pg, "oban", memory)
+    finding = detect_rescued_running("main", "mail", memory, datetime.now(UTC))
+    assert finding is not None
+    [job] = evidence_as(finding, RescuedRunsEvidence).jobs
+    assert (job.job_id, job.first.attempt, job.second.attempt) == (str(rescued), 1, 2)
+    assert (job.first.workers, job.second.workers) == (("web-1/uuid-a",), ("web-1/uuid-b",))
+    assert job.alive == ("web-1/uuid-a",)
