@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import age_seconds, blocking_chain, seconds_between, session_args
+from lockwatch.model.catalogue import HeldLocks, Purpose
 from lockwatch.model.evidence import (
     HistoryFacts,
     HolderFacts,
@@ -76,6 +77,9 @@ class KeyGroup:
     history: KeyHistory | None = None  # its completed holds, when any are recorded
     # max(factor x p99, floor) of those holds once learned; None while learning
     learned: float | None = None
+    # Held on purpose, as its library's rows say (a running job's, a live
+    # process's): never held too long nor orphaned. None: judged as any key.
+    on_purpose: Purpose | None = None
 
     @property
     def subject(self) -> Subject:
@@ -111,7 +115,10 @@ class Draft:
 def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:
     """(max_hold, orphan_after) for the group; None switches the check off.
     A leader is meant to be held for ever, so it only gets the budgets it names.
-    An ``auto`` budget is the learned one, the static default until then."""
+    An ``auto`` budget is the learned one, the static default until then.
+    A lock held on purpose (a running job's, a live process's) gets none."""
+    if group.on_purpose is not None:
+        return None, None
     named = group.named
     if named is not None and named.max_hold is not None:
         max_hold: float | Learned | None = named.max_hold
@@ -371,10 +378,14 @@ def key_groups(
     now: datetime,
     pooled: Mapping[int, PooledBackend] | None = None,
     history: Histories | None = None,
+    on_purpose: HeldLocks | None = None,
 ) -> list[KeyGroup]:
     """The keys worth checking, each with its holders and waiters; ``pooled``
-    names the backends a pooler hands out (by pid)."""
+    names the backends a pooler hands out (by pid), ``on_purpose`` the locks held on
+    purpose (named by their library unless a named lock in the config covers
+    the key)."""
     pooled = pooled or {}
+    on_purpose = on_purpose or {}
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled, history):
         rows.setdefault((lock.database, lock.key), []).append(lock)
@@ -400,15 +411,29 @@ def key_groups(
         holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
         waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
         past = None if history is None else history.get((database, key))
+        named, purpose = _named(settings, database, key, on_purpose)
         groups.append(
             KeyGroup(
                 database,
                 key,
-                settings.named_lock(database, key),
+                named,
                 tuple(holders),
                 tuple(waiters),
                 past,
                 settings.learning.budget(past, now),
+                purpose,
             )
         )
     return groups
+
+
+def _named(
+    settings: LockSettings, database: str, key: LockKey, held: HeldLocks
+) -> tuple[NamedLock | None, Purpose | None]:
+    """The key's name, and its purpose when its library holds it on purpose
+    now: a named lock in the config wins over the library's rows, which win
+    over the catalogue."""
+    known = held.get((database, key))
+    if known is None or any(lock.matches(database, key) for lock in settings.named):
+        return settings.named_lock(database, key), None
+    return NamedLock(known.name, key, database=database), known.purpose

@@ -28,6 +28,7 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.pooler import known_pooled, pooled_session
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, HolderFacts, OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
@@ -317,19 +318,22 @@ def detect_locks(
     history: Histories | None = None,
     timeouts: ServerTimeouts | None = None,
     inferred: Mapping[int, str] | None = None,
+    held: HeldLocks | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
     pooler's view of the same server (or the backends ``inferred`` pooled,
     pid -> how), also session locks on pooled backends; with the keys'
     history, learned budgets and leader churn; with the server's timeouts,
-    how long an orphan can live there.
+    how long an orphan can live there; with the locks the target's queue
+    libraries hold on purpose (``held``), those named and never held too long
+    nor orphaned.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
     pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
     pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
-    groups = key_groups(snapshot, settings, now, pooled, history)
+    groups = key_groups(snapshot, settings, now, pooled, history, held)
     drafts = [
         _with_lifetime(draft, timeouts)
         for group in groups

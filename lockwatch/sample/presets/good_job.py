@@ -9,4 +9,5 @@ PRESET = SqlPreset(
     name="good_job",
     description="PostgreSQL: the target's good_jobs (good_job 3/4)",
     sql_file="good_job.sql",
+    held_locks_file="good_job_locks.sql",
 )

@@ -9,4 +9,5 @@ PRESET = SqlPreset(
     name="que",
     description="PostgreSQL: the target's que_jobs (Que 1/2)",
     sql_file="que.sql",
+    held_locks_file="que_locks.sql",
 )
