@@ -8,6 +8,7 @@ gone."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,12 +17,20 @@ from psycopg.rows import dict_row
 
 from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
 from lockwatch.model.evidence import RescuedRunsEvidence
+from lockwatch.model.locks import LockKey
 from lockwatch.model.queues import QueueSample, StuckJobs
-from lockwatch.sample.presets.registry import preset_source
+from lockwatch.runner import TargetRunner
+from lockwatch.sample.presets.base import SqlPreset
+from lockwatch.sample.presets.registry import KNOWN, preset_source
 from lockwatch.sample.queues import reading_from_row
-from lockwatch.settings.queues import SqlQueueSource
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.queues import Queue, SqlQueueSource
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
-from tests.fixtures.postgres import MONITOR_USER, PgDatabase
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase, wait_until
+from tests.fixtures.snapshots import good_job_key
 
 FAR_ZONE = "-c TimeZone=Asia/Kathmandu"  # UTC+05:45
 
@@ -175,6 +184,89 @@ def test_a_good_job_whose_advisory_lock_is_gone_is_stuck_running(pg: PgDatabase)
     stuck = read(pg, "good_job").stuck
     assert stuck is not None and (stuck.count, stuck.job_ids) == (1, (ids[0],))
     assert stuck.since is not None and abs((datetime.now(UTC) - stuck.since).total_seconds()) < 60
+
+
+# bensheldon/good_job lib/generators/good_job/templates/install/migrations/create_good_jobs.rb.erb
+GOOD_JOB_PROCESSES = """
+CREATE TABLE good_job_processes (
+    id uuid PRIMARY KEY,
+    state jsonb,
+    created_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
+    updated_at timestamp NOT NULL DEFAULT timezone('UTC', now())
+);
+"""
+GOOD_JOB_PROCESS_LOCK = (
+    "SELECT pg_advisory_lock(('x' || substr(md5('good_job_processes-' || %s::text), 1, 16))"
+    "::bit(64)::bigint)"
+)
+
+
+def impatient_runner(pg: PgDatabase, preset: str) -> TargetRunner:
+    """A runner watching the preset's queue "mail", for which a lock held or
+    idle for a second is held too long and orphaned."""
+    source = preset_source(preset, queue="mail", redis_url=None, timeout=2.0)
+    target = Target(
+        "main",
+        pg.monitor_dsn,
+        interval=0.2,
+        locks=LockSettings(max_hold=1.0, orphan_after=1.0),
+        queues=(Queue("mail", source, preset=preset),),
+    )
+    return TargetRunner(target, Board(), StateStore(None))
+
+
+def judged_locks(runner: TargetRunner, control: str) -> set[str | None] | None:
+    """The locks of a poll's findings, once the ``control`` lock is among them."""
+    found = {f.subject.lock for f in runner.poll_once().findings}
+    return found if control in found else None
+
+
+def test_good_jobs_own_locks_are_named_and_never_orphaned_while_their_rows_say_so(
+    pg: PgDatabase,
+) -> None:
+    admin = schema(pg, GOOD_JOB + GOOD_JOB_PROCESSES, "good_jobs", "good_job_processes")
+    job = admin.execute(
+        "INSERT INTO good_jobs (queue_name, performed_at) VALUES ('mail', timezone('UTC', now()))"
+        " RETURNING id::text"
+    ).fetchone()[0]  # type: ignore[index]
+    process = str(uuid.uuid4())
+    admin.execute("INSERT INTO good_job_processes (id) VALUES (%s)", (process,))
+    # Two idle sessions, as good_job leaves them: one holds the process's lock
+    # for its life, one the running job's; and a third that good_job knows nothing of.
+    pg.connect("good_job-process").execute(GOOD_JOB_PROCESS_LOCK, (process,))
+    pg.connect("good_job-worker").execute(GOOD_JOB_LOCK, (job,))
+    pg.connect("other").execute("SELECT pg_advisory_lock(42)")
+    keys = {
+        "job": good_job_key("good_jobs", job),
+        "process": good_job_key("good_job_processes", process),
+    }
+    preset = KNOWN["good_job"]
+    assert isinstance(preset, SqlPreset)
+    with psycopg.connect(pg.monitor_dsn, row_factory=dict_row) as conn:
+        rows = conn.execute(preset.held_locks_query() or "").fetchall()
+    # good_job's formula computed here is the key PostgreSQL computes.
+    assert {(LockKey.bigint(r["key"]), r["name"], r["purpose"]) for r in rows} == {
+        (keys["job"], f"good_job job {job}", "job"),
+        (keys["process"], f"good_job process {process}", "liveness"),
+    }
+    runner = impatient_runner(pg, "good_job")
+    try:
+
+        def subjects() -> set[str | None] | None:
+            return judged_locks(runner, "42")
+
+        # Once the stranger's lock is orphaned, good_job's are older still.
+        assert wait_until(subjects, timeout=30, message="lock 42 orphaned") == {"42"}
+        admin.execute("UPDATE good_jobs SET finished_at = timezone('UTC', now())")
+        # The job is done, its worker holds on: an orphan again, by its key.
+        found = wait_until(
+            lambda: keys["job"].render() in (s := subjects() or set()) and s,
+            timeout=30,
+            message="the finished job's lock judged",
+        )
+        assert found == {"42", keys["job"].render()}
+    finally:
+        runner.close()
 
 
 # rails/solid_queue lib/generators/solid_queue/install/templates/db/queue_schema.rb
@@ -395,3 +487,28 @@ def test_an_oban_job_lifeline_rescued_while_its_producer_still_works_is_running_
     assert (job.job_id, job.first.attempt, job.second.attempt) == (str(rescued), 1, 2)
     assert (job.first.workers, job.second.workers) == (("web-1/uuid-a",), ("web-1/uuid-b",))
     assert job.alive == ("web-1/uuid-a",)
+
+
+def test_que_jobs_locked_by_its_lockers_are_never_orphaned(pg: PgDatabase) -> None:
+    admin = schema(pg, QUE, "que_jobs", "que_lockers")
+    admin.execute("INSERT INTO que_jobs (id, job_class, queue) VALUES (1, 'Mailer', 'mail')")
+    locker = pg.connect("que-locker")
+    pid = locker.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    admin.execute(f"INSERT INTO que_lockers VALUES ({pid}, 2, 4242, 'app-1', '{{mail}}', true)")
+    locker.execute("SELECT pg_advisory_lock(1)")  # a worker runs job 1; the session idles
+    pg.connect("not-que").execute("SELECT pg_advisory_lock(2)")  # no locker's: not Que's
+    runner = impatient_runner(pg, "que")
+    try:
+        # Once the stranger's lock is orphaned, the locker's is older still.
+        assert wait_until(lambda: judged_locks(runner, "2"), timeout=30, message="2 orphaned") == {
+            "2"
+        }
+        admin.execute("DELETE FROM que_jobs WHERE id = 1")  # the row is gone, the lock is not
+        found = wait_until(
+            lambda: "1" in (s := judged_locks(runner, "2") or set()) and s,
+            timeout=30,
+            message="the lock of a job that is gone judged",
+        )
+        assert found == {"1", "2"}
+    finally:
+        runner.close()
