@@ -381,11 +381,10 @@ def key_groups(
     on_purpose: HeldLocks | None = None,
 ) -> list[KeyGroup]:
     """The keys worth checking, each with its holders and waiters; ``pooled``
-    names the backends a pooler hands out (by pid), ``on_purpose`` the locks held on
-    purpose (named by their library unless a named lock in the config covers
-    the key)."""
+    names the backends a pooler hands out (by pid), ``on_purpose`` the locks
+    held on purpose (named by their library unless a named lock in the config
+    covers the key)."""
     pooled = pooled or {}
-    on_purpose = on_purpose or {}
     rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
     for lock in worth_checking(snapshot, settings, now, pooled, history):
         rows.setdefault((lock.database, lock.key), []).append(lock)
@@ -411,29 +410,17 @@ def key_groups(
         holders.sort(key=lambda h: (h.lock.pid, h.lock.mode))
         waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
         past = None if history is None else history.get((database, key))
-        named, purpose = _named(settings, database, key, on_purpose)
+        known = settings.held_on_purpose(database, key, on_purpose)
         groups.append(
             KeyGroup(
                 database,
                 key,
-                named,
+                settings.named_lock(database, key, on_purpose),
                 tuple(holders),
                 tuple(waiters),
                 past,
                 settings.learning.budget(past, now),
-                purpose,
+                None if known is None else known.purpose,
             )
         )
     return groups
-
-
-def _named(
-    settings: LockSettings, database: str, key: LockKey, held: HeldLocks
-) -> tuple[NamedLock | None, Purpose | None]:
-    """The key's name, and its purpose when its library holds it on purpose
-    now: a named lock in the config wins over the library's rows, which win
-    over the catalogue."""
-    known = held.get((database, key))
-    if known is None or any(lock.matches(database, key) for lock in settings.named):
-        return settings.named_lock(database, key), None
-    return NamedLock(known.name, key, database=database), known.purpose

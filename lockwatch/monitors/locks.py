@@ -16,6 +16,7 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.within_hold import HoldMemory, within_hold
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.findings import Family, FindingKind
 from lockwatch.model.keepalive import ServerTimeouts
 from lockwatch.model.locks import LockSnapshot
@@ -65,6 +66,7 @@ class LockMonitor:
         self.timeouts: ServerTimeouts | None = None
         # The per-job and liveness locks the target's queue presets know of.
         self.held_locks = HeldLocksReader(queue.preset for queue in target.queues)
+        self.held: HeldLocks = {}
         self.pooler: SourceRunner[PoolerSnapshot] | None = None
         if target.pgbouncer is not None:
             self.pooler = SourceRunner(
@@ -101,7 +103,8 @@ class LockMonitor:
         history, timeouts = self.history.keys, self._timeouts()
         inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
-        held = self.held_locks.read(context.db) if self.held_locks.queries else None
+        if self.held_locks.queries:
+            self.held = self.held_locks.read(context.db)
         findings = detect_locks(
             snapshot,
             self.target.locks,
@@ -110,7 +113,7 @@ class LockMonitor:
             history=history,
             timeouts=timeouts,
             inferred=inferred,
-            held=held,
+            held=self.held,
         )
         within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         if self.pooler is None:
@@ -151,7 +154,7 @@ class LockMonitor:
         return self._offset
 
     def publish(self, view: TargetView) -> TargetView:
-        view = replace(view, lock_history=self.history.published())
+        view = replace(view, lock_history=self.history.published(), held_locks=self.held)
         if self.pooler is None:
             return view
         return replace(view, sources=(*view.sources, self.pooler.health))

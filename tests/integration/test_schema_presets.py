@@ -19,6 +19,7 @@ from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, res
 from lockwatch.model.evidence import RescuedRunsEvidence
 from lockwatch.model.locks import LockKey
 from lockwatch.model.queues import QueueSample, StuckJobs
+from lockwatch.publish.api.locks import locks_document
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.presets.base import SqlPreset
 from lockwatch.sample.presets.registry import KNOWN, preset_source
@@ -257,6 +258,10 @@ def test_good_jobs_own_locks_are_named_and_never_orphaned_while_their_rows_say_s
 
         # Once the stranger's lock is orphaned, good_job's are older still.
         assert wait_until(subjects, timeout=30, message="lock 42 orphaned") == {"42"}
+        [entry] = locks_document(runner.board, datetime.now(UTC))["targets"]
+        assert {f"good_job job {job}", f"good_job process {process}"} <= {
+            group["lock"] for group in entry["locks"]
+        }
         admin.execute("UPDATE good_jobs SET finished_at = timezone('UTC', now())")
         # The job is done, its worker holds on: an orphan again, by its key.
         found = wait_until(

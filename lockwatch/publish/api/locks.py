@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.model.views import TargetView
@@ -72,13 +73,19 @@ def _rough_order(group: GroupId, locks: list[AdvisoryLock], now: datetime) -> Gr
 
 
 def lock_groups(
-    snapshot: LockSnapshot, settings: LockSettings, now: datetime, *, top: int | None = None
+    snapshot: LockSnapshot,
+    settings: LockSettings,
+    now: datetime,
+    *,
+    top: int | None = None,
+    held: HeldLocks | None = None,
 ) -> list[LockGroup]:
     """The snapshot's advisory locks grouped per (database, key), longest-held first.
 
     With ``top``, of the keys neither named nor ignored only the ``top``
     longest-held come back, all the metrics export, and only those are built:
     a scrape of 50,000 locks then costs a sort key per lock, not a group.
+    ``held`` names the locks the queue libraries hold on purpose.
     """
     rows: dict[GroupId, list[AdvisoryLock]] = {}
     for lock in snapshot.locks:
@@ -94,7 +101,7 @@ def lock_groups(
     groups = []
     for database, key in chosen:
         locks = rows[database, key]
-        named = settings.named_lock(database, key)
+        named = settings.named_lock(database, key, held)
         holders = tuple(lock for lock in locks if lock.granted)
         waiters = tuple(lock for lock in locks if not lock.granted)
         holds = [s for s in (_age(now, lock.first_seen) for lock in holders) if s is not None]
@@ -226,7 +233,7 @@ def _target_entry(view: TargetView, now: datetime, shown: int | None) -> dict[st
     status = view.status
     snapshot = None if status is None else status.snapshot
     settings = view.target.locks
-    groups = [] if snapshot is None else lock_groups(snapshot, settings, now)
+    groups = [] if snapshot is None else lock_groups(snapshot, settings, now, held=view.held_locks)
     pasts: dict[HistoryKey, KeyHistory] = {
         (h.database, h.key): h for h in view.lock_history if h.key is not None
     }
