@@ -1,5 +1,6 @@
 """Que (PostgreSQL): read from the target's own database with the query in
-que.sql, which names the schema it was read from and the grants it needs."""
+que.sql, which names the schema it was read from and the grants it needs.
+Its job locks held on purpose are named from its rows by que_locks.sql."""
 
 from __future__ import annotations
 
