@@ -137,8 +137,10 @@ def incident_title(
         return _holder_title(root, findings, load, waiters)
     lead = leading(findings)
     if root.kind is RootKind.QUEUE:
-        stalled = any(f.kind is FindingKind.QUEUE_STALLED for f in findings)
-        state = "stalled" if stalled else "growing"
+        kinds = {f.kind for f in findings}
+        if not kinds & {FindingKind.QUEUE_STALLED, FindingKind.QUEUE_GROWING}:
+            return one_line(lead.summary)  # its jobs' trouble: the summary names the queue
+        state = "stalled" if FindingKind.QUEUE_STALLED in kinds else "growing"
         return f"queue {one_line(root.queue)} {state}: {one_line(lead.summary)}"
     if root.kind is RootKind.JOB:
         return f"job {one_line(root.job)}: {one_line(lead.summary)}"

@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.keepalive import orphan_lifetime
+from lockwatch.detect.key_groups import Alike, key_groups
 from lockwatch.detect.lock_cap import Cap
 from lockwatch.detect.lock_groups import (
-    Alike,
     Draft,
     Histories,
     Holder,
@@ -26,12 +26,12 @@ from lockwatch.detect.lock_groups import (
     and_more,
     budgets,
     doing,
-    key_groups,
     lock_evidence,
     waiting_text,
     who,
 )
 from lockwatch.detect.pooler import known_pooled, pooled_session
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
@@ -351,12 +351,15 @@ def detect_locks(
     history: Histories | None = None,
     timeouts: ServerTimeouts | None = None,
     inferred: Mapping[int, str] | None = None,
+    held: HeldLocks | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
     pooler's view of the same server (or the backends ``inferred`` pooled,
     pid -> how), also session locks on pooled backends; with the keys'
     history, learned budgets and leader churn; with the server's timeouts,
-    how long an orphan can live there.
+    how long an orphan can live there; with the locks the target's queue
+    libraries hold on purpose (``held``), those named and never held too long
+    nor orphaned.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
@@ -365,7 +368,8 @@ def detect_locks(
     pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
     caps: dict[FindingKind, Cap] = {}
     leaders: list[KeyGroup] = []
-    judged = _drafts(snapshot, settings, now, _Pooling(pooler, pooled, inferred), history, leaders)
+    pooling = _Pooling(pooler, pooled, inferred)
+    judged = _drafts(snapshot, settings, now, pooling, (history, held), leaders)
     for draft, alike in judged:
         cap = caps.setdefault(draft.kind, Cap())
         if alike:
@@ -440,15 +444,20 @@ def _drafts(
     settings: LockSettings,
     now: datetime,
     pooling: _Pooling,
-    history: Histories | None,
+    known: tuple[Histories | None, HeldLocks | None],
     leaders: list[KeyGroup],
 ) -> Iterator[tuple[Draft, int]]:
     """Every check's drafts, one key at a time: a key whose drafts the cap
     does not keep is let go at once, not held with 49,999 others. Each comes
     with how many more keys, never built, it stands for (0 but for ``Alike``).
     ``pooling``: pgbouncer's view, the pooled backends, those inferred so;
-    the groups of leader locks are put in ``leaders`` (for churn)."""
-    for item in key_groups(snapshot, settings, now, pooling.pooled, history, built=Cap.WINDOW):
+    ``known``: the keys' history and the locks held on purpose; the groups of
+    leader locks are put in ``leaders`` (for churn)."""
+    history, held = known
+    groups_made = key_groups(
+        snapshot, settings, now, pooling.pooled, history, built=Cap.WINDOW, on_purpose=held
+    )
+    for item in groups_made:
         groups = item.groups if isinstance(item, Alike) else (item,)
         drafts: list[Draft] = []
         for group in groups:

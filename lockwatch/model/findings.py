@@ -21,6 +21,7 @@ from lockwatch.model.evidence import (
     PrivilegesMissingEvidence,
     QueueEvidence,
     QueueStallEvidence,
+    RescuedRunsEvidence,
     SourceDownEvidence,
     StuckJobsEvidence,
     TargetDownEvidence,
@@ -70,6 +71,8 @@ class FindingKind(enum.StrEnum):
     QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
     # A queue library's job: the queue monitor reads it with the queue's preset.
     JOB_STUCK_RUNNING = ("job_stuck_running", Family.QUEUES)
+    # Its rescuer started it again while the first start's worker lives: two runs.
+    JOB_RESCUED_WHILE_RUNNING = ("job_rescued_while_running", Family.QUEUES)
     JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
     JOB_OVERLAP = ("job_overlap", Family.JOBS)
     JOB_MISSED = ("job_missed", Family.JOBS)
@@ -167,6 +170,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.QUEUE_GROWING: (QueueEvidence,),
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),
+    FindingKind.JOB_RESCUED_WHILE_RUNNING: (RescuedRunsEvidence,),
     FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),
     FindingKind.JOB_OVERLAP: (OverlapEvidence,),
     FindingKind.JOB_MISSED: (MissedRunEvidence,),

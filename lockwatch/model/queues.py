@@ -18,6 +18,29 @@ class StuckJobs:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueJobRun:
+    """One run of a job its queue library marks running, as a preset reads it."""
+
+    job_id: str
+    attempt: int  # the library's count of the job's starts (or of its retries)
+    started_at: datetime
+    # Who may be running it: the library's worker ids, or the library's sessions
+    # that were there when it started (pg-boss records no worker).
+    workers: tuple[str, ...]
+    # The library's record says its previous attempt was ended by its rescuer
+    # or a timeout, not by the worker that ran it.
+    rescued: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJobs:
+    """The jobs running now, as a preset's query reads them."""
+
+    runs: tuple[QueueJobRun, ...]  # the latest started first, at most the query's own limit
+    live_workers: frozenset[str]  # the library's workers (or sessions) alive now
+
+
+@dataclass(frozen=True, slots=True)
 class QueueSample:
     """One reading of one queue. ``depth`` is the pending work; the rest is
     known only when the source tells it."""
@@ -28,6 +51,9 @@ class QueueSample:
     completed_total: int | None = None  # finished items, as a count that only grows
     in_flight: int | None = None  # taken by a worker, not finished
     stuck: StuckJobs | None = None  # None: the source cannot tell
+    # The running jobs, one by one; None: the source cannot tell. Only the
+    # latest reading keeps them (the queue monitor drops them from its history).
+    running: RunningJobs | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.findings import Finding
 from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.incidents import Incident
@@ -88,6 +89,9 @@ class TargetView:
     jobs: tuple[JobView, ...] = ()
     # The keys' completed holds and waits (named, catalogued, the top N, the rest as one).
     lock_history: tuple[KeyHistory, ...] = ()
+    # The locks its queue libraries held on purpose at the last poll, named
+    # from their rows (a running job's, a live process's).
+    held_locks: HeldLocks = field(default_factory=dict)
     # The findings told as root causes: the open ones, worst first, and the
     # recently resolved ones, newest first (bounded; the rest is history).
     incidents: tuple[Incident, ...] = ()

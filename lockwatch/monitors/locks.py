@@ -16,6 +16,7 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.within_hold import HoldMemory, within_hold
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.findings import Family, FindingKind
 from lockwatch.model.keepalive import ServerTimeouts
 from lockwatch.model.locks import LockSnapshot
@@ -23,6 +24,7 @@ from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
+from lockwatch.sample.held_locks import HeldLocksReader
 from lockwatch.sample.keepalive import server_timeouts
 from lockwatch.sample.locks import AdvisoryLockReader
 from lockwatch.sample.pooler import PgBouncerSampler
@@ -62,6 +64,9 @@ class LockMonitor:
         self.session = session
         # What ends an orphan on this server, read once (lock_orphaned's evidence).
         self.timeouts: ServerTimeouts | None = None
+        # The per-job and liveness locks the target's queue presets know of.
+        self.held_locks = HeldLocksReader(queue.preset for queue in target.queues)
+        self.held: HeldLocks = {}
         self.pooler: SourceRunner[PoolerSnapshot] | None = None
         if target.pgbouncer is not None:
             self.pooler = SourceRunner(
@@ -98,6 +103,8 @@ class LockMonitor:
         history, timeouts = self.history.keys, self._timeouts()
         inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
+        if self.held_locks.queries:
+            self.held = self.held_locks.read(context.db)
         findings = detect_locks(
             snapshot,
             self.target.locks,
@@ -106,14 +113,15 @@ class LockMonitor:
             history=history,
             timeouts=timeouts,
             inferred=inferred,
+            held=self.held,
         )
-        held, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
+        within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         if self.pooler is None:
-            return MonitorResult(tuple(findings), undecided=held, snapshot=snapshot)
+            return MonitorResult(tuple(findings), undecided=within, snapshot=snapshot)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
         return MonitorResult(
             tuple(findings),
-            undecided=held,
+            undecided=within,
             # Unread, the pooler cannot say which session locks are pooled.
             held_kinds=frozenset({FindingKind.LOCK_POOLED_SESSION})
             if pooled is None
@@ -146,7 +154,7 @@ class LockMonitor:
         return self._offset
 
     def publish(self, view: TargetView) -> TargetView:
-        view = replace(view, lock_history=self.history.published())
+        view = replace(view, lock_history=self.history.published(), held_locks=self.held)
         if self.pooler is None:
             return view
         return replace(view, sources=(*view.sources, self.pooler.health))

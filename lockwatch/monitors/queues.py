@@ -25,6 +25,7 @@ from lockwatch.detect.queues import (
     session_counts,
     waiting_on,
 )
+from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.stuck_jobs import detect_stuck_running
 from lockwatch.model.findings import Family, FindingKind, Subject
@@ -138,6 +139,8 @@ class QueueMonitor(Stateless):
         self._cpu_history: dict[str, deque[WorkerSample]] = {
             name: deque(maxlen=MAX_HISTORY) for name in self._cpu
         }
+        # Per queue, the starts of its jobs seen so far (job_rescued_while_running).
+        self._runs: dict[str, RunMemory] = {}
         self._latest_sessions: tuple[Backend, ...] | None = None
         self._queue_views: tuple[QueueView, ...] = ()
         self._worker_views: tuple[WorkerView, ...] = ()
@@ -160,7 +163,8 @@ class QueueMonitor(Stateless):
             readings = runner.poll(sampling)
             if readings is not None:
                 for name, sample in readings.items():
-                    self._history[name].append(sample)
+                    self._read_runs(name, sample)
+                    self._history[name].append(replace(sample, running=None))
             undecided |= undecided_while_down(
                 runner.health, [Subject(queue=name) for name in queue.names], self.kinds
             )
@@ -187,14 +191,28 @@ class QueueMonitor(Stateless):
         locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
         verdicts = detect_queues(self.target.name, inputs, locks, now)
         stuck = detect_stuck_running(self.target.name, inputs, now)
+        rescued = [
+            finding
+            for name, memory in sorted(self._runs.items())
+            if (finding := detect_rescued_running(self.target.name, name, memory, now))
+        ]
         down = detect_source_down(self.target.name, [r.health for r in self._runners()], now)
         self._queue_views = tuple(self._queue_view(queue, now) for queue in inputs)
         self._worker_views = tuple(
             self._worker_view(group, now, locks) for group in self.target.workers
         )
         return MonitorResult(
-            (*verdicts.findings, *stuck, *down), frozenset(undecided | verdicts.undecided)
+            (*verdicts.findings, *stuck, *rescued, *down),
+            frozenset(undecided | verdicts.undecided),
         )
+
+    def _read_runs(self, name: str, sample: QueueSample) -> None:
+        """Fold a reading's running jobs into the queue's memory of starts;
+        the history keeps the counts only."""
+        if sample.running is None:
+            self._runs.pop(name, None)
+        else:
+            self._runs[name] = rescued_runs(sample.running, self._runs.get(name, RunMemory()))
 
     def _prune(self, now: datetime) -> None:
         for name, history in self._history.items():

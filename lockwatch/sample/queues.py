@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model.queues import QueueSample, StuckJobs
+from lockwatch.model.queues import QueueJobRun, QueueSample, RunningJobs, StuckJobs
 from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.settings.queues import Queue, SqlQueueSource
 
@@ -21,7 +21,10 @@ REQUIRED = "depth"
 # Jobs marked running whose worker session is gone: how many, the ids of the
 # oldest (an array of text), and when the oldest was taken.
 STUCK = ("stuck_count", "stuck_job_ids", "stuck_since")
-OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight", *STUCK)
+# The running jobs one by one (a JSON array of {id, attempt, started_at,
+# workers, rescued}) and the library's workers alive now (an array of text).
+RUNNING = ("running_jobs", "live_workers")
+OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight", *STUCK, *RUNNING)
 LABEL = "queue"
 
 
@@ -56,6 +59,42 @@ def _stuck(queue: str, row: Mapping[str, Any]) -> StuckJobs | None:
     return StuckJobs(count, tuple(ids), since)
 
 
+def _run(queue: str, item: object) -> QueueJobRun:
+    problem = f"queue {queue}: column {RUNNING[0]} has an entry that is not "
+    if not isinstance(item, dict):
+        raise SampleError(problem + "an object")
+    started = item.get("started_at")
+    try:
+        at = datetime.fromisoformat(started) if isinstance(started, str) else None
+    except ValueError:
+        at = None
+    workers = item.get("workers") or []
+    attempt = item.get("attempt")
+    if (
+        at is None
+        or at.tzinfo is None
+        or not isinstance(attempt, int)
+        or not isinstance(workers, list)
+        or not all(isinstance(w, str) for w in workers)
+    ):
+        raise SampleError(problem + "{id, attempt, started_at (with its zone), workers, rescued}")
+    return QueueJobRun(
+        str(item.get("id")), attempt, at, tuple(workers), item.get("rescued") is True
+    )
+
+
+def _running(queue: str, row: Mapping[str, Any]) -> RunningJobs | None:
+    runs = row.get(RUNNING[0])
+    if runs is None:
+        return None
+    live = row.get(RUNNING[1]) or []
+    if not isinstance(runs, list):
+        raise SampleError(f"queue {queue}: column {RUNNING[0]} is not a JSON array")
+    if not isinstance(live, list) or not all(isinstance(w, str) for w in live):
+        raise SampleError(f"queue {queue}: column {RUNNING[1]} is not an array of text")
+    return RunningJobs(tuple(_run(queue, item) for item in runs), frozenset(live))
+
+
 def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueSample:
     depth = _count(queue, REQUIRED, row[REQUIRED])
     if depth is None:
@@ -67,6 +106,7 @@ def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueS
         completed_total=_count(queue, "completed_total", row.get("completed_total")),
         in_flight=_count(queue, "in_flight", row.get("in_flight")),
         stuck=_stuck(queue, row),
+        running=_running(queue, row),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Annotated
 
 from pydantic import Field, PlainValidator
 
+from lockwatch.model.catalogue import HeldLocks, KnownLock
 from lockwatch.model.catalogue.registry import LIBRARIES, identify
 from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.locks import LockKey
@@ -224,16 +225,32 @@ class LockSettings(Section):
         """The catalogue (when on) names the key: a library's own lock."""
         return self.catalogue and identify(database, key, self.catalogue_skip) is not None
 
-    def named_lock(self, database: str, key: LockKey) -> NamedLock | None:
-        """The configured named lock of the key, else its catalogue entry as
-        a mutex with the target's budgets."""
+    def named_lock(
+        self, database: str, key: LockKey, held: HeldLocks | None = None
+    ) -> NamedLock | None:
+        """The configured named lock of the key, else the name its queue
+        library gives it while holding it on purpose (``held``), else its
+        catalogue entry as a mutex with the target's budgets."""
         named = self._configured(database, key)
-        if named is not None or not self.catalogue:
+        if named is not None:
             return named
+        known = None if held is None else held.get((database, key))
+        if known is not None:
+            return NamedLock(known.name, key, database=database)
+        if not self.catalogue:
+            return None
         known = identify(database, key, self.catalogue_skip)
         if known is None:
             return None
         return NamedLock(known.name, key, database=database)
+
+    def held_on_purpose(
+        self, database: str, key: LockKey, held: HeldLocks | None
+    ) -> KnownLock | None:
+        """What its library holds the key for now, unless a named lock in the
+        config says otherwise."""
+        known = None if held is None else held.get((database, key))
+        return None if known is None or self._configured(database, key) else known
 
     def _configured(self, database: str, key: LockKey) -> NamedLock | None:
         for lock in self.named:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lockwatch.model.evidence import StuckJobsEvidence
+from lockwatch.model.evidence import RescuedRunsEvidence, StuckJobsEvidence
 from lockwatch.model.findings import FindingKind, Subject
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
@@ -263,6 +263,41 @@ def test_a_worker_killed_mid_job_leaves_a_stuck_running_job_that_is_reported(
         assert evidence.job_ids == (job_id,)
         assert evidence.stuck_count == 1
         assert job_id in finding.summary
+    finally:
+        runner.close()
+
+
+def test_a_pg_boss_job_run_again_after_its_expiry_while_its_handler_runs_is_reported(
+    pg: PgDatabase, workers: Workers
+) -> None:
+    worker = workers.start("pg_boss_worker.js", url(pg), "reports", "slow")
+    grant_schema(pg, "pgboss")
+    runner = runner_for(pg, library_queue("pg-boss", "reports"))
+    try:
+
+        def rescued() -> tuple[Any, ...]:
+            return tuple(
+                f
+                for f in runner.poll_once().findings
+                if f.kind is FindingKind.JOB_RESCUED_WHILE_RUNNING
+            )
+
+        [finding] = wait_until(rescued, timeout=60, interval=0.1, message=f"{worker.lines}")
+        assert finding.subject == Subject(queue="reports")
+        [job] = evidence_as(finding, RescuedRunsEvidence).jobs
+        assert job.second.attempt > job.first.attempt
+        # Both handlers of the job had started (the library's own word) and
+        # neither had finished: the job ran twice at once.
+        starts = [line for line in list(worker.lines) if line.startswith(f"running {job.job_id} ")]
+        assert {
+            f"running {job.job_id} {job.first.attempt}",
+            f"running {job.job_id} {job.second.attempt}",
+        } <= set(starts)
+        assert worker.count("finished") == 0
+        # The first start's sessions: pg-boss's own, still connected.
+        assert job.alive and set(job.alive) <= set(job.first.workers)
+        assert all("(pgboss, connected " in name for name in job.alive)
+        assert job.job_id in finding.summary
     finally:
         runner.close()
 

@@ -8,17 +8,30 @@ gone."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
+from lockwatch.model.evidence import RescuedRunsEvidence
+from lockwatch.model.locks import LockKey
 from lockwatch.model.queues import QueueSample, StuckJobs
-from lockwatch.sample.presets.registry import preset_source
+from lockwatch.publish.api.locks import locks_document
+from lockwatch.runner import TargetRunner
+from lockwatch.sample.presets.base import SqlPreset
+from lockwatch.sample.presets.registry import KNOWN, preset_source
 from lockwatch.sample.queues import reading_from_row
-from lockwatch.settings.queues import SqlQueueSource
-from tests.fixtures.postgres import MONITOR_USER, PgDatabase
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.queues import Queue, SqlQueueSource
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase, wait_until
+from tests.fixtures.snapshots import good_job_key
 
 FAR_ZONE = "-c TimeZone=Asia/Kathmandu"  # UTC+05:45
 
@@ -55,6 +68,9 @@ CREATE TABLE river_job (
     finalized_at timestamptz,
     scheduled_at timestamptz NOT NULL DEFAULT now(),
     attempted_by text[],
+    attempt smallint NOT NULL DEFAULT 0,
+    max_attempts smallint NOT NULL DEFAULT 25,
+    errors jsonb[],
     kind text NOT NULL,
     queue text NOT NULL DEFAULT 'default'
 );
@@ -94,7 +110,12 @@ CREATE TABLE oban_jobs (
     inserted_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
     scheduled_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
     attempted_at timestamp,
-    completed_at timestamp
+    completed_at timestamp,
+    attempt integer NOT NULL DEFAULT 0,
+    max_attempts integer NOT NULL DEFAULT 20,
+    errors jsonb[] NOT NULL DEFAULT ARRAY[]::jsonb[],
+    meta jsonb DEFAULT '{}'::jsonb,
+    attempted_by text[]
 );
 """
 
@@ -164,6 +185,93 @@ def test_a_good_job_whose_advisory_lock_is_gone_is_stuck_running(pg: PgDatabase)
     stuck = read(pg, "good_job").stuck
     assert stuck is not None and (stuck.count, stuck.job_ids) == (1, (ids[0],))
     assert stuck.since is not None and abs((datetime.now(UTC) - stuck.since).total_seconds()) < 60
+
+
+# bensheldon/good_job lib/generators/good_job/templates/install/migrations/create_good_jobs.rb.erb
+GOOD_JOB_PROCESSES = """
+CREATE TABLE good_job_processes (
+    id uuid PRIMARY KEY,
+    state jsonb,
+    created_at timestamp NOT NULL DEFAULT timezone('UTC', now()),
+    updated_at timestamp NOT NULL DEFAULT timezone('UTC', now())
+);
+"""
+GOOD_JOB_PROCESS_LOCK = (
+    "SELECT pg_advisory_lock(('x' || substr(md5('good_job_processes-' || %s::text), 1, 16))"
+    "::bit(64)::bigint)"
+)
+
+
+def impatient_runner(pg: PgDatabase, preset: str) -> TargetRunner:
+    """A runner watching the preset's queue "mail", for which a lock held or
+    idle for a second is held too long and orphaned."""
+    source = preset_source(preset, queue="mail", redis_url=None, timeout=2.0)
+    target = Target(
+        "main",
+        pg.monitor_dsn,
+        interval=0.2,
+        locks=LockSettings(max_hold=1.0, orphan_after=1.0),
+        queues=(Queue("mail", source, preset=preset),),
+    )
+    return TargetRunner(target, Board(), StateStore(None))
+
+
+def judged_locks(runner: TargetRunner, control: str) -> set[str | None] | None:
+    """The locks of a poll's findings, once the ``control`` lock is among them."""
+    found = {f.subject.lock for f in runner.poll_once().findings}
+    return found if control in found else None
+
+
+def test_good_jobs_own_locks_are_named_and_never_orphaned_while_their_rows_say_so(
+    pg: PgDatabase,
+) -> None:
+    admin = schema(pg, GOOD_JOB + GOOD_JOB_PROCESSES, "good_jobs", "good_job_processes")
+    job = admin.execute(
+        "INSERT INTO good_jobs (queue_name, performed_at) VALUES ('mail', timezone('UTC', now()))"
+        " RETURNING id::text"
+    ).fetchone()[0]  # type: ignore[index]
+    process = str(uuid.uuid4())
+    admin.execute("INSERT INTO good_job_processes (id) VALUES (%s)", (process,))
+    # Two idle sessions, as good_job leaves them: one holds the process's lock
+    # for its life, one the running job's; and a third that good_job knows nothing of.
+    pg.connect("good_job-process").execute(GOOD_JOB_PROCESS_LOCK, (process,))
+    pg.connect("good_job-worker").execute(GOOD_JOB_LOCK, (job,))
+    pg.connect("other").execute("SELECT pg_advisory_lock(42)")
+    keys = {
+        "job": good_job_key("good_jobs", job),
+        "process": good_job_key("good_job_processes", process),
+    }
+    preset = KNOWN["good_job"]
+    assert isinstance(preset, SqlPreset)
+    with psycopg.connect(pg.monitor_dsn, row_factory=dict_row) as conn:
+        rows = conn.execute(preset.held_locks_query() or "").fetchall()
+    # good_job's formula computed here is the key PostgreSQL computes.
+    assert {(LockKey.bigint(r["key"]), r["name"], r["purpose"]) for r in rows} == {
+        (keys["job"], f"good_job job {job}", "job"),
+        (keys["process"], f"good_job process {process}", "liveness"),
+    }
+    runner = impatient_runner(pg, "good_job")
+    try:
+
+        def subjects() -> set[str | None] | None:
+            return judged_locks(runner, "42")
+
+        # Once the stranger's lock is orphaned, good_job's are older still.
+        assert wait_until(subjects, timeout=30, message="lock 42 orphaned") == {"42"}
+        [entry] = locks_document(runner.board, datetime.now(UTC))["targets"]
+        assert {f"good_job job {job}", f"good_job process {process}"} <= {
+            group["lock"] for group in entry["locks"]
+        }
+        admin.execute("UPDATE good_jobs SET finished_at = timezone('UTC', now())")
+        # The job is done, its worker holds on: an orphan again, by its key.
+        found = wait_until(
+            lambda: keys["job"].render() in (s := subjects() or set()) and s,
+            timeout=30,
+            message="the finished job's lock judged",
+        )
+        assert found == {"42", keys["job"].render()}
+    finally:
+        runner.close()
 
 
 # rails/solid_queue lib/generators/solid_queue/install/templates/db/queue_schema.rb
@@ -266,3 +374,146 @@ def test_the_que_preset_counts_jobs_its_lockers_hold_as_running(pg: PgDatabase) 
     stranger.execute("SELECT pg_advisory_lock(2)")  # the same key, but no locker's: not Que's
     sample = read(pg, "que")
     assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, None)
+
+
+def rescued_jobs(pg: PgDatabase, preset: str, memory: RunMemory) -> RunMemory:
+    """The queue's memory of starts after one more reading through the preset."""
+    sample = read(pg, preset)
+    assert sample.running is not None
+    return rescued_runs(sample.running, memory)
+
+
+def rescued_ids(memory: RunMemory) -> list[str]:
+    finding = detect_rescued_running("main", "mail", memory, datetime.now(UTC))
+    if finding is None:
+        return []
+    return [job.job_id for job in evidence_as(finding, RescuedRunsEvidence).jobs]
+
+
+# A River client's start of a job (riverdriver JobGetAvailable: attempt + 1,
+# attempted_at, the client id appended to attempted_by) and the rescuer's
+# rescue (internal/maintenance/job_rescuer.go: back to retryable with an error
+# for the attempt it ended).
+RIVER_START = """
+UPDATE river_job SET state = 'running', attempt = attempt + 1, attempted_at = now(),
+    attempted_by = array_append(attempted_by, %s::text) WHERE id = %s
+"""
+RIVER_RESCUE = """
+UPDATE river_job SET state = 'retryable', scheduled_at = now(),
+    errors = array_append(errors, jsonb_build_object(
+        'at', now(), 'attempt', attempt, 'error', %s::text, 'trace', 'TODO'))
+WHERE id = %s
+"""
+
+
+def test_a_river_job_rescued_while_its_client_still_works_is_running_twice(
+    pg: PgDatabase,
+) -> None:
+    admin = schema(pg, RIVER, "river_job")
+    ids = [
+        admin.execute(
+            "INSERT INTO river_job (kind, queue) VALUES ('email', 'mail') RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        for _ in range(4)
+    ]
+    rescued, failed, orphaned, busy = ids
+    for job, client in ((rescued, "client-a"), (failed, "client-a"), (orphaned, "client-c")):
+        admin.execute(RIVER_START, (client, job))
+    admin.execute(RIVER_START, ("client-a", busy))  # client-a works on: alive
+    memory = rescued_jobs(pg, "river", RunMemory())
+    assert rescued_ids(memory) == []
+    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", rescued))
+    admin.execute(RIVER_RESCUE, ("boom", failed))  # its worker's own failure: a retry
+    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", orphaned))  # client-c is gone
+    for job in (rescued, failed, orphaned):
+        admin.execute(RIVER_START, ("client-b", job))
+    memory = rescued_jobs(pg, "river", memory)
+    finding = detect_rescued_running("main", "mail", memory, datetime.now(UTC))
+    assert finding is not None
+    [job] = evidence_as(finding, RescuedRunsEvidence).jobs
+    assert (job.job_id, job.first.attempt, job.second.attempt) == (str(rescued), 1, 2)
+    assert (job.first.workers, job.second.workers, job.alive) == (
+        ("client-a",),
+        ("client-b",),
+        ("client-a",),
+    )
+    admin.execute(
+        "UPDATE river_job SET state = 'completed', finalized_at = now() WHERE id = %s", (rescued,)
+    )
+    assert rescued_ids(rescued_jobs(pg, "river", memory)) == []
+
+
+# An Oban producer's start (attempt + 1, attempted_at in UTC, [node, producer
+# uuid] in attempted_by), Lifeline's rescue (lib/oban/plugins/lifeline.ex:
+# back to available, no error), a failure its worker records (an error for
+# the attempt) and a snooze (meta's count of snoozes).
+OBAN_START = """
+UPDATE oban_jobs SET state = 'executing', attempt = attempt + 1,
+    attempted_at = timezone('UTC', now()), attempted_by = ARRAY['web-1', %s::text] WHERE id = %s
+"""
+OBAN_LIFELINE = "UPDATE oban_jobs SET state = 'available' WHERE id = %s"
+OBAN_FAILURE = """
+UPDATE oban_jobs SET state = 'retryable', errors = array_append(errors,
+    jsonb_build_object('attempt', attempt, 'at', timezone('UTC', now()), 'error', 'boom'))
+WHERE id = %s
+"""
+OBAN_SNOOZE = """
+UPDATE oban_jobs SET state = 'scheduled', max_attempts = max_attempts + 1,
+    meta = meta || '{"snoozed": 1}' WHERE id = %s
+"""
+
+
+def test_an_oban_job_lifeline_rescued_while_its_producer_still_works_is_running_twice(
+    pg: PgDatabase,
+) -> None:
+    admin = schema(pg, OBAN, "oban_jobs")
+    ids = [
+        admin.execute(
+            "INSERT INTO oban_jobs (worker, queue) VALUES ('Mailer', 'mail') RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        for _ in range(3)
+    ]
+    rescued, failed, snoozed = ids
+    for job in ids:
+        admin.execute(OBAN_START, ("uuid-a", job))
+    memory = rescued_jobs(pg, "oban", RunMemory())
+    admin.execute(OBAN_LIFELINE, (rescued,))
+    admin.execute(OBAN_FAILURE, (failed,))
+    admin.execute(OBAN_SNOOZE, (snoozed,))
+    admin.execute(OBAN_START, ("uuid-b", rescued))
+    admin.execute(OBAN_START, ("uuid-b", failed))
+    memory = rescued_jobs(pg, "oban", memory)
+    assert rescued_ids(memory) == [], "uuid-a runs nothing now and completed nothing lately"
+    admin.execute(OBAN_START, ("uuid-a", snoozed))  # uuid-a takes the snoozed job back: alive
+    memory = rescued_jobs(pg, "oban", memory)
+    finding = detect_rescued_running("main", "mail", memory, datetime.now(UTC))
+    assert finding is not None
+    [job] = evidence_as(finding, RescuedRunsEvidence).jobs
+    assert (job.job_id, job.first.attempt, job.second.attempt) == (str(rescued), 1, 2)
+    assert (job.first.workers, job.second.workers) == (("web-1/uuid-a",), ("web-1/uuid-b",))
+    assert job.alive == ("web-1/uuid-a",)
+
+
+def test_que_jobs_locked_by_its_lockers_are_never_orphaned(pg: PgDatabase) -> None:
+    admin = schema(pg, QUE, "que_jobs", "que_lockers")
+    admin.execute("INSERT INTO que_jobs (id, job_class, queue) VALUES (1, 'Mailer', 'mail')")
+    locker = pg.connect("que-locker")
+    pid = locker.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    admin.execute(f"INSERT INTO que_lockers VALUES ({pid}, 2, 4242, 'app-1', '{{mail}}', true)")
+    locker.execute("SELECT pg_advisory_lock(1)")  # a worker runs job 1; the session idles
+    pg.connect("not-que").execute("SELECT pg_advisory_lock(2)")  # no locker's: not Que's
+    runner = impatient_runner(pg, "que")
+    try:
+        # Once the stranger's lock is orphaned, the locker's is older still.
+        assert wait_until(lambda: judged_locks(runner, "2"), timeout=30, message="2 orphaned") == {
+            "2"
+        }
+        admin.execute("DELETE FROM que_jobs WHERE id = 1")  # the row is gone, the lock is not
+        found = wait_until(
+            lambda: "1" in (s := judged_locks(runner, "2") or set()) and s,
+            timeout=30,
+            message="the lock of a job that is gone judged",
+        )
+        assert found == {"1", "2"}
+    finally:
+        runner.close()

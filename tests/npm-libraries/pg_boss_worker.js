@@ -2,8 +2,10 @@
 // 200 ms and worked in batches, maintenance every second. Prints one line per
 // maintenance run and per completed job, so a test can wait for them.
 // With "hang", one job is sent and its handler never returns, as a worker
-// stuck mid-job that the test then kills.
-// Usage: node pg_boss_worker.js <connection string> <queue> [hang]
+// stuck mid-job that the test then kills. With "slow", one job whose handler
+// takes 20 s is sent with expireInSeconds 1: pg-boss gives up on the handler
+// after a second (without stopping it) and runs the job again.
+// Usage: node pg_boss_worker.js <connection string> <queue> [hang|slow]
 const PgBoss = require("pg-boss");
 
 const [connectionString, queue, mode] = process.argv.slice(2);
@@ -24,6 +26,17 @@ async function main() {
       await new Promise(() => {});
     });
     await boss.send(queue, { hang: true });
+    console.log("started");
+    return;
+  }
+  if (mode === "slow") {
+    const options = { pollingIntervalSeconds: 0.5, includeMetadata: true };
+    await boss.work(queue, options, async ([job]) => {
+      console.log(`running ${job.id} ${job.retryCount}`);
+      await new Promise((resolve) => setTimeout(resolve, 20000));
+      console.log(`finished ${job.id} ${job.retryCount}`);
+    });
+    await boss.send(queue, {}, { expireInSeconds: 1, retryLimit: 10, retryDelay: 0 });
     console.log("started");
     return;
   }

@@ -16,12 +16,15 @@ from lockwatch.model.locks import LockKey
 
 
 class Purpose(enum.StrEnum):
-    """What a library holds a key for. Every entry so far is a migration or
-    maintenance mutex; liveness locks (held for a process's life) and per-job
-    locks are keyed on row ids the database name cannot tell, so none is
-    catalogued yet."""
+    """What a library holds a key for. Every catalogue entry so far is a
+    migration or maintenance mutex. Per-job locks and liveness locks are keyed
+    on row ids the database name cannot tell: a queue preset that knows the
+    rows names them (``sample/held_locks.py``), and they are never paged as
+    held too long or orphaned while their row says so."""
 
     MUTEX = "mutex"  # held for a short critical section; a queue behind it is a stuck deploy
+    JOB = "job"  # held by a worker's session while it runs one job (good_job, Que)
+    LIVENESS = "liveness"  # held by a process for its whole life (good_job's processes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,11 @@ class KnownLock:
     library: str  # the catalogue entry's id, e.g. "prisma"
     name: str  # as people see it: "Prisma Migrate", "Rails migrations on db app"
     purpose: Purpose
+
+
+# The locks a target's queue libraries hold now on purpose, by (database, key):
+# read from their rows by the presets, as the catalogue cannot from the key.
+HeldLocks = Mapping[tuple[str, LockKey], KnownLock]
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,12 @@ optional ``migration_lock: :pg_advisory_lock`` (``:erlang.phash2({:ecto,
 prefix, Repo})``, ecto_sql lib/ecto/adapters/postgres.ex) and Oban's unique
 jobs (``acquire_lock``: ``phash2(prefix) + key``), hashes of Erlang
 terms; good_job's job and process locks (md5 of the table name and a row's
-uuid, lib/good_job/advisory_lockable.rb) and Que's (the job id), one per row,
-which the good_job and que presets read instead.
+uuid, app/models/concerns/good_job/advisory_lockable.rb) and Que's (the job
+id), one per row, which the good_job and que presets name from their rows
+instead (``sample/held_locks.py``: per-job and liveness locks).
+Liveness kept in rows, not in advisory locks (nothing to catalogue): pg-boss
+10.4.2 (transaction locks only), Oban (``oban_peers``), River
+(``river_leader``), Solid Queue (process heartbeats) and Que (``que_lockers``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,10 @@ from lockwatch.model.evidence.queues import (
     SESSION_STATES,
     QueueEvidence,
     QueueLockChain,
+    QueueRunFacts,
     QueueStallEvidence,
+    RescuedJobFacts,
+    RescuedRunsEvidence,
     SessionCounts,
     StuckJobsEvidence,
     WorkerFacts,
@@ -64,6 +67,7 @@ Evidence: TypeAlias = (
     | OverflowEvidence
     | QueueEvidence
     | StuckJobsEvidence
+    | RescuedRunsEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -101,7 +105,10 @@ __all__ = [
     "PrivilegesMissingEvidence",
     "QueueEvidence",
     "QueueLockChain",
+    "QueueRunFacts",
     "QueueStallEvidence",
+    "RescuedJobFacts",
+    "RescuedRunsEvidence",
     "RunFacts",
     "ServerConnectionFacts",
     "SessionCounts",

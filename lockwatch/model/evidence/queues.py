@@ -92,3 +92,32 @@ class StuckJobsEvidence(FindingFacts):
     job_ids: tuple[str, ...]  # the oldest first, at most the source's limit
     since: datetime | None  # when the oldest was taken
     depth: int  # the queue's pending work behind them
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRunFacts:
+    """One start of a queue library's job."""
+
+    attempt: int
+    started_at: datetime
+    workers: tuple[str, ...]  # the library's workers (or its sessions) that may run it
+
+
+@dataclass(frozen=True, slots=True)
+class RescuedJobFacts:
+    """A job started again while the worker of its earlier start still lives."""
+
+    job_id: str
+    first: QueueRunFacts  # the start lockwatch saw before the rescue
+    second: QueueRunFacts  # the start after it, running now
+    alive: tuple[str, ...]  # the first start's workers still alive at the second
+
+
+@dataclass(frozen=True, slots=True)
+class RescuedRunsEvidence(FindingFacts):
+    """Jobs a queue library rescued (or timed out) and started again while the
+    worker of their first start still lives: two runs of one job at once."""
+
+    queue: str
+    jobs: tuple[RescuedJobFacts, ...]  # the earliest second start first, at most 20
+    count: int  # every such job running now

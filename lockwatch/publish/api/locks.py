@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
 from lockwatch.model.views import TargetView
@@ -78,6 +79,7 @@ def lock_groups(
     *,
     top: int | None = None,
     skip: int = 0,
+    held: HeldLocks | None = None,
 ) -> list[LockGroup]:
     """The snapshot's advisory locks grouped per (database, key), longest-held first.
 
@@ -85,6 +87,7 @@ def lock_groups(
     longest-held come back, all the metrics export, and only those are built:
     a scrape of 50,000 locks then costs a sort key per lock, not a group.
     With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
+    ``held`` names the locks the queue libraries hold on purpose.
     """
     rows: dict[GroupId, list[AdvisoryLock]] = {}
     for lock in snapshot.locks:
@@ -102,7 +105,7 @@ def lock_groups(
     groups = []
     for database, key in chosen[skip:]:
         locks = rows[database, key]
-        named = settings.named_lock(database, key)
+        named = settings.named_lock(database, key, held)
         holders = tuple(lock for lock in locks if lock.granted)
         waiters = tuple(lock for lock in locks if not lock.granted)
         holds = [s for s in (_age(now, lock.first_seen) for lock in holders) if s is not None]
@@ -264,7 +267,11 @@ def _target_entry(
     # Only what is shown is built: a page of 50,000 keys costs a sort key per lock.
     wanted = shown if page is None else page.offset + page.limit
     skip = 0 if page is None else page.offset
-    groups = [] if snapshot is None else lock_groups(snapshot, settings, now, top=wanted, skip=skip)
+    groups = (
+        []
+        if snapshot is None
+        else lock_groups(snapshot, settings, now, top=wanted, skip=skip, held=view.held_locks)
+    )
     if shown is not None:
         relevant = [g for g in groups if not g.ignored]
         # Every ignored key is among those built (configured keys always are).

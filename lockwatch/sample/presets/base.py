@@ -30,12 +30,21 @@ class SqlPreset:
     name: str
     description: str
     sql_file: str  # beside this module; %(queue)s is the queue, NULL for every queue
+    # Beside it too: the library's advisory locks held now on purpose (per-job
+    # and liveness locks), as rows of database, key, name and purpose.
+    held_locks_file: str | None = None
 
     needs_redis = False
 
     def source(self, *, queue: str | None, redis_url: str | None, timeout: float) -> SqlQueueSource:
-        query = (resources.files(__package__) / self.sql_file).read_text(encoding="utf-8")
-        return SqlQueueSource(query, params={"queue": queue})
+        return SqlQueueSource(_sql(self.sql_file), params={"queue": queue})
+
+    def held_locks_query(self) -> str | None:
+        return None if self.held_locks_file is None else _sql(self.held_locks_file)
+
+
+def _sql(name: str) -> str:
+    return (resources.files(__package__) / name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True, slots=True)

@@ -314,3 +314,16 @@ def test_every_kind_has_a_root_a_title_and_a_runbook_section_that_exists() -> No
     for group in groups:
         assert group.title and group.next_step.action
         assert group.next_step.runbook.startswith(DEFAULT_RUNBOOKS + "#")
+
+
+def test_a_queue_whose_jobs_run_twice_is_titled_by_its_finding_not_as_growing() -> None:
+    rescued = next(
+        f for f in findings_of_every_kind() if f.kind is FindingKind.JOB_RESCUED_WHILE_RUNNING
+    )
+    (told,) = tell_incidents([rescued], None, DEFAULT_RUNBOOKS)
+    assert told.root.kind is RootKind.QUEUE
+    assert told.title == rescued.summary
+    (both,) = tell_incidents(
+        [rescued, growing(rescued.subject.queue or "")], None, DEFAULT_RUNBOOKS
+    )
+    assert both.title.startswith(f"queue {rescued.subject.queue} growing: ")

@@ -11,7 +11,7 @@ from unittest.mock import patch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockwatch.detect import lock_cap, lock_groups
+from lockwatch.detect import key_groups, lock_cap, lock_groups
 from lockwatch.detect import locks as locks_module
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import OverflowEvidence
@@ -26,10 +26,18 @@ SETTINGS = LockSettings(max_hold=60, orphan_after=3600)
 
 
 def every_group_built(
-    snap: LockSnapshot, settings_: LockSettings, now: Any, pooled: Any, history: Any, built: Any
+    snap: LockSnapshot,
+    settings_: LockSettings,
+    now: Any,
+    pooled: Any,
+    history: Any,
+    built: Any,
+    on_purpose: Any,
 ) -> Iterator[lock_groups.KeyGroup]:
     """key_groups as it would be without ``Alike``: every group built."""
-    for item in lock_groups.key_groups(snap, settings_, now, pooled, history, built=None):
+    for item in key_groups.key_groups(
+        snap, settings_, now, pooled, history, built=None, on_purpose=on_purpose
+    ):
         assert isinstance(item, lock_groups.KeyGroup)
         yield item
 

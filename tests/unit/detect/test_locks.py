@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch import text as text_module
-from lockwatch.detect import lock_cap, lock_groups
+from lockwatch.detect import key_groups, lock_cap
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
@@ -704,7 +704,7 @@ def test_passing_over_keys_that_cannot_fire_changes_no_finding(
 ) -> None:
     snap, settings_ = case
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lock_groups, "worth_checking", lambda snapshot, *_: list(snapshot.locks))
+        patch.setattr(key_groups, "worth_checking", lambda snapshot, *_: list(snapshot.locks))
         every_key = detect_locks(snap, settings_, NOW)
     assert detect_locks(snap, settings_, NOW) == every_key
 
