@@ -146,6 +146,7 @@ def holder_facts(holder: Holder, now: datetime) -> HolderFacts:
         mode=holder.lock.mode,
         xact_seconds=age_seconds(now, backend.xact_start) if backend else None,
         prepared=_prepared_facts(holder),
+        backend_start=backend.backend_start if backend else None,
     )
 
 

@@ -25,7 +25,7 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.pooler import pooled_session
-from lockwatch.model.evidence import OverflowEvidence
+from lockwatch.model.evidence import HolderFacts, OverflowEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import SHARED_POOL_MODES, PoolerSnapshot
@@ -40,6 +40,9 @@ OVERFLOW_SUBJECT = "(more locks)"
 
 
 OVERFLOW_KEYS = 50  # keys listed in the evidence of the overflow finding
+
+
+OVERFLOW_HOLDERS = 10  # holders named in the evidence of the overflow finding
 
 
 def _held_too_long(
@@ -343,5 +346,23 @@ def _overflow_finding(target: str, rest: list[Draft]) -> Finding:
         min(d.since for d in rest),
         f"{len(rest)} more advisory locks with {kind.value} beyond the "
         f"{FINDINGS_PER_KIND} reported one by one, e.g. {', '.join(keys[:5])}",
-        OverflowEvidence(count=len(rest), locks=tuple(keys[:OVERFLOW_KEYS]), cap=FINDINGS_PER_KIND),
+        OverflowEvidence(
+            count=len(rest),
+            locks=tuple(keys[:OVERFLOW_KEYS]),
+            cap=FINDINGS_PER_KIND,
+            holders=_blamed_holders(rest),
+        ),
     )
+
+
+def _blamed_holders(rest: list[Draft]) -> tuple[HolderFacts, ...]:
+    """The holders the findings past the cap blame, the most blamed first (then
+    by pid): their incidents are where the overflow belongs."""
+    blamed: dict[tuple[int, str], list[HolderFacts]] = {}
+    for draft in rest:
+        evidence = draft.evidence
+        for holder in evidence.named_holders[:1] if evidence.holder_pid is not None else ():
+            gid = "" if holder.prepared is None else holder.prepared.gid
+            blamed.setdefault((holder.pid, gid), []).append(holder)
+    order = sorted(blamed, key=lambda who: (-len(blamed[who]), who))
+    return tuple(blamed[who][0] for who in order[:OVERFLOW_HOLDERS])

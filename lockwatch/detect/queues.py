@@ -238,6 +238,7 @@ def _lock_chain(
             **session_args(snapshot.backends.get(lock.pid), lock.pid, now),
             held_seconds=age_seconds(now, lock.first_seen),
             worker_group=group_of.get(lock.pid),
+            backend_start=_backend_start(snapshot.backends.get(lock.pid)),
         )
         for lock in sorted(snapshot.holders(wait.database, key), key=lambda lock: lock.pid)
     )
@@ -254,6 +255,10 @@ def _lock_chain(
         holders=holders,
     )
     return chain, related
+
+
+def _backend_start(backend: Backend | None) -> datetime | None:
+    return None if backend is None else backend.backend_start
 
 
 def _chain_text(chain: QueueLockChain) -> str:

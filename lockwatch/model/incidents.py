@@ -15,8 +15,25 @@ import enum
 import hashlib
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Protocol
 
-from lockwatch.model.findings import Finding, FindingKind, Severity
+from lockwatch import __version__
+from lockwatch.model.evidence.json_form import JsonObject, to_json
+from lockwatch.model.findings import Finding, FindingKind, Severity, finding_json
+
+# The runbooks of the installed version (its tag, not main, so a link says what
+# this version does); ``incidents.runbook_base_url`` points elsewhere.
+DEFAULT_RUNBOOKS = f"https://github.com/lockwatch/lockwatch/blob/v{__version__}/docs/runbooks.md"
+SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
+
+
+def runbook_link(base: str, kind: FindingKind) -> str:
+    """The runbook section of ``kind``: its alert's name, lower-cased, as the anchor.
+
+    >>> runbook_link("https://x/runbooks.md", FindingKind.LOCK_CONVOY)
+    'https://x/runbooks.md#lockwatchlockconvoy'
+    """
+    return f"{base}#lockwatch{kind.value.replace('_', '')}"
 
 
 class RootKind(enum.StrEnum):
@@ -53,9 +70,13 @@ class IncidentRoot:
     @property
     def identity(self) -> tuple[str, ...]:
         """What names the root: the same root gives the same tuple across polls
-        and restarts (names and addresses can change; these do not)."""
+        and restarts (names and addresses can change; these do not).
+
+        A pooled backend is a server session seen through pgbouncer: it is the
+        same root whether or not pgbouncer's view of it shows up in a poll."""
+        kind = RootKind.SESSION if self.kind is RootKind.POOLED_BACKEND else self.kind
         return (
-            self.kind.value,
+            kind.value,
             self.target,
             "" if self.pid is None else str(self.pid),
             "" if self.backend_start is None else self.backend_start.isoformat(),
@@ -166,6 +187,33 @@ class Incident:
     timeline: tuple[TimelineEvent, ...]  # bounded
     impact: Impact
     next_step: NextStep
+    # The first few locks the root holds now (at its worst once resolved),
+    # ``database/lock``, and how many it holds in all.
+    locks: tuple[str, ...] = ()
+    waiters: int = 0  # sessions waiting on it now (0 once resolved)
+
+    @property
+    def open(self) -> bool:
+        return self.state is IncidentState.OPEN
+
+
+def incident_json(incident: Incident) -> JsonObject:
+    """An incident as JSON-ready values, times to the microsecond: the shape of
+    ``docs/incidents.schema.json``, the state file and the history."""
+    document = {
+        part.name: to_json(getattr(incident, part.name))
+        for part in fields(incident)
+        if part.name != "findings"
+    }
+    document["findings"] = [finding_json(finding) for finding in incident.findings]
+    return document
+
+
+class IncidentNotes(Protocol):
+    """Where a notifier says it told people about an incident: the incident's
+    timeline gets a ``notified`` event. Thread-safe; an unknown id is ignored."""
+
+    def note_notified(self, target: str, incident_id: str, channel: str, at: datetime) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

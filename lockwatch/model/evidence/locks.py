@@ -39,3 +39,10 @@ class OverflowEvidence(FindingFacts):
     count: int
     locks: tuple[str, ...]  # ``database/lock`` of the first of them
     cap: int  # findings of one kind reported one by one
+    # The holders those findings blame, the most blamed first (at most
+    # OVERFLOW_HOLDERS): the root the overflow belongs to.
+    holders: tuple[HolderFacts, ...] = ()
+
+    @property
+    def named_holders(self) -> tuple[HolderFacts, ...]:
+        return self.holders

@@ -44,6 +44,8 @@ class HolderFacts(SessionFacts):
     mode: str
     xact_seconds: float | None  # age of its open transaction; None without one
     prepared: PreparedFacts | None = None
+    # With pid, names one session (the server reuses pids); None: not seen.
+    backend_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,7 @@ class LockHolderFacts(SessionFacts):
 
     held_seconds: float | None  # None: lockwatch has not dated the hold
     worker_group: str | None  # the worker group it belongs to; None: none of the queue's
+    backend_start: datetime | None = None  # with pid, names one session; None: not seen
 
 
 @dataclass(frozen=True, slots=True)

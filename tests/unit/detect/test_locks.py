@@ -14,7 +14,7 @@ from lockwatch.detect import locks as locks_module
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
-from lockwatch.model.evidence.json_form import object_json
+from lockwatch.model.evidence.json_form import object_json, to_json
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject, evidence_json
 from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
@@ -450,6 +450,7 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
         "wait_event": None,
         "query": "SELECT pg_advisory_lock(42)",
         "blocked_by": [],
+        "backend_start": to_json(seed_002_convoy().backends[1234].backend_start),
     }
     assert evidence_as(convoy_, LockEvidence).waiter_count == 5
     assert evidence_as(convoy_, LockEvidence).longest_wait_seconds == 310.0
