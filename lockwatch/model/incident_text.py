@@ -133,7 +133,6 @@ def measures(incident: Incident) -> Measures:
     evidence of the incident's findings (the longest any of them saw)."""
     hold: float | None = None
     idle: float | None = None
-    waiters: int | None = None
     query: str | None = None
     for finding in incident.findings:
         for holder in finding.evidence.named_holders:
@@ -143,10 +142,7 @@ def measures(incident: Incident) -> Measures:
             hold = max(hold or 0.0, holder.held_seconds or 0.0) or hold
             if holder.state and holder.state.startswith("idle") and holder.state_seconds:
                 idle = max(idle or 0.0, holder.state_seconds)
-        count = getattr(finding.evidence, "waiter_count", None)
-        if isinstance(count, int):
-            waiters = max(waiters or 0, count)
-    return Measures(hold, idle, waiters, query)
+    return Measures(hold, idle, incident.waiters or None, query)
 
 
 def finding_lines(findings: tuple[Finding, ...], count: int) -> list[str]:
@@ -172,6 +168,11 @@ def incident_lines(incident: Incident) -> list[Said]:
         said.append(Said("now", " · ".join(n for n in numbers if n)))
     if facts.query:
         said.append(Said("last query", facts.query, code=True))
+    if incident.locks:
+        more = max(incident.impact.locks_held - len(incident.locks), 0)
+        said.append(
+            Said("locks", ", ".join(incident.locks) + (f" and {more} more" if more else ""))
+        )
     impact = impact_text(incident.impact)
     if impact:
         said.append(Said("impact", impact))

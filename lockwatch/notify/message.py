@@ -15,7 +15,6 @@ from lockwatch.model.incident_text import Said, incident_lines, lead_kind, root_
 from lockwatch.model.incidents import Incident
 
 RUNBOOKS = "https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md"
-SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
 
 
 def alert_name(kind: str) -> str:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model.incidents import Incident
-from lockwatch.notify.message import SEVERITY_RANK, Headline, Message, Notice
+from lockwatch.model.incidents import SEVERITY_RANK, Incident
+from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.settings.notify import NotifySettings, Timing
 
 

@@ -1,5 +1,6 @@
 """The bundled Prometheus rules: promtool-clean, unit-tested both ways, one alert
-per finding kind with the notifier's own names, and a runbook for each."""
+per open incident named after the kind that opened it (the notifier's own
+names), and a runbook for each."""
 
 from __future__ import annotations
 
@@ -48,17 +49,17 @@ def test_promtool_unit_tests_of_every_alert_pass() -> None:
     assert "SUCCESS" in promtool("test", "rules", RULE_TESTS.name)
 
 
-def test_every_finding_kind_has_its_alert_under_the_notifiers_name() -> None:
+def test_every_finding_kind_has_its_incident_alert_under_the_notifiers_name() -> None:
     by_kind = {}
     for rule in rules():
-        match = re.search(r'lockwatch_finding_info\{kind="(\w+)"\}', rule["expr"])
+        match = re.search(r'lockwatch_incident_active\{kind="(\w+)"\}', rule["expr"])
         if match:
             by_kind[match.group(1)] = rule
     assert set(by_kind) == {kind.value for kind in FindingKind}
     for kind, rule in by_kind.items():
         assert rule["alert"] == alert_name(kind)
-        # the holder goes into the message, not into the alert's identity
-        assert rule["labels"] == {"holder": ""}
+        # the incident's own severity and labels; nothing that changes while it is open
+        assert "labels" not in rule
 
 
 def test_every_alert_has_a_severity_the_annotations_and_a_runbook_section() -> None:
@@ -68,9 +69,10 @@ def test_every_alert_has_a_severity_the_annotations_and_a_runbook_section() -> N
     for rule in rules():
         name = rule["alert"]
         severity = rule.get("labels", {}).get("severity")
-        # finding alerts take the finding's own severity from lockwatch_finding_info
+        # incident alerts take the incident's own severity from lockwatch_incident_active
         assert (
-            severity in {"critical", "warning", "info"} or "lockwatch_finding_info" in rule["expr"]
+            severity in {"critical", "warning", "info"}
+            or "lockwatch_incident_active" in rule["expr"]
         )
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
         assert rule["annotations"]["runbook_url"] == runbook_url(name)

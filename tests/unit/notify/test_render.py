@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch.model.findings import FindingKind, Severity
+from lockwatch.model.incidents import DEFAULT_RUNBOOKS
 from lockwatch.notify.message import Headline, Message, Notice, alert_name
 from lockwatch.notify.render import (
     SLACK_LIMIT,
@@ -101,7 +102,7 @@ def test_telegram_gets_bold_code_and_a_runbook_link_in_html() -> None:
     markup = telegram_html(document(open_convoy()))
     assert markup.startswith("<b>🔥 OPENED: pid 1234")
     assert f"<code>{TERMINATE}</code>" in markup
-    assert '<a href="https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md#' in markup
+    assert f'<a href="{DEFAULT_RUNBOOKS}#lockwatchlockconvoy">LockwatchLockConvoy</a>' in markup
     assert telegram_text(markup)  # Telegram's parser accepts it
 
 
