@@ -1,8 +1,9 @@
 """Both alerting paths end to end during a real convoy (seed 002): Prometheus
 scrapes ``lockwatch run`` and fires the bundled rule, Alertmanager routes it
 with the shipped example config to Telegram and Slack stand-ins; lockwatch's own
-notifier tells the same story to the same stand-ins. Each message arrives once,
-with the lock key and the holder, and so does each resolution. The workers'
+notifier tells the same story to the same stand-ins. The convoy is one incident:
+each message arrives once, naming the holder with its numbers, and so does each
+resolution. The workers'
 application name is hostile: markup for Telegram, a mention for Slack."""
 
 from __future__ import annotations
@@ -111,12 +112,13 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             incident.start()
             assert incident.holder is not None  # set by incident.start()
             pid = incident.holder.pid
-            holder = f"pid {pid} ({HOLDER_APP} from 127.0.0.1)"
             alert = prometheus.wait_for_alert("LockwatchLockConvoy")
-            assert alert["labels"]["lock"] == "42"
-            assert alert["labels"]["severity"] == "critical"
-            assert "holder" not in alert["labels"]
-            assert holder in alert["annotations"]["description"]
+            labels = alert["labels"]
+            assert (labels["pid"], labels["application"]) == (str(pid), HOLDER_APP)
+            assert labels["severity"] == "critical" and labels["root"] == "session"
+            assert f"by pid {pid} ({HOLDER_APP})" in alert["annotations"]["summary"]
+            assert "session(s) waiting" in alert["annotations"]["description"]
+            assert labels["incident"] in alert["annotations"]["description"]
 
             wait_until(
                 lambda: all(from_alertmanager(standin)) and all(from_lockwatch(standin)),
@@ -129,12 +131,13 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             # would not parse); Slack gets it escaped, never as a mention.
             for message in (*am_telegram, *am_slack):
                 assert "LockwatchLockConvoy" in message.text
-                assert "lock 42" in message.text
-            assert holder in am_telegram[0].text
+                assert f"incident {labels['incident']}" in message.text
+            assert f"by pid {pid} ({HOLDER_APP})" in am_telegram[0].text
             for message in (*lw_telegram, *lw_slack):
-                assert "lock_convoy (critical) on main" in message.text
-                assert f"{pg.database}/42" in message.text
-            assert f"holder: pid {pid} · {HOLDER_APP} · 127.0.0.1" in lw_telegram[0].text
+                assert f"critical · main · incident {labels['incident']}" in message.text
+                assert "next step: " in message.text
+            assert lw_telegram[0].text.startswith("🔥 OPENED: ")
+            assert f"root: pid {pid} · {HOLDER_APP} · 127.0.0.1" in lw_telegram[0].text
             escaped = "&lt;i&gt;w&lt;/i&gt;&lt;!channel&gt;&amp;amp-1"
             assert escaped in am_slack[0].text and escaped in lw_slack[0].text
             assert "<!channel>" not in am_slack[0].text + lw_slack[0].text
@@ -150,8 +153,8 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             assert "FIRING" in am_telegram[0].text and "RESOLVED" in am_telegram[1].text
             assert "FIRING" in am_slack[0].text and "RESOLVED" in am_slack[1].text
             lw_telegram, lw_slack = from_lockwatch(standin)
-            assert lw_telegram[1].text.startswith("✅ RESOLVED: lock_convoy")
-            assert "RESOLVED: lock_convoy" in lw_slack[1].text
+            assert lw_telegram[1].text.startswith("✅ RESOLVED: ")
+            assert "RESOLVED: " in lw_slack[1].text
         finally:
             incident.stop()
             assert lockwatch.stop() in (0, -signal.SIGKILL), lockwatch.log(whole=True)
