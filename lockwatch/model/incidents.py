@@ -217,6 +217,28 @@ class IncidentNotes(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class RootLoad:
+    """What a holding root holds and makes wait, counted in a poll's lock snapshot."""
+
+    locks_held: int
+    locks: tuple[str, ...]  # the first few, ``database/key``
+    waiters: int  # sessions waiting on a lock it holds
+
+
+@dataclass(frozen=True, slots=True)
+class RootGroup:
+    """One poll's findings of one root, told (``detect/incidents.py`` makes
+    them; the incident book folds them into incidents)."""
+
+    root: IncidentRoot
+    findings: tuple[Finding, ...]
+    title: str
+    next_step: NextStep
+    waiters: int  # sessions waiting on the root now
+    load: RootLoad | None = None  # None: not a holder, or no snapshot to count in
+
+
+@dataclass(frozen=True, slots=True)
 class IncidentChanges:
     """What one poll of a target did to its incidents: what a notifier needs."""
 

@@ -25,6 +25,7 @@ from lockwatch.settings.fields import (
     check,
     not_empty,
 )
+from lockwatch.settings.incidents import IncidentSettings
 from lockwatch.settings.jobs import JobSpec, PingSettings
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.notify import NotifySettings
@@ -112,5 +113,6 @@ class Settings(Section):
     notify: NotifySettings = field(default_factory=NotifySettings)
     jobs: tuple[JobSpec, ...] = ()
     pings: PingSettings = field(default_factory=PingSettings)
+    incidents: IncidentSettings = field(default_factory=IncidentSettings)
     # TLS and basic auth for the HTTP endpoint
     web: Annotated[WebConfig | None, Field(alias="web_config")] = None

@@ -1,0 +1,218 @@
+"""Findings grouped by root cause: the thing a person acts on.
+
+Pure: one poll's findings (and its lock snapshot, for what a root holds) in,
+one ``RootGroup`` per root out, every finding in exactly one of them. A root is
+named by what stays put while the problem lasts (a session's pid and
+backend_start, a prepared transaction's gid, a queue, a job, a lock, the
+target), never by ranks, counts or pgbouncer's view, so the same problem gives
+the same root poll after poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from lockwatch.detect.incident_text import incident_title, next_step
+from lockwatch.model.evidence import (
+    HolderFacts,
+    LockEvidence,
+    LockHolderFacts,
+    OverflowEvidence,
+    PooledLockEvidence,
+    QueueStallEvidence,
+)
+from lockwatch.model.findings import Family, Finding, FindingKind
+from lockwatch.model.incidents import IncidentRoot, RootGroup, RootKind, RootLoad
+from lockwatch.model.locks import AdvisoryLock, LockKey, LockSnapshot
+
+LOCKS_LISTED = 5  # locks of a root an incident lists; the rest are counted
+
+
+@dataclass(frozen=True, slots=True)
+class _Grouped:
+    root: IncidentRoot
+    findings: tuple[Finding, ...]
+
+
+Holder = HolderFacts | LockHolderFacts
+_HOLDING = frozenset({RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED})
+
+
+def holder_root(target: str, holder: Holder, *, pooled: bool = False) -> IncidentRoot:
+    """The root a holder is: its prepared transaction, or its session."""
+    prepared = holder.prepared if isinstance(holder, HolderFacts) else None
+    if prepared is not None:
+        return IncidentRoot(RootKind.PREPARED, target, gid=prepared.gid, database=prepared.database)
+    return IncidentRoot(
+        RootKind.POOLED_BACKEND if pooled else RootKind.SESSION,
+        target,
+        pid=holder.pid,
+        backend_start=holder.backend_start,
+        application_name=holder.application_name,
+        client_addr=holder.client_addr,
+    )
+
+
+def _lock_root(finding: Finding) -> IncidentRoot:
+    subject = finding.subject
+    return IncidentRoot(RootKind.LOCK, finding.target, database=subject.database, lock=subject.lock)
+
+
+def _own_root(finding: Finding) -> IncidentRoot | None:
+    """The root a finding names by itself; None for a queue_growing, which
+    joins its queue's stall when there is one."""
+    evidence, target, subject = finding.evidence, finding.target, finding.subject
+    family = finding.kind.family
+    if isinstance(evidence, OverflowEvidence):
+        return holder_root(target, evidence.holders[0]) if evidence.holders else _lock_root(finding)
+    if isinstance(evidence, LockEvidence):
+        if evidence.holder_pid is None or not evidence.holders:
+            return _lock_root(finding)
+        pooled = isinstance(evidence, PooledLockEvidence)
+        return holder_root(target, evidence.named_holders[0], pooled=pooled)
+    if family is Family.JOBS:
+        return IncidentRoot(RootKind.JOB, target, job=subject.job)
+    if family is Family.TARGETS:
+        return IncidentRoot(RootKind.TARGET, target, source=subject.source)
+    return None  # a queue's: decided once the holders of this poll are known
+
+
+def _stall_root(finding: Finding, holders: dict[int, IncidentRoot]) -> IncidentRoot:
+    """A stalled queue's root: the holder its workers wait on (one already at
+    the root of another finding first), or the queue itself."""
+    evidence = finding.evidence
+    named = evidence.named_holders if isinstance(evidence, QueueStallEvidence) else ()
+    for holder in named:
+        if holder.pid in holders:
+            return holders[holder.pid]
+    if named:
+        return holder_root(finding.target, named[0])
+    return IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
+
+
+def _pid_key(root: IncidentRoot) -> int | None:
+    is_session = root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND)
+    return root.pid if is_session else None
+
+
+def _settle_sessions(roots: list[IncidentRoot]) -> list[IncidentRoot]:
+    """One root per pid in a poll (one pid is one backend at any one moment): a
+    holder seen without its backend_start is the session seen with it, and a
+    backend pgbouncer shows in one finding is a pooled backend in all."""
+    best: dict[int, IncidentRoot] = {}
+    pooled: set[int] = set()
+    for root in roots:
+        pid = _pid_key(root)
+        if pid is None:
+            continue
+        if root.kind is RootKind.POOLED_BACKEND:
+            pooled.add(pid)
+        known = best.get(pid)
+        if known is None or (known.backend_start is None and root.backend_start is not None):
+            best[pid] = root
+    settled = []
+    for root in roots:
+        pid = _pid_key(root)
+        if pid is None:
+            settled.append(root)
+        else:
+            kind = RootKind.POOLED_BACKEND if pid in pooled else RootKind.SESSION
+            settled.append(replace(best[pid], kind=kind))
+    return settled
+
+
+def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
+    """Every finding in exactly one group, one group per root, in the order
+    of each root's first finding."""
+    own = [_own_root(finding) for finding in findings]
+    holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
+    roots: list[IncidentRoot | None] = [
+        _stall_root(finding, holders)
+        if root is None and finding.kind is FindingKind.QUEUE_STALLED
+        else root
+        for finding, root in zip(findings, own, strict=True)
+    ]
+    stalls = {
+        (finding.target, finding.subject.queue): root
+        for finding, root in zip(findings, roots, strict=True)
+        if finding.kind is FindingKind.QUEUE_STALLED and root is not None
+    }
+    decided = [
+        root
+        or stalls.get((finding.target, finding.subject.queue))
+        or IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
+        for finding, root in zip(findings, roots, strict=True)
+    ]
+    groups: dict[tuple[str, ...], list[Finding]] = {}
+    first: dict[tuple[str, ...], IncidentRoot] = {}
+    for finding, root in zip(findings, _settle_sessions(decided), strict=True):
+        groups.setdefault(root.identity, []).append(finding)
+        first.setdefault(root.identity, root)
+    return [_Grouped(first[identity], tuple(members)) for identity, members in groups.items()]
+
+
+def root_loads(
+    roots: Iterable[IncidentRoot], snapshot: LockSnapshot | None
+) -> dict[tuple[str, ...], RootLoad]:
+    """What each holding root holds in ``snapshot`` and how many wait on it, by
+    the root's identity; roots that hold nothing by nature are left out, and
+    every root without a snapshot. One pass over the locks, whatever their number."""
+    wanted = [root for root in roots if root.kind in _HOLDING]
+    if snapshot is None or not wanted:
+        return {}
+    held: dict[tuple[int, str], list[AdvisoryLock]] = {}
+    waiting: dict[tuple[str, LockKey], set[int]] = {}
+    for lock in snapshot.locks:
+        if lock.granted:
+            gid = "" if lock.prepared is None else lock.prepared.gid
+            held.setdefault((lock.pid, gid), []).append(lock)
+        else:
+            waiting.setdefault((lock.database, lock.key), set()).add(lock.pid)
+    loads = {}
+    for root in wanted:
+        who = (0, root.gid or "") if root.kind is RootKind.PREPARED else (root.pid or 0, "")
+        locks = held.get(who, [])
+        keys = sorted({(lock.database, lock.key) for lock in locks})
+        blocked: set[int] = set().union(*(waiting.get(key, set()) for key in keys))
+        loads[root.identity] = RootLoad(
+            locks_held=len(locks),
+            locks=tuple(f"{database}/{key.render()}" for database, key in keys[:LOCKS_LISTED]),
+            waiters=len(blocked),
+        )
+    return loads
+
+
+def waiters_in(findings: Iterable[Finding]) -> int:
+    """Sessions waiting on the locks the findings are about, each counted once
+    per lock: what the evidence says when there is no snapshot to count in."""
+    seen: dict[tuple[str | None, str], int] = {}
+    for finding in findings:
+        evidence = finding.evidence
+        if isinstance(evidence, LockEvidence):
+            seen[(evidence.database, evidence.key)] = evidence.waiter_count
+    return sum(seen.values())
+
+
+def tell_incidents(
+    findings: Sequence[Finding], snapshot: LockSnapshot | None, runbooks: str
+) -> list[RootGroup]:
+    """One poll's findings as root causes, each with its title and next step:
+    what the incident book folds into incidents."""
+    grouped = group_findings(findings)
+    loads = root_loads([group.root for group in grouped], snapshot)
+    told = []
+    for group in grouped:
+        load = loads.get(group.root.identity)
+        waiters = load.waiters if load is not None else waiters_in(group.findings)
+        told.append(
+            RootGroup(
+                group.root,
+                group.findings,
+                incident_title(group.root, group.findings, load, waiters),
+                next_step(group.root, group.findings, runbooks),
+                waiters,
+                load,
+            )
+        )
+    return told

@@ -1,0 +1,466 @@
+"""One target's incidents: opened, worsened and resolved poll by poll, with
+their timelines and impact, saved with the state file.
+
+The book turns each poll's active findings into root causes (the pure grouping
+of ``detect/incidents.py``) and keeps, per root, what a person needs later: when
+it began, what joined and when, what it cost, and what to do. An incident's id
+is given once, when its root first shows; it outlives restarts (saved with the
+state file) and rank reshuffles (roots are named by what stays put), and a
+later incident of the same root gets a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from lockwatch.model.evidence import (
+    LockEvidence,
+    MissedRunEvidence,
+    PooledLockEvidence,
+    QueueEvidence,
+)
+from lockwatch.model.evidence.json_form import JsonObject, to_json
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.incidents import (
+    SEVERITY_RANK,
+    EventKind,
+    Impact,
+    Incident,
+    IncidentChanges,
+    IncidentState,
+    Resolution,
+    RootGroup,
+    RootKind,
+    RootLoad,
+    TimelineEvent,
+    incident_json,
+)
+from lockwatch.model.locks import IDLE_STATES
+from lockwatch.state.incident_json import load_incident
+from lockwatch.state.ledger import dump_finding, load_finding
+
+TIMELINE_FIRST = 10  # events kept from an incident's start...
+TIMELINE_LIMIT = 50  # ...and in all, the latest ones after those
+FINDINGS_KEPT = 50  # findings a resolved incident keeps from its worst moment
+RECENT_RESOLVED = 20  # resolved incidents a target's view carries
+WAITER_SAMPLE = timedelta(seconds=60)  # a steady waiter count is noted this often at most
+SLOTS_KEPT = 1000  # missed job slots counted per incident
+
+ResolvedSink = Callable[[Incident], None]
+
+
+def incident_id(fingerprint: str, opened_at: datetime) -> str:
+    """The root's fingerprint and the millisecond it opened: a later incident
+    of the same root (a poll later at the earliest) gets another.
+
+    >>> from datetime import UTC
+    >>> incident_id("0123456789abcdef", datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+    '0123456789ab-1796126400000'
+    """
+    return f"{fingerprint[:12]}-{int(opened_at.timestamp() * 1000)}"
+
+
+def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
+    if len(events) <= TIMELINE_LIMIT:
+        return events
+    return events[:TIMELINE_FIRST] + events[-(TIMELINE_LIMIT - TIMELINE_FIRST) :]
+
+
+@dataclass
+class _Record:
+    """An open incident and what the book remembers to tell its story."""
+
+    incident: Incident
+    worst: tuple[Finding, ...]  # its findings at its worst moment so far
+    worst_rank: tuple[int, int, int] = (len(SEVERITY_RANK), 0, 0)
+    idle_noted: bool = False
+    waiters_noted: int = 0
+    waiters_noted_at: datetime | None = None
+    linked_client: str | None = None  # pgbouncer's client of the holder's backend
+    start_depths: dict[str, int] = field(default_factory=dict)  # queue -> depth at first sight
+    missed_slots: set[str] = field(default_factory=set)
+    last_monotonic: float | None = None  # unknown after a restart: that interval is not counted
+
+    def note(
+        self,
+        at: datetime,
+        event: EventKind,
+        detail: str,
+        kind: FindingKind | None = None,
+        value: float | None = None,
+    ) -> None:
+        moment = TimelineEvent(at, event, detail, kind, value)
+        timeline = _bounded([*self.incident.timeline, moment])
+        self.incident = replace(self.incident, timeline=tuple(timeline))
+
+
+@dataclass(frozen=True, slots=True)
+class _Poll:
+    now: datetime
+    monotonic: float
+
+
+def _rank(findings: Sequence[Finding], waiters: int) -> tuple[int, int, int]:
+    worst = min(SEVERITY_RANK[f.severity] for f in findings)
+    return (worst, -waiters, -len(findings))
+
+
+def _linked_client(findings: Sequence[Finding]) -> str | None:
+    for finding in findings:
+        evidence = finding.evidence
+        if isinstance(evidence, PooledLockEvidence) and evidence.linked_client is not None:
+            client = evidence.linked_client
+            return f"{client.addr or 'local'}:{client.port} {client.application_name or ''}".strip()
+    return None
+
+
+def _idle_seconds(record: _Record, findings: Sequence[Finding]) -> float | None:
+    """How long the root holder has been idle, when it is idle; None otherwise."""
+    root = record.incident.root
+    for finding in findings:
+        evidence = finding.evidence
+        if not isinstance(evidence, LockEvidence):
+            continue
+        for holder in evidence.holders:
+            if holder.pid == root.pid and holder.prepared is None:
+                if holder.state in IDLE_STATES and holder.state_seconds is not None:
+                    return holder.state_seconds
+                return None
+    return None
+
+
+class IncidentBook:
+    """The open and recently resolved incidents of one target."""
+
+    def __init__(
+        self,
+        target: str,
+        on_resolved: ResolvedSink | None = None,
+    ) -> None:
+        self.target = target
+        self.on_resolved = on_resolved  # where resolved incidents go: the history
+        self._open: dict[str, _Record] = {}  # by fingerprint
+        self._recent: list[Incident] = []  # resolved, newest first
+        self._lock = threading.Lock()  # note_notified comes from the notifier's thread
+
+    @property
+    def open(self) -> tuple[Incident, ...]:
+        """The open incidents, worst first, then the oldest."""
+        with self._lock:
+            incidents = [record.incident for record in self._open.values()]
+        return tuple(
+            sorted(incidents, key=lambda i: (SEVERITY_RANK[i.severity], i.opened_at, i.id))
+        )
+
+    @property
+    def recent(self) -> tuple[Incident, ...]:
+        with self._lock:
+            return tuple(self._recent)
+
+    def incident_ids(self) -> dict[tuple[str, str, object], str]:
+        """The incident of each active finding, by the finding's identity."""
+        with self._lock:
+            return {
+                finding.identity: record.incident.id
+                for record in self._open.values()
+                for finding in record.incident.findings
+            }
+
+    # -- one poll -------------------------------------------------------------
+
+    def update(
+        self, groups: Sequence[RootGroup], now: datetime, monotonic: float
+    ) -> IncidentChanges:
+        """Fold one poll's root causes (``detect.incidents.tell_incidents`` of
+        its active findings) into incidents: which opened, got worse, resolved.
+        ``monotonic`` is lockwatch's own clock, for the waiter-seconds."""
+        poll = _Poll(now, monotonic)
+        opened: list[_Record] = []
+        worsened: list[_Record] = []
+        resolved: list[Incident] = []
+        with self._lock:
+            seen = set()
+            for group in groups:
+                fingerprint = group.root.fingerprint
+                seen.add(fingerprint)
+                record = self._open.get(fingerprint)
+                if record is None:
+                    record = self._opened(group, poll)
+                    self._open[fingerprint] = record
+                    opened.append(record)
+                if self._advance(record, group, poll) and record not in opened:
+                    worsened.append(record)
+            for fingerprint in [f for f in self._open if f not in seen]:
+                resolved.append(self._resolve(self._open.pop(fingerprint), poll))
+            changes = IncidentChanges(
+                target=self.target,
+                opened=tuple(record.incident for record in opened),
+                worsened=tuple(record.incident for record in worsened),
+                resolved=tuple(resolved),
+            )
+        for incident in resolved:
+            if self.on_resolved is not None:
+                self.on_resolved(incident)
+        return replace(changes, active=self.open)
+
+    def _opened(self, group: RootGroup, poll: _Poll) -> _Record:
+        root = group.root
+        fingerprint = root.fingerprint
+        first = min(group.findings, key=lambda f: f.since)
+        incident = Incident(
+            id=incident_id(fingerprint, poll.now),
+            fingerprint=fingerprint,
+            target=self.target,
+            root=root,
+            title="",
+            severity=first.severity,
+            state=IncidentState.OPEN,
+            opened_at=poll.now,
+            updated_at=poll.now,
+            resolved_at=None,
+            resolution=None,
+            kinds=(),
+            findings=(),
+            finding_count=0,
+            timeline=(),
+            impact=Impact(),
+            next_step=group.next_step,
+        )
+        record = _Record(incident, group.findings)
+        kinds = ", ".join(dict.fromkeys(f.kind.value for f in group.findings))
+        record.note(poll.now, EventKind.OPENED, f"first seen: {kinds}")
+        return record
+
+    def _advance(self, record: _Record, group: RootGroup, poll: _Poll) -> bool:
+        """Fold one poll into an incident; True when it got worse (a new kind
+        joined after it opened, or its severity rose)."""
+        findings, load, waiters = group.findings, group.load, group.waiters
+        before = record.incident
+        worse = self._note_kinds(record, findings, poll.now)
+        severity = min(
+            (before.severity, *(f.severity for f in findings)), key=lambda s: SEVERITY_RANK[s]
+        )
+        if SEVERITY_RANK[severity] < SEVERITY_RANK[before.severity] and before.kinds:
+            record.note(poll.now, EventKind.SEVERITY_ROSE, f"now {severity.value}")
+            worse = True
+        self._note_holder(record, findings, waiters, poll.now)
+        rank = _rank(findings, waiters)
+        if rank <= record.worst_rank:
+            record.worst, record.worst_rank = findings, rank
+        record.incident = replace(
+            record.incident,
+            root=group.root,
+            title=group.title,
+            severity=severity,
+            updated_at=poll.now,
+            findings=findings,
+            finding_count=len(findings),
+            impact=self._impact(record, findings, load, waiters, poll),
+            next_step=group.next_step,
+            locks=before.locks if load is None else load.locks,
+            waiters=waiters,
+        )
+        record.last_monotonic = poll.monotonic
+        return worse and bool(before.kinds)
+
+    def _note_kinds(self, record: _Record, findings: Sequence[Finding], now: datetime) -> bool:
+        incident = record.incident
+        present = list(dict.fromkeys(f.kind for f in findings))
+        joined = [kind for kind in present if kind not in incident.kinds]
+        for kind in joined:
+            since = min(f.since for f in findings if f.kind is kind)
+            if kind in (FindingKind.LOCK_HELD_TOO_LONG, FindingKind.JOB_TOO_LONG):
+                record.note(
+                    max(since, incident.opened_at), EventKind.BUDGET_PASSED, kind.value, kind=kind
+                )
+            elif kind is FindingKind.QUEUE_STALLED:
+                record.note(now, EventKind.QUEUE_STALLED, "the queue stopped completing", kind=kind)
+            elif incident.kinds:
+                record.note(now, EventKind.FINDING_JOINED, kind.value, kind=kind)
+        was = {f.kind for f in incident.findings}
+        for kind in sorted(was - set(present)):
+            record.note(now, EventKind.FINDING_RESOLVED, kind.value, kind=kind)
+        record.incident = replace(incident, kinds=(*incident.kinds, *joined))
+        return bool(joined)
+
+    def _note_holder(
+        self, record: _Record, findings: Sequence[Finding], waiters: int, now: datetime
+    ) -> None:
+        idle = _idle_seconds(record, findings)
+        if idle is not None and not record.idle_noted:
+            went_idle = max(now - timedelta(seconds=idle), record.incident.opened_at)
+            record.note(went_idle, EventKind.HOLDER_IDLE, "the holder went idle, still holding")
+        record.idle_noted = idle is not None
+        noted, at = record.waiters_noted, record.waiters_noted_at
+        steady = at is not None and now - at < WAITER_SAMPLE
+        if waiters != noted and not (steady and abs(waiters - noted) < max(1, noted // 2)):
+            record.note(now, EventKind.WAITERS, f"{waiters} waiting", value=float(waiters))
+            record.waiters_noted, record.waiters_noted_at = waiters, now
+        client = _linked_client(findings)
+        if client is not None and record.linked_client not in (None, client):
+            record.note(now, EventKind.BACKEND_REUSED, f"the holder's backend now serves {client}")
+        record.linked_client = client or record.linked_client
+
+    def _impact(
+        self,
+        record: _Record,
+        findings: Sequence[Finding],
+        load: RootLoad | None,
+        waiters: int,
+        poll: _Poll,
+    ) -> Impact:
+        impact = record.incident.impact
+        interval = 0.0 if record.last_monotonic is None else poll.monotonic - record.last_monotonic
+        held = load.locks_held if load is not None else 0
+        growth, backlog = impact.queue_growth, impact.max_backlog
+        for finding in findings:
+            evidence = finding.evidence
+            if isinstance(evidence, QueueEvidence):
+                start = record.start_depths.setdefault(
+                    evidence.queue, evidence.depth_at_window_start
+                )
+                growth = max(growth or 0, evidence.depth - start)
+                backlog = max(backlog or 0, evidence.depth)
+            if isinstance(evidence, MissedRunEvidence) and len(record.missed_slots) < SLOTS_KEPT:
+                record.missed_slots.update(slot.isoformat() for slot in evidence.missed_slots)
+        return Impact(
+            waiter_seconds=round(impact.waiter_seconds + waiters * max(0.0, interval), 3),
+            max_waiters=max(impact.max_waiters, waiters),
+            locks_held=max(impact.locks_held, held),
+            queue_growth=growth,
+            max_backlog=backlog,
+            missed_runs=len(record.missed_slots),
+        )
+
+    def _resolve(self, record: _Record, poll: _Poll) -> Incident:
+        root = record.incident.root
+        if root.kind is RootKind.TARGET:
+            how, detail = Resolution.TARGET_BACK, "the target answers again"
+        elif root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED):
+            how, detail = (
+                Resolution.RELEASED,
+                "the holder's locks were let go (released, or its session ended)",
+            )
+        else:
+            how, detail = Resolution.CLEARED, "every finding of it stopped being true"
+        record.note(poll.now, EventKind.RESOLVED, detail)
+        incident = replace(
+            record.incident,
+            state=IncidentState.RESOLVED,
+            updated_at=poll.now,
+            resolved_at=poll.now,
+            resolution=how,
+            findings=record.worst[:FINDINGS_KEPT],
+            finding_count=len(record.worst),
+            waiters=0,
+        )
+        self._recent = [incident, *self._recent][:RECENT_RESOLVED]
+        return incident
+
+    # -- the notifier's notes ---------------------------------------------------
+
+    def note_notified(self, incident_id: str, channel: str, at: datetime) -> bool:
+        """Put a notification on the incident's timeline; False for an id the
+        book does not know (any more)."""
+        with self._lock:
+            for record in self._open.values():
+                if record.incident.id == incident_id:
+                    record.note(at, EventKind.NOTIFIED, channel)
+                    return True
+            for index, incident in enumerate(self._recent):
+                if incident.id == incident_id:
+                    event = TimelineEvent(at, EventKind.NOTIFIED, channel)
+                    timeline = tuple(_bounded([*incident.timeline, event]))
+                    self._recent[index] = updated = replace(incident, timeline=timeline)
+                    break
+            else:
+                return False
+        if self.on_resolved is not None:
+            self.on_resolved(updated)
+        return True
+
+    # -- the state file ----------------------------------------------------------
+
+    def dump(self) -> list[JsonObject]:
+        with self._lock:
+            return [_dump_record(record) for record in self._open.values()]
+
+    def load(self, entries: object) -> None:
+        """Restore the open incidents saved by ``dump``; an entry that cannot be
+        read is dropped (its root opens a new incident if it is still true)."""
+        restored = {}
+        for entry in entries if isinstance(entries, list) else ():
+            record = _load_record(entry)
+            if record is not None and record.incident.target == self.target:
+                restored[record.incident.fingerprint] = record
+        with self._lock:
+            self._open = restored
+
+
+def _dump_record(record: _Record) -> JsonObject:
+    return {
+        "incident": incident_json(record.incident),
+        "worst": [dump_finding(finding) for finding in record.worst[:FINDINGS_KEPT]],
+        "worst_rank": list(record.worst_rank),
+        "idle_noted": record.idle_noted,
+        "waiters_noted": record.waiters_noted,
+        "waiters_noted_at": None
+        if record.waiters_noted_at is None
+        else record.waiters_noted_at.isoformat(),
+        "linked_client": record.linked_client,
+        "start_depths": dict(record.start_depths),
+        "missed_slots": to_json(sorted(record.missed_slots)),
+    }
+
+
+def _load_record(entry: object) -> _Record | None:
+    if not isinstance(entry, dict):
+        return None
+    incident = load_incident(entry.get("incident"))
+    if incident is None or incident.state is not IncidentState.OPEN:
+        return None
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        noted_at = entry["waiters_noted_at"]
+        rank = tuple(int(part) for part in entry["worst_rank"])
+        return _Record(
+            incident,
+            worst=tuple(f for item in entry["worst"] if (f := load_finding(item)) is not None),
+            worst_rank=(rank[0], rank[1], rank[2]),
+            idle_noted=bool(entry["idle_noted"]),
+            waiters_noted=int(entry["waiters_noted"]),
+            waiters_noted_at=None if noted_at is None else datetime.fromisoformat(noted_at),
+            linked_client=entry["linked_client"],
+            start_depths={str(q): int(d) for q, d in dict(entry["start_depths"]).items()},
+            missed_slots={str(slot) for slot in entry["missed_slots"]},
+        )
+    return None
+
+
+class IncidentRegistry:
+    """Every target's book, for whoever speaks of incidents by target and id
+    (the notifier notes what it sent). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._books: dict[str, IncidentBook] = {}
+        self._lock = threading.Lock()
+
+    def register(self, book: IncidentBook) -> None:
+        with self._lock:
+            self._books[book.target] = book
+
+    def forget(self, target: str) -> None:
+        with self._lock:
+            self._books.pop(target, None)
+
+    def book(self, target: str) -> IncidentBook | None:
+        with self._lock:
+            return self._books.get(target)
+
+    def note_notified(self, target: str, incident_id: str, channel: str, at: datetime) -> None:
+        book = self.book(target)
+        if book is not None:
+            book.note_notified(incident_id, channel, at)
