@@ -340,7 +340,7 @@ class HttpServer:
             status, reason = self.health()
             request.reply(status, TEXT, (reason + "\n").encode("utf-8"))
         elif path == "/":
-            page = self._status_page.render().encode("utf-8")
+            page = self._status_page.render(urlsplit(request.path).query).encode("utf-8")
             request.reply(HTTPStatus.OK, HTML, page, {"Content-Security-Policy": PAGE_POLICY})
         else:
             request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
