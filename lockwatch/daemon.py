@@ -28,6 +28,8 @@ from lockwatch.publish.pings import PingReceiver
 from lockwatch.runner import STOP_GRACE, Clock, TargetRunner, TransitionListener, utc_now
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
+from lockwatch.state.incident_history import open_history
+from lockwatch.state.incidents import IncidentRegistry
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
@@ -98,6 +100,9 @@ class Daemon:
         self.stop_event = threading.Event()
         self._clock = clock
         self._listeners = listeners
+        # Every target's incidents (the notifier notes what it sent), and the resolved ones.
+        self.incidents = IncidentRegistry()
+        self.history = open_history(settings)
         # Notifications, delivered from threads of their own: the poll threads
         # only hand each poll's findings over.
         self.alerts: AlertNotifier | None = None
@@ -129,13 +134,14 @@ class Daemon:
             also_listen=also_listen,
             telemetry_path=telemetry_path,
         )
+        self.http.incidents = self.history
         if self.job_store is not None:
             self.http.pings = PingReceiver(
                 jobs=pinged_jobs(settings), token=settings.pings.token, store=self.job_store
             )
 
     def _runner(self, target: Target) -> TargetRunner:
-        return TargetRunner(
+        runner = TargetRunner(
             target,
             self.board,
             self.store,
@@ -143,7 +149,11 @@ class Daemon:
             self._listeners,
             jobs=self.settings.jobs,
             job_store=self.job_store,
+            history=self.history,
+            runbooks=self.settings.incidents.runbooks,
         )
+        self.incidents.register(runner.incidents)
+        return runner
 
     @staticmethod
     def _stale_after(runners: list[TargetRunner]) -> float:
@@ -263,6 +273,7 @@ class Daemon:
             runner = self._runner(target)
             if previous is not None:
                 runner.take_over(previous)
+                self.incidents.register(runner.incidents)
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start()
@@ -296,6 +307,9 @@ class Daemon:
         name = runner.target.name
         self.board.forget(name)
         transitions = runner.ledger.update(())
+        incidents = runner.incidents.update((), self._clock(), time.monotonic())
+        transitions = replace(transitions, incidents=incidents)
+        self.incidents.forget(name)
         for listener in self._listeners:
             try:
                 listener(transitions)
@@ -319,6 +333,7 @@ class Daemon:
         self.http.stop()
         if self.job_store is not None:
             self.job_store.close()
+        self.history.close()
         self.notifier.close()
         if self.state_lock is not None:
             self.state_lock.release()

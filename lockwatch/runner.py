@@ -18,8 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.targets import detect_target_down, detect_transaction_pooled
 from lockwatch.model.findings import Finding, FindingKind, Subject
+from lockwatch.model.incidents import DEFAULT_RUNBOOKS
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
@@ -31,6 +33,8 @@ from lockwatch.sample.session import TargetSession
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.incident_history import IncidentHistory
+from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
 from lockwatch.state.statefile import StateStore
@@ -102,6 +106,8 @@ class TargetRunner:
     job_store: JobStore | None = None
     # lockwatch's own intervals: hold times follow it when the wall clock jumps.
     monotonic: Callable[[], float] = time.monotonic
+    history: IncidentHistory | None = None  # where resolved incidents are kept
+    runbooks: str = DEFAULT_RUNBOOKS  # the base of the next steps' runbook links
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -111,6 +117,9 @@ class TargetRunner:
         )
         self.monitors = build_monitors(self.target, self.session, self.jobs, self.job_store)
         self.ledger = FindingLedger(self.target.name)
+        self.incidents = IncidentBook(
+            self.target.name, on_resolved=None if self.history is None else self.history.add
+        )
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
@@ -129,16 +138,23 @@ class TargetRunner:
             for monitor in self.monitors:
                 monitor.restore(document)
             self.ledger.load(document.get("findings") or [])
+            # A state file of an older lockwatch has none: they open afresh.
+            self.incidents.load(document.get("incidents") or [])
         except Exception as exc:  # a state file is never a reason not to start
             self.store.discard(self.target.name, f"cannot be restored: {type(exc).__name__}")
             self.ledger = FindingLedger(self.target.name)
+            self.incidents.load([])
             return
-        self._view = TargetView(self.target, findings=self.ledger.active)
+        self._view = TargetView(
+            self.target, findings=self.ledger.active, incidents=self.incidents.open
+        )
         log.info(
-            "%s: restored %d hold times and %d active findings from the state dir",
+            "%s: restored %d hold times, %d active findings and %d open incidents from the "
+            "state dir",
             self.target.name,
             len(self.lock_monitor.tracker),
             len(self.ledger.active),
+            len(self.incidents.open),
         )
 
     @property
@@ -168,6 +184,9 @@ class TargetRunner:
             poll.findings.extend(detect_target_down(status, status.checked_at))
         poll.findings.extend(detect_transaction_pooled(self.target.name, status.pooling))
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
+        roots = tell_incidents(transitions.active, status.snapshot, self.runbooks)
+        changes = self.incidents.update(roots, status.checked_at, self.monotonic())
+        transitions = replace(transitions, incidents=changes)
         view = self._next_view(status, transitions)
         if view.polls_total == 1 and status.snapshot is not None:
             held = sum(1 for lock in status.snapshot.locks if lock.granted)
@@ -235,10 +254,14 @@ class TargetRunner:
             state_write_errors_total=self._view.state_write_errors_total,
             last_success=status.checked_at if status.up else self._view.last_success,
             findings=transitions.active,
+            incidents=transitions.incidents.active,
+            resolved_incidents=self.incidents.recent,
         )
         for monitor in self.monitors:
             view = monitor.publish(view)
-        changed = bool(transitions.fired or transitions.resolved)
+        changes = transitions.incidents
+        changed = bool(transitions.fired or transitions.resolved or changes.opened)
+        changed = changed or bool(changes.worsened or changes.resolved)
         if not self._persist(status.checked_at, changed=changed):
             view = replace(view, state_write_errors_total=view.state_write_errors_total + 1)
         return view
@@ -253,6 +276,7 @@ class TargetRunner:
         for monitor in self.monitors:
             document.update(monitor.save(now))
         document["findings"] = self.ledger.dump()
+        document["incidents"] = self.incidents.dump()
         saved = self.store.save(self.target.name, document)
         if saved:
             self._saved_at = now
@@ -335,6 +359,7 @@ class TargetRunner:
             if type(monitor) in previous:
                 monitor.take_over(previous[type(monitor)])
         self.ledger = old.ledger
+        self.incidents = old.incidents
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at

@@ -17,13 +17,19 @@ from datetime import datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from lockwatch.publish.api.encode import render_json, utc_now
+from lockwatch.publish.api.encode import json_safe, render_json, utc_now
 from lockwatch.publish.api.findings import findings_document
+from lockwatch.publish.api.incidents import (
+    IncidentQuery,
+    QueryError,
+    incident_document,
+    incidents_document,
+)
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
@@ -35,6 +41,7 @@ from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.targets import parse_listen
 from lockwatch.settings.web import WebConfig
 from lockwatch.state.board import Board
+from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.text import printable
 
 logger = logging.getLogger(__name__)
@@ -236,6 +243,7 @@ class HttpServer:
         self._threads: list[threading.Thread] = []
         self._started: float = 0.0
         self.pings: PingReceiver | None = None  # POST /ping/... when jobs are pinged
+        self.incidents: IncidentHistory | None = None  # resolved incidents past the board's
         self._web = web
         self._auth = BasicAuth(web.users) if web is not None and web.users else None
 
@@ -329,6 +337,8 @@ class HttpServer:
             request.reply(HTTPStatus.OK, content_type, encoder(self._registry))
         elif path == "/api/v1/findings":
             request.reply(HTTPStatus.OK, JSON, render_json(findings_document(self._board)))
+        elif path == "/api/v1/incidents" or path.startswith("/api/v1/incidents/"):
+            self._incidents(request, path)
         elif path == "/api/v1/locks":
             document = locks_document(self._board, self._clock())
             request.reply(HTTPStatus.OK, JSON, render_json(document))
@@ -344,6 +354,26 @@ class HttpServer:
             request.reply(HTTPStatus.OK, HTML, page, {"Content-Security-Policy": PAGE_POLICY})
         else:
             request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
+
+    def _incidents(self, request: _Handler, path: str) -> None:
+        """The incidents, filtered and paged, or one of them by id."""
+        ident = path.removeprefix("/api/v1/incidents").strip("/")
+        if ident:
+            found = incident_document(self._board, self.incidents, unquote(ident))
+            if found is None:
+                request.reply(
+                    HTTPStatus.NOT_FOUND, JSON, render_json({"error": "no such incident"})
+                )
+            else:
+                request.reply(HTTPStatus.OK, JSON, render_json(found))
+            return
+        try:
+            query = IncidentQuery.parse(parse_qs(urlsplit(request.path).query), self._clock())
+        except QueryError as exc:
+            request.reply(HTTPStatus.BAD_REQUEST, JSON, render_json(json_safe({"error": str(exc)})))
+            return
+        document = incidents_document(self._board, self.incidents, query)
+        request.reply(HTTPStatus.OK, JSON, render_json(document))
 
     def health(self) -> tuple[HTTPStatus, str]:
         """OK while the poll loop makes progress; 503 with the reason once it stalls."""

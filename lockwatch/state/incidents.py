@@ -45,7 +45,7 @@ from lockwatch.state.ledger import dump_finding, load_finding
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
 TIMELINE_LIMIT = 50  # ...and in all, the latest ones after those
-FINDINGS_KEPT = 50  # findings a resolved incident keeps from its worst moment
+FINDINGS_KEPT = 20  # findings a resolved incident keeps from its worst moment
 RECENT_RESOLVED = 20  # resolved incidents a target's view carries
 WAITER_SAMPLE = timedelta(seconds=60)  # a steady waiter count is noted this often at most
 SLOTS_KEPT = 1000  # missed job slots counted per incident

@@ -10,6 +10,7 @@ from lockwatch.model.evidence.json_form import JsonObject
 from lockwatch.model.findings import Finding, Severity, finding_json
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
+from lockwatch.publish.api.incidents import incident_ids
 from lockwatch.state.board import Board
 from lockwatch.text import iso_utc
 
@@ -32,8 +33,16 @@ def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def findings_document(board_or_views: Board | Iterable[TargetView]) -> dict[str, Any]:
-    findings = [f for view in _views(board_or_views) for f in view.findings]
+    """Every active finding, each with the id of the incident it is part of."""
+    views = _views(board_or_views)
+    findings = [f for view in views for f in view.findings]
+    incidents = incident_ids(views)
     document: dict[str, Any] = json_safe(
-        {"findings": [finding_entry(f) for f in sorted_findings(findings)]}
+        {
+            "findings": [
+                {**finding_entry(f), "incident": incidents.get(f.identity)}
+                for f in sorted_findings(findings)
+            ]
+        }
     )
     return document

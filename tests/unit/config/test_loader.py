@@ -264,7 +264,7 @@ def test_an_unknown_key_far_from_any_known_one_lists_the_choices(tmp_path: Path)
 
     assert problem.path == "colour"
     assert (
-        "expected one of: defaults, jobs, listen, notify, pings, state_dir, targets"
+        "expected one of: defaults, incidents, jobs, listen, notify, pings, state_dir, targets"
         in problem.message
     )
 

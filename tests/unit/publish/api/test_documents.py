@@ -98,6 +98,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
                     "mode": "ExclusiveLock",
                     "xact_seconds": None,
                     "prepared": None,
+                    "backend_start": None,
                 }
             ],
             "waiters": [],
@@ -110,6 +111,7 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
             "chain": [],
             "related": [],
         },
+        "incident": None,  # the views were not told as incidents
     }
     assert first["since"].endswith("Z")
     assert strict_round_trip(document) == document

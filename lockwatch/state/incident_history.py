@@ -1,0 +1,243 @@
+"""Resolved incidents, kept for the postmortem: a file in the state dir by
+default, or a table in the PostgreSQL store pings use (shared by instances).
+
+Kept for ``incidents.retention`` (14 days by default) and at most
+``incidents.max_kept`` of them, each with its timeline, impact and the findings
+at its worst moment (bounded by the book). A failing store costs monitoring
+nothing: the error is logged once and counted, the incident stays in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from lockwatch.model.evidence.json_form import JsonObject, JsonValue
+from lockwatch.model.incidents import Incident, incident_json
+from lockwatch.settings.incidents import DEFAULT_RETENTION, HistoryStore
+from lockwatch.settings.targets import Settings
+from lockwatch.state.incident_json import load_incident
+from lockwatch.state.statefile import StateStore
+from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
+
+log = logging.getLogger(__name__)
+
+HISTORY_NAME = "history"  # <state_dir>/incidents-history.json
+MAX_BYTES = 32 * 1024 * 1024  # the history file at most: the oldest go first past it
+TABLE = "lockwatch_incidents"
+
+
+def _newest_first(incident: Incident) -> tuple[float, str]:
+    moment = incident.resolved_at or incident.updated_at
+    return (-moment.timestamp(), incident.id)
+
+
+class IncidentHistory(ABC):
+    """Resolved incidents by id, pruned by age and number."""
+
+    def __init__(self, retention: float = DEFAULT_RETENTION, max_kept: int = 1000) -> None:
+        self.retention = timedelta(seconds=retention)
+        self.max_kept = max_kept
+        self.errors_total = 0
+        self._last_error: str | None = None
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def add(self, incident: Incident) -> None:
+        """Keep ``incident`` (again, when its id is known: a later note replaces it)."""
+
+    @abstractmethod
+    def resolved(self, since: datetime | None = None) -> list[Incident]:
+        """The kept incidents resolved at ``since`` or later, newest first."""
+
+    def get(self, incident_id: str) -> Incident | None:
+        return next((i for i in self.resolved() if i.id == incident_id), None)
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def _cut_off(self, now: datetime | None = None) -> datetime:
+        return (now or datetime.now(UTC)) - self.retention
+
+    def _failed(self, message: str) -> None:
+        self.errors_total += 1
+        if message != self._last_error:
+            log.error("%s; resolved incidents are kept in memory only meanwhile", message)
+        self._last_error = message
+
+
+class FileHistory(IncidentHistory):
+    """``<state_dir>/incidents-history.json``, rewritten atomically on each
+    change; in memory only without a state dir."""
+
+    def __init__(
+        self, directory: Path | None, retention: float = DEFAULT_RETENTION, max_kept: int = 1000
+    ) -> None:
+        super().__init__(retention, max_kept)
+        self._store = StateStore(directory, prefix="incidents-", keeps="resolved incidents")
+        self._kept: dict[str, Incident] = {}
+        # each kept incident's JSON and its size, made once
+        self._encoded: dict[str, tuple[JsonObject, int]] = {}
+        document = self._store.load(HISTORY_NAME)
+        for entry in (document or {}).get("incidents") or []:
+            incident = load_incident(entry)
+            if incident is not None:
+                self._kept[incident.id] = incident
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drop what is past the retention, past max_kept, or past MAX_BYTES,
+        the oldest first."""
+        cut_off = self._cut_off()
+        newest = sorted(
+            (i for i in self._kept.values() if (i.resolved_at or i.updated_at) >= cut_off),
+            key=_newest_first,
+        )[: self.max_kept]
+        kept, size = [], 0
+        for incident in newest:
+            encoded = self._encoded.get(incident.id)
+            if encoded is None:
+                document = incident_json(incident)
+                encoded = (document, len(json.dumps(document)))
+            size += encoded[1]
+            if size > MAX_BYTES:
+                break
+            kept.append((incident, encoded))
+        self._kept = {incident.id: incident for incident, _ in kept}
+        self._encoded = {incident.id: encoded for incident, encoded in kept}
+
+    def add(self, incident: Incident) -> None:
+        with self._lock:
+            self._kept[incident.id] = incident
+            self._encoded.pop(incident.id, None)
+            self._prune()
+            if self._store.directory is None:
+                return
+            entries: list[JsonValue] = [document for document, _ in self._encoded.values()]
+            if not self._store.save(HISTORY_NAME, {"incidents": entries}):
+                self.errors_total += 1
+
+    def close(self) -> None:
+        """A file is written whole on each change: nothing stays open."""
+
+    def resolved(self, since: datetime | None = None) -> list[Incident]:
+        with self._lock:
+            kept = list(self._kept.values())
+        return sorted(
+            (i for i in kept if since is None or (i.resolved_at or i.updated_at) >= since),
+            key=_newest_first,
+        )
+
+
+_SCHEMA = """CREATE TABLE IF NOT EXISTS {table} (
+    id text PRIMARY KEY,
+    target text NOT NULL,
+    resolved_at timestamptz NOT NULL,
+    document jsonb NOT NULL
+)"""
+_UPSERT = """INSERT INTO {table} (id, target, resolved_at, document)
+VALUES (%(id)s, %(target)s, %(resolved_at)s, %(document)s)
+ON CONFLICT (id) DO UPDATE SET resolved_at = EXCLUDED.resolved_at, document = EXCLUDED.document"""
+_PRUNE = """DELETE FROM {table} WHERE resolved_at < %(cut_off)s OR id NOT IN (
+    SELECT id FROM {table} ORDER BY resolved_at DESC, id LIMIT %(max_kept)s)"""
+_SELECT = """SELECT document FROM {table} WHERE resolved_at >= %(since)s
+ORDER BY resolved_at DESC, id LIMIT %(max_kept)s"""
+
+
+class PostgresHistory(IncidentHistory):
+    """A table beside the pinged runs (``pings.dsn``), for instances that share it."""
+
+    def __init__(
+        self,
+        dsn: str,
+        retention: float = DEFAULT_RETENTION,
+        max_kept: int = 1000,
+        table: str = TABLE,
+    ) -> None:
+        super().__init__(retention, max_kept)
+        self._dsn = dsn
+        self._secrets = dsn_secrets(dsn)
+        self._table = table
+        self._conn: psycopg.Connection[Any] | None = None
+        self._memory: dict[str, Incident] = {}  # what could not be written yet
+
+    def _run(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
+                self._conn.execute(sql.SQL(_SCHEMA).format(table=sql.Identifier(self._table)))
+            composed = sql.SQL(query).format(table=sql.Identifier(self._table))
+            cursor = self._conn.execute(composed, params)
+            return list(cursor.fetchall()) if cursor.description else []
+        except psycopg.Error as exc:
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+            message = f"incident history {describe_dsn(self._dsn)}: {first_line(exc)}"
+            raise _HistoryError(redact(message, self._secrets)) from None
+
+    def add(self, incident: Incident) -> None:
+        with self._lock:
+            self._memory[incident.id] = incident
+            try:
+                for pending in list(self._memory.values()):
+                    self._run(
+                        _UPSERT,
+                        {
+                            "id": pending.id,
+                            "target": pending.target,
+                            "resolved_at": pending.resolved_at or pending.updated_at,
+                            "document": json.dumps(incident_json(pending)),
+                        },
+                    )
+                    del self._memory[pending.id]
+                self._run(_PRUNE, {"cut_off": self._cut_off(), "max_kept": self.max_kept})
+            except _HistoryError as exc:
+                self._failed(str(exc))
+
+    def resolved(self, since: datetime | None = None) -> list[Incident]:
+        floor = max(since or self._cut_off(), self._cut_off())
+        with self._lock:
+            try:
+                rows = self._run(_SELECT, {"since": floor, "max_kept": self.max_kept})
+            except _HistoryError as exc:
+                self._failed(str(exc))
+                rows = []
+            pending = list(self._memory.values())
+        found = {i.id: i for i in (load_incident(_document(row[0])) for row in rows) if i}
+        found.update({i.id: i for i in pending if (i.resolved_at or i.updated_at) >= floor})
+        return sorted(found.values(), key=_newest_first)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+class _HistoryError(Exception):
+    """The history store failed; the message holds no secret."""
+
+
+def _document(stored: Any) -> Any:
+    return json.loads(stored) if isinstance(stored, str) else stored
+
+
+def open_history(settings: Settings) -> IncidentHistory:
+    """The history the settings ask for: the pings' PostgreSQL store when
+    ``incidents.history: pings`` and pings have one, the state dir otherwise."""
+    kept = settings.incidents
+    if kept.history is HistoryStore.PINGS:
+        if settings.pings.store_dsn is not None:
+            return PostgresHistory(settings.pings.store_dsn, kept.retention, kept.max_kept)
+        log.warning(
+            "incidents.history is pings, but pings have no dsn: "
+            "resolved incidents are kept in the state dir"
+        )
+    return FileHistory(settings.state_dir, kept.retention, kept.max_kept)
