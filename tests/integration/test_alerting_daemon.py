@@ -1,6 +1,6 @@
 """The notifier inside a real ``lockwatch run`` during a real convoy (seed 002):
 a receiver that never answers holds up no poll, and restarts neither lose a
-pending notification nor announce a firing finding twice."""
+pending notification nor announce an open incident twice (its id outlives them)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,14 @@ def convoy_to_a_receiver_that_hangs(
 def end_convoy_and_expect_one_resolution(incident: ConvoyIncident, standin: ChatStandin) -> None:
     incident.stop()
     wait_until(lambda: len(standin.delivered("telegram")) == 2, message="the resolution")
-    assert standin.delivered("telegram")[1].text.startswith("✅ RESOLVED: lock_convoy")
+    opened, resolution = standin.delivered("telegram")
+    assert resolution.text.startswith("✅ RESOLVED: ")
+    assert _incident_line(opened.text) == _incident_line(resolution.text)
+
+
+def _incident_line(text: str) -> str:
+    """The line naming the incident a message is about: ``critical · main · incident <id>``."""
+    return next(line for line in text.splitlines() if " · incident " in line)
 
 
 def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_once_it_recovers(
@@ -80,15 +87,16 @@ def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_onc
     standin.recover()
     wait_until(lambda: pending(lockwatch) == 0, message="the pending message delivered")
     (firing,) = standin.delivered("telegram")
-    assert "FIRING: lock_convoy (critical)" in firing.text
+    assert firing.text.startswith("🔥 OPENED: ")
     assert incident.holder is not None  # set by incident.start()
-    assert f"holder: pid {incident.holder.pid} · webhook-worker-1" in firing.text
+    assert f"root: pid {incident.holder.pid} · webhook-worker-1" in firing.text
+    assert "runbook: LockwatchLockConvoy" in firing.text
 
     end_convoy_and_expect_one_resolution(incident, standin)
     assert lockwatch.metric("lockwatch_notifications_sent_total", channel="ops") == 2
 
 
-def test_restarts_neither_lose_a_pending_notification_nor_announce_a_firing_finding_twice(
+def test_restarts_neither_lose_a_pending_notification_nor_announce_an_open_incident_twice(
     lockwatch: LockwatchProcess, incident: ConvoyIncident, standin: ChatStandin
 ) -> None:
     convoy_to_a_receiver_that_hangs(lockwatch, incident, standin)
@@ -101,7 +109,7 @@ def test_restarts_neither_lose_a_pending_notification_nor_announce_a_firing_find
         message="the pending message delivered after a restart",
     )
     assert len(standin.delivered("telegram")) == 1
-    assert "notify ops: restored 1 announced findings and 1 pending messages" in lockwatch.log()
+    assert "notify ops: restored 1 announced incidents and 1 pending messages" in lockwatch.log()
 
     lockwatch.kill()
     lockwatch.start()

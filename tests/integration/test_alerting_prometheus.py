@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 
@@ -21,7 +22,7 @@ from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.prometheus import Alertmanager, Prometheus, binary
-from tests.fixtures.standins import ChatStandin, Received
+from tests.fixtures.standins import ChatStandin, Received, add_telegram
 
 pytestmark = [
     pytest.mark.pg,
@@ -158,3 +159,72 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
         finally:
             incident.stop()
             assert lockwatch.stop() in (0, -signal.SIGKILL), lockwatch.log(whole=True)
+
+
+def test_one_session_holding_4001_locks_is_one_message_and_at_most_five_prometheus_alerts(
+    tmp_path: Path, pg: PgDatabase, standin: ChatStandin
+) -> None:
+    binary("prometheus")
+    port = free_port()
+    config = write_config(
+        tmp_path, port, {"main": pg.monitor_dsn}, locks="{max_hold: 1s, orphan_after: 1s}"
+    )
+    add_telegram(config, standin)
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    with (
+        psycopg.connect(pg.admin_dsn, autocommit=True) as session,
+        Prometheus(
+            tmp_path / "prom", scrape={"lockwatch": [f"127.0.0.1:{port}"]}, rule_files=[RULES]
+        ) as prometheus,
+    ):
+        session.execute("SET application_name = 'psql'")
+        session.execute("SELECT count(pg_advisory_lock(k)) FROM generate_series(1, 4001) AS k")
+        lockwatch.start()
+        try:
+            wait_until(
+                lambda: lockwatch.finding("lock_orphaned", "main"), message="the orphaned locks"
+            )
+            findings = len(lockwatch.findings())
+            # Prometheus has scraped every finding, and evaluated its rules since.
+            wait_until(
+                lambda: (
+                    prometheus.query("sum(lockwatch_findings)")
+                    and float(prometheus.query("sum(lockwatch_findings)")[0]["value"][1])
+                    >= findings
+                ),
+                timeout=60,
+                message="Prometheus sees all the findings",
+            )
+            before = evaluations(prometheus)
+            wait_until(
+                lambda: all(
+                    stamp != before.get(name) for name, stamp in evaluations(prometheus).items()
+                ),
+                timeout=60,
+                message="a rule evaluation after the scrape",
+            )
+            alerts = [
+                a for a in prometheus.alerts() if a["labels"]["alertname"].startswith("Lockwatch")
+            ]
+            assert findings > 100, f"only {findings} findings: not the case this test is about"
+            assert 1 <= len(alerts) <= 5, [a["labels"]["alertname"] for a in alerts]
+            print(f"4,001 locks: {findings} findings, {len(alerts)} Prometheus alert(s)")
+
+            wait_until(lambda: standin.delivered("telegram"), message="lockwatch's own message")
+            polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+            wait_until(
+                lambda: (
+                    (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4
+                ),
+                message="a few more polls of the same session",
+            )
+            (message,) = standin.delivered("telegram")
+            assert "4001 locks held" in message.text
+        finally:
+            assert lockwatch.stop() in (0, -signal.SIGKILL), lockwatch.log(whole=True)
+
+
+def evaluations(prometheus: Prometheus) -> dict[str, str]:
+    """When Prometheus last evaluated each rule group, as it says it."""
+    groups = prometheus.get("/api/v1/rules")["data"]["groups"]
+    return {group["name"]: str(group.get("lastEvaluation")) for group in groups}

@@ -204,3 +204,4 @@ def test_a_session_holding_4001_locks_is_one_incident_on_a_page_under_50_kb(
     assert page.count('<article class="incident') == 1
     assert "4001 locks held" in page
     assert size < 50_000, f"the page is {size / 1024:.0f} KB"
+    print(f"4,001 locks: the status page is {size} bytes")
