@@ -6,15 +6,22 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.notify.message import alert_name, runbook_url
+from lockwatch.publish.metrics.incidents import INCIDENT_SERIES_CAP
+from tests.fixtures.incident_values import incident, session_root
+from tests.fixtures.notify import finding
 from tests.fixtures.paths import ROOT
 from tests.fixtures.prometheus import binary
+from tests.fixtures.snapshots import held, snapshot
+from tests.unit.publish.metrics.test_registry import polled, registry_of
 
 ALERTS = ROOT / "alerts"
 RULES = ALERTS / "lockwatch.rules.yml"
@@ -98,3 +105,19 @@ def test_the_runbook_of_each_finding_kind_says_how_to_confirm_stop_and_fix_it(ki
         "**Fix the cause.**",
     ):
         assert part in section, f"{alert_name(kind)}: missing {part}"
+
+
+def test_promtool_accepts_the_incident_metrics_whatever_the_clients_named_themselves() -> None:
+    hostile = session_root(app='w"orker\n{x="1"} \\ \udcff' + "y" * 300)
+    many = [incident([finding()], id=f"i{n}") for n in range(INCIDENT_SERIES_CAP + 3)]
+    view = replace(polled(snapshot(held(42, 1234))), incidents=(incident(root=hostile), *many))
+    body = generate_latest(registry_of(view))
+    result = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    assert body.count(b"lockwatch_incident_active{") == INCIDENT_SERIES_CAP
