@@ -1,4 +1,4 @@
-"""Command line: ``lockwatch run|check-config|snapshot|demo|export``."""
+"""Command line: ``lockwatch run|check-config|snapshot|demo|export|incidents``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
+from lockwatch.commands.incidents import incidents
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
@@ -481,12 +482,7 @@ def exec_command(
 
 
 @main.command()
-@click.option(
-    "--dsn",
-    envvar="LOCKWATCH_DSN",
-    required=True,
-    help="The connection string your application uses.",
-)
+@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="The DSN your application uses.")
 def doctor(dsn: str) -> None:
     """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), or broken (2)."""
     from lockwatch.commands.doctor import EXIT_ERROR, diagnose
@@ -498,3 +494,6 @@ def doctor(dsn: str) -> None:
         sys.exit(EXIT_ERROR)
     click.echo(diagnosis.render())
     sys.exit(diagnosis.exit_code)
+
+
+main.add_command(incidents)

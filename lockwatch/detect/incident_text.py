@@ -106,7 +106,7 @@ def _holds_text(findings: Sequence[Finding], load: RootLoad | None) -> str:
     count = load.locks_held if load is not None else len(dict.fromkeys(labels))
     if first is None:
         return f"holds {count} advisory locks" if count else "holds advisory locks"
-    return f"holds {first} and {count - 1} more" if count > 1 else f"holds {first}"
+    return f"holds {count} locks ({first}, …)" if count > 1 else f"holds {first}"
 
 
 def _holder_title(

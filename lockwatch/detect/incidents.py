@@ -20,6 +20,7 @@ from lockwatch.model.evidence import (
     LockHolderFacts,
     OverflowEvidence,
     PooledLockEvidence,
+    QueueEvidence,
     QueueStallEvidence,
 )
 from lockwatch.model.findings import Family, Finding, FindingKind
@@ -122,6 +123,29 @@ def _settle_sessions(roots: list[IncidentRoot]) -> list[IncidentRoot]:
     return settled
 
 
+def _queue_root(
+    finding: Finding,
+    root: IncidentRoot | None,
+    stalls: dict[tuple[str, str | None], IncidentRoot],
+    by_lock: dict[tuple[str | None, str | None], IncidentRoot],
+) -> IncidentRoot:
+    """A queue finding's root: its queue's stall's, else the holder of a lock
+    its workers wait on (one a lock finding blames), else the queue itself."""
+    if root is not None and root.kind is not RootKind.QUEUE:
+        return root
+    stall = stalls.get((finding.target, finding.subject.queue))
+    if stall is not None and stall.kind is not RootKind.QUEUE:
+        return stall
+    evidence = finding.evidence
+    for worker in evidence.workers if isinstance(evidence, QueueEvidence) else ():
+        for wait in worker.waiting_on:
+            if (wait.database, wait.lock) in by_lock:
+                return by_lock[wait.database, wait.lock]
+    return (
+        root or stall or IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
+    )
+
+
 def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
     """Every finding in exactly one group, one group per root, in the order
     of each root's first finding."""
@@ -138,10 +162,13 @@ def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
         for finding, root in zip(findings, roots, strict=True)
         if finding.kind is FindingKind.QUEUE_STALLED and root is not None
     }
+    by_lock = {
+        (f.subject.database, f.subject.lock): root
+        for f, root in zip(findings, own, strict=True)
+        if root is not None and _pid_key(root) is not None and isinstance(f.evidence, LockEvidence)
+    }
     decided = [
-        root
-        or stalls.get((finding.target, finding.subject.queue))
-        or IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
+        _queue_root(finding, root, stalls, by_lock)
         for finding, root in zip(findings, roots, strict=True)
     ]
     groups: dict[tuple[str, ...], list[Finding]] = {}

@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,13 @@ MAX_BYTES = 32 * 1024 * 1024  # the history file at most: the oldest go first pa
 TABLE = "lockwatch_incidents"
 
 
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 def _newest_first(incident: Incident) -> tuple[float, str]:
     moment = incident.resolved_at or incident.updated_at
     return (-moment.timestamp(), incident.id)
@@ -43,9 +51,12 @@ def _newest_first(incident: Incident) -> tuple[float, str]:
 class IncidentHistory(ABC):
     """Resolved incidents by id, pruned by age and number."""
 
-    def __init__(self, retention: float = DEFAULT_RETENTION, max_kept: int = 1000) -> None:
+    def __init__(
+        self, retention: float = DEFAULT_RETENTION, max_kept: int = 1000, clock: Clock = utc_now
+    ) -> None:
         self.retention = timedelta(seconds=retention)
         self.max_kept = max_kept
+        self.clock = clock
         self.errors_total = 0
         self._last_error: str | None = None
         self._lock = threading.Lock()
@@ -64,8 +75,8 @@ class IncidentHistory(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def _cut_off(self, now: datetime | None = None) -> datetime:
-        return (now or datetime.now(UTC)) - self.retention
+    def _cut_off(self) -> datetime:
+        return self.clock() - self.retention
 
     def _failed(self, message: str) -> None:
         self.errors_total += 1
@@ -79,9 +90,13 @@ class FileHistory(IncidentHistory):
     change; in memory only without a state dir."""
 
     def __init__(
-        self, directory: Path | None, retention: float = DEFAULT_RETENTION, max_kept: int = 1000
+        self,
+        directory: Path | None,
+        retention: float = DEFAULT_RETENTION,
+        max_kept: int = 1000,
+        clock: Clock = utc_now,
     ) -> None:
-        super().__init__(retention, max_kept)
+        super().__init__(retention, max_kept, clock)
         self._store = StateStore(directory, prefix="incidents-", keeps="resolved incidents")
         self._kept: dict[str, Incident] = {}
         # each kept incident's JSON and its size, made once
@@ -129,11 +144,11 @@ class FileHistory(IncidentHistory):
         """A file is written whole on each change: nothing stays open."""
 
     def resolved(self, since: datetime | None = None) -> list[Incident]:
+        floor = max(since or self._cut_off(), self._cut_off())
         with self._lock:
             kept = list(self._kept.values())
         return sorted(
-            (i for i in kept if since is None or (i.resolved_at or i.updated_at) >= since),
-            key=_newest_first,
+            (i for i in kept if (i.resolved_at or i.updated_at) >= floor), key=_newest_first
         )
 
 

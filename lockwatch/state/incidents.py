@@ -284,7 +284,7 @@ class IncidentBook:
         was = {f.kind for f in incident.findings}
         for kind in sorted(was - set(present)):
             record.note(now, EventKind.FINDING_RESOLVED, kind.value, kind=kind)
-        record.incident = replace(incident, kinds=(*incident.kinds, *joined))
+        record.incident = replace(record.incident, kinds=(*incident.kinds, *joined))
         return bool(joined)
 
     def _note_holder(

@@ -141,7 +141,12 @@ def incidents_document(
     history: IncidentHistory | None,
     query: IncidentQuery,
 ) -> dict[str, Any]:
-    chosen = [i for i in all_incidents(board_or_views, history) if query.admits(i)]
+    return page_document(all_incidents(board_or_views, history), query)
+
+
+def page_document(incidents: Iterable[Incident], query: IncidentQuery) -> dict[str, Any]:
+    """The page of ``incidents`` (in ``incident_order``) the query asks for."""
+    chosen = [i for i in sorted(incidents, key=incident_order) if query.admits(i)]
     page = chosen[query.offset : query.offset + query.limit]
     following = query.offset + query.limit
     document: dict[str, Any] = json_safe(

@@ -1,0 +1,211 @@
+"""Findings grouped by root cause: one incident per thing to act on."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockwatch.detect.incident_text import sql_literal, terminate_sql
+from lockwatch.detect.incidents import group_findings, tell_incidents
+from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT, detect_locks
+from lockwatch.model.evidence import (
+    LinkedClientFacts,
+    LockHolderFacts,
+    PooledLockEvidence,
+    PoolFacts,
+    PreparedFacts,
+    QueueLockChain,
+    QueueStallEvidence,
+    ServerConnectionFacts,
+)
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.incidents import DEFAULT_RUNBOOKS, IncidentRoot, RootKind
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.settings.locks import LockSettings, NamedLock
+from tests.fixtures.evidence import holder, lock_evidence, queue_evidence
+from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, key, snapshot
+from tests.unit.detect.test_locks import seed_002_convoy, snapshots_with_settings
+
+SEED_002 = LockSettings(
+    orphan_after=120.0, named=(NamedLock("webhook-delivery", key(42), max_hold=60.0),)
+)
+
+
+def stall_on(pid: int, snap: LockSnapshot, queue: str = "webhooks") -> Finding:
+    """A stalled queue whose workers wait on lock 42, held by ``pid``."""
+    seen = snap.backends.get(pid)
+    lock_holder = LockHolderFacts(
+        pid=pid,
+        application_name=None if seen is None else seen.application_name,
+        client_addr=None,
+        state="idle",
+        state_seconds=330.0,
+        wait_event_type=None,
+        wait_event=None,
+        query=None,
+        blocked_by=(),
+        held_seconds=340.0,
+        worker_group="webhook-workers",
+        backend_start=None if seen is None else seen.backend_start,
+    )
+    chain = QueueLockChain(DB, "webhook-delivery", "42", 5, 6, (lock_holder,))
+    evidence = QueueStallEvidence.of(queue_evidence(queue), chain)
+    return Finding(
+        FindingKind.QUEUE_STALLED,
+        TARGET,
+        Subject(queue=queue),
+        Severity.CRITICAL,
+        NOW,
+        "",
+        evidence,
+    )
+
+
+def growing(queue: str = "webhooks") -> Finding:
+    return Finding(
+        FindingKind.QUEUE_GROWING,
+        TARGET,
+        Subject(queue=queue),
+        Severity.WARNING,
+        NOW,
+        "",
+        queue_evidence(queue),
+    )
+
+
+def test_the_hung_webhook_worker_is_one_incident_with_its_convoy_and_stalled_queue() -> None:
+    snap = seed_002_convoy()
+    findings = [*detect_locks(snap, SEED_002, NOW), stall_on(1234, snap), growing()]
+
+    (told,) = tell_incidents(findings, snap, DEFAULT_RUNBOOKS)
+
+    assert told.root.kind is RootKind.SESSION
+    assert (told.root.pid, told.root.backend_start) == (1234, snap.backends[1234].backend_start)
+    assert {f.kind for f in told.findings} == {
+        FindingKind.LOCK_CONVOY,
+        FindingKind.LOCK_HELD_TOO_LONG,
+        FindingKind.LOCK_ORPHANED,
+        FindingKind.QUEUE_STALLED,
+        FindingKind.QUEUE_GROWING,
+    }
+    assert told.title == (
+        "pid 1234 webhook-worker-1 holds webhook-delivery (42), idle 5m30s, 5 waiting, "
+        "queue webhooks stalled"
+    )
+    assert told.waiters == 5
+    assert told.load is not None and told.load.locks_held == 1
+    step = told.next_step
+    assert step.sql == terminate_sql(told.root)
+    assert step.sql is not None and "pid = 1234 AND backend_start = '" in step.sql
+    assert step.cost is not None and "rolls back" in step.cost
+    assert step.runbook.startswith(DEFAULT_RUNBOOKS + "#lockwatch")
+
+
+def test_a_stall_without_a_holder_is_the_queue_and_its_growth_joins_it() -> None:
+    stall = replace(
+        stall_on(1234, snapshot()), evidence=QueueStallEvidence.of(queue_evidence(), None)
+    )
+    (told,) = tell_incidents([growing(), stall], None, DEFAULT_RUNBOOKS)
+
+    assert told.root == IncidentRoot(RootKind.QUEUE, TARGET, queue="webhooks")
+    assert told.load is None
+    assert told.next_step.sql is None
+
+
+def test_a_session_holding_4001_locks_is_one_incident_that_counts_them() -> None:
+    locks = [held(k, 7023, held_for=900) for k in range(1, 4002)]
+    psql = backend(7023, "psql", idle_for=800, query="SELECT pg_advisory_lock(4001)")
+    snap = snapshot(*locks, backends=[psql])
+    findings = detect_locks(snap, LockSettings(max_hold=60.0, orphan_after=120.0), NOW)
+    assert any(f.subject.lock == OVERFLOW_SUBJECT for f in findings)
+    assert len(findings) == 2 * (FINDINGS_PER_KIND + 1)
+
+    (told,) = tell_incidents(findings, snap, DEFAULT_RUNBOOKS)
+
+    assert told.root.pid == 7023
+    assert told.load is not None
+    assert told.load.locks_held == 4001
+    assert len(told.load.locks) == 5
+    assert told.title == "pid 7023 psql holds 4001 locks (1, …), idle 13m20s"
+
+
+def test_a_prepared_transaction_is_rolled_back_with_its_gid_quoted() -> None:
+    gid = "it's\\here"
+    prepared = PreparedFacts(gid, "app", DB, NOW, 1234)
+    facts = holder(0, prepared=prepared, application_name=None)
+    finding = Finding(
+        FindingKind.LOCK_ORPHANED,
+        TARGET,
+        Subject(DB, "42"),
+        Severity.CRITICAL,
+        NOW,
+        "",
+        lock_evidence(holder_pid=0, holders=(facts,)),
+    )
+    (told,) = tell_incidents([finding], None, DEFAULT_RUNBOOKS)
+
+    assert told.root == IncidentRoot(RootKind.PREPARED, TARGET, gid=gid, database=DB)
+    assert told.next_step.sql == "ROLLBACK PREPARED E'it''s\\\\here';"
+    assert sql_literal("plain") == "'plain'"
+
+
+def pooled(finding: Finding, client_port: int) -> Finding:
+    """``finding`` as pgbouncer shows it: a server connection lent to a client."""
+    assert isinstance(finding.evidence, type(lock_evidence()))
+    evidence = PooledLockEvidence.of(
+        finding.evidence,
+        PoolFacts(DB, "app", "transaction"),
+        ServerConnectionFacts(1234, "active", 6432, None, None),
+        LinkedClientFacts("10.0.0.9", client_port, "web", "active", None),
+    )
+    return replace(finding, kind=FindingKind.LOCK_POOLED_SESSION, evidence=evidence)
+
+
+def test_pgbouncer_s_view_coming_and_going_keeps_the_root_s_fingerprint() -> None:
+    snap = seed_002_convoy()
+    plain = detect_locks(snap, SEED_002, NOW)
+    with_pooler = [*plain, pooled(plain[0], 40001)]
+
+    (alone,) = group_findings(plain)
+    (joined,) = group_findings(with_pooler)
+
+    assert joined.root.kind is RootKind.POOLED_BACKEND
+    assert joined.root.fingerprint == alone.root.fingerprint
+
+
+@given(snapshots_with_settings(), st.randoms(use_true_random=False))
+def test_every_finding_is_in_exactly_one_incident_whatever_their_order(
+    case: tuple[LockSnapshot, LockSettings], shuffler: random.Random
+) -> None:
+    snap, settings_ = case
+    findings = detect_locks(snap, settings_, NOW)
+    groups = group_findings(findings)
+    members = [f for g in groups for f in g.findings]
+    assert sorted(map(repr, members)) == sorted(map(repr, findings))
+    assert len({g.root.fingerprint for g in groups}) == len(groups)
+
+    reshuffled = findings[:]
+    shuffler.shuffle(reshuffled)
+    partition = {
+        g.root.fingerprint: {f.identity for f in g.findings} for g in group_findings(reshuffled)
+    }
+    assert partition == {g.root.fingerprint: {f.identity for f in g.findings} for g in groups}
+
+
+@given(snapshots_with_settings())
+def test_a_finding_s_root_does_not_depend_on_the_others(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    """Ranks reshuffle (a finding moves past the cap, another appears): each
+    finding's root stays the one it has alone, so no incident resolves for it."""
+    snap, settings_ = case
+    findings = detect_locks(snap, settings_, NOW)
+    together = {
+        f.identity: g.root.fingerprint for g in group_findings(findings) for f in g.findings
+    }
+    for finding in findings:
+        (alone,) = group_findings([finding])
+        assert alone.root.fingerprint == together[finding.identity]

@@ -1,0 +1,186 @@
+"""The incident book: ids that stay put, timelines, impact, save and restore."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockwatch.detect.incidents import tell_incidents
+from lockwatch.detect.locks import detect_locks
+from lockwatch.model.findings import FindingKind
+from lockwatch.model.incidents import (
+    DEFAULT_RUNBOOKS,
+    EventKind,
+    Incident,
+    IncidentChanges,
+    IncidentState,
+    Resolution,
+    incident_json,
+)
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.state.incident_history import FileHistory
+from lockwatch.state.incident_json import load_incident
+from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook, IncidentRegistry
+from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
+from tests.unit.detect.test_incidents import SEED_002
+from tests.unit.detect.test_locks import seed_002_convoy
+
+MINUTE = timedelta(minutes=1)
+
+
+def poll(book: IncidentBook, snap: LockSnapshot, minutes: float) -> IncidentChanges:
+    """One poll ``minutes`` after NOW, lockwatch's monotonic clock in step."""
+    now = NOW + timedelta(minutes=minutes)
+    findings = detect_locks(snap, SEED_002, NOW)
+    return book.update(tell_incidents(findings, snap, DEFAULT_RUNBOOKS), now, 60.0 * minutes)
+
+
+def convoy(waiters: int) -> LockSnapshot:
+    base = seed_002_convoy()
+    return replace(base, locks=tuple(base.locks[: 1 + waiters]))
+
+
+def test_the_same_root_keeps_its_id_poll_after_poll_and_a_later_one_gets_another() -> None:
+    book = IncidentBook(TARGET)
+    first = poll(book, seed_002_convoy(), 0)
+    (opened,) = first.opened
+    again = poll(book, seed_002_convoy(), 1)
+    assert again.opened == () and again.resolved == ()
+    assert [i.id for i in again.active] == [opened.id]
+
+    gone = poll(book, snapshot(), 2)
+    (resolved,) = gone.resolved
+    assert resolved.id == opened.id
+    assert resolved.state is IncidentState.RESOLVED
+    assert resolved.resolution is Resolution.RELEASED
+    assert resolved.timeline[-1].event is EventKind.RESOLVED
+    assert book.open == () and book.recent == (resolved,)
+
+    (later,) = poll(book, seed_002_convoy(), 3).opened
+    assert later.fingerprint == opened.fingerprint
+    assert later.id != opened.id
+
+
+def test_waiter_seconds_add_up_over_lockwatch_s_own_intervals() -> None:
+    book = IncidentBook(TARGET)
+    poll(book, convoy(5), 0)
+    poll(book, convoy(5), 1)  # 5 waiting for 60 s
+    (incident,) = poll(book, convoy(2), 3).active  # 2 waiting for 120 s
+    assert incident.impact.waiter_seconds == 5 * 60 + 2 * 120
+    assert incident.impact.max_waiters == 5
+    assert incident.waiters == 2
+    assert incident.impact.locks_held == 1
+    counts = [e.value for e in incident.timeline if e.event is EventKind.WAITERS]
+    assert counts == [5.0, 2.0]
+
+
+def test_a_new_kind_joining_worsens_the_incident_and_goes_on_its_timeline() -> None:
+    book = IncidentBook(TARGET)
+    young = snapshot(
+        held(42, 1234, held_for=30),
+        *[waiting(42, 1301 + i, waited_for=25) for i in range(3)],
+        backends=[backend(1234, "webhook-worker-1", idle_for=20)],
+    )
+    (opened,) = poll(book, young, 0).opened
+    assert opened.kinds == (FindingKind.LOCK_CONVOY,)
+
+    changes = poll(book, seed_002_convoy(), 1)
+    (worse,) = changes.worsened
+    assert worse.id == opened.id
+    events = [e.event for e in worse.timeline]
+    assert EventKind.BUDGET_PASSED in events
+    assert EventKind.HOLDER_IDLE in events
+    assert set(worse.kinds) >= {FindingKind.LOCK_HELD_TOO_LONG, FindingKind.LOCK_ORPHANED}
+
+
+def test_a_restart_keeps_the_id_and_timeline_and_an_old_state_file_still_loads(
+    tmp_path: Path,
+) -> None:
+    book = IncidentBook(TARGET)
+    (opened,) = poll(book, seed_002_convoy(), 0).opened
+    poll(book, convoy(2), 1)
+    saved = json.loads(json.dumps(book.dump()))
+
+    restarted = IncidentBook(TARGET)
+    restarted.load(saved)
+    (restored,) = restarted.open
+    assert restored == book.open[0]
+    (still,) = poll(restarted, seed_002_convoy(), 2).active
+    assert still.id == opened.id
+    assert still.timeline[: len(restored.timeline)] == restored.timeline
+
+    old = IncidentBook(TARGET)
+    old.load(None)
+    old.load([{"incident": {"id": "x"}}, 7])
+    assert old.open == ()
+
+
+def test_the_notifier_s_notes_go_on_the_timeline_once_and_unknown_ids_are_ignored() -> None:
+    book = IncidentBook(TARGET)
+    registry = IncidentRegistry()
+    registry.register(book)
+    (opened,) = poll(book, seed_002_convoy(), 0).opened
+    registry.note_notified(TARGET, opened.id, "ops-telegram", NOW + MINUTE)
+    registry.note_notified(TARGET, "no-such-id", "ops-telegram", NOW)
+    registry.note_notified("other-target", opened.id, "ops-telegram", NOW)
+    (incident,) = book.open
+    notes = [e for e in incident.timeline if e.event is EventKind.NOTIFIED]
+    assert [(e.detail, e.at) for e in notes] == [("ops-telegram", NOW + MINUTE)]
+
+
+@given(st.integers(0, 200))
+def test_the_timeline_stays_bounded_and_keeps_its_start(notes: int) -> None:
+    book = IncidentBook(TARGET)
+    (opened,) = poll(book, seed_002_convoy(), 0).opened
+    for n in range(notes):
+        book.note_notified(opened.id, f"channel-{n}", NOW + timedelta(seconds=n))
+    (incident,) = book.open
+    assert len(incident.timeline) <= TIMELINE_LIMIT
+    assert incident.timeline[0].event is EventKind.OPENED
+    if notes:
+        assert incident.timeline[-1].detail == f"channel-{notes - 1}"
+
+
+def resolved_incident(book: IncidentBook, start: float) -> Incident:
+    poll(book, seed_002_convoy(), start)
+    (incident,) = poll(book, snapshot(), start + 1).resolved
+    return incident
+
+
+def test_resolved_incidents_go_to_the_history_which_outlives_a_restart(tmp_path: Path) -> None:
+    history = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
+    book = IncidentBook(TARGET, on_resolved=history.add)
+    first = resolved_incident(book, 0)
+    book.note_notified(first.id, "ops", NOW + 2 * MINUTE)
+    assert history.get(first.id) is not None
+    noted = history.get(first.id)
+    assert noted is not None and noted.timeline[-1].event is EventKind.NOTIFIED
+    second, third = resolved_incident(book, 5), resolved_incident(book, 10)
+
+    reread = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
+    assert [i.id for i in reread.resolved()] == [third.id, second.id]
+    assert reread.get(third.id) == third
+    assert reread.resolved(since=third.resolved_at) == [third]
+
+
+def test_the_history_forgets_what_is_past_its_retention(tmp_path: Path) -> None:
+    later = NOW
+    history = FileHistory(tmp_path, retention=600.0, clock=lambda: later)
+    book = IncidentBook(TARGET, on_resolved=history.add)
+    incident = resolved_incident(book, 0)
+    assert history.resolved() == [incident]
+    later = NOW + timedelta(minutes=12)
+    resolved_incident(book, 13)  # a change prunes what is past the retention
+    assert incident.id not in [i.id for i in history.resolved()]
+
+
+def test_an_incident_s_json_reads_back_as_itself() -> None:
+    book = IncidentBook(TARGET)
+    incident = resolved_incident(book, 0)
+    assert load_incident(json.loads(json.dumps(incident_json(incident)))) == incident
+    assert load_incident({"id": 1}) is None
