@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import Impact, Incident, IncidentRoot, RootKind
 from lockwatch.text import format_duration, one_line, printable
 
@@ -145,18 +145,15 @@ def measures(incident: Incident) -> Measures:
     return Measures(hold, idle, incident.waiters or None, query)
 
 
-def finding_lines(findings: tuple[Finding, ...], count: int) -> list[str]:
-    """The first findings as "kind: summary", then how many more there are."""
-    lines = [f"{f.kind.value}: {f.summary}" for f in findings[:SHOWN_FINDINGS]]
-    more = max(count, len(findings)) - len(lines)
-    if more > 0:
-        lines.append(f"and {more} more finding(s)")
-    return lines
+def more_findings(incident: Incident, shown: int) -> int:
+    """How many of the incident's findings are not among the first ``shown``."""
+    return max(incident.finding_count, len(incident.findings)) - min(shown, len(incident.findings))
 
 
 def incident_lines(incident: Incident) -> list[Said]:
-    """Everything below the title: the root, its impact, its findings and the
-    next step with its SQL, what running it costs, and the runbook."""
+    """Everything below the title but its findings (each surface lists the first
+    SHOWN_FINDINGS its own way): the root, its numbers, its impact and the next
+    step with its SQL and what running it costs."""
     said = [Said("root", root_text(incident.root))]
     facts = measures(incident)
     numbers = [
@@ -176,9 +173,6 @@ def incident_lines(incident: Incident) -> list[Said]:
     impact = impact_text(incident.impact)
     if impact:
         said.append(Said("impact", impact))
-    said.extend(
-        Said("finding", line) for line in finding_lines(incident.findings, incident.finding_count)
-    )
     step = incident.next_step
     said.append(Said("next step", step.action))
     if step.sql:

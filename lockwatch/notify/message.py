@@ -6,12 +6,20 @@ message outlives a restart without the incident it came from."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from lockwatch.model.findings import Severity
-from lockwatch.model.incident_text import Said, incident_lines, lead_kind, root_labels
+from lockwatch.model.incident_text import (
+    SHOWN_FINDINGS,
+    Said,
+    incident_lines,
+    lead_kind,
+    more_findings,
+    root_labels,
+)
 from lockwatch.model.incidents import Incident
 
 RUNBOOKS = "https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md"
@@ -45,6 +53,25 @@ class Headline(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Told:
+    """One of the first findings of an incident, as a message lists it."""
+
+    kind: str
+    severity: str
+    where: str  # the target and the subject: "main · app/42"
+    summary: str
+    before: bool  # its kind was told in an earlier message about the incident
+
+    def dump(self) -> list[object]:
+        return [self.kind, self.severity, self.where, self.summary, self.before]
+
+    @classmethod
+    def load(cls, item: Any) -> Told:
+        kind, severity, where, summary, before = item
+        return cls(str(kind), str(severity), str(where), str(summary), bool(before))
+
+
+@dataclass(frozen=True, slots=True)
 class Notice:
     """An incident as one message tells it: the words, not the incident."""
 
@@ -59,9 +86,13 @@ class Notice:
     labels: tuple[tuple[str, str], ...]  # model.incident_text.root_labels
     resolved_at: datetime | None = None
     resolution: str | None = None
+    findings: tuple[Told, ...] = ()  # its first findings
+    more: int = 0  # its findings past those
 
     @classmethod
-    def of(cls, incident: Incident) -> Notice:
+    def of(cls, incident: Incident, told_kinds: Collection[str] = ()) -> Notice:
+        """``told_kinds``: the finding kinds earlier messages told of."""
+        shown = incident.findings[:SHOWN_FINDINGS]
         return cls(
             incident=incident.id,
             target=incident.target,
@@ -74,6 +105,17 @@ class Notice:
             labels=tuple(root_labels(incident).items()),
             resolved_at=incident.resolved_at,
             resolution=None if incident.resolution is None else incident.resolution.value,
+            findings=tuple(
+                Told(
+                    f.kind.value,
+                    f.severity.value,
+                    f"{f.target} · {f.subject.render()}",
+                    f.summary,
+                    f.kind.value in told_kinds,
+                )
+                for f in shown
+            ),
+            more=more_findings(incident, SHOWN_FINDINGS),
         )
 
     def dump(self) -> dict[str, Any]:
@@ -89,6 +131,8 @@ class Notice:
             "labels": [list(pair) for pair in self.labels],
             "resolved_at": None if self.resolved_at is None else self.resolved_at.isoformat(),
             "resolution": self.resolution,
+            "findings": [told.dump() for told in self.findings],
+            "more": self.more,
         }
 
     @classmethod
@@ -111,6 +155,8 @@ class Notice:
             labels=tuple((str(k), str(v)) for k, v in document["labels"]),
             resolved_at=None if resolved is None else datetime.fromisoformat(resolved),
             resolution=None if document["resolution"] is None else str(document["resolution"]),
+            findings=tuple(Told.load(item) for item in document["findings"]),
+            more=int(document["more"]),
         )
 
 

@@ -92,7 +92,7 @@ def evaluate(
             seconds=timing.repeat_interval
         ):
             headline = Headline.REMINDER
-        notice = Notice.of(incident)
+        notice = Notice.of(incident, () if told is None else told.kinds)
         kinds = tuple(kind.value for kind in incident.kinds)
         if headline is not None:
             messages.append(Message(new_id(), channel, now, notice, headline))
@@ -106,7 +106,7 @@ def evaluate(
             after[incident_id] = told
             continue
         final = resolved.get(incident_id)
-        notice = told.notice if final is None else Notice.of(final)
+        notice = told.notice if final is None else Notice.of(final, told.kinds)
         messages.append(Message(new_id(), channel, now, notice, Headline.RESOLVED))
     return after, messages
 

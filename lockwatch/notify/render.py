@@ -98,10 +98,38 @@ def document(message: Message) -> list[Line]:
         ),
         (),
     ]
-    lines.extend(said_line(said) for said in notice.said)
+    said = [said_line(said) for said in notice.said]
+    # Its findings before the next step: what is wrong, then what to do.
+    step = next((n for n, s in enumerate(notice.said) if s.label == "next step"), len(said))
+    lines.extend(said[:step])
+    lines.extend(_finding_lines(message, notice))
+    lines.extend(said[step:])
     lines.append(_when_line(message, notice))
     alert = alert_name(notice.kind)
     lines.append((Span("runbook: "), Span(alert, Style.LINK, notice.runbook)))
+    return lines
+
+
+def _finding_lines(message: Message, notice: Notice) -> list[Line]:
+    """Each listed finding as "[state] kind · severity · target · subject", then
+    its summary: the state is the message's for it (firing when this message is
+    the first to tell its kind)."""
+    lines: list[Line] = []
+    for told in notice.findings:
+        if message.headline is Headline.RESOLVED:
+            state = "resolved"
+        else:
+            state = "still firing" if told.before else "firing"
+        lines.append(
+            (
+                Span(f"[{state}] "),
+                Span(told.kind, Style.BOLD),
+                Span(f" · {told.severity} · {_value(told.where)}"),
+            )
+        )
+        lines.append((Span(f"  {_value(told.summary, SUMMARY_LIMIT)}"),))
+    if notice.more > 0:
+        lines.append((Span(f"and {notice.more} more finding(s)"),))
     return lines
 
 

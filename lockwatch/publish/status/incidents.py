@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from lockwatch.model.findings import evidence_json
-from lockwatch.model.incident_text import SHOWN_FINDINGS, incident_lines, lead_kind
+from lockwatch.model.incident_text import (
+    SHOWN_FINDINGS,
+    incident_lines,
+    lead_kind,
+    more_findings,
+)
 from lockwatch.model.incidents import Incident
 from lockwatch.publish.status.cells import escape, evidence_html, moment, seconds_text
 from lockwatch.text import iso_utc
@@ -31,7 +36,7 @@ def _said(incident: Incident) -> tuple[str, str]:
                 f'<div class="code"><span>{escape(said.label)}</span>'
                 f"<pre><code>{escape(said.text)}</code></pre></div>"
             )
-        elif said.label != "finding":
+        else:
             facts.append(f"<div><dt>{escape(said.label)}</dt><dd>{escape(said.text)}</dd></div>")
     return root, '<dl class="facts">' + "".join(facts) + "</dl>" + "".join(code)
 
@@ -43,7 +48,7 @@ def _findings(incident: Incident) -> str:
         f"{escape(f.summary)}</li>"
         for f in shown
     )
-    more = max(incident.finding_count, len(incident.findings)) - len(shown)
+    more = more_findings(incident, SHOWN_FINDINGS)
     if more > 0:
         items += f"<li>and {more} more: all are in /api/v1/incidents/{escape(incident.id)}</li>"
     evidence = "".join(

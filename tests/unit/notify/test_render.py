@@ -78,7 +78,9 @@ def test_an_incident_message_leads_with_its_title_then_root_impact_and_next_step
     assert "now: held 5m40s · idle 5m30s · 5 waiting now" in text
     assert "last query: SELECT pg_advisory_lock(42)" in text
     assert "impact: at most 5 waiting · 25m of waiting" in text
-    assert "finding: lock_held_too_long: " in text and "finding: lock_convoy: " in text
+    assert "[firing] lock_convoy · critical · main · app/42" in text
+    assert "[firing] lock_held_too_long · critical · main · app/42" in text
+    assert text.index("[firing] lock_convoy") < text.index("next step: ")
     assert "next step: end the holder's session" in text
     assert f"sql: {TERMINATE}" in text
     assert "cost: its transaction rolls back" in text
@@ -92,10 +94,19 @@ def test_a_resolution_says_how_it_ended_and_how_long_it_lasted() -> None:
     assert "resolved (released) after 1m20s" in text
 
 
-def test_worse_and_reminder_messages_say_so_in_their_headline() -> None:
-    notice = Notice.of(incident())
-    assert plain(document(message(notice, Headline.WORSE))).startswith("⬆️ WORSE: ")
-    assert plain(document(message(notice, Headline.REMINDER))).startswith("🔁 STILL OPEN: ")
+def test_worse_and_reminder_messages_say_so_and_which_findings_are_new() -> None:
+    worse = plain(document(message(Notice.of(incident(), {"lock_convoy"}), Headline.WORSE)))
+    assert worse.startswith("⬆️ WORSE: ")
+    assert "[still firing] lock_convoy · " in worse
+    assert "[firing] lock_held_too_long · " in worse
+    reminder = Notice.of(incident(), {"lock_convoy", "lock_held_too_long"})
+    assert plain(document(message(reminder, Headline.REMINDER))).startswith("🔁 STILL OPEN: ")
+
+
+def test_a_resolution_tells_each_listed_finding_resolved() -> None:
+    text = plain(document(message(Notice.of(resolved(incident())), Headline.RESOLVED, 90)))
+    assert "[resolved] lock_convoy · critical · main · app/42" in text
+    assert "[firing]" not in text
 
 
 def test_telegram_gets_bold_code_and_a_runbook_link_in_html() -> None:
