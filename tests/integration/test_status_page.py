@@ -205,3 +205,23 @@ def test_a_session_holding_4001_locks_is_one_incident_on_a_page_under_50_kb(
     assert "4001 locks held" in page
     assert size < 50_000, f"the page is {size / 1024:.0f} KB"
     print(f"4,001 locks: the status page is {size} bytes")
+
+
+def test_a_resolved_incident_stays_on_the_page_with_how_it_ended_and_its_timeline(
+    tmp_path: Path, watched: Watched
+) -> None:
+    lockwatch = watched.lockwatch
+    wait_until(lambda: open_incidents(lockwatch) >= 2, message="the convoy and the orphan")
+    watched.convoy.stop()
+
+    def resolved_section() -> str | None:
+        page = requests.get(f"{lockwatch.base}/?refresh=off", timeout=5).text
+        start = page.find('<section id="resolved">')
+        return page[start:] if start >= 0 else None
+
+    section = wait_until(resolved_section, timeout=30, message="the convoy listed as resolved")
+    dom = Dom(section)
+    assert "Recently resolved (1)" in dom.text
+    assert re.search(r"resolved \((released|session_ended|cleared)\)", dom.text), dom.text
+    assert "opened" in dom.text and "lock_convoy" in dom.text
+    assert '<ol class="timeline">' in section
