@@ -8,6 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.model.incidents import Incident
 from lockwatch.notify.message import Headline, Message
@@ -241,3 +244,32 @@ def test_an_incident_keeps_its_message_key_while_its_findings_change() -> None:
     reshuffled = replace(incident(), findings=tuple(reversed(incident().findings)))
     assert channel.poll([reshuffled], later(10)) == []
     assert list(channel.announced) == ["inc-1"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(list(Severity))),
+        max_size=12,
+    )
+)
+def test_every_incident_is_told_opened_then_at_most_worse_or_reminded_then_resolved_once(
+    polls: list[dict[str, Severity]],
+) -> None:
+    channel = Channel(NotifySettings(channels=CHANNELS, repeat_interval=60))
+    story: dict[str, list[Headline]] = {}
+    for n, open_now in enumerate([*polls, {}]):
+        at = later(45 * n)
+        active = [
+            incident([finding(severity=severity)], id=key, severity=severity)
+            for key, severity in open_now.items()
+        ]
+        for message in channel.poll(active, at):
+            assert message.notice is not None
+            story.setdefault(message.notice.incident, []).append(message.headline)
+    for key, headlines in story.items():
+        # one or more spans of OPENED (WORSE | REMINDER)* RESOLVED, the last one closed
+        assert headlines[0] is Headline.OPENED and headlines[-1] is Headline.RESOLVED, headlines
+        for before, after in itertools.pairwise(headlines):
+            assert (before is Headline.RESOLVED) == (after is Headline.OPENED), (key, headlines)
+    assert channel.announced == {}
