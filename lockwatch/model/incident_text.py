@@ -152,17 +152,20 @@ def more_findings(incident: Incident, shown: int) -> int:
 
 def incident_lines(incident: Incident) -> list[Said]:
     """Everything below the title but its findings (each surface lists the first
-    SHOWN_FINDINGS its own way): the root, its numbers, its impact and the next
-    step with its SQL and what running it costs."""
+    SHOWN_FINDINGS its own way): the root, its numbers, its impact and, while it
+    is open, the next step with its SQL and what running it costs. Once resolved,
+    the numbers are those of its worst moment."""
     said = [Said("root", root_text(incident.root))]
     facts = measures(incident)
     numbers = [
         f"held {format_duration(facts.hold_seconds)}" if facts.hold_seconds else "",
         f"idle {format_duration(facts.idle_seconds)}" if facts.idle_seconds else "",
-        f"{facts.waiters} waiting now" if facts.waiters else "",
+        f"{facts.waiters} waiting now" if facts.waiters and incident.open else "",
     ]
     if any(numbers):
-        said.append(Said("now", " · ".join(n for n in numbers if n)))
+        said.append(
+            Said("now" if incident.open else "at worst", " · ".join(n for n in numbers if n))
+        )
     if facts.query:
         said.append(Said("last query", facts.query, code=True))
     if incident.locks:
@@ -173,6 +176,8 @@ def incident_lines(incident: Incident) -> list[Said]:
     impact = impact_text(incident.impact)
     if impact:
         said.append(Said("impact", impact))
+    if not incident.open:
+        return said
     step = incident.next_step
     said.append(Said("next step", step.action))
     if step.sql:

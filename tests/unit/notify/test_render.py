@@ -107,6 +107,8 @@ def test_a_resolution_tells_each_listed_finding_resolved() -> None:
     text = plain(document(message(Notice.of(resolved(incident())), Headline.RESOLVED, 90)))
     assert "[resolved] lock_convoy · critical · main · app/42" in text
     assert "[firing]" not in text
+    assert "next step" not in text and "sql: " not in text, "nothing left to do"
+    assert "at worst: held 5m40s · idle 5m30s" in text
 
 
 def test_telegram_gets_bold_code_and_a_runbook_link_in_html() -> None:

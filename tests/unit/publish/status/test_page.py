@@ -294,6 +294,7 @@ def test_recently_resolved_incidents_follow_with_how_they_ended_and_their_timeli
     assert "resolved (released)" in section and "after 5m" in section
     assert '<ol class="timeline">' in section
     assert "<strong>resolved</strong> the holder released its locks" in section
+    assert "next step" not in section and "pg_terminate_backend" not in section
 
 
 def test_auto_refresh_turns_off_from_a_link_and_the_page_then_has_no_meta_refresh() -> None:
