@@ -59,6 +59,18 @@ def log_transitions(transitions: Transitions) -> None:
             finding.subject.render(),
             finding.summary,
         )
+    told = transitions.incidents
+    for incident in told.opened:
+        log.warning(
+            "incident %s opened [%s] %s: %s",
+            *(incident.id, incident.severity.value, incident.target, incident.title),
+        )
+    for incident in told.resolved:
+        log.info(
+            "incident %s resolved (%s) %s: %s; %.0f waiter-seconds, at most %d waiting",
+            *(incident.id, incident.resolution, incident.target, incident.title),
+            *(incident.impact.waiter_seconds, incident.impact.max_waiters),
+        )
 
 
 def pinged_jobs(settings: Settings) -> set[str]:

@@ -127,6 +127,8 @@ class TargetRunner:
         self._view = TargetView(self.target)
         self._thread: threading.Thread | None = None
         self._saved_at: datetime | None = None
+        if self.history is not None:
+            self.incidents.recall(self.history.resolved())
         self._restore()
         self.board.register(self.target)
 
@@ -146,7 +148,10 @@ class TargetRunner:
             self.incidents.load([])
             return
         self._view = TargetView(
-            self.target, findings=self.ledger.active, incidents=self.incidents.open
+            self.target,
+            findings=self.ledger.active,
+            incidents=self.incidents.open,
+            resolved_incidents=self.incidents.recent,
         )
         log.info(
             "%s: restored %d hold times, %d active findings and %d open incidents from the "
@@ -184,7 +189,8 @@ class TargetRunner:
             poll.findings.extend(detect_target_down(status, status.checked_at))
         poll.findings.extend(detect_transaction_pooled(self.target.name, status.pooling))
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
-        roots = tell_incidents(transitions.active, status.snapshot, self.runbooks)
+        previous = self.incidents.finding_roots()
+        roots = tell_incidents(transitions.active, status.snapshot, self.runbooks, previous)
         changes = self.incidents.update(roots, status.checked_at, self.monotonic())
         transitions = replace(transitions, incidents=changes)
         view = self._next_view(status, transitions)

@@ -22,6 +22,7 @@ from lockwatch.publish.api.incidents import (
     page_document,
     parse_since,
 )
+from lockwatch.settings.incidents import HistoryStore
 from lockwatch.settings.targets import Settings
 from lockwatch.state.incident_history import open_history
 from lockwatch.state.incident_json import load_incident
@@ -84,7 +85,7 @@ def story(incident: Incident) -> str:
             else ""
         ),
         f"impact: {format_duration(impact.waiter_seconds)} of waiting, at most "
-        f"{impact.max_waiters} waiting, {impact.locks_held} locks held"
+        f"{impact.max_waiters} waiting, at most {impact.locks_held} locks held"
         + (
             f", backlog grew by {impact.queue_growth} to {impact.max_backlog}"
             if impact.queue_growth is not None
@@ -131,6 +132,8 @@ def incidents(
     except ConfigError as error:
         click.echo(str(error), err=True)
         sys.exit(EXIT_BAD_CONFIG)
+    if settings.state_dir is None and settings.incidents.history is HistoryStore.STATE_DIR:
+        click.echo("lockwatch incidents: the config has no state_dir: nothing is kept", err=True)
     known = known_incidents(settings)
     if incident_id is not None:
         found = next((i for i in known if i.id == incident_id), None)

@@ -178,6 +178,15 @@ class _Printer:
                 _print_finding(self.out, "FIRING", finding)
             for finding in transitions.resolved:
                 _print_finding(self.out, "RESOLVED", finding)
+            told = transitions.incidents
+            for verb, incidents in (("OPENED", told.opened), ("RESOLVED", told.resolved)):
+                for incident in incidents:
+                    self.out.write(f"INCIDENT {verb} {one_line(incident.title, 300)}\n")
+                    if verb == "OPENED":
+                        action = one_line(incident.next_step.action, 300)
+                        self.out.write(f"  next step: {action}\n")
+                        self.out.write(f"  runbook {incident.next_step.runbook}\n")
+            self.out.flush()
 
 
 def _server_name(dsn: str) -> str:
@@ -266,7 +275,8 @@ def _server(dsn: str | None, out: TextIO) -> Iterator[str]:
 def _introduce(out: TextIO, base: str, duration: float | None) -> None:
     out.write(
         f"lockwatch is watching; see {base}/ (the status page), {base}/metrics, "
-        f"{base}/api/v1/findings, {base}/api/v1/locks, {base}/api/v1/queues\n"
+        f"{base}/api/v1/incidents, {base}/api/v1/findings, {base}/api/v1/locks, "
+        f"{base}/api/v1/queues\n"
         "replaying the incidents lockwatch was built from:\n"
         "  a lock convoy: six webhook workers claim jobs under lock 42 while a producer "
         "adds two a second; the worker that takes the sixth job hangs in an HTTP call "

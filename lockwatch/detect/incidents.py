@@ -10,7 +10,7 @@ the same root poll after poll.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lockwatch.detect.incident_text import incident_title, next_step
@@ -23,7 +23,7 @@ from lockwatch.model.evidence import (
     QueueEvidence,
     QueueStallEvidence,
 )
-from lockwatch.model.findings import Family, Finding, FindingKind
+from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.incidents import IncidentRoot, RootGroup, RootKind, RootLoad
 from lockwatch.model.locks import AdvisoryLock, LockKey, LockSnapshot
 
@@ -37,6 +37,7 @@ class _Grouped:
 
 
 Holder = HolderFacts | LockHolderFacts
+FindingIdentity = tuple[str, str, Subject]
 _HOLDING = frozenset({RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED})
 
 
@@ -79,17 +80,37 @@ def _own_root(finding: Finding) -> IncidentRoot | None:
     return None  # a queue's: decided once the holders of this poll are known
 
 
-def _stall_root(finding: Finding, holders: dict[int, IncidentRoot]) -> IncidentRoot:
+def _stall_root(
+    finding: Finding,
+    holders: dict[int, IncidentRoot],
+    by_lock: dict[tuple[str | None, str | None], IncidentRoot],
+) -> IncidentRoot:
     """A stalled queue's root: the holder its workers wait on (one already at
-    the root of another finding first), or the queue itself."""
+    the root of another finding first, then the root a finding about that lock
+    blames, such as a prepared transaction), or the queue itself."""
     evidence = finding.evidence
-    named = evidence.named_holders if isinstance(evidence, QueueStallEvidence) else ()
+    chain = evidence.lock if isinstance(evidence, QueueStallEvidence) else None
+    named = () if chain is None else chain.holders
     for holder in named:
         if holder.pid in holders:
             return holders[holder.pid]
-    if named:
-        return holder_root(finding.target, named[0])
+    if chain is not None and (chain.database, chain.lock) in by_lock:
+        return by_lock[chain.database, chain.lock]
+    sessions = [holder for holder in named if holder.pid != 0]  # pid 0: a prepared transaction
+    if sessions:
+        return holder_root(finding.target, sessions[0])
     return IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
+
+
+def _kept_session(root: IncidentRoot, before: IncidentRoot | None) -> IncidentRoot:
+    """The session a finding was told with last poll, when this poll names the
+    same pid without knowing its backend_start (or last poll did not know it):
+    a session seen once without it must not become another incident."""
+    if before is None or _pid_key(root) is None or _pid_key(before) != root.pid:
+        return root
+    if root.backend_start is None or before.backend_start is None:
+        return replace(root, backend_start=before.backend_start)
+    return root
 
 
 def _pid_key(root: IncidentRoot) -> int | None:
@@ -128,9 +149,12 @@ def _queue_root(
     root: IncidentRoot | None,
     stalls: dict[tuple[str, str | None], IncidentRoot],
     by_lock: dict[tuple[str | None, str | None], IncidentRoot],
+    previous: Mapping[FindingIdentity, IncidentRoot],
 ) -> IncidentRoot:
     """A queue finding's root: its queue's stall's, else the holder of a lock
-    its workers wait on (one a lock finding blames), else the queue itself."""
+    its workers wait on (one a lock finding blames), else the holder it was
+    told with last poll (a backlog outlasts the hold that caused it: it stays
+    that incident's until it clears), else the queue itself."""
     if root is not None and root.kind is not RootKind.QUEUE:
         return root
     stall = stalls.get((finding.target, finding.subject.queue))
@@ -141,18 +165,29 @@ def _queue_root(
         for wait in worker.waiting_on:
             if (wait.database, wait.lock) in by_lock:
                 return by_lock[wait.database, wait.lock]
+    before = previous.get(finding.identity)
+    if before is not None and before.kind is not RootKind.QUEUE:
+        return before
     return (
         root or stall or IncidentRoot(RootKind.QUEUE, finding.target, queue=finding.subject.queue)
     )
 
 
-def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
+def group_findings(
+    findings: Sequence[Finding], previous: Mapping[FindingIdentity, IncidentRoot] | None = None
+) -> list[_Grouped]:
     """Every finding in exactly one group, one group per root, in the order
-    of each root's first finding."""
+    of each root's first finding. ``previous``: the root each finding was told
+    with last poll, which a queue's finding keeps while nothing else claims it."""
     own = [_own_root(finding) for finding in findings]
     holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
+    by_lock = {
+        (f.subject.database, f.subject.lock): root
+        for f, root in zip(findings, own, strict=True)
+        if root is not None and root.kind in _HOLDING and isinstance(f.evidence, LockEvidence)
+    }
     roots: list[IncidentRoot | None] = [
-        _stall_root(finding, holders)
+        _stall_root(finding, holders, by_lock)
         if root is None and finding.kind is FindingKind.QUEUE_STALLED
         else root
         for finding, root in zip(findings, own, strict=True)
@@ -162,13 +197,11 @@ def group_findings(findings: Sequence[Finding]) -> list[_Grouped]:
         for finding, root in zip(findings, roots, strict=True)
         if finding.kind is FindingKind.QUEUE_STALLED and root is not None
     }
-    by_lock = {
-        (f.subject.database, f.subject.lock): root
-        for f, root in zip(findings, own, strict=True)
-        if root is not None and _pid_key(root) is not None and isinstance(f.evidence, LockEvidence)
-    }
+    before = previous or {}
     decided = [
-        _queue_root(finding, root, stalls, by_lock)
+        _kept_session(
+            _queue_root(finding, root, stalls, by_lock, before), before.get(finding.identity)
+        )
         for finding, root in zip(findings, roots, strict=True)
     ]
     groups: dict[tuple[str, ...], list[Finding]] = {}
@@ -222,11 +255,15 @@ def waiters_in(findings: Iterable[Finding]) -> int:
 
 
 def tell_incidents(
-    findings: Sequence[Finding], snapshot: LockSnapshot | None, runbooks: str
+    findings: Sequence[Finding],
+    snapshot: LockSnapshot | None,
+    runbooks: str,
+    previous: Mapping[FindingIdentity, IncidentRoot] | None = None,
 ) -> list[RootGroup]:
     """One poll's findings as root causes, each with its title and next step:
-    what the incident book folds into incidents."""
-    grouped = group_findings(findings)
+    what the incident book folds into incidents (``previous``: its
+    ``finding_roots()``, the roots findings were told with last poll)."""
+    grouped = group_findings(findings, previous)
     loads = root_loads([group.root for group in grouped], snapshot)
     told = []
     for group in grouped:

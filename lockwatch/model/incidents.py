@@ -197,15 +197,18 @@ class Incident:
         return self.state is IncidentState.OPEN
 
 
-def incident_json(incident: Incident) -> JsonObject:
+def incident_json(incident: Incident, findings: int | None = None) -> JsonObject:
     """An incident as JSON-ready values, times to the microsecond: the shape of
-    ``docs/incidents.schema.json``, the state file and the history."""
+    ``docs/incidents.schema.json``, the state file and the history. With
+    ``findings``, only that many of its findings (``finding_count`` says how
+    many it has): a list of incidents stays small whatever one session holds."""
     document = {
         part.name: to_json(getattr(incident, part.name))
         for part in fields(incident)
         if part.name != "findings"
     }
-    document["findings"] = [finding_json(finding) for finding in incident.findings]
+    shown = incident.findings if findings is None else incident.findings[:findings]
+    document["findings"] = [finding_json(finding) for finding in shown]
     return document
 
 

@@ -165,6 +165,7 @@ _PRUNE = """DELETE FROM {table} WHERE resolved_at < %(cut_off)s OR id NOT IN (
     SELECT id FROM {table} ORDER BY resolved_at DESC, id LIMIT %(max_kept)s)"""
 _SELECT = """SELECT document FROM {table} WHERE resolved_at >= %(since)s
 ORDER BY resolved_at DESC, id LIMIT %(max_kept)s"""
+_ONE = """SELECT document FROM {table} WHERE id = %(id)s AND resolved_at >= %(since)s"""
 
 
 class PostgresHistory(IncidentHistory):
@@ -176,8 +177,9 @@ class PostgresHistory(IncidentHistory):
         retention: float = DEFAULT_RETENTION,
         max_kept: int = 1000,
         table: str = TABLE,
+        clock: Clock = utc_now,
     ) -> None:
-        super().__init__(retention, max_kept)
+        super().__init__(retention, max_kept, clock)
         self._dsn = dsn
         self._secrets = dsn_secrets(dsn)
         self._table = table
@@ -230,6 +232,18 @@ class PostgresHistory(IncidentHistory):
         found = {i.id: i for i in (load_incident(_document(row[0])) for row in rows) if i}
         found.update({i.id: i for i in pending if (i.resolved_at or i.updated_at) >= floor})
         return sorted(found.values(), key=_newest_first)
+
+    def get(self, incident_id: str) -> Incident | None:
+        with self._lock:
+            pending = self._memory.get(incident_id)
+            if pending is not None:
+                return pending
+            try:
+                rows = self._run(_ONE, {"id": incident_id, "since": self._cut_off()})
+            except _HistoryError as exc:
+                self._failed(str(exc))
+                return None
+        return load_incident(_document(rows[0][0])) if rows else None
 
     def close(self) -> None:
         if self._conn is not None:

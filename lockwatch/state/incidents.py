@@ -11,6 +11,7 @@ later incident of the same root gets a new one.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
@@ -24,13 +25,14 @@ from lockwatch.model.evidence import (
     QueueEvidence,
 )
 from lockwatch.model.evidence.json_form import JsonObject, to_json
-from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.incidents import (
     SEVERITY_RANK,
     EventKind,
     Impact,
     Incident,
     IncidentChanges,
+    IncidentRoot,
     IncidentState,
     Resolution,
     RootGroup,
@@ -42,6 +44,7 @@ from lockwatch.model.incidents import (
 from lockwatch.model.locks import IDLE_STATES
 from lockwatch.state.incident_json import load_incident
 from lockwatch.state.ledger import dump_finding, load_finding
+from lockwatch.text import one_line
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
 TIMELINE_LIMIT = 50  # ...and in all, the latest ones after those
@@ -62,6 +65,10 @@ def incident_id(fingerprint: str, opened_at: datetime) -> str:
     '0123456789ab-1796126400000'
     """
     return f"{fingerprint[:12]}-{int(opened_at.timestamp() * 1000)}"
+
+
+def _at(event: TimelineEvent) -> datetime:
+    return event.at
 
 
 def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
@@ -93,9 +100,11 @@ class _Record:
         kind: FindingKind | None = None,
         value: float | None = None,
     ) -> None:
-        moment = TimelineEvent(at, event, detail, kind, value)
-        timeline = _bounded([*self.incident.timeline, moment])
-        self.incident = replace(self.incident, timeline=tuple(timeline))
+        # In time order: an event dated back (when the holder went idle) goes
+        # before what was noted since; equal times keep the order they came in.
+        timeline = list(self.incident.timeline)
+        bisect.insort_right(timeline, TimelineEvent(at, event, detail, kind, value), key=_at)
+        self.incident = replace(self.incident, timeline=tuple(_bounded(timeline)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,11 +170,19 @@ class IncidentBook:
         with self._lock:
             return tuple(self._recent)
 
-    def incident_ids(self) -> dict[tuple[str, str, object], str]:
-        """The incident of each active finding, by the finding's identity."""
+    def recall(self, resolved: Sequence[Incident]) -> None:
+        """Take the recently resolved incidents back from the history after a
+        restart (newest first; another target's are left out)."""
+        mine = [i for i in resolved if i.target == self.target and not i.open]
+        mine.sort(key=lambda i: (i.resolved_at or i.updated_at, i.id), reverse=True)
+        with self._lock:
+            self._recent = mine[:RECENT_RESOLVED]
+
+    def finding_roots(self) -> dict[tuple[str, str, Subject], IncidentRoot]:
+        """The root each active finding was told with at the last poll."""
         with self._lock:
             return {
-                finding.identity: record.incident.id
+                finding.identity: record.incident.root
                 for record in self._open.values()
                 for finding in record.incident.findings
             }
@@ -274,9 +291,9 @@ class IncidentBook:
         for kind in joined:
             since = min(f.since for f in findings if f.kind is kind)
             if kind in (FindingKind.LOCK_HELD_TOO_LONG, FindingKind.JOB_TOO_LONG):
-                record.note(
-                    max(since, incident.opened_at), EventKind.BUDGET_PASSED, kind.value, kind=kind
-                )
+                summary = next(f.summary for f in findings if f.kind is kind)
+                at = max(since, incident.opened_at)
+                record.note(at, EventKind.BUDGET_PASSED, one_line(summary, 300), kind=kind)
             elif kind is FindingKind.QUEUE_STALLED:
                 record.note(now, EventKind.QUEUE_STALLED, "the queue stopped completing", kind=kind)
             elif incident.kinds:
@@ -327,8 +344,10 @@ class IncidentBook:
                 backlog = max(backlog or 0, evidence.depth)
             if isinstance(evidence, MissedRunEvidence) and len(record.missed_slots) < SLOTS_KEPT:
                 record.missed_slots.update(slot.isoformat() for slot in evidence.missed_slots)
+        # The waiters a poll saw are taken to wait until the next one.
+        waited = record.incident.waiters * max(0.0, interval)
         return Impact(
-            waiter_seconds=round(impact.waiter_seconds + waiters * max(0.0, interval), 3),
+            waiter_seconds=round(impact.waiter_seconds + waited, 3),
             max_waiters=max(impact.max_waiters, waiters),
             locks_held=max(impact.locks_held, held),
             queue_growth=growth,
@@ -348,12 +367,17 @@ class IncidentBook:
         else:
             how, detail = Resolution.CLEARED, "every finding of it stopped being true"
         record.note(poll.now, EventKind.RESOLVED, detail)
+        impact = record.incident.impact
+        if record.last_monotonic is not None:
+            waited = record.incident.waiters * max(0.0, poll.monotonic - record.last_monotonic)
+            impact = replace(impact, waiter_seconds=round(impact.waiter_seconds + waited, 3))
         incident = replace(
             record.incident,
             state=IncidentState.RESOLVED,
             updated_at=poll.now,
             resolved_at=poll.now,
             resolution=how,
+            impact=impact,
             findings=record.worst[:FINDINGS_KEPT],
             finding_count=len(record.worst),
             waiters=0,

@@ -208,12 +208,13 @@ def _unreadable(exc: BaseException) -> str:
 
 def remove_leftovers(directory: Path | None) -> None:
     """Remove the temporary files a kill during a save leaves (``.target-main.json.*``,
-    ``.notify-ops.json.*``); called at start, under the state dir's lock."""
+    ``.notify-ops.json.*``, ``.incidents-history.json.*``); called at start, under the
+    state dir's lock."""
     if directory is None or not directory.is_dir():
         return
     removed = []
     for leftover in directory.glob(".*.json.*"):
-        if leftover.name.startswith((".target-", ".notify-")) and leftover.is_file():
+        if leftover.name.startswith((".target-", ".notify-", ".incidents-")) and leftover.is_file():
             with contextlib.suppress(OSError):
                 leftover.unlink()
                 removed.append(leftover.name)

@@ -35,9 +35,11 @@ def incidents(lockwatch: LockwatchProcess, **params: str) -> list[dict[str, Any]
 def the_open_one(lockwatch: LockwatchProcess, pid: int) -> dict[str, Any] | None:
     """The open incident of ``pid`` once it counts every lock, alone among the open ones."""
     found = incidents(lockwatch, state="open", target="main")
-    if len(found) == 1 and found[0]["root"]["pid"] == pid:
-        if found[0]["impact"]["locks_held"] == LOCKS:
-            return found[0]
+    if len(found) == 1 and (found[0]["root"]["pid"], found[0]["impact"]["locks_held"]) == (
+        pid,
+        LOCKS,
+    ):
+        return found[0]
     return None
 
 
@@ -71,8 +73,13 @@ def test_a_session_holding_4001_locks_is_one_incident_that_outlives_a_restart(
     try:
         opened = wait_until(lambda: the_open_one(lockwatch, pid), timeout=60)
         assert opened["title"].startswith(f"pid {pid} psql holds {LOCKS} locks")
-        assert opened["finding_count"] > 100  # the overflow findings are in it too
-        assert any(f["subject"]["lock"] == "(more locks)" for f in opened["findings"])
+        assert opened["finding_count"] > 100
+        assert len(opened["findings"]) == 20  # a list stays small; the incident has them all
+        one = requests.get(f"{lockwatch.base}/api/v1/incidents/{opened['id']}", timeout=5)
+        assert_valid_incidents(one.json())
+        every = one.json()["incident"]["findings"]
+        assert len(every) == opened["finding_count"]
+        assert any(f["subject"]["lock"] == "(more locks)" for f in every)  # past the cap, in it
         assert len(opened["locks"]) == 5
         assert f"pid = {pid} AND backend_start = '" in opened["next_step"]["sql"]
         findings = lockwatch.findings()
@@ -99,6 +106,9 @@ def test_a_session_holding_4001_locks_is_one_incident_that_outlives_a_restart(
         assert by_id.status_code == 200
         assert_valid_incidents(by_id.json())
         assert requests.get(f"{lockwatch.base}/api/v1/incidents/nope", timeout=5).status_code == 404
+        refused = requests.get(f"{lockwatch.base}/api/v1/incidents?state=closed", timeout=5)
+        assert refused.status_code == 400
+        assert "state" in refused.json()["error"]
     finally:
         lockwatch.stop()
 

@@ -5,7 +5,8 @@ Pure but for the history it is handed. Filters: ``state`` (open, resolved),
 ``target``, ``kind`` (a finding kind that has been part of it), ``since``
 (``1d``, ``2h``, or an ISO 8601 moment: what was open or resolved since then);
 pages: ``limit`` (at most MAX_LIMIT) and ``cursor`` (the ``next_cursor`` of the
-page before).
+page before). A list carries the first LISTED_FINDINGS findings of each
+incident; one incident by id carries them all.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lockwatch.state.board import Board
 from lockwatch.state.incident_history import IncidentHistory
 
 DEFAULT_LIMIT = 50
+LISTED_FINDINGS = 20  # findings per incident in a list; /api/v1/incidents/<id> has all
 MAX_LIMIT = 500
 _DAYS = re.compile(r"(\d+(?:\.\d+)?)([dw])")
 
@@ -151,7 +153,7 @@ def page_document(incidents: Iterable[Incident], query: IncidentQuery) -> dict[s
     following = query.offset + query.limit
     document: dict[str, Any] = json_safe(
         {
-            "incidents": [incident_json(incident) for incident in page],
+            "incidents": [incident_json(incident, LISTED_FINDINGS) for incident in page],
             "total": len(chosen),
             "next_cursor": str(following) if following < len(chosen) else None,
         }
@@ -162,12 +164,17 @@ def page_document(incidents: Iterable[Incident], query: IncidentQuery) -> dict[s
 def incident_document(
     board_or_views: Board | Iterable[TargetView], history: IncidentHistory | None, ident: str
 ) -> dict[str, Any] | None:
-    """``{"incident": ...}`` for one id; None when no incident has it."""
-    for incident in all_incidents(board_or_views, history):
-        if incident.id == ident:
-            document: dict[str, Any] = json_safe({"incident": incident_json(incident)})
-            return document
-    return None
+    """``{"incident": ...}`` for one id, the board's copy first; None when no
+    incident has it."""
+    views = _views(board_or_views)
+    on_board = (i for view in views for i in (*view.incidents, *view.resolved_incidents))
+    found = next((i for i in on_board if i.id == ident), None)
+    if found is None and history is not None:
+        found = history.get(ident)
+    if found is None:
+        return None
+    document: dict[str, Any] = json_safe({"incident": incident_json(found)})
+    return document
 
 
 def incident_ids(

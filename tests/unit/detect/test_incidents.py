@@ -13,6 +13,7 @@ from lockwatch.detect.incidents import group_findings, tell_incidents
 from lockwatch.detect.locks import FINDINGS_PER_KIND, OVERFLOW_SUBJECT, detect_locks
 from lockwatch.model.evidence import (
     LinkedClientFacts,
+    LockEvidence,
     LockHolderFacts,
     PooledLockEvidence,
     PoolFacts,
@@ -20,10 +21,12 @@ from lockwatch.model.evidence import (
     QueueLockChain,
     QueueStallEvidence,
     ServerConnectionFacts,
+    WorkerFacts,
 )
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incidents import DEFAULT_RUNBOOKS, IncidentRoot, RootKind
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.queues import SessionWait
 from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.fixtures.evidence import holder, lock_evidence, queue_evidence
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, key, snapshot
@@ -209,3 +212,84 @@ def test_a_finding_s_root_does_not_depend_on_the_others(
     for finding in findings:
         (alone,) = group_findings([finding])
         assert alone.root.fingerprint == together[finding.identity]
+
+
+def waiting_growth(database: str) -> Finding:
+    """A growing queue whose workers wait on webhook-delivery in ``database``."""
+    workers = (
+        WorkerFacts(
+            "webhook-workers", 6, 0.01, None, (SessionWait(database, "webhook-delivery", "42", 5),)
+        ),
+    )
+    return replace(growing(), evidence=queue_evidence(workers=workers))
+
+
+def test_a_growing_queue_whose_workers_wait_on_a_blamed_lock_joins_its_holder() -> None:
+    snap = seed_002_convoy()
+    locks = detect_locks(snap, SEED_002, NOW)
+    (told,) = group_findings([*locks, waiting_growth(DB)])
+    assert told.root.pid == 1234
+    assert len(group_findings([*locks, waiting_growth("elsewhere")])) == 2
+
+
+def test_a_backlog_outlasting_its_holder_stays_in_the_holder_s_incident() -> None:
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    (before,) = group_findings([*locks, waiting_growth(DB)])
+    previous = {f.identity: before.root for f in before.findings}
+    (after,) = group_findings([growing()], previous)
+    assert after.root == before.root
+    (fresh,) = group_findings([growing()])
+    assert fresh.root.kind is RootKind.QUEUE
+
+
+@given(snapshots_with_settings())
+def test_titles_and_next_steps_stay_one_line_whatever_the_clients_send(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    snap, settings_ = case
+    for told in tell_incidents(detect_locks(snap, settings_, NOW), snap, DEFAULT_RUNBOOKS):
+        for text in (told.title, told.next_step.action, told.next_step.sql or ""):
+            assert text.isprintable(), text
+
+
+def test_a_queue_stalled_behind_a_prepared_transaction_joins_its_incident() -> None:
+    prepared = PreparedFacts("tx-1", "app", DB, NOW, 1234)
+    orphan = Finding(
+        FindingKind.LOCK_ORPHANED,
+        TARGET,
+        Subject(DB, "42"),
+        Severity.CRITICAL,
+        NOW,
+        "",
+        lock_evidence(holder_pid=0, holders=(holder(0, prepared=prepared),)),
+    )
+    stall = stall_on(0, snapshot())
+    assert isinstance(stall.evidence, QueueStallEvidence) and stall.evidence.lock is not None
+    chain = replace(stall.evidence.lock, lock="42")
+    stall = replace(stall, evidence=replace(stall.evidence, lock=chain))
+
+    (told,) = group_findings([orphan, stall, growing()])
+    assert told.root.kind is RootKind.PREPARED
+    (alone,) = group_findings([stall])
+    assert alone.root.kind is RootKind.QUEUE  # pid 0 is no session to end
+
+
+def test_a_holder_seen_once_without_its_backend_start_stays_the_same_incident() -> None:
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    (seen,) = group_findings(locks)
+    unseen = [
+        replace(
+            f,
+            evidence=replace(
+                f.evidence,
+                holders=tuple(replace(h, backend_start=None) for h in f.evidence.holders),
+            ),
+        )
+        for f in locks
+        if isinstance(f.evidence, LockEvidence)
+    ]
+    previous = {f.identity: seen.root for f in seen.findings}
+    (kept,) = group_findings(unseen, previous)
+    assert kept.root.fingerprint == seen.root.fingerprint
+    (fresh,) = group_findings(unseen)
+    assert fresh.root.fingerprint != seen.root.fingerprint

@@ -20,14 +20,16 @@ from lockwatch.model.incidents import (
     IncidentChanges,
     IncidentState,
     Resolution,
+    RootKind,
     incident_json,
 )
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.settings.locks import LockSettings
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incident_json import load_incident
 from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook, IncidentRegistry
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
-from tests.unit.detect.test_incidents import SEED_002
+from tests.unit.detect.test_incidents import SEED_002, pooled
 from tests.unit.detect.test_locks import seed_002_convoy
 
 MINUTE = timedelta(minutes=1)
@@ -69,14 +71,16 @@ def test_the_same_root_keeps_its_id_poll_after_poll_and_a_later_one_gets_another
 def test_waiter_seconds_add_up_over_lockwatch_s_own_intervals() -> None:
     book = IncidentBook(TARGET)
     poll(book, convoy(5), 0)
-    poll(book, convoy(5), 1)  # 5 waiting for 60 s
-    (incident,) = poll(book, convoy(2), 3).active  # 2 waiting for 120 s
-    assert incident.impact.waiter_seconds == 5 * 60 + 2 * 120
+    poll(book, convoy(5), 1)  # the 5 seen at 0 waited until 1
+    (incident,) = poll(book, convoy(2), 3).active  # the 5 seen at 1 waited until 3
+    assert incident.impact.waiter_seconds == 5 * 60 + 5 * 120
     assert incident.impact.max_waiters == 5
     assert incident.waiters == 2
     assert incident.impact.locks_held == 1
     counts = [e.value for e in incident.timeline if e.event is EventKind.WAITERS]
     assert counts == [5.0, 2.0]
+    (resolved,) = poll(book, snapshot(), 4).resolved  # the 2 seen at 3 waited until 4
+    assert resolved.impact.waiter_seconds == 5 * 60 + 5 * 120 + 2 * 60
 
 
 def test_a_new_kind_joining_worsens_the_incident_and_goes_on_its_timeline() -> None:
@@ -164,6 +168,9 @@ def test_resolved_incidents_go_to_the_history_which_outlives_a_restart(tmp_path:
 
     reread = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
     assert [i.id for i in reread.resolved()] == [third.id, second.id]
+    restarted = IncidentBook(TARGET)
+    restarted.recall([*reread.resolved(), replace(third, id="x", target="other")])
+    assert restarted.recent == (third, second)
     assert reread.get(third.id) == third
     assert reread.resolved(since=third.resolved_at) == [third]
 
@@ -184,3 +191,72 @@ def test_an_incident_s_json_reads_back_as_itself() -> None:
     incident = resolved_incident(book, 0)
     assert load_incident(json.loads(json.dumps(incident_json(incident)))) == incident
     assert load_incident({"id": 1}) is None
+
+
+def test_the_holder_s_backend_lent_to_another_client_goes_on_the_timeline() -> None:
+    book = IncidentBook(TARGET)
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    for minute, port in enumerate((40001, 40001, 40002)):
+        findings = [*locks, pooled(locks[0], port)]
+        groups = tell_incidents(findings, seed_002_convoy(), DEFAULT_RUNBOOKS)
+        (incident,) = book.update(groups, NOW + minute * MINUTE, minute * 60.0).active
+    reused = [e for e in incident.timeline if e.event is EventKind.BACKEND_REUSED]
+    assert [e.detail for e in reused] == ["the holder's backend now serves 10.0.0.9:40002 web"]
+    assert incident.root.kind is RootKind.POOLED_BACKEND
+    assert incident.next_step.cost is not None and "pgbouncer" in incident.next_step.cost
+
+
+def orphan_of(pid: int) -> LockSnapshot:
+    return snapshot(
+        held(pid, pid, held_for=900), backends=[backend(pid, f"worker-{pid}", idle_for=800)]
+    )
+
+
+SCENES = (seed_002_convoy(), convoy(2), orphan_of(501), orphan_of(502), snapshot())
+
+
+@given(st.lists(st.lists(st.sampled_from(SCENES), max_size=3), min_size=1, max_size=8))
+def test_any_run_of_polls_keeps_one_incident_per_root_with_a_steady_id(
+    polls: list[list[LockSnapshot]],
+) -> None:
+    book = IncidentBook(TARGET)
+    ids: dict[str, str] = {}  # fingerprint -> id while open
+    for minute, scenes in enumerate(polls):
+        merged = snapshot(
+            *(lock for scene in scenes for lock in scene.locks),
+            backends=[b for scene in scenes for b in scene.backends.values()],
+        )
+        findings = detect_locks(merged, SEED_002, NOW)
+        groups = tell_incidents(findings, merged, DEFAULT_RUNBOOKS, book.finding_roots())
+        changes = book.update(groups, NOW + minute * MINUTE, minute * 60.0)
+        now_open = {i.fingerprint: i.id for i in changes.active}
+        assert set(now_open) == {g.root.fingerprint for g in groups}
+        assert sum(len(i.findings) for i in changes.active) == len(findings)
+        for fingerprint, ident in now_open.items():
+            assert ids.get(fingerprint, ident) == ident  # steady while open
+        for incident in changes.active:
+            moments = [event.at for event in incident.timeline]
+            assert moments == sorted(moments)
+        assert {i.fingerprint for i in changes.resolved} == set(ids) - set(now_open)
+        assert {i.fingerprint for i in changes.opened} == set(now_open) - set(ids)
+        ids = now_open
+        restored = IncidentBook(TARGET)
+        restored.load(json.loads(json.dumps(book.dump())))
+        assert restored.open == book.open
+
+
+def test_locks_moving_past_the_per_kind_cap_and_back_never_resolve_their_holder() -> None:
+    book = IncidentBook(TARGET)
+    psql = backend(7023, "psql", idle_for=800)
+    oldest_first = snapshot(*(held(k, 7023, held_for=900 - k) for k in range(150)), backends=[psql])
+    newest_first = snapshot(*(held(k, 7023, held_for=750 + k) for k in range(150)), backends=[psql])
+    seen = []
+    for minute, snap in enumerate((oldest_first, newest_first, oldest_first)):
+        findings = detect_locks(snap, LockSettings(max_hold=60.0), NOW)
+        groups = tell_incidents(findings, snap, DEFAULT_RUNBOOKS, book.finding_roots())
+        changes = book.update(groups, NOW + minute * MINUTE, minute * 60.0)
+        assert changes.resolved == ()
+        (incident,) = changes.active
+        seen.append((incident.id, {f.subject.lock for f in incident.findings}))
+    assert len({ident for ident, _ in seen}) == 1
+    assert seen[0][1] != seen[1][1]  # the keys told one by one did change

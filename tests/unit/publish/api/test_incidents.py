@@ -4,15 +4,27 @@ stable order, every answer as ``docs/incidents.schema.json`` describes it."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.findings import FindingKind
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS, Incident
+from lockwatch.model.incidents import (
+    DEFAULT_RUNBOOKS,
+    EventKind,
+    Impact,
+    Incident,
+    IncidentRoot,
+    NextStep,
+    Resolution,
+    RootKind,
+    TimelineEvent,
+)
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import findings_document
@@ -25,7 +37,7 @@ from lockwatch.publish.api.incidents import (
 from lockwatch.settings.targets import Target
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incidents import IncidentBook
-from tests.fixtures.schema import assert_valid_findings, assert_valid_incidents
+from tests.fixtures.schema import assert_valid_findings, assert_valid_incidents, incidents_schema
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot
 from tests.unit.detect.test_incidents import SEED_002
 from tests.unit.detect.test_locks import seed_002_convoy
@@ -141,3 +153,28 @@ def test_every_active_finding_names_its_incident(
 def test_a_parameter_that_cannot_be_read_is_refused_with_its_name(params: dict[str, str]) -> None:
     with pytest.raises(QueryError, match=next(iter(params))):
         query(**params)
+
+
+@pytest.mark.parametrize(
+    ("definition", "shape"),
+    [
+        ("incident", Incident),
+        ("root", IncidentRoot),
+        ("event", TimelineEvent),
+        ("impact", Impact),
+        ("next_step", NextStep),
+    ],
+)
+def test_the_schema_names_every_field_of_the_model(definition: str, shape: type[Any]) -> None:
+    described = incidents_schema()["$defs"][definition]
+    names = [part.name for part in fields(shape)]
+    assert sorted(described["properties"]) == sorted(names)
+    assert sorted(described["required"]) == sorted(names)
+
+
+def test_the_schema_lists_every_root_event_and_resolution() -> None:
+    defs = incidents_schema()["$defs"]
+    assert defs["root"]["properties"]["kind"]["enum"] == [k.value for k in RootKind]
+    assert defs["event"]["properties"]["event"]["enum"] == [e.value for e in EventKind]
+    resolutions = defs["incident"]["properties"]["resolution"]["enum"]
+    assert resolutions == [*(r.value for r in Resolution), None]

@@ -1,0 +1,45 @@
+"""The ``incidents:`` section: runbook links, how long and how many resolved
+incidents are kept, and where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lockwatch.config.load import load_settings
+from lockwatch.model.incidents import DEFAULT_RUNBOOKS
+from lockwatch.settings.incidents import HistoryStore
+from tests.unit.config.test_loader import minimal, problems_of, write
+
+
+def test_without_the_section_runbooks_are_the_installed_version_s_and_14_days_are_kept(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(write(tmp_path, minimal()), {})
+    kept = settings.incidents
+    assert kept.runbooks == DEFAULT_RUNBOOKS
+    assert "/blob/v" in DEFAULT_RUNBOOKS and "/blob/main/" not in DEFAULT_RUNBOOKS
+    assert (kept.retention, kept.max_kept, kept.history) == (
+        14 * 86400,
+        1000,
+        HistoryStore.STATE_DIR,
+    )
+
+
+def test_the_section_sets_each_of_them(tmp_path: Path) -> None:
+    section = (
+        "incidents:\n  runbook_base_url: https://wiki.example/runbooks\n"
+        "  retention: 48h\n  max_kept: 10\n  history: pings\n"
+    )
+    kept = load_settings(write(tmp_path, minimal(top_extra=section)), {}).incidents
+    assert kept.runbooks == "https://wiki.example/runbooks"
+    assert (kept.retention, kept.max_kept, kept.history) == (48 * 3600, 10, HistoryStore.PINGS)
+
+
+def test_each_mistake_is_told_with_its_path(tmp_path: Path) -> None:
+    section = (
+        "incidents:\n  runbook_base_url: wiki/runbooks#here\n  max_kept: 0\n  history: pingz\n"
+    )
+    problems = problems_of(write(tmp_path, minimal(top_extra=section)))
+    said = {problem.path: problem.message for problem in problems}
+    assert set(said) == {"incidents.runbook_base_url", "incidents.max_kept", "incidents.history"}
+    assert "did you mean 'pings'" in said["incidents.history"]
