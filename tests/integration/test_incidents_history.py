@@ -70,6 +70,7 @@ def test_the_history_keeps_the_newest_and_another_instance_reads_them(make: Make
     assert [i.id for i in kept] == [third.id, second.id]
     assert kept[0].timeline[-1].event is EventKind.NOTIFIED
     assert other.get(first.id) is None
+    assert other.get(third.id) == kept[0]
     assert other.resolved(since=third.resolved_at) == [kept[0]]
 
     clock[0] = NOW + timedelta(days=15)  # past the default retention of 14 days

@@ -24,11 +24,12 @@ from lockwatch.model.evidence import (
     WorkerFacts,
 )
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS, IncidentRoot, RootKind
+from lockwatch.model.incidents import DEFAULT_RUNBOOKS, IncidentRoot, RootKind, runbook_link
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.queues import SessionWait
 from lockwatch.settings.locks import LockSettings, NamedLock
-from tests.fixtures.evidence import holder, lock_evidence, queue_evidence
+from tests.fixtures.evidence import findings_of_every_kind, holder, lock_evidence, queue_evidence
+from tests.fixtures.paths import ROOT
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, key, snapshot
 from tests.unit.detect.test_locks import seed_002_convoy, snapshots_with_settings
 
@@ -293,3 +294,22 @@ def test_a_holder_seen_once_without_its_backend_start_stays_the_same_incident() 
     assert kept.root.fingerprint == seen.root.fingerprint
     (fresh,) = group_findings(unseen)
     assert fresh.root.fingerprint != seen.root.fingerprint
+
+
+def test_every_kind_has_a_root_a_title_and_a_runbook_section_that_exists() -> None:
+    findings = findings_of_every_kind()
+    groups = tell_incidents(findings, None, DEFAULT_RUNBOOKS)
+    assert sorted(map(repr, (f for g in groups for f in g.findings))) == sorted(map(repr, findings))
+    kinds = {g.root.kind for g in groups}
+    assert {RootKind.JOB, RootKind.TARGET, RootKind.QUEUE, RootKind.LOCK} <= kinds
+    headings = {
+        line.removeprefix("## ").strip().lower()
+        for line in (ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("## ")
+    }
+    for kind in FindingKind:
+        anchor = runbook_link(DEFAULT_RUNBOOKS, kind).rsplit("#", 1)[1]
+        assert anchor in headings, kind
+    for group in groups:
+        assert group.title and group.next_step.action
+        assert group.next_step.runbook.startswith(DEFAULT_RUNBOOKS + "#")
