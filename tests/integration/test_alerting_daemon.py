@@ -1,14 +1,17 @@
 """The notifier inside a real ``lockwatch run`` during a real convoy (seed 002):
-a receiver that never answers holds up no poll, and restarts neither lose a
-pending notification nor announce an open incident twice (its id outlives them)."""
+a receiver that never answers holds up no poll, a delivery goes on the
+incident's timeline, and restarts neither lose a pending notification nor
+announce an open incident twice (its id outlives them)."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from lockwatch.demo.scenarios import ConvoyIncident
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
@@ -92,8 +95,22 @@ def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_onc
     assert f"root: pid {incident.holder.pid} · webhook-worker-1" in firing.text
     assert "runbook: LockwatchLockConvoy" in firing.text
 
+    wait_until(lambda: notified(lockwatch), message="the delivery on the incident's timeline")
+
     end_convoy_and_expect_one_resolution(incident, standin)
     assert lockwatch.metric("lockwatch_notifications_sent_total", channel="ops") == 2
+
+
+def notified(lockwatch: LockwatchProcess) -> list[dict[str, Any]]:
+    """The ``notified`` events of the open incidents' timelines that name channel ops."""
+    answer = requests.get(f"{lockwatch.base}/api/v1/incidents?state=open", timeout=5)
+    answer.raise_for_status()
+    return [
+        event
+        for found in answer.json()["incidents"]
+        for event in found["timeline"]
+        if event["event"] == "notified" and "ops" in event["detail"]
+    ]
 
 
 def test_restarts_neither_lose_a_pending_notification_nor_announce_an_open_incident_twice(
