@@ -125,6 +125,8 @@ class Daemon:
                 targets=[target.name for target in settings.targets],
                 external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
                 clock=clock,
+                # Each delivered message goes on its incident's timeline.
+                on_notified=self.incidents.note_notified,
             )
             self._listeners = (*listeners, self.alerts)
         self._reload = reload
