@@ -125,6 +125,7 @@ class Daemon:
                 targets=[target.name for target in settings.targets],
                 external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
                 clock=clock,
+                on_notified=self.incidents.note_notified,  # onto the incident's timeline
             )
             self._listeners = (*listeners, self.alerts)
         self._reload = reload

@@ -1,7 +1,8 @@
-"""lockwatch's own notifier: findings to Telegram, Slack and webhooks.
+"""lockwatch's own notifier: incidents to Telegram, Slack and webhooks.
 
-``settings`` holds the frozen config values, ``routing`` decides which channel
-hears of which finding and when, ``message`` groups and renders, ``transports``
-speak HTTP to the receivers and ``service`` runs one delivery thread per
-channel, apart from the poll loop.
+``message`` says what one message tells of one incident, ``outbox`` decides
+which channel hears of which incident and when (routes match its findings),
+``render`` formats for each receiver, ``transports`` speak HTTP to the
+receivers and ``service`` runs one delivery thread per channel, apart from the
+poll loop.
 """

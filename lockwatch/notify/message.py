@@ -1,24 +1,33 @@
-"""What a notification says, before any channel's formatting: which findings,
-each new, still firing or resolved. Plain values, saved in the outbox as JSON."""
+"""What a notification says, before any channel's formatting: one incident,
+opened, worse, still open or resolved, told as the words of
+``model/incident_text``. Plain values, saved in the outbox as JSON, so a
+message outlives a restart without the incident it came from."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockwatch.model.findings import Finding, Severity
-from lockwatch.state.ledger import dump_finding, load_finding
+from lockwatch.model.findings import Severity
+from lockwatch.model.incident_text import (
+    SHOWN_FINDINGS,
+    Said,
+    incident_lines,
+    lead_kind,
+    more_findings,
+    root_labels,
+)
+from lockwatch.model.incidents import Incident
 
 RUNBOOKS = "https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md"
-SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
 
 
 def alert_name(kind: str) -> str:
-    """The alert a finding kind raises, the same name in the bundled Prometheus
-    rules and in lockwatch's own notifications.
+    """The alert an incident led by a finding kind raises, the same name in the
+    bundled Prometheus rules and in lockwatch's own notifications.
 
     >>> alert_name("lock_held_too_long")
     'LockwatchLockHeldTooLong'
@@ -34,90 +43,166 @@ def runbook_url(alert: str) -> str:
     return f"{RUNBOOKS}#{alert.lower()}"
 
 
-class EntryState(enum.StrEnum):
-    NEW = "new"  # announced by this message
-    FIRING = "firing"  # announced before and still going on
+class Headline(enum.StrEnum):
+    """Why a message about an incident goes out."""
+
+    OPENED = "opened"
+    WORSE = "worse"  # a new finding kind joined, or its severity rose
+    REMINDER = "reminder"  # still open, its repeat interval passed
     RESOLVED = "resolved"
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
-    state: EntryState
-    finding: Finding
+class Told:
+    """One of the first findings of an incident, as a message lists it."""
+
+    kind: str
+    severity: str
+    where: str  # the target and the subject: "main · app/42"
+    summary: str
+    before: bool  # its kind was told in an earlier message about the incident
+
+    def dump(self) -> list[object]:
+        return [self.kind, self.severity, self.where, self.summary, self.before]
+
+    @classmethod
+    def load(cls, item: Any) -> Told:
+        kind, severity, where, summary, before = item
+        return cls(str(kind), str(severity), str(where), str(summary), bool(before))
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An incident as one message tells it: the words, not the incident."""
+
+    incident: str  # its id
+    target: str
+    kind: str  # its leading kind: the alert's name and runbook
+    severity: Severity
+    title: str
+    said: tuple[Said, ...]
+    runbook: str
+    opened_at: datetime
+    labels: tuple[tuple[str, str], ...]  # model.incident_text.root_labels
+    resolved_at: datetime | None = None
+    resolution: str | None = None
+    findings: tuple[Told, ...] = ()  # its first findings
+    more: int = 0  # its findings past those
+
+    @classmethod
+    def of(cls, incident: Incident, told_kinds: Collection[str] = ()) -> Notice:
+        """``told_kinds``: the finding kinds earlier messages told of."""
+        shown = incident.findings[:SHOWN_FINDINGS]
+        return cls(
+            incident=incident.id,
+            target=incident.target,
+            kind=lead_kind(incident).value,
+            severity=incident.severity,
+            title=incident.title,
+            said=tuple(incident_lines(incident)),
+            runbook=incident.next_step.runbook,
+            opened_at=incident.opened_at,
+            labels=tuple(root_labels(incident).items()),
+            resolved_at=incident.resolved_at,
+            resolution=None if incident.resolution is None else incident.resolution.value,
+            findings=tuple(
+                Told(
+                    f.kind.value,
+                    f.severity.value,
+                    f"{f.target} · {f.subject.render()}",
+                    f.summary,
+                    f.kind.value in told_kinds,
+                )
+                for f in shown
+            ),
+            more=more_findings(incident, SHOWN_FINDINGS),
+        )
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "incident": self.incident,
+            "target": self.target,
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "title": self.title,
+            "said": [[s.label, s.text, s.code] for s in self.said],
+            "runbook": self.runbook,
+            "opened_at": self.opened_at.isoformat(),
+            "labels": [list(pair) for pair in self.labels],
+            "resolved_at": None if self.resolved_at is None else self.resolved_at.isoformat(),
+            "resolution": self.resolution,
+            "findings": [told.dump() for told in self.findings],
+            "more": self.more,
+        }
+
+    @classmethod
+    def load(cls, document: Any) -> Notice:
+        """The notice ``dump`` made; raises KeyError, TypeError or ValueError
+        when ``document`` is not one."""
+        opened_at = datetime.fromisoformat(document["opened_at"])
+        resolved = document["resolved_at"]
+        if opened_at.tzinfo is None:
+            raise ValueError("opened_at without a time zone")
+        return cls(
+            incident=str(document["incident"]),
+            target=str(document["target"]),
+            kind=str(document["kind"]),
+            severity=Severity(document["severity"]),
+            title=str(document["title"]),
+            said=tuple(Said(str(a), str(b), bool(c)) for a, b, c in document["said"]),
+            runbook=str(document["runbook"]),
+            opened_at=opened_at,
+            labels=tuple((str(k), str(v)) for k, v in document["labels"]),
+            resolved_at=None if resolved is None else datetime.fromisoformat(resolved),
+            resolution=None if document["resolution"] is None else str(document["resolution"]),
+            findings=tuple(Told.load(item) for item in document["findings"]),
+            more=int(document["more"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One notification to one channel: a group of related findings, the
-    headline first. A message without entries is ``notify-test``'s."""
+    """One notification to one channel about one incident. A message without a
+    notice is ``notify-test``'s."""
 
     id: str
     channel: str
     created_at: datetime
-    entries: tuple[Entry, ...] = ()
+    notice: Notice | None = None
+    headline: Headline = Headline.OPENED
 
     @property
     def test(self) -> bool:
-        return not self.entries
-
-    @property
-    def headline(self) -> EntryState:
-        return headline(self.entries)
+        return self.notice is None
 
     @property
     def firing(self) -> bool:
-        return any(entry.state is not EntryState.RESOLVED for entry in self.entries)
+        return self.notice is not None and self.headline is not Headline.RESOLVED
 
     def dump(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "channel": self.channel,
             "created_at": self.created_at.isoformat(),
-            "entries": [
-                {"state": entry.state.value, "finding": dump_finding(entry.finding)}
-                for entry in self.entries
-            ],
+            "headline": self.headline.value,
+            "notice": None if self.notice is None else self.notice.dump(),
         }
 
     @classmethod
     def load(cls, document: Any) -> Message | None:
-        """The message ``dump`` made, or None when ``document`` is not one."""
+        """The message ``dump`` made, or None when ``document`` is not one (an
+        older outbox's message about findings among them)."""
         try:
             created_at = datetime.fromisoformat(document["created_at"])
-            entries = []
-            for item in document["entries"]:
-                finding = load_finding(item["finding"])
-                if finding is None:
-                    return None
-                entries.append(Entry(EntryState(item["state"]), finding))
-            if created_at.tzinfo is None or not entries:
+            notice = Notice.load(document["notice"])
+            if created_at.tzinfo is None:
                 return None
-            return cls(str(document["id"]), str(document["channel"]), created_at, tuple(entries))
+            return cls(
+                str(document["id"]),
+                str(document["channel"]),
+                created_at,
+                notice,
+                Headline(document["headline"]),
+            )
         except (KeyError, TypeError, ValueError):
             return None
-
-
-def headline(entries: Iterable[Entry]) -> EntryState:
-    """What a message is about: a new problem, else a resolution, else a reminder."""
-    states = {entry.state for entry in entries}
-    for state in (EntryState.NEW, EntryState.RESOLVED):
-        if state in states:
-            return state
-    return EntryState.FIRING
-
-
-def order_entries(entries: Iterable[Entry]) -> tuple[Entry, ...]:
-    """The headline's entries first, then the most severe and oldest."""
-    entries = list(entries)
-    first = headline(entries)
-    return tuple(
-        sorted(
-            entries,
-            key=lambda e: (
-                e.state is not first,
-                SEVERITY_RANK[e.finding.severity],
-                e.finding.since,
-                e.finding.kind.value,
-            ),
-        )
-    )

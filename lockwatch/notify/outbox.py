@@ -1,153 +1,114 @@
 """Deciding what one channel is told, and keeping it until it is delivered.
 
-``evaluate`` is pure: from what the channel was already told (``announced``),
-the findings active now and the clock, it makes the messages that are due.
-Related findings travel together: findings on the same target and subject,
-and findings that name another in ``related`` (a stalled queue names the
-lock findings about the lock its workers wait on so), form one group; when anything in a group is due, one message tells the group's whole
-state, and every finding in it counts as announced.
+``evaluate`` is pure: from what the channel was already told (``announced``,
+by incident id), the incidents open now, those just resolved and the clock, it
+makes the messages that are due: one per incident when it opens, when it gets
+worse (a finding kind joins, its severity rises), when its repeat interval
+passed, and when it resolves. However many findings an incident has (a session
+holding 4,001 locks), it is one message.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model.findings import Finding, Subject
-from lockwatch.notify.message import Entry, EntryState, Message, order_entries
-from lockwatch.settings.notify import NotifySettings
-from lockwatch.state.ledger import dump_finding, load_finding
-
-
-def _subject_values(subject: Subject) -> dict[str, str]:
-    return {k: v for k, v in subject.as_dict().items() if v}
-
-
-def finding_key(finding: Finding) -> str:
-    """A finding's identity as a string, for JSON and dict keys.
-
-    >>> from lockwatch.model.evidence import OverflowEvidence
-    >>> finding_key(Finding("lock_convoy", "main", Subject("app", "42"), "critical",
-    ...             datetime(2025, 1, 1), "x", OverflowEvidence(1, ("app/42",), 100)))
-    '["lock_convoy", "main", {"database": "app", "lock": "42"}]'
-    """
-    subject = _subject_values(finding.subject)
-    return json.dumps([str(finding.kind), finding.target, subject], sort_keys=True)
-
-
-def _place(target: str, subject: Subject) -> str:
-    return json.dumps([target, _subject_values(subject)], sort_keys=True)
-
-
-def groups(findings: Iterable[Finding]) -> list[list[Finding]]:
-    """Findings joined by shared subjects and relations, each group in input order."""
-    parent: dict[str, str] = {}
-
-    def root(place: str) -> str:
-        parent.setdefault(place, place)
-        while parent[place] != place:
-            parent[place] = parent[parent[place]]
-            place = parent[place]
-        return place
-
-    listed = list(findings)
-    for finding in listed:
-        own = root(_place(finding.target, finding.subject))
-        for related in finding.related:
-            parent[root(_place(related.target, related.subject))] = own
-    grouped: dict[str, list[Finding]] = {}
-    for finding in listed:
-        grouped.setdefault(root(_place(finding.target, finding.subject)), []).append(finding)
-    return list(grouped.values())
+from lockwatch.model.incidents import SEVERITY_RANK, Incident
+from lockwatch.notify.message import Headline, Message, Notice
+from lockwatch.settings.notify import NotifySettings, Timing
 
 
 @dataclass(frozen=True, slots=True)
 class Announced:
-    """A finding the channel was told about, as last seen, and when it last was."""
+    """An incident the channel was told about, as last seen, and when it last was."""
 
-    finding: Finding
+    notice: Notice
+    kinds: tuple[str, ...]  # every finding kind it had when last told
     sent_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """When a channel hears of an incident: from the routes of its findings."""
+
+    at: datetime  # the earliest moment one of its routed findings has lasted its ``for``
+    repeat_interval: float | None
+
+
+def due(settings: NotifySettings, incident: Incident, channel: str) -> Due | None:
+    """How ``channel`` hears of ``incident``, or None when no route sends any
+    of its findings there. The earliest ``for`` and the shortest repeat win."""
+    timings: list[tuple[datetime, Timing]] = []
+    for finding in incident.findings:
+        timing = settings.timing(finding, channel)
+        if timing is not None:
+            timings.append((finding.since, timing))
+    if not timings:
+        return None
+    at = min(since + timedelta(seconds=t.for_duration) for since, t in timings)
+    repeats = [t.repeat_interval for _, t in timings if t.repeat_interval is not None]
+    return Due(at, min(repeats) if repeats else None)
+
+
+def _worse(told: Announced, incident: Incident) -> bool:
+    new_kinds = {kind.value for kind in incident.kinds} - set(told.kinds)
+    return bool(new_kinds) or SEVERITY_RANK[incident.severity] < SEVERITY_RANK[told.notice.severity]
 
 
 def evaluate(
     channel: str,
     settings: NotifySettings,
     announced: Mapping[str, Announced],
-    active: Iterable[Finding],
+    active: Iterable[Incident],
+    resolved: Mapping[str, Incident],
     reported: Collection[str],
     now: datetime,
     new_id: Callable[[], str],
 ) -> tuple[dict[str, Announced], list[Message]]:
     """What ``channel`` must be told now, and what it will then have been told.
 
-    A finding is due once it has lasted its route's ``for``, or when its
-    repeat interval has passed since it was last told. An announced finding
-    no longer active is resolved, but only for targets in ``reported``
+    An announced incident no longer open is told resolved (with its final
+    state when ``resolved`` has it), but only for targets in ``reported``
     (polled since the start): before its first poll, nobody knows. One that
-    is still active but no longer routed here is dropped without a word.
+    is still open but no longer routed here is dropped without a word.
     """
-    routed, due, active_keys = _routed_and_due(channel, settings, announced, active, now)
-    resolved = {
-        key: told
-        for key, told in announced.items()
-        if key not in active_keys and told.finding.target in reported
-    }
     after: dict[str, Announced] = {}
-    for key, told in announced.items():
-        if key in routed:
-            after[key] = Announced(routed[key], told.sent_at)
-        elif key not in active_keys and key not in resolved:
-            after[key] = told
-    messages = []
-    findings = [*routed.values(), *(told.finding for told in resolved.values())]
-    for group in sorted(groups(findings), key=lambda g: min(f.since for f in g)):
-        keys = [finding_key(f) for f in group]
-        if not any(key in due or key in resolved for key in keys):
-            continue
-        entries = []
-        for key, finding in zip(keys, group, strict=True):
-            if key in resolved:
-                entries.append(Entry(EntryState.RESOLVED, finding))
-                continue
-            state = EntryState.FIRING if key in announced else EntryState.NEW
-            entries.append(Entry(state, finding))
-            after[key] = Announced(finding, now)
-        messages.append(Message(new_id(), channel, now, order_entries(entries)))
-    return after, messages
-
-
-def _routed_and_due(
-    channel: str,
-    settings: NotifySettings,
-    announced: Mapping[str, Announced],
-    active: Iterable[Finding],
-    now: datetime,
-) -> tuple[dict[str, Finding], set[str], set[str]]:
-    """The active findings routed to ``channel`` by key, the keys of those due
-    now, and the keys of every active finding."""
-    routed: dict[str, Finding] = {}
-    due: set[str] = set()
-    active_keys: set[str] = set()
-    for finding in active:
-        key = finding_key(finding)
-        active_keys.add(key)
-        timing = settings.timing(finding, channel)
+    messages: list[Message] = []
+    open_ids: set[str] = set()
+    for incident in sorted(active, key=lambda i: (i.opened_at, i.id)):
+        open_ids.add(incident.id)
+        timing = due(settings, incident, channel)
+        told = announced.get(incident.id)
         if timing is None:
             continue
-        routed[key] = finding
-        told = announced.get(key)
+        headline: Headline | None = None
         if told is None:
-            lasted = max(0.0, (now - finding.since).total_seconds())
-            if lasted >= timing.for_duration:
-                due.add(key)
+            headline = Headline.OPENED if now >= timing.at else None
+        elif _worse(told, incident):
+            headline = Headline.WORSE
         elif timing.repeat_interval is not None and now - told.sent_at >= timedelta(
             seconds=timing.repeat_interval
         ):
-            due.add(key)
-    return routed, due, active_keys
+            headline = Headline.REMINDER
+        notice = Notice.of(incident, () if told is None else told.kinds)
+        kinds = tuple(kind.value for kind in incident.kinds)
+        if headline is not None:
+            messages.append(Message(new_id(), channel, now, notice, headline))
+            after[incident.id] = Announced(notice, kinds, now)
+        elif told is not None:
+            after[incident.id] = Announced(notice, told.kinds, told.sent_at)
+    for incident_id, told in announced.items():
+        if incident_id in open_ids:
+            continue
+        if told.notice.target not in reported:
+            after[incident_id] = told
+            continue
+        final = resolved.get(incident_id)
+        notice = told.notice if final is None else Notice.of(final, told.kinds)
+        messages.append(Message(new_id(), channel, now, notice, Headline.RESOLVED))
+    return after, messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +131,11 @@ class ChannelState:
     def dump(self) -> dict[str, Any]:
         return {
             "announced": [
-                {"finding": dump_finding(told.finding), "sent_at": told.sent_at.isoformat()}
+                {
+                    "notice": told.notice.dump(),
+                    "kinds": list(told.kinds),
+                    "sent_at": told.sent_at.isoformat(),
+                }
                 for told in self.announced.values()
             ],
             "outbox": [
@@ -186,18 +151,19 @@ class ChannelState:
 
     @classmethod
     def load(cls, document: Mapping[str, Any]) -> ChannelState:
-        """Whatever of a saved state can be read; what cannot is dropped: a
-        finding then announces again, which beats never announcing it."""
+        """Whatever of a saved state can be read; what cannot is dropped: an
+        incident then announces again, which beats never announcing it."""
         state = cls()
         announced = document.get("announced")
         for item in announced if isinstance(announced, list) else ():
             try:
-                finding = load_finding(item["finding"])
+                notice = Notice.load(item["notice"])
+                kinds = tuple(str(kind) for kind in item["kinds"])
                 sent_at = datetime.fromisoformat(item["sent_at"])
             except (KeyError, TypeError, ValueError):
                 continue
-            if finding is not None and sent_at.tzinfo is not None:
-                state.announced[finding_key(finding)] = Announced(finding, sent_at)
+            if sent_at.tzinfo is not None:
+                state.announced[notice.incident] = Announced(notice, kinds, sent_at)
         outbox = document.get("outbox")
         for item in outbox if isinstance(outbox, list) else ():
             try:

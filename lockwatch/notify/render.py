@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockwatch.model.evidence import Evidence, LockEvidence
-from lockwatch.model.findings import Finding, subject_label
-from lockwatch.notify.message import Entry, EntryState, Message, alert_name, runbook_url
+from lockwatch.model.incident_text import Said
+from lockwatch.notify.message import Headline, Message, Notice, alert_name
 from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
 
 TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 units
@@ -27,20 +26,14 @@ TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 unit
 SLACK_LIMIT = 3000
 SUMMARY_LIMIT = 500
 VALUE_LIMIT = 80
-QUERY_LIMIT = 200
-SHOWN_HOLDERS = 3
-SHOWN_WAITERS = 5
+QUERY_LIMIT = 400  # the next step's SQL is a few hundred characters at most
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 
 _HEADLINES = {
-    EntryState.NEW: "🔥 FIRING",
-    EntryState.RESOLVED: "✅ RESOLVED",
-    EntryState.FIRING: "🔁 STILL FIRING",
-}
-_ENTRY_WORDS = {
-    EntryState.NEW: "firing",
-    EntryState.RESOLVED: "resolved",
-    EntryState.FIRING: "still firing",
+    Headline.OPENED: "🔥 OPENED",
+    Headline.WORSE: "⬆️ WORSE",
+    Headline.REMINDER: "🔁 STILL OPEN",
+    Headline.RESOLVED: "✅ RESOLVED",
 }
 
 
@@ -78,89 +71,82 @@ def iso(moment: datetime) -> str:
     return iso_utc(moment) or ""
 
 
-def _where(finding: Finding) -> str:
-    return f"{_value(finding.target)} · {_value(finding.subject.render())}"
-
-
 # -- the document ---------------------------------------------------------------
 
 
 def document(message: Message) -> list[Line]:
-    """The message as lines of spans: a headline, then one block per finding."""
-    if message.test:
+    """The message as lines of spans: the headline with the incident's title,
+    then its root, impact, findings and next step, then when and the runbook."""
+    notice = message.notice
+    if notice is None:
         return [
             (Span("🔔 lockwatch test message", Style.BOLD),),
             (Span(f"Channel {_value(message.channel)} works: lockwatch can reach this chat."),),
             (Span(f"Sent {iso(message.created_at)}"),),
         ]
-    state = message.headline
-    lead = next(e.finding for e in message.entries if e.state is state)
-    others = len(message.entries) - 1
-    title = f"{_HEADLINES[state]}: {lead.kind.value} ({lead.severity.value}) on {_where(lead)}"
-    if others:
-        title += f" and {others} related"
-    lines: list[Line] = [(Span(title, Style.BOLD),)]
-    for entry in message.entries:
-        lines.append(())
-        lines.extend(entry_lines(entry, message.created_at))
-    return lines
-
-
-def entry_lines(entry: Entry, now: datetime) -> list[Line]:
-    finding = entry.finding
     lines: list[Line] = [
         (
-            Span(f"[{_ENTRY_WORDS[entry.state]}] "),
-            Span(finding.kind.value, Style.BOLD),
-            Span(f" · {finding.severity.value} · {_where(finding)}"),
+            Span(
+                f"{_HEADLINES[message.headline]}: {_value(notice.title, SUMMARY_LIMIT)}", Style.BOLD
+            ),
         ),
-        (Span(_value(finding.summary, SUMMARY_LIMIT)),),
+        (
+            Span(
+                f"{notice.severity.value} · {_value(notice.target)} · "
+                f"incident {_value(notice.incident)}"
+            ),
+        ),
+        (),
     ]
-    lines.extend(_holder_lines(finding.evidence))
-    lines.extend(_waiter_lines(finding.evidence))
-    lasted = format_duration((now - finding.since).total_seconds())
-    if entry.state is EntryState.RESOLVED:
-        lines.append((Span(f"resolved after {lasted} (since {iso(finding.since)})"),))
-    else:
-        lines.append((Span(f"since {iso(finding.since)} ({lasted})"),))
-    alert = alert_name(finding.kind.value)
-    lines.append((Span("runbook: "), Span(alert, Style.LINK, runbook_url(alert))))
+    said = [said_line(said) for said in notice.said]
+    # Its findings before the next step: what is wrong, then what to do.
+    step = next((n for n, s in enumerate(notice.said) if s.label == "next step"), len(said))
+    lines.extend(said[:step])
+    lines.extend(_finding_lines(message, notice))
+    lines.extend(said[step:])
+    lines.append(_when_line(message, notice))
+    alert = alert_name(notice.kind)
+    lines.append((Span("runbook: "), Span(alert, Style.LINK, notice.runbook)))
     return lines
 
 
-def _holder_lines(evidence: Evidence) -> list[Line]:
-    holders = evidence.named_holders
+def _finding_lines(message: Message, notice: Notice) -> list[Line]:
+    """Each listed finding as "[state] kind · severity · target · subject", then
+    its summary: the state is the message's for it (firing when this message is
+    the first to tell its kind)."""
     lines: list[Line] = []
-    for holder in holders[:SHOWN_HOLDERS]:
-        facts = [f"pid {holder.pid}", _value(holder.application_name or "-")]
-        facts.append(_value(holder.client_addr or "local socket"))
-        if holder.state:
-            seconds = holder.state_seconds
-            took = f" for {format_duration(seconds)}" if seconds is not None else ""
-            facts.append(f"{_value(holder.state)}{took}")
-        if holder.held_seconds is not None and holder.held_seconds > 0:
-            facts.append(f"held {format_duration(holder.held_seconds)}")
-        lines.append((Span("holder: "), Span(" · ".join(facts))))
-        if holder.query:
-            lines.append(
-                (Span("  last query: "), Span(_value(holder.query, QUERY_LIMIT), Style.CODE))
+    for told in notice.findings:
+        if message.headline is Headline.RESOLVED:
+            state = "resolved"
+        else:
+            state = "still firing" if told.before else "firing"
+        lines.append(
+            (
+                Span(f"[{state}] "),
+                Span(told.kind, Style.BOLD),
+                Span(f" · {told.severity} · {_value(told.where)}"),
             )
-    if len(holders) > SHOWN_HOLDERS:
-        lines.append((Span(f"  and {len(holders) - SHOWN_HOLDERS} more holders"),))
+        )
+        lines.append((Span(f"  {_value(told.summary, SUMMARY_LIMIT)}"),))
+    if notice.more > 0:
+        lines.append((Span(f"and {notice.more} more finding(s)"),))
     return lines
 
 
-def _waiter_lines(evidence: Evidence) -> list[Line]:
-    if not isinstance(evidence, LockEvidence) or not evidence.waiters:
-        return []
-    waiters = evidence.waiters
-    shown = ", ".join(
-        f"pid {w.pid} ({_value(w.application_name or '-')})" for w in waiters[:SHOWN_WAITERS]
-    )
-    more = f" and {len(waiters) - SHOWN_WAITERS} more" if len(waiters) > SHOWN_WAITERS else ""
-    longest = evidence.longest_wait_seconds
-    took = f", longest {format_duration(longest)}" if longest is not None else ""
-    return [(Span(f"waiting: {len(waiters)}{took}: {shown}{more}"),)]
+def said_line(said: Said) -> Line:
+    if said.code:
+        return (Span(f"{said.label}: "), Span(_value(said.text, QUERY_LIMIT), Style.CODE))
+    return (Span(f"{said.label}: {_value(said.text, SUMMARY_LIMIT)}"),)
+
+
+def _when_line(message: Message, notice: Notice) -> Line:
+    if message.headline is Headline.RESOLVED:
+        end = notice.resolved_at or message.created_at
+        lasted = format_duration((end - notice.opened_at).total_seconds())
+        how = f" ({_value(notice.resolution)})" if notice.resolution else ""
+        return (Span(f"resolved{how} after {lasted} (opened {iso(notice.opened_at)})"),)
+    lasted = format_duration((message.created_at - notice.opened_at).total_seconds())
+    return (Span(f"open since {iso(notice.opened_at)} ({lasted})"),)
 
 
 # -- fitting a limit ------------------------------------------------------------
@@ -258,17 +244,11 @@ def plain(lines: Iterable[Line]) -> str:
 # -- Alertmanager's webhook payload ---------------------------------------------
 
 
-def alert_labels(finding: Finding) -> dict[str, str]:
-    """The labels the bundled Prometheus rules give the same finding's alert."""
-    labels = {
-        "alertname": alert_name(finding.kind.value),
-        "kind": finding.kind.value,
-        "severity": finding.severity.value,
-        "target": _value(finding.target),
-    }
-    for name, value in finding.subject.as_dict().items():
-        if value:
-            labels[subject_label(name)] = _value(value)
+def alert_labels(notice: Notice) -> dict[str, str]:
+    """The labels the bundled Prometheus rules give the same incident's alert
+    (those of lockwatch_incident_active), the unused ones left out."""
+    labels = {"alertname": alert_name(notice.kind), "target": _value(notice.target)}
+    labels.update((name, value) for name, value in notice.labels if value)
     return labels
 
 
@@ -277,21 +257,19 @@ def _fingerprint(labels: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _alert(entry: Entry, message: Message, generator_url: str) -> dict[str, Any]:
-    finding = entry.finding
-    labels = alert_labels(finding)
-    alert = labels["alertname"]
-    resolved = entry.state is EntryState.RESOLVED
+def _alert(message: Message, notice: Notice, generator_url: str) -> dict[str, Any]:
+    labels = alert_labels(notice)
+    resolved = message.headline is Headline.RESOLVED
     return {
         "status": "resolved" if resolved else "firing",
         "labels": labels,
         "annotations": {
-            "summary": _value(finding.summary, SUMMARY_LIMIT),
-            "description": plain(entry_lines(entry, message.created_at)),
-            "runbook_url": runbook_url(alert),
+            "summary": _value(notice.title, SUMMARY_LIMIT),
+            "description": plain(document(message)[3:]),
+            "runbook_url": notice.runbook,
         },
-        "startsAt": iso(finding.since),
-        "endsAt": iso(message.created_at) if resolved else ZERO_TIME,
+        "startsAt": iso(notice.opened_at),
+        "endsAt": iso(notice.resolved_at or message.created_at) if resolved else ZERO_TIME,
         "generatorURL": generator_url,
         "fingerprint": _fingerprint(labels),
     }
@@ -310,39 +288,27 @@ def _test_alert(message: Message) -> dict[str, Any]:
     }
 
 
-def _common(items: list[Mapping[str, str]]) -> dict[str, str]:
-    if not items:
-        return {}
-    first = items[0]
-    return {k: v for k, v in first.items() if all(item.get(k) == v for item in items[1:])}
-
-
 def webhook_payload(message: Message, external_url: str) -> dict[str, Any]:
     """Alertmanager's webhook body (version 4), so receivers written for it work.
 
-    One alert per finding of the message, labelled as the bundled rules label
-    it; the message's group becomes ``groupLabels``.
+    One alert per message, the incident's, labelled as the bundled rules label
+    it; its target and incident id are ``groupLabels``, as the example
+    Alertmanager config groups them.
     """
-    generator = f"{external_url.rstrip('/')}/api/v1/findings" if external_url else ""
-    if message.test:
-        alerts = [_test_alert(message)]
-    else:
-        alerts = [_alert(entry, message, generator) for entry in message.entries]
-    labels = [alert["labels"] for alert in alerts]
-    lead = labels[0]
-    group = {k: lead[k] for k in ("target", *sorted(set(lead) - _NOT_SUBJECT)) if k in lead}
+    generator = f"{external_url.rstrip('/')}/api/v1/incidents" if external_url else ""
+    notice = message.notice
+    alert = _test_alert(message) if notice is None else _alert(message, notice, generator)
+    labels = alert["labels"]
+    group = {k: labels[k] for k in ("target", "incident") if k in labels}
     return {
         "version": "4",
         "groupKey": f"{{}}:{{channel={message.channel!r}}}:{_fingerprint(group)}",
         "truncatedAlerts": 0,
-        "status": "firing" if any(a["status"] == "firing" for a in alerts) else "resolved",
+        "status": alert["status"],
         "receiver": message.channel,
         "groupLabels": group,
-        "commonLabels": _common(labels),
-        "commonAnnotations": _common([alert["annotations"] for alert in alerts]),
+        "commonLabels": labels,
+        "commonAnnotations": alert["annotations"],
         "externalURL": external_url,
-        "alerts": alerts,
+        "alerts": [alert],
     }
-
-
-_NOT_SUBJECT = frozenset({"alertname", "kind", "severity", "target", "channel"})

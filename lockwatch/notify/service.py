@@ -1,11 +1,12 @@
 """The notifier: one delivery thread per channel, apart from the poll loop.
 
-The poll threads only hand over each target's active findings
-(:meth:`AlertNotifier.__call__`, a transitions listener); each channel's
-thread decides what is due, keeps it in its outbox in the state dir, and
+The poll threads only hand over each target's open and just-resolved
+incidents (:meth:`AlertNotifier.__call__`, a transitions listener); each
+channel's thread decides what is due, keeps it in its outbox in the state dir, and
 delivers it, retrying transient failures with backoff and jitter and
 honouring a receiver's ``retry_after``. A receiver that hangs delays only its
-own channel, and never a poll.
+own channel, and never a poll. Each delivered message is reported through
+``on_notified`` (the incident's timeline records it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import requests
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from lockwatch.model.findings import Finding
+from lockwatch.model.incidents import Incident
 from lockwatch.notify.message import Message
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.transports import Transport, TransportError, make_transport
@@ -36,6 +37,8 @@ from lockwatch.state.statefile import StateStore
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+# (target, incident id, channel, when): a message about the incident went out.
+OnNotified = Callable[[str, str, str, datetime], None]
 TICK = 1.0  # seconds between looks at `for` and repeat deadlines
 MAX_OUTBOX = 1000  # messages kept per channel while its receiver is away
 
@@ -80,8 +83,10 @@ class ChannelWorker:
         clock: Clock = utc_now,
         backoff: Backoff = DEFAULT_BACKOFF,
         targets: Collection[str] = (),
+        on_notified: OnNotified | None = None,
     ) -> None:
         self.channel = channel
+        self.on_notified = on_notified
         self.settings = settings
         self.transport = transport
         self.store = store
@@ -91,7 +96,8 @@ class ChannelWorker:
         self.failed_total = 0  # given up: refused for good, or undeliverable too long
         self.errors_total = 0  # attempts that failed and will be retried
         self._rng = random.SystemRandom()  # jitter only; any source will do
-        self._latest: dict[str, tuple[Finding, ...]] = {}
+        self._latest: dict[str, tuple[Incident, ...]] = {}
+        self._resolved: dict[str, Incident] = {}  # by id, until the next step tells them
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -119,7 +125,7 @@ class ChannelWorker:
             self._resolve_removed(state, targets)
         if document is not None:
             log.info(
-                "notify %s: restored %d announced findings and %d pending messages",
+                "notify %s: restored %d announced incidents and %d pending messages",
                 self.name,
                 len(state.announced),
                 len(state.outbox),
@@ -127,18 +133,18 @@ class ChannelWorker:
         return state
 
     def _resolve_removed(self, state: ChannelState, targets: Collection[str]) -> None:
-        """Findings announced for a target no longer configured: nobody will poll
+        """Incidents announced for a target no longer configured: nobody will poll
         it, so they are told resolved at the first step, once."""
         removed = Counter(
-            told.finding.target
+            told.notice.target
             for told in state.announced.values()
-            if told.finding.target not in targets
+            if told.notice.target not in targets
         )
         for target, count in sorted(removed.items()):
             self._latest[target] = ()
             log.warning(
                 "notify %s: target %s is no longer configured; its %d announced "
-                "finding(s) are told resolved",
+                "incident(s) are told resolved",
                 self.name,
                 target,
                 count,
@@ -146,10 +152,14 @@ class ChannelWorker:
 
     # -- from the poll threads ------------------------------------------------
 
-    def offer(self, target: str, active: tuple[Finding, ...]) -> None:
-        """The findings active on ``target`` after its latest poll; never blocks on I/O."""
+    def offer(
+        self, target: str, active: tuple[Incident, ...], resolved: tuple[Incident, ...] = ()
+    ) -> None:
+        """The incidents open on ``target`` after its latest poll, and those it
+        resolved; never blocks on I/O."""
         with self._lock:
             self._latest[target] = active
+            self._resolved.update((incident.id, incident) for incident in resolved)
         self._wake.set()
 
     # -- the worker thread --------------------------------------------------
@@ -181,10 +191,18 @@ class ChannelWorker:
         now = self.clock()
         with self._lock:
             latest = dict(self._latest)
-        active = [finding for findings in latest.values() for finding in findings]
+            resolved, self._resolved = self._resolved, {}
+        active = [incident for incidents in latest.values() for incident in incidents]
         before = self.state.announced
         announced, messages = evaluate(
-            self.name, self.settings, before, active, latest.keys(), now, lambda: uuid.uuid4().hex
+            self.name,
+            self.settings,
+            before,
+            active,
+            resolved,
+            latest.keys(),
+            now,
+            lambda: uuid.uuid4().hex,
         )
         self.state.announced = announced
         if messages:
@@ -235,12 +253,22 @@ class ChannelWorker:
             # Counted once saved: a crash between the answer and the save would
             # send the message again, the one way a message can arrive twice.
             self.sent_total += 1
+            self._tell_notified(pending.message)
             if self._failing is not None:
                 log.info("notify %s: delivering again (%s)", self.name, answer)
                 self._failing = None
             else:
                 log.debug("notify %s: delivered %s (%s)", self.name, pending.message.id, answer)
         return TICK
+
+    def _tell_notified(self, message: Message) -> None:
+        notice = message.notice
+        if self.on_notified is None or notice is None:
+            return
+        try:
+            self.on_notified(notice.target, notice.incident, self.name, self.clock())
+        except Exception:  # the timeline is worth less than the delivery loop
+            log.exception("notify %s: recording the delivery on its incident failed", self.name)
 
     def _retry(self, pending: Pending, exc: TransportError) -> None:
         attempts = pending.attempts + 1
@@ -302,6 +330,7 @@ class AlertNotifier:
         clock: Clock = utc_now,
         backoff: Backoff = DEFAULT_BACKOFF,
         session: requests.Session | None = None,
+        on_notified: OnNotified | None = None,
     ) -> None:
         store = StateStore(state_dir, prefix="notify-", keeps="pending and sent notifications")
         self.workers = [
@@ -313,22 +342,23 @@ class AlertNotifier:
                 clock=clock,
                 backoff=backoff,
                 targets=targets,
+                on_notified=on_notified,
             )
             for channel in settings.channels
         ]
         if state_dir is None and self.workers:
             log.warning(
                 "notify: no state_dir, so a restart forgets pending notifications "
-                "and announces firing findings again"
+                "and announces open incidents again"
             )
 
     def __call__(self, transitions: Transitions) -> None:
-        findings = (*transitions.active, *transitions.fired, *transitions.resolved)
-        targets = {transitions.target} if transitions.target else {f.target for f in findings}
-        for target in targets:
-            active = tuple(f for f in transitions.active if f.target == target)
-            for worker in self.workers:
-                worker.offer(target, active)
+        changes = transitions.incidents
+        target = transitions.target or changes.target
+        if not target:
+            return
+        for worker in self.workers:
+            worker.offer(target, changes.active, changes.resolved)
 
     def start(self) -> None:
         for worker in self.workers:

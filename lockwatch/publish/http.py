@@ -248,7 +248,6 @@ class HttpServer:
         self.renders = Renders(board)
         # Everything rendered from the board alone, once per poll (renders.py).
         self._documents: dict[str, Callable[[Page | None], Answer]] = {
-            "/": lambda _: self._page(),
             "/api/v1/findings": lambda _: self._json(lambda: findings_document(board)),
             "/api/v1/locks": lambda page: self._json(
                 lambda: locks_document(board, clock(), page=page)
@@ -367,6 +366,9 @@ class HttpServer:
             return Answer(HTTPStatus.OK, content_type, encoder(self._registry))
         if path == "/api/v1/incidents" or path.startswith("/api/v1/incidents/"):
             return self._incidents(path, query)
+        if path == "/":
+            refresh = "off" not in parse_qs(query).get("refresh", [])
+            return self.renders.answer((path, refresh), lambda: self._page(refresh))
         if path not in self._documents:
             return Answer(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
         try:
@@ -379,8 +381,8 @@ class HttpServer:
     def _json(self, document: Callable[[], Mapping[str, Any]]) -> Answer:
         return Answer(HTTPStatus.OK, JSON, render_json(document()))
 
-    def _page(self) -> Answer:
-        page = self._status_page.render().encode("utf-8")
+    def _page(self, refresh: bool) -> Answer:
+        page = self._status_page.render(refresh=refresh).encode("utf-8")
         return Answer(HTTPStatus.OK, HTML, page, (("Content-Security-Policy", PAGE_POLICY),))
 
     def _incidents(self, path: str, query: str) -> Answer:

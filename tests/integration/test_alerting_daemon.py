@@ -1,14 +1,17 @@
 """The notifier inside a real ``lockwatch run`` during a real convoy (seed 002):
-a receiver that never answers holds up no poll, and restarts neither lose a
-pending notification nor announce a firing finding twice."""
+a receiver that never answers holds up no poll, a delivery goes on the
+incident's timeline, and restarts neither lose a pending notification nor
+announce an open incident twice (its id outlives them)."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from lockwatch.demo.scenarios import ConvoyIncident
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
@@ -61,7 +64,14 @@ def convoy_to_a_receiver_that_hangs(
 def end_convoy_and_expect_one_resolution(incident: ConvoyIncident, standin: ChatStandin) -> None:
     incident.stop()
     wait_until(lambda: len(standin.delivered("telegram")) == 2, message="the resolution")
-    assert standin.delivered("telegram")[1].text.startswith("✅ RESOLVED: lock_convoy")
+    opened, resolution = standin.delivered("telegram")
+    assert resolution.text.startswith("✅ RESOLVED: ")
+    assert _incident_line(opened.text) == _incident_line(resolution.text)
+
+
+def _incident_line(text: str) -> str:
+    """The line naming the incident a message is about: ``critical · main · incident <id>``."""
+    return next(line for line in text.splitlines() if " · incident " in line)
 
 
 def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_once_it_recovers(
@@ -80,15 +90,30 @@ def test_a_receiver_that_never_answers_holds_up_no_poll_and_gets_the_message_onc
     standin.recover()
     wait_until(lambda: pending(lockwatch) == 0, message="the pending message delivered")
     (firing,) = standin.delivered("telegram")
-    assert "FIRING: lock_convoy (critical)" in firing.text
+    assert firing.text.startswith("🔥 OPENED: ")
     assert incident.holder is not None  # set by incident.start()
-    assert f"holder: pid {incident.holder.pid} · webhook-worker-1" in firing.text
+    assert f"root: pid {incident.holder.pid} · webhook-worker-1" in firing.text
+    assert "runbook: LockwatchLockConvoy" in firing.text
+
+    wait_until(lambda: notified(lockwatch), message="the delivery on the incident's timeline")
 
     end_convoy_and_expect_one_resolution(incident, standin)
     assert lockwatch.metric("lockwatch_notifications_sent_total", channel="ops") == 2
 
 
-def test_restarts_neither_lose_a_pending_notification_nor_announce_a_firing_finding_twice(
+def notified(lockwatch: LockwatchProcess) -> list[dict[str, Any]]:
+    """The ``notified`` events of the open incidents' timelines that name channel ops."""
+    answer = requests.get(f"{lockwatch.base}/api/v1/incidents?state=open", timeout=5)
+    answer.raise_for_status()
+    return [
+        event
+        for found in answer.json()["incidents"]
+        for event in found["timeline"]
+        if event["event"] == "notified" and "ops" in event["detail"]
+    ]
+
+
+def test_restarts_neither_lose_a_pending_notification_nor_announce_an_open_incident_twice(
     lockwatch: LockwatchProcess, incident: ConvoyIncident, standin: ChatStandin
 ) -> None:
     convoy_to_a_receiver_that_hangs(lockwatch, incident, standin)
@@ -101,7 +126,7 @@ def test_restarts_neither_lose_a_pending_notification_nor_announce_a_firing_find
         message="the pending message delivered after a restart",
     )
     assert len(standin.delivered("telegram")) == 1
-    assert "notify ops: restored 1 announced findings and 1 pending messages" in lockwatch.log()
+    assert "notify ops: restored 1 announced incidents and 1 pending messages" in lockwatch.log()
 
     lockwatch.kill()
     lockwatch.start()

@@ -1,6 +1,7 @@
 """lockwatch's own notifier over real HTTP to local stand-ins of Telegram, Slack
-and a webhook receiver: firing, reminders and resolutions; errors, rate limits,
-bad tokens and a receiver that never answers; a restart with pending messages."""
+and a webhook receiver: one message per incident as it opens, reminds and
+resolves; errors, rate limits, bad tokens and a receiver that never answers; a
+restart with pending messages; each delivery noted on its incident."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from lockwatch.cli import main
-from lockwatch.model.findings import Finding
-from lockwatch.notify.service import AlertNotifier, Backoff, ChannelWorker
+from lockwatch.model.incidents import Incident, IncidentChanges
+from lockwatch.notify.service import AlertNotifier, Backoff, ChannelWorker, OnNotified
 from lockwatch.settings.notify import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
 from lockwatch.state.ledger import Transitions
+from tests.fixtures.incident_values import incident
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.postgres import free_port
 from tests.fixtures.snapshots import NOW, TARGET
@@ -51,16 +53,31 @@ def channels(standin: ChatStandin, token: str | None = None) -> NotifySettings:
 
 
 def notifier(
-    settings: NotifySettings, clock: Clock, state_dir: Path | None = None
+    settings: NotifySettings,
+    clock: Clock,
+    state_dir: Path | None = None,
+    on_notified: OnNotified | None = None,
 ) -> AlertNotifier:
     return AlertNotifier(
-        settings, state_dir, targets=[TARGET], external_url="http://lw/", clock=clock, backoff=FAST
+        settings,
+        state_dir,
+        targets=[TARGET],
+        external_url="http://lw/",
+        clock=clock,
+        backoff=FAST,
+        on_notified=on_notified,
     )
 
 
-def poll(alerts: AlertNotifier, active: list[Finding]) -> None:
-    """One poll's findings handed over, then a step of each worker."""
-    alerts(Transitions(tuple(active), (), (), TARGET))
+def alone(lock: str = "7,13") -> Incident:
+    """An incident of one orphaned lock: one root, one finding."""
+    return incident([finding(lock=lock)], id=f"orphan-{lock}")
+
+
+def poll(alerts: AlertNotifier, active: list[Incident]) -> None:
+    """One poll's open incidents handed over, then a step of each worker."""
+    changes = IncidentChanges(TARGET, active=tuple(active))
+    alerts(Transitions((), (), (), TARGET, changes))
     for worker in alerts.workers:
         worker.step()
 
@@ -71,39 +88,43 @@ def retry_soon(worker: ChannelWorker, clock: Clock) -> None:
     worker.step()
 
 
-def test_a_convoy_fires_reminds_and_resolves_through_every_channel(standin: ChatStandin) -> None:
+def test_a_convoy_incident_opens_reminds_and_resolves_through_every_channel(
+    standin: ChatStandin,
+) -> None:
     clock = Clock()
-    alerts = notifier(channels(standin), clock)
+    noted: list[tuple[str, str, str]] = []
+    alerts = notifier(
+        channels(standin), clock, on_notified=lambda t, i, c, at: noted.append((t, i, c))
+    )
 
-    poll(alerts, convoy())
+    poll(alerts, [incident()])
     telegram, slack, hook = (standin.delivered(s) for s in ("telegram", "slack", "webhook"))
     assert (len(telegram), len(slack), len(hook)) == (1, 1, 1)
     for message in (telegram[0], slack[0]):
-        assert "🔥 FIRING: lock_convoy (critical) on main · app/42" in message.text.splitlines()[0]
+        assert "🔥 OPENED: pid 1234 webhook-worker-1" in message.text.splitlines()[0]
         assert f"pid {HOLDER_PID} · webhook-worker-1 · 10.0.0.5" in message.text
+        assert "next step: end the holder's session" in message.text
     assert telegram[0].body["parse_mode"] == "HTML"
     payload = hook[0].body
     assert payload["version"] == "4" and payload["status"] == "firing"
-    assert [a["labels"]["alertname"] for a in payload["alerts"]] == [
-        "LockwatchLockConvoy",
-        "LockwatchLockHeldTooLong",
-    ]
+    assert [a["labels"]["alertname"] for a in payload["alerts"]] == ["LockwatchLockConvoy"]
+    assert sorted(noted) == [(TARGET, "inc-1", c) for c in ("ops", "receiver", "team")]
 
     clock.advance(600)
-    poll(alerts, convoy(clock.now))
+    poll(alerts, [incident(convoy(clock.now))])
     assert len(standin.delivered()) == 3, "nothing new before the repeat interval"
 
     clock.advance(3000)
-    poll(alerts, convoy(clock.now))
+    poll(alerts, [incident(convoy(clock.now))])
     reminders = standin.delivered()[3:]
     assert len(reminders) == 3
-    assert reminders[0].text.startswith("🔁 STILL FIRING: lock_convoy")
+    assert reminders[0].text.startswith("🔁 STILL OPEN: pid 1234")
 
     clock.advance(30)
     poll(alerts, [])
     resolved = standin.delivered()[6:]
     assert [r.service for r in resolved] == ["telegram", "slack", "webhook"]
-    assert resolved[0].text.startswith("✅ RESOLVED: lock_convoy (critical) on main · app/42")
+    assert resolved[0].text.startswith("✅ RESOLVED: pid 1234 webhook-worker-1")
     assert resolved[2].body["status"] == "resolved"
     poll(alerts, [])
     assert len(standin.delivered()) == 9
@@ -118,7 +139,7 @@ def test_server_errors_are_retried_with_backoff_until_the_message_goes_through(
     (worker, *_) = alerts.workers
     standin.reply(Reply(500, {"ok": False}), Reply(502, b"bad gateway"), service="telegram")
 
-    poll(alerts, [finding()])
+    poll(alerts, [alone()])
     assert len(standin.requests("telegram")) == 1 and worker.pending == 1
     worker.step()  # the backoff has not passed: no new attempt
     assert len(standin.requests("telegram")) == 1
@@ -138,7 +159,7 @@ def test_a_telegram_429_is_retried_after_its_retry_after_and_not_before(
     (worker, *_) = alerts.workers
     standin.reply(telegram_flood(retry_after=30), service="telegram")
 
-    poll(alerts, [finding()])
+    poll(alerts, [alone()])
     clock.advance(29)
     worker.step()
     assert len(standin.requests("telegram")) == 1
@@ -153,7 +174,7 @@ def test_a_slack_429_honours_the_retry_after_header(standin: ChatStandin) -> Non
     slack = alerts.workers[1]
     standin.reply(Reply(429, b"", {"Retry-After": "12"}), service="slack")
 
-    poll(alerts, [finding()])
+    poll(alerts, [alone()])
     clock.advance(11)
     slack.step()
     assert [r.status for r in standin.requests("slack")] == [429]
@@ -171,10 +192,10 @@ def test_a_bad_token_is_reported_once_and_never_retried(
     (worker, *_) = alerts.workers
 
     with caplog.at_level(logging.WARNING, logger="lockwatch.notify"):
-        poll(alerts, [finding()])
+        poll(alerts, [alone()])
         for _ in range(3):
             retry_soon(worker, clock)
-        poll(alerts, [finding(), finding(lock="99")])
+        poll(alerts, [alone(), alone("99")])
         for _ in range(3):
             retry_soon(worker, clock)
 
@@ -193,7 +214,7 @@ def test_an_unknown_chat_is_refused_for_good_with_a_hint(
 ) -> None:
     chat = TelegramChannel("ops", standin.token, "-42", standin.telegram_api)
     alerts = notifier(NotifySettings(channels=(chat,)), Clock())
-    poll(alerts, [finding()])
+    poll(alerts, [alone()])
     assert alerts.workers[0].failed_total == 1
     assert [r.status for r in standin.requests("telegram")] == [400]
     assert "Bad Request: chat not found; check chat_id" in caplog.text
@@ -208,7 +229,7 @@ def test_a_receiver_that_never_answers_costs_one_read_timeout_per_attempt_and_ge
     standin.hang()
 
     started = time.monotonic()
-    poll(alerts, [finding()])
+    poll(alerts, [alone()])
     took = time.monotonic() - started
     assert worker.pending == 1 and worker.errors_total == 1
     assert took < 10, f"one attempt took {took:.1f}s with a 0.5s read timeout"
@@ -234,7 +255,7 @@ def test_delivery_errors_never_show_the_token_or_the_webhook_path(
     clock = Clock()
     alerts = notifier(settings, clock)
     with caplog.at_level(logging.WARNING, logger="lockwatch.notify"):
-        poll(alerts, [finding()])
+        poll(alerts, [alone()])
     assert "cannot reach http://127.0.0.1:" in caplog.text
     assert "secret" not in caplog.text
 
@@ -248,7 +269,7 @@ def test_a_restart_delivers_a_pending_message_once_and_does_not_announce_again(
     )
     standin.reply(Reply(500, b"down"))
     first = notifier(settings, clock, tmp_path)
-    poll(first, convoy())
+    poll(first, [incident()])
     assert first.workers[0].pending == 1 and standin.delivered() == []
 
     restarted = notifier(settings, clock, tmp_path)
@@ -258,8 +279,8 @@ def test_a_restart_delivers_a_pending_message_once_and_does_not_announce_again(
 
     again = notifier(settings, clock, tmp_path)
     clock.advance(60)
-    poll(again, convoy(clock.now))
-    assert len(standin.delivered("telegram")) == 1, "a firing finding was announced twice"
+    poll(again, [incident(convoy(clock.now))])
+    assert len(standin.delivered("telegram")) == 1, "an open incident was announced twice"
     poll(again, [])
     assert standin.delivered("telegram")[-1].text.startswith("✅ RESOLVED")
 
@@ -300,11 +321,11 @@ notify:
     assert unknown.exit_code == 2 and "no channel named pager" in unknown.output
 
 
-def test_findings_of_a_target_removed_while_stopped_are_told_resolved_once(
+def test_incidents_of_a_target_removed_while_stopped_are_told_resolved_once(
     standin: ChatStandin, tmp_path: Path
 ) -> None:
     clock = Clock()
-    poll(notifier(channels(standin), clock, tmp_path), [finding()])
+    poll(notifier(channels(standin), clock, tmp_path), [alone()])
     assert len(standin.delivered("telegram")) == 1
 
     restarted = AlertNotifier(
@@ -325,7 +346,7 @@ def test_telegram_answering_200_without_its_json_is_retried_not_dropped(
     alerts = notifier(channels(standin), clock)
     (worker, *_) = alerts.workers
     standin.reply(Reply(200, b"<html>captive portal</html>"), service="telegram")
-    poll(alerts, [finding()])
+    poll(alerts, [alone()])
     assert worker.pending == 1 and worker.failed_total == 0
     retry_soon(worker, clock)
     assert len(standin.delivered("telegram")) == 2 and worker.pending == 0
@@ -340,10 +361,22 @@ def test_an_answer_that_times_out_after_the_request_is_sent_whole_is_sent_again_
     (worker, *_) = alerts.workers
     standin.slow(1.0)  # read_timeout 0.5 s
     with caplog.at_level(logging.WARNING, logger="lockwatch.notify"):
-        poll(alerts, [finding()])
+        poll(alerts, [alone()])
         retry_soon(worker, clock)
         retry_soon(worker, clock)
     assert len(standin.delivered("telegram")) == 2
     assert worker.pending == 0 and worker.failed_total == 1
     said = [r.getMessage() for r in caplog.records if "notify ops" in r.getMessage()]
     assert len(said) == 2 and all("may have been delivered" in line for line in said), said
+
+
+def test_a_failing_delivery_note_never_stops_delivering(
+    standin: ChatStandin, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(target: str, incident_id: str, channel: str, at: datetime) -> None:
+        raise RuntimeError("the book is closed")
+
+    alerts = notifier(channels(standin), Clock(), on_notified=broken)
+    poll(alerts, [alone(), alone("99")])
+    assert len(standin.delivered("telegram")) == 2
+    assert "recording the delivery on its incident failed" in caplog.text

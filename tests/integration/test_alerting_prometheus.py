@@ -1,8 +1,9 @@
 """Both alerting paths end to end during a real convoy (seed 002): Prometheus
 scrapes ``lockwatch run`` and fires the bundled rule, Alertmanager routes it
 with the shipped example config to Telegram and Slack stand-ins; lockwatch's own
-notifier tells the same story to the same stand-ins. Each message arrives once,
-with the lock key and the holder, and so does each resolution. The workers'
+notifier tells the same story to the same stand-ins. The convoy is one incident:
+each message arrives once, naming the holder with its numbers, and so does each
+resolution. The workers'
 application name is hostile: markup for Telegram, a mention for Slack."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 
@@ -20,7 +22,7 @@ from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.prometheus import Alertmanager, Prometheus, binary
-from tests.fixtures.standins import ChatStandin, Received
+from tests.fixtures.standins import ChatStandin, Received, add_telegram
 
 pytestmark = [
     pytest.mark.pg,
@@ -111,12 +113,13 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             incident.start()
             assert incident.holder is not None  # set by incident.start()
             pid = incident.holder.pid
-            holder = f"pid {pid} ({HOLDER_APP} from 127.0.0.1)"
             alert = prometheus.wait_for_alert("LockwatchLockConvoy")
-            assert alert["labels"]["lock"] == "42"
-            assert alert["labels"]["severity"] == "critical"
-            assert "holder" not in alert["labels"]
-            assert holder in alert["annotations"]["description"]
+            labels = alert["labels"]
+            assert (labels["pid"], labels["application"]) == (str(pid), HOLDER_APP)
+            assert labels["severity"] == "critical" and labels["root"] == "session"
+            assert f"by pid {pid} ({HOLDER_APP})" in alert["annotations"]["summary"]
+            assert "session(s) waiting" in alert["annotations"]["description"]
+            assert labels["incident"] in alert["annotations"]["description"]
 
             wait_until(
                 lambda: all(from_alertmanager(standin)) and all(from_lockwatch(standin)),
@@ -129,12 +132,13 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             # would not parse); Slack gets it escaped, never as a mention.
             for message in (*am_telegram, *am_slack):
                 assert "LockwatchLockConvoy" in message.text
-                assert "lock 42" in message.text
-            assert holder in am_telegram[0].text
+                assert f"incident {labels['incident']}" in message.text
+            assert f"by pid {pid} ({HOLDER_APP})" in am_telegram[0].text
             for message in (*lw_telegram, *lw_slack):
-                assert "lock_convoy (critical) on main" in message.text
-                assert f"{pg.database}/42" in message.text
-            assert f"holder: pid {pid} · {HOLDER_APP} · 127.0.0.1" in lw_telegram[0].text
+                assert f"critical · main · incident {labels['incident']}" in message.text
+                assert "next step: " in message.text
+            assert lw_telegram[0].text.startswith("🔥 OPENED: ")
+            assert f"root: pid {pid} · {HOLDER_APP} · 127.0.0.1" in lw_telegram[0].text
             escaped = "&lt;i&gt;w&lt;/i&gt;&lt;!channel&gt;&amp;amp-1"
             assert escaped in am_slack[0].text and escaped in lw_slack[0].text
             assert "<!channel>" not in am_slack[0].text + lw_slack[0].text
@@ -150,8 +154,77 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             assert "FIRING" in am_telegram[0].text and "RESOLVED" in am_telegram[1].text
             assert "FIRING" in am_slack[0].text and "RESOLVED" in am_slack[1].text
             lw_telegram, lw_slack = from_lockwatch(standin)
-            assert lw_telegram[1].text.startswith("✅ RESOLVED: lock_convoy")
-            assert "RESOLVED: lock_convoy" in lw_slack[1].text
+            assert lw_telegram[1].text.startswith("✅ RESOLVED: ")
+            assert "RESOLVED: " in lw_slack[1].text
         finally:
             incident.stop()
             assert lockwatch.stop() in (0, -signal.SIGKILL), lockwatch.log(whole=True)
+
+
+def test_one_session_holding_4001_locks_is_one_message_and_at_most_five_prometheus_alerts(
+    tmp_path: Path, pg: PgDatabase, standin: ChatStandin
+) -> None:
+    binary("prometheus")
+    port = free_port()
+    config = write_config(
+        tmp_path, port, {"main": pg.monitor_dsn}, locks="{max_hold: 1s, orphan_after: 1s}"
+    )
+    add_telegram(config, standin)
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    with (
+        psycopg.connect(pg.admin_dsn, autocommit=True) as session,
+        Prometheus(
+            tmp_path / "prom", scrape={"lockwatch": [f"127.0.0.1:{port}"]}, rule_files=[RULES]
+        ) as prometheus,
+    ):
+        session.execute("SET application_name = 'psql'")
+        session.execute("SELECT count(pg_advisory_lock(k)) FROM generate_series(1, 4001) AS k")
+        lockwatch.start()
+        try:
+            wait_until(
+                lambda: lockwatch.finding("lock_orphaned", "main"), message="the orphaned locks"
+            )
+            findings = len(lockwatch.findings())
+            # Prometheus has scraped every finding, and evaluated its rules since.
+            wait_until(
+                lambda: (
+                    prometheus.query("sum(lockwatch_findings)")
+                    and float(prometheus.query("sum(lockwatch_findings)")[0]["value"][1])
+                    >= findings
+                ),
+                timeout=60,
+                message="Prometheus sees all the findings",
+            )
+            before = evaluations(prometheus)
+            wait_until(
+                lambda: all(
+                    stamp != before.get(name) for name, stamp in evaluations(prometheus).items()
+                ),
+                timeout=60,
+                message="a rule evaluation after the scrape",
+            )
+            alerts = [
+                a for a in prometheus.alerts() if a["labels"]["alertname"].startswith("Lockwatch")
+            ]
+            assert findings > 100, f"only {findings} findings: not the case this test is about"
+            assert 1 <= len(alerts) <= 5, [a["labels"]["alertname"] for a in alerts]
+            print(f"4,001 locks: {findings} findings, {len(alerts)} Prometheus alert(s)")
+
+            wait_until(lambda: standin.delivered("telegram"), message="lockwatch's own message")
+            polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+            wait_until(
+                lambda: (
+                    (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4
+                ),
+                message="a few more polls of the same session",
+            )
+            (message,) = standin.delivered("telegram")
+            assert "4001 locks held" in message.text
+        finally:
+            assert lockwatch.stop() in (0, -signal.SIGKILL), lockwatch.log(whole=True)
+
+
+def evaluations(prometheus: Prometheus) -> dict[str, str]:
+    """When Prometheus last evaluated each rule group, as it says it."""
+    groups = prometheus.get("/api/v1/rules")["data"]["groups"]
+    return {group["name"]: str(group.get("lastEvaluation")) for group in groups}

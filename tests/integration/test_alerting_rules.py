@@ -1,19 +1,27 @@
 """The bundled Prometheus rules: promtool-clean, unit-tested both ways, one alert
-per finding kind with the notifier's own names, and a runbook for each."""
+per open incident named after the kind that opened it (the notifier's own
+names), and a runbook for each."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.notify.message import alert_name, runbook_url
+from lockwatch.publish.metrics.incidents import INCIDENT_SERIES_CAP
+from tests.fixtures.incident_values import incident, session_root
+from tests.fixtures.notify import finding
 from tests.fixtures.paths import ROOT
 from tests.fixtures.prometheus import binary
+from tests.fixtures.snapshots import held, snapshot
+from tests.unit.publish.metrics.test_registry import polled, registry_of
 
 ALERTS = ROOT / "alerts"
 RULES = ALERTS / "lockwatch.rules.yml"
@@ -48,17 +56,17 @@ def test_promtool_unit_tests_of_every_alert_pass() -> None:
     assert "SUCCESS" in promtool("test", "rules", RULE_TESTS.name)
 
 
-def test_every_finding_kind_has_its_alert_under_the_notifiers_name() -> None:
+def test_every_finding_kind_has_its_incident_alert_under_the_notifiers_name() -> None:
     by_kind = {}
     for rule in rules():
-        match = re.search(r'lockwatch_finding_info\{kind="(\w+)"\}', rule["expr"])
+        match = re.search(r'lockwatch_incident_active\{kind="(\w+)"\}', rule["expr"])
         if match:
             by_kind[match.group(1)] = rule
     assert set(by_kind) == {kind.value for kind in FindingKind}
     for kind, rule in by_kind.items():
         assert rule["alert"] == alert_name(kind)
-        # the holder goes into the message, not into the alert's identity
-        assert rule["labels"] == {"holder": ""}
+        # the incident's own severity and labels; nothing that changes while it is open
+        assert "labels" not in rule
 
 
 def test_every_alert_has_a_severity_the_annotations_and_a_runbook_section() -> None:
@@ -68,9 +76,10 @@ def test_every_alert_has_a_severity_the_annotations_and_a_runbook_section() -> N
     for rule in rules():
         name = rule["alert"]
         severity = rule.get("labels", {}).get("severity")
-        # finding alerts take the finding's own severity from lockwatch_finding_info
+        # incident alerts take the incident's own severity from lockwatch_incident_active
         assert (
-            severity in {"critical", "warning", "info"} or "lockwatch_finding_info" in rule["expr"]
+            severity in {"critical", "warning", "info"}
+            or "lockwatch_incident_active" in rule["expr"]
         )
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
         assert rule["annotations"]["runbook_url"] == runbook_url(name)
@@ -96,3 +105,19 @@ def test_the_runbook_of_each_finding_kind_says_how_to_confirm_stop_and_fix_it(ki
         "**Fix the cause.**",
     ):
         assert part in section, f"{alert_name(kind)}: missing {part}"
+
+
+def test_promtool_accepts_the_incident_metrics_whatever_the_clients_named_themselves() -> None:
+    hostile = session_root(app='w"orker\n{x="1"} \\ \udcff' + "y" * 300)
+    many = [incident([finding()], id=f"i{n}") for n in range(INCIDENT_SERIES_CAP + 3)]
+    view = replace(polled(snapshot(held(42, 1234))), incidents=(incident(root=hostile), *many))
+    body = generate_latest(registry_of(view))
+    result = subprocess.run(
+        [binary("promtool"), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+    assert body.count(b"lockwatch_incident_active{") == INCIDENT_SERIES_CAP

@@ -22,6 +22,7 @@ from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.evidence import evidence_of
+from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 
@@ -76,6 +77,7 @@ def polled_view(name: str = TARGET) -> TargetView:
         polls_total=3,
         last_success=NOW,
         findings=(finding,),
+        incidents=(incident([finding], root=session_root(target=name)),),
     )
 
 
@@ -146,13 +148,13 @@ def test_its_status_page_links_the_endpoints_and_escapes_every_value(running: Ru
     assert response.headers["Content-Type"] == "text/html; charset=utf-8"
     assert "script-src" not in response.headers["Content-Security-Policy"]
     assert "default-src 'none'" in response.headers["Content-Security-Policy"]
-    for link in ("/metrics", "/api/v1/findings", "/api/v1/locks"):
+    for link in ("/metrics", "/api/v1/incidents", "/api/v1/findings", "/api/v1/locks"):
         assert f'href="{link}"' in response.text
     assert "&lt;b&gt;evil&lt;/b&gt;" in response.text
     assert "<b>evil" not in response.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in response.text
     assert "<script" not in response.text
-    assert "2 active findings" in response.text
+    assert "2 open incidents" in response.text
 
 
 def test_health_is_ok_for_a_grace_period_before_the_first_poll_then_fails(

@@ -16,6 +16,7 @@ from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.families import add, gauge
+from lockwatch.publish.metrics.incidents import incident_metrics
 from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
@@ -47,6 +48,7 @@ class BoardCollector(Collector):
         yield from self._lock_metrics(views, now)
         yield from history_metrics(views)
         yield from self._finding_metrics(views)
+        yield from incident_metrics(views)
         yield from source_metrics(views)
         yield from queue_metrics(views)
         yield from worker_metrics(views)

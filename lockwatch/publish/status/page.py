@@ -7,16 +7,15 @@ from importlib import resources
 from typing import Any
 
 import lockwatch
+from lockwatch.model.incidents import SEVERITY_RANK, Incident
 from lockwatch.model.locks import HIDDEN
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import utc_now
-from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import history_text, locks_document
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.status.cells import (
     escape,
-    evidence_html,
     moment,
     moment_text,
     percent_of_a_core,
@@ -24,6 +23,7 @@ from lockwatch.publish.status.cells import (
     table,
 )
 from lockwatch.publish.status.history import WAITING, History, queue_series, sparkline
+from lockwatch.publish.status.incidents import open_section, resolved_section
 from lockwatch.state.board import Board
 from lockwatch.text import iso_utc
 
@@ -36,7 +36,8 @@ POOLED_NOTE = (
     "direct DSN so that its session stays one backend (target_transaction_pooled says what "
     "it does meanwhile)"
 )
-LOCKS_SHOWN = 50  # per target, longest-held first; /api/v1/locks has them all
+LOCKS_SHOWN = 20  # per target, longest-held first; /api/v1/locks pages through all
+RESOLVED_SHOWN = 10  # recently resolved incidents, newest first; /api/v1/incidents has more
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,14 @@ class Page:
 
     now: datetime
     views: tuple[TargetView, ...]
-    findings: list[dict[str, Any]]  # as /api/v1/findings serves them
+    incidents: tuple[Incident, ...]  # open, every target's, worst first, then the oldest
+    resolved: tuple[Incident, ...]  # recently resolved, newest first
     # target -> its entry in /api/v1/locks, cut to the first LOCKS_SHOWN locks
     locks: dict[str, dict[str, Any]]
     queues: dict[str, dict[str, Any]]  # target -> its queues and workers, as /api/v1/queues
     jobs: dict[str, list[dict[str, Any]]]  # target -> its jobs, as /api/v1/jobs
     history: History
+    refresh: bool = True  # reload every poll interval; off at /?refresh=off
 
 
 class StatusPage:
@@ -62,13 +65,15 @@ class StatusPage:
         self.history = History(monotonic=board.monotonic)
         board.subscribe(self.history.record)
 
-    def render(self) -> str:
+    def render(self, *, refresh: bool = True) -> str:
+        """The page; without ``refresh`` (``/?refresh=off``), no meta refresh."""
         now = self._clock()
         views = self._board.views()
         page = Page(
             now=now,
             views=views,
-            findings=findings_document(views)["findings"],
+            incidents=open_incidents(views),
+            resolved=resolved_incidents(views),
             locks={
                 entry["target"]: entry
                 for entry in locks_document(views, now, shown=LOCKS_SHOWN)["targets"]
@@ -76,33 +81,37 @@ class StatusPage:
             queues={entry["target"]: entry for entry in queues_document(views)["targets"]},
             jobs={entry["target"]: entry["jobs"] for entry in jobs_document(views)["targets"]},
             history=self.history,
+            refresh=refresh,
         )
         return render_page(page)
 
 
-def _findings_section(page: Page) -> str:
-    if not page.findings:
-        return '<section id="findings"><h2>Findings</h2><p class="ok">Nothing is wrong right now.</p></section>'
-    articles = []
-    shown: set[tuple[str, str]] = set()
-    for finding in page.findings:
-        subject = "/".join(v for v in finding["subject"].values() if v) or "—"
-        severity = finding["severity"]
-        # Findings about one subject share most of their evidence: it is
-        # open under the first (the most severe) and folded under the others.
-        first = (finding["target"], subject) not in shown
-        shown.add((finding["target"], subject))
-        articles.append(
-            f'<article class="finding {escape(severity)}">'
-            f'<h3><span class="badge">{escape(severity)}</span> {escape(finding["kind"])} '
-            f'<span class="where">{escape(finding["target"])} · {escape(subject)}</span></h3>'
-            f'<p class="summary">{escape(finding["summary"])}</p>'
-            f'<p class="since">since {moment(page.now, finding["since"])}</p>'
-            f"<details{' open' if first else ''}><summary>evidence</summary>"
-            f"{evidence_html(finding['evidence'])}</details>"
-            "</article>"
-        )
-    return f'<section id="findings"><h2>Findings ({len(page.findings)})</h2>{"".join(articles)}</section>'
+def open_incidents(views: Iterable[TargetView]) -> tuple[Incident, ...]:
+    found = [incident for view in views for incident in view.incidents]
+    return tuple(sorted(found, key=lambda i: (SEVERITY_RANK[i.severity], i.opened_at, i.id)))
+
+
+def resolved_incidents(views: Iterable[TargetView]) -> tuple[Incident, ...]:
+    found = [incident for view in views for incident in view.resolved_incidents]
+    newest = sorted(found, key=lambda i: i.resolved_at or i.updated_at, reverse=True)
+    return tuple(newest[:RESOLVED_SHOWN])
+
+
+def _incidents_section(page: Page) -> str:
+    return open_section(page.now, page.incidents)
+
+
+def _resolved_section(page: Page) -> str:
+    return resolved_section(page.now, page.resolved)
+
+
+def _roots(page: Page, target: str) -> dict[object, str]:
+    """The pids that are roots of open incidents on ``target``, with the incident's id."""
+    return {
+        incident.root.pid: incident.id
+        for incident in page.incidents
+        if incident.target == target and incident.root.pid is not None
+    }
 
 
 def _locks_section(page: Page) -> str:
@@ -115,28 +124,42 @@ def _locks_section(page: Page) -> str:
         elif not shown:
             body = "<p>no advisory locks held or awaited</p>"
         else:
+            roots = _roots(page, view.target.name)
             rows = []
             for lock in shown:
                 holders = table(lock["holders"]) if lock["holders"] else "<p>nobody holds it</p>"
+                # Every waiter waits on the holder marked above them: no "blocked by" column.
+                waiting = [
+                    {k: v for k, v in w.items() if k != "blocked_by"} for w in lock["waiters"]
+                ]
                 waiters = (
-                    f"<h4>{len(lock['waiters'])} waiting, the longest for "
-                    f"{seconds_text(lock['longest_wait_seconds'])}</h4>{table(lock['waiters'])}"
-                    if lock["waiters"]
+                    f"<h4>{len(waiting)} waiting, the longest for "
+                    f"{seconds_text(lock['longest_wait_seconds'])}</h4>{table(waiting)}"
+                    if waiting
                     else ""
+                )
+                marks = "".join(
+                    f'<p class="root"><strong class="mark">root</strong> held by pid '
+                    f'{escape(h["pid"])}, the root of <a href="#incident-{escape(roots[h["pid"]])}">'
+                    f"incident {escape(roots[h['pid']])}</a></p>"
+                    for h in lock["holders"]
+                    if h.get("pid") in roots
                 )
                 rows.append(
                     '<div class="lock">'
                     f'<h4>lock {escape(lock["lock"])} <span class="where">in {escape(lock["database"])}, '
                     f"{escape(lock['mode'])}, held for {seconds_text(lock['hold_seconds'])}"
                     f"{escape(history_text(lock))}</span></h4>"
-                    f"{holders}{waiters}</div>"
+                    f"{marks}{holders}{waiters}</div>"
                 )
             body = "".join(rows)
             left_out = entry.get("locks_left_out") or 0
             if left_out:
+                # The API's next page starts where the page stops.
+                more = f"/api/v1/locks?offset={LOCKS_SHOWN}"
                 body += (
-                    f'<p>and {escape(left_out)} more, held for less long: all are in <a href="/api/v1/locks">'
-                    "/api/v1/locks</a></p>"
+                    f"<p>and {escape(left_out)} more, held for less long: page through them at "
+                    f'<a href="{more}">{more}</a></p>'
                 )
         blocks.append(f"<h3>{escape(view.target.name)}</h3>{body}")
     return f'<section id="locks"><h2>Advisory locks now</h2>{"".join(blocks)}</section>'
@@ -278,7 +301,8 @@ def _jobs_section(page: Page) -> str:
 
 # The page, top to bottom.
 SECTIONS: tuple[Callable[[Page], str], ...] = (
-    _findings_section,
+    _incidents_section,
+    _resolved_section,
     _locks_section,
     _queues_section,
     _jobs_section,
@@ -296,27 +320,37 @@ def _refresh_seconds(views: Iterable[TargetView]) -> int:
     return round(min(max(min(intervals, default=high), low), high))
 
 
+def _refresh_control(page: Page, seconds: int) -> tuple[str, str]:
+    """The meta refresh (none when turned off: it closes evidence a reader
+    opened) and the link that turns it off or on again, without a script."""
+    if not page.refresh:
+        return "", '<span>auto-refresh off · <a href="/">turn it on</a></span>'
+    meta = f'<meta http-equiv="refresh" content="{seconds}">\n'
+    return meta, (f'<span>every {seconds}s · <a href="/?refresh=off">stop auto-refresh</a></span>')
+
+
 def render_page(page: Page) -> str:
-    count = len(page.findings)
+    count = len(page.incidents)
     down = sum(1 for view in page.views if view.status is not None and not view.up)
-    headline = f"{count} active finding{'s' if count != 1 else ''}" if count else "all clear"
+    headline = f"{count} open incident{'s' if count != 1 else ''}" if count else "all clear"
     if down:
         headline += f", {down} target{'s' if down != 1 else ''} down"
-    refresh = _refresh_seconds(page.views)
+    meta, control = _refresh_control(page, _refresh_seconds(page.views))
     stamp = iso_utc(page.now) or ""
     body = "".join(section(page) for section in SECTIONS)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="refresh" content="{refresh}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
+{meta}<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{escape(f"lockwatch: {headline}")}</title>
 <style>{_STYLE}</style></head>
 <body>
 <header class="{"bad" if count or down else "good"}"><h1>lockwatch</h1><span id="headline">{escape(headline)}</span>
-<span>updated {escape(stamp.replace("T", " ").replace("Z", " UTC"))}, every {refresh}s</span></header>
+<span>updated {escape(stamp.replace("T", " ").replace("Z", " UTC"))}</span>
+{control}</header>
 <main>{body}</main>
 <footer>lockwatch {escape(lockwatch.__version__)} ·
 <a href="/metrics">/metrics</a> ·
+<a href="/api/v1/incidents">/api/v1/incidents</a> ·
 <a href="/api/v1/findings">/api/v1/findings</a> ·
 <a href="/api/v1/locks">/api/v1/locks</a> ·
 <a href="/healthz">/healthz</a></footer>

@@ -1,16 +1,22 @@
-"""What a channel is told and when: ``for``, repeats, resolutions, groups, routes."""
+"""What a channel is told and when: one message per incident as it opens, gets
+worse, lasts and resolves; ``for``, repeats and routes."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
-from lockwatch.notify.message import EntryState, Message
-from lockwatch.notify.outbox import Announced, ChannelState, Pending, evaluate, finding_key
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockwatch.model.findings import FindingKind, Severity
+from lockwatch.model.incidents import Incident
+from lockwatch.notify.message import Headline, Message
+from lockwatch.notify.outbox import Announced, ChannelState, Pending, evaluate
 from lockwatch.settings.notify import NotifySettings, Route, SlackChannel, TelegramChannel
-from lockwatch.state.ledger import dump_finding, load_finding
+from tests.fixtures.incident_values import incident, resolved
 from tests.fixtures.notify import convoy, finding
 from tests.fixtures.snapshots import NOW, TARGET
 
@@ -27,7 +33,7 @@ def later(seconds: float) -> datetime:
 
 
 class Channel:
-    """One channel's view over time, told what is active after each poll."""
+    """One channel's view over time, told what is open after each poll."""
 
     def __init__(self, settings: NotifySettings = EVERYTHING, name: str = "ops") -> None:
         self.settings = settings
@@ -36,13 +42,18 @@ class Channel:
         self._ids = (f"m{n}" for n in itertools.count(1))
 
     def poll(
-        self, active: Iterable[Finding], at: datetime = NOW, reported: Iterable[str] = (TARGET,)
+        self,
+        active: Iterable[Incident],
+        at: datetime = NOW,
+        reported: Iterable[str] = (TARGET,),
+        ended: Mapping[str, Incident] | None = None,
     ) -> list[Message]:
         self.announced, messages = evaluate(
             self.name,
             self.settings,
             self.announced,
             list(active),
+            dict(ended or {}),
             set(reported),
             at,
             lambda: next(self._ids),
@@ -50,171 +61,128 @@ class Channel:
         return messages
 
 
-def states(message: Message) -> list[tuple[str, EntryState]]:
-    return [(entry.finding.kind.value, entry.state) for entry in message.entries]
+def told(messages: list[Message]) -> list[tuple[str, Headline]]:
+    return [(m.notice.incident if m.notice else "", m.headline) for m in messages]
 
 
-def test_a_new_finding_is_announced_at_the_first_poll_that_sees_it() -> None:
+def test_a_new_incident_is_announced_at_the_first_poll_that_sees_it() -> None:
     channel = Channel()
-    (message,) = channel.poll([finding()])
-    assert states(message) == [("lock_orphaned", EntryState.NEW)]
-    assert message.channel == "ops" and message.created_at == NOW
+    assert told(channel.poll([incident()])) == [("inc-1", Headline.OPENED)]
 
 
-def test_a_finding_is_held_back_until_it_has_lasted_its_for_duration() -> None:
+def test_a_session_holding_4001_locks_is_one_message() -> None:
+    findings = [finding(lock=str(n), lasted=10) for n in range(203)]
+    channel = Channel()
+    (message,) = channel.poll([incident(findings, finding_count=203)])
+    assert message.notice is not None
+    assert (len(message.notice.findings), message.notice.more) == (5, 198)
+
+
+def test_an_incident_is_held_back_until_a_finding_of_it_has_lasted_its_for() -> None:
     channel = Channel(NotifySettings(channels=CHANNELS, for_duration=60))
-    orphan = finding(lasted=10)
-    assert channel.poll([orphan]) == []
-    assert channel.poll([orphan], later(49)) == []
-    (message,) = channel.poll([orphan], later(50))
-    assert states(message) == [("lock_orphaned", EntryState.NEW)]
+    young = incident([finding(lasted=0)])
+    assert channel.poll([young]) == []
+    assert channel.poll([young], later(59)) == []
+    assert told(channel.poll([young], later(60))) == [("inc-1", Headline.OPENED)]
 
 
-def test_the_for_duration_counts_from_since_so_an_old_problem_fires_at_first_sight() -> None:
+def test_an_incident_that_resolves_within_its_for_is_never_mentioned() -> None:
     channel = Channel(NotifySettings(channels=CHANNELS, for_duration=60))
-    assert len(channel.poll([finding(lasted=300)])) == 1
-
-
-def test_a_finding_that_clears_within_its_for_duration_is_never_mentioned() -> None:
-    channel = Channel(NotifySettings(channels=CHANNELS, for_duration=60))
-    assert channel.poll([finding()]) == []
+    channel.poll([incident([finding()])])
     assert channel.poll([], later(30)) == []
     assert channel.announced == {}
 
 
-def test_an_announced_finding_is_not_announced_again_while_it_lasts() -> None:
+def test_an_announced_incident_is_quiet_while_it_lasts_unchanged() -> None:
     channel = Channel()
-    channel.poll([finding()])
-    for seconds in (10, 20, 600):
-        assert channel.poll([finding()], later(seconds)) == []
+    channel.poll([incident()])
+    assert channel.poll([incident()], later(60)) == []
 
 
-def test_related_findings_on_one_lock_go_out_as_one_message() -> None:
+def test_a_new_finding_kind_joining_makes_one_worse_message() -> None:
     channel = Channel()
-    (message,) = channel.poll(convoy())
-    # the convoy is critical and older, so it leads
-    assert states(message) == [
-        ("lock_convoy", EntryState.NEW),
-        ("lock_held_too_long", EntryState.NEW),
+    holder = convoy()
+    channel.poll([incident(holder[:1])])
+    worse = incident([*holder[:1], finding(ORPHAN, "42")])
+    (message,) = channel.poll([worse], later(10))
+    assert (message.headline, message.notice is not None) == (Headline.WORSE, True)
+    assert message.notice is not None
+    assert [(f.kind, f.before) for f in message.notice.findings] == [
+        (holder[0].kind.value, True),
+        ("lock_orphaned", False),
     ]
+    assert channel.poll([worse], later(20)) == []
 
 
-def test_a_relation_to_a_subject_on_another_target_names_that_target() -> None:
-    stalled = finding(
-        FindingKind.QUEUE_STALLED,
-        None,
-        subject=Subject(queue="q"),
-        related=(Related(FindingKind.LOCK_CONVOY, "other", Subject("app", "42")),),
-    )
-    assert [len(m.entries) for m in Channel().poll([*convoy(), stalled])] == [2, 1]
-    assert [len(m.entries) for m in Channel().poll([*convoy(target="other"), stalled])] == [3]
-
-
-def test_findings_on_different_locks_go_out_as_separate_messages() -> None:
+def test_a_severity_rise_makes_a_worse_message_and_a_fall_does_not() -> None:
     channel = Channel()
-    messages = channel.poll([*convoy(), finding(lock="7,13")])
-    assert [len(m.entries) for m in messages] == [2, 1]
+    channel.poll([incident([finding()])])
+    critical = incident([finding(severity=Severity.CRITICAL)])
+    assert told(channel.poll([critical], later(10))) == [("inc-1", Headline.WORSE)]
+    assert channel.poll([incident([finding()])], later(20)) == []
 
 
-def test_a_stalled_queue_related_to_its_lock_joins_the_lock_message() -> None:
-    stalled = finding(
-        FindingKind.QUEUE_STALLED,
-        None,
-        subject=Subject(queue="webhook_jobs"),
-        severity=Severity.CRITICAL,
-        related=(
-            Related(FindingKind.QUEUE_GROWING, TARGET, Subject(queue="webhook_jobs")),
-            Related(FindingKind.LOCK_CONVOY, TARGET, Subject("app", "42")),
-        ),
-    )
+def test_a_resolved_incident_is_told_once_with_its_final_state() -> None:
     channel = Channel()
-    (message,) = channel.poll([*convoy(), stalled])
-    assert sorted(kind for kind, _ in states(message)) == [
-        "lock_convoy",
-        "lock_held_too_long",
-        "queue_stalled",
-    ]
+    opened = incident()
+    channel.poll([opened])
+    final = resolved(opened)
+    (message,) = channel.poll([], later(60), ended={opened.id: final})
+    assert message.headline is Headline.RESOLVED
+    assert message.notice is not None and message.notice.resolution == "released"
+    assert channel.poll([], later(70)) == []
 
 
-def test_malformed_relations_are_ignored_rather_than_grouping_anything() -> None:
-    saved = dump_finding(finding(FindingKind.QUEUE_STALLED, None, subject=Subject(queue="q")))
-    saved["evidence"]["related"] = [  # type: ignore[index,call-overload]
-        "lock_convoy",
-        {"subject": "app/42"},
-        {"subject": {"colour": 1}},
-    ]
-    odd = load_finding(saved)
-    assert odd is not None and odd.related == ()
-    assert [len(m.entries) for m in Channel().poll([*convoy(), odd])] == [2, 1]
-
-
-def test_a_later_finding_in_a_group_comes_with_what_is_already_firing() -> None:
+def test_an_incident_gone_without_its_final_state_still_resolves_from_what_was_told() -> None:
     channel = Channel()
-    channel.poll(convoy())
-    orphan = finding(ORPHAN, "42", severity=Severity.CRITICAL)
-    (message,) = channel.poll([*convoy(later(5)), orphan], later(5))
-    assert message.headline is EntryState.NEW
-    assert states(message)[0] == ("lock_orphaned", EntryState.NEW)
-    assert {s for _, s in states(message)[1:]} == {EntryState.FIRING}
+    channel.poll([incident()])
+    (message,) = channel.poll([], later(60))
+    assert message.headline is Headline.RESOLVED and message.notice is not None
+    assert message.notice.resolution is None
 
 
-def test_a_cleared_finding_is_resolved_once() -> None:
+def test_separate_incidents_are_separate_messages() -> None:
     channel = Channel()
-    channel.poll([finding()])
-    (message,) = channel.poll([], later(30))
-    assert states(message) == [("lock_orphaned", EntryState.RESOLVED)]
-    assert message.headline is EntryState.RESOLVED and not message.firing
-    assert channel.poll([], later(60)) == []
-
-
-def test_a_resolution_in_a_group_tells_what_is_still_firing() -> None:
-    channel = Channel()
-    channel.poll(convoy())
-    held_only = [f for f in convoy(later(10)) if f.kind is FindingKind.LOCK_HELD_TOO_LONG]
-    (message,) = channel.poll(held_only, later(10))
-    assert message.headline is EntryState.RESOLVED and message.firing
-    assert states(message) == [
-        ("lock_convoy", EntryState.RESOLVED),
-        ("lock_held_too_long", EntryState.FIRING),
+    first, second = incident(id="a"), incident([finding()], id="b")
+    assert sorted(told(channel.poll([first, second]))) == [
+        ("a", Headline.OPENED),
+        ("b", Headline.OPENED),
     ]
 
 
 def test_a_reminder_goes_out_after_the_repeat_interval_and_not_before() -> None:
     channel = Channel(NotifySettings(channels=CHANNELS, repeat_interval=3600))
-    channel.poll(convoy())
-    assert channel.poll(convoy(later(3599)), later(3599)) == []
-    (reminder,) = channel.poll(convoy(later(3600)), later(3600))
-    assert reminder.headline is EntryState.FIRING
-    assert {s for _, s in states(reminder)} == {EntryState.FIRING}
-    assert channel.poll(convoy(later(3700)), later(3700)) == []
+    channel.poll([incident()])
+    assert channel.poll([incident()], later(3599)) == []
+    assert told(channel.poll([incident()], later(3600))) == [("inc-1", Headline.REMINDER)]
+    assert channel.poll([incident()], later(3700)) == []
 
 
 def test_a_repeat_interval_of_zero_never_reminds() -> None:
     channel = Channel(NotifySettings(channels=CHANNELS, repeat_interval=0))
-    channel.poll([finding()])
-    assert channel.poll([finding()], later(30 * 86400)) == []
+    channel.poll([incident()])
+    assert channel.poll([incident()], later(10**6)) == []
 
 
-def test_before_its_target_is_polled_an_announced_finding_neither_resolves_nor_is_forgotten() -> (
+def test_before_its_target_is_polled_an_announced_incident_neither_resolves_nor_is_forgotten() -> (
     None
 ):
     channel = Channel()
-    channel.poll([finding()])
+    channel.poll([incident()])
     assert channel.poll([], later(5), reported=()) == []
     assert len(channel.announced) == 1
-    (resolved,) = channel.poll([], later(10))
-    assert resolved.headline is EntryState.RESOLVED
+    assert told(channel.poll([], later(10))) == [("inc-1", Headline.RESOLVED)]
 
 
-def test_restored_announcements_keep_a_firing_finding_from_being_announced_twice() -> None:
+def test_restored_announcements_keep_an_open_incident_from_being_announced_twice() -> None:
     first = Channel()
-    first.poll(convoy())
+    first.poll([incident()])
     restarted = Channel()
     restarted.announced = ChannelState.load(ChannelState(first.announced).dump()).announced
-    assert restarted.poll(convoy(later(60)), later(60)) == []
+    assert restarted.poll([incident()], later(60)) == []
 
 
-def test_routes_pick_channels_by_kind_severity_and_target() -> None:
+def test_routes_pick_channels_by_the_kinds_severities_and_targets_of_its_findings() -> None:
     settings = NotifySettings(
         channels=CHANNELS,
         routes=(
@@ -222,64 +190,86 @@ def test_routes_pick_channels_by_kind_severity_and_target() -> None:
             Route(("team",), kinds=frozenset({ORPHAN}), targets=("billing-*",)),
         ),
     )
-    critical = finding(severity=Severity.CRITICAL)
-    billing_orphan = finding(target="billing-eu")
-    other_orphan = finding(target="main")
-    assert settings.timing(critical, "ops") is not None
-    assert settings.timing(critical, "team") is None
-    assert settings.timing(billing_orphan, "team") is not None
-    assert settings.timing(billing_orphan, "ops") is None
-    assert settings.timing(other_orphan, "team") is None
+    billing = incident([finding(target="billing-eu")])
+    mixed = incident([finding(FindingKind.LOCK_CONVOY), finding(severity=Severity.CRITICAL)])
+    assert told(Channel(settings, "team").poll([billing], reported=("billing-eu",))) == [
+        ("inc-1", Headline.OPENED)
+    ]
+    assert Channel(settings, "ops").poll([billing], reported=("billing-eu",)) == []
+    assert told(Channel(settings, "ops").poll([mixed])) == [("inc-1", Headline.OPENED)]
+    assert Channel(settings, "team").poll([mixed]) == []
 
 
-def test_without_routes_every_channel_hears_of_everything() -> None:
-    for kind in FindingKind:
-        for name in ("ops", "team"):
-            assert EVERYTHING.timing(finding(kind), name) is not None
-
-
-def test_the_shortest_for_and_repeat_of_the_routes_that_match_win() -> None:
+def test_the_earliest_for_of_the_routes_its_findings_match_wins() -> None:
     settings = NotifySettings(
         channels=CHANNELS,
         for_duration=300,
-        repeat_interval=7200,
         routes=(
             Route(("ops",)),
             Route(("ops",), severities=frozenset({Severity.CRITICAL}), for_duration=0),
-            Route(("ops",), kinds=frozenset({ORPHAN}), repeat_interval=0),
         ),
     )
-    critical = settings.timing(finding(severity=Severity.CRITICAL), "ops")
-    warning = settings.timing(finding(FindingKind.LOCK_CONVOY), "ops")
-    assert critical is not None and (critical.for_duration, critical.repeat_interval) == (0, 7200)
-    assert warning is not None and (warning.for_duration, warning.repeat_interval) == (300, 7200)
+    quiet = incident([finding()])
+    urgent = incident([finding(), finding(FindingKind.LOCK_CONVOY, severity=Severity.CRITICAL)])
+    assert Channel(settings).poll([quiet]) == []
+    assert told(Channel(settings).poll([urgent])) == [("inc-1", Headline.OPENED)]
 
 
-def test_a_finding_no_longer_routed_here_is_dropped_without_a_word() -> None:
+def test_an_incident_no_longer_routed_here_is_dropped_without_a_word() -> None:
     critical_only = NotifySettings(
         channels=CHANNELS, routes=(Route(("ops",), severities=frozenset({Severity.CRITICAL})),)
     )
     channel = Channel(critical_only)
-    channel.poll([finding(severity=Severity.CRITICAL)])
-    assert channel.poll([finding(severity=Severity.WARNING)], later(10)) == []
+    channel.poll([incident([finding(severity=Severity.CRITICAL)])])
+    assert channel.poll([incident([finding()])], later(10)) == []
     assert channel.announced == {}
 
 
 def test_channel_state_round_trips_and_skips_what_it_cannot_read() -> None:
     channel = Channel()
-    (message,) = channel.poll(convoy())
+    (message,) = channel.poll([incident()])
     state = ChannelState(channel.announced, [Pending(message, later(5), attempts=2)])
     document = state.dump()
-    document["announced"].append({"finding": {"kind": "no_such_kind"}, "sent_at": "x"})
+    document["announced"].append({"finding": {"kind": "lock_convoy"}, "sent_at": "x"})
     document["outbox"].append({"message": {"entries": []}, "next_attempt": "nope"})
     restored = ChannelState.load(document)
-    assert restored.announced.keys() == channel.announced.keys()
+    assert restored.announced == channel.announced
     assert restored.outbox == [Pending(message, later(5), attempts=2)]
     assert ChannelState.load({"announced": "garbage", "outbox": None}) == ChannelState()
 
 
-def test_finding_keys_ignore_subject_parts_that_are_not_set() -> None:
-    plain = finding(lock="42")
-    spelled_out = finding(lock="42", subject=Subject("app", "42", None))
-    keys: Mapping[str, int] = {finding_key(plain): 1, finding_key(spelled_out): 2}
-    assert len(keys) == 1
+def test_an_incident_keeps_its_message_key_while_its_findings_change() -> None:
+    channel = Channel()
+    channel.poll([incident()])
+    reshuffled = replace(incident(), findings=tuple(reversed(incident().findings)))
+    assert channel.poll([reshuffled], later(10)) == []
+    assert list(channel.announced) == ["inc-1"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sampled_from(list(Severity))),
+        max_size=12,
+    )
+)
+def test_every_incident_is_told_opened_then_at_most_worse_or_reminded_then_resolved_once(
+    polls: list[dict[str, Severity]],
+) -> None:
+    channel = Channel(NotifySettings(channels=CHANNELS, repeat_interval=60))
+    story: dict[str, list[Headline]] = {}
+    for n, open_now in enumerate([*polls, {}]):
+        at = later(45 * n)
+        active = [
+            incident([finding(severity=severity)], id=key, severity=severity)
+            for key, severity in open_now.items()
+        ]
+        for message in channel.poll(active, at):
+            assert message.notice is not None
+            story.setdefault(message.notice.incident, []).append(message.headline)
+    for key, headlines in story.items():
+        # one or more spans of OPENED (WORSE | REMINDER)* RESOLVED, the last one closed
+        assert headlines[0] is Headline.OPENED and headlines[-1] is Headline.RESOLVED, headlines
+        for before, after in itertools.pairwise(headlines):
+            assert (before is Headline.RESOLVED) == (after is Headline.OPENED), (key, headlines)
+    assert channel.announced == {}

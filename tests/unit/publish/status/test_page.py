@@ -1,13 +1,15 @@
-"""The status page renderer on synthetic views: escaping, evidence, history, chart."""
+"""The status page renderer on synthetic views: incidents first, escaping,
+evidence, history, chart, the refresh switch and the page's weight."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import QueueStallEvidence, WorkerFacts
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.incidents import Impact, IncidentRoot, RootKind
 from lockwatch.model.jobs import JobRun, JobView, RunStatus
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
 from lockwatch.model.views import TargetStatus, TargetView
@@ -18,6 +20,7 @@ from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.evidence import queue_evidence
+from tests.fixtures.incident_values import TERMINATE, incident, resolved, session_root
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -44,16 +47,22 @@ def convoy_view() -> TargetView:
     )
     target = Target(TARGET, "postgresql://mon:s3cret@db/app")
     findings = tuple(detect_locks(snap, target.locks, NOW))
+    root = session_root(app=HOSTILE)
     return TargetView(
-        target, TargetStatus(TARGET, NOW, snap), polls_total=1, last_success=NOW, findings=findings
+        target,
+        TargetStatus(TARGET, NOW, snap),
+        polls_total=1,
+        last_success=NOW,
+        findings=findings,
+        incidents=(incident(list(findings), root=root, title=f"pid 1234 {HOSTILE} holds 42"),),
     )
 
 
-def render(*views: TargetView) -> str:
+def render(*views: TargetView, refresh: bool = True) -> str:
     board = Board()
     for view in views:
         board.publish(view)
-    return StatusPage(board, clock=lambda: NOW).render()
+    return StatusPage(board, clock=lambda: NOW).render(refresh=refresh)
 
 
 def test_database_values_are_escaped_everywhere_they_appear() -> None:
@@ -91,7 +100,12 @@ def test_evidence_of_kinds_the_page_does_not_know_is_still_shown() -> None:
             None,
         ),
     )
-    view = TargetView(Target(TARGET, "postgresql://db/app"), findings=(finding,))
+    root = IncidentRoot(RootKind.QUEUE, TARGET, queue="webhooks")
+    view = TargetView(
+        Target(TARGET, "postgresql://db/app"),
+        findings=(finding,),
+        incidents=(incident([finding], root=root),),
+    )
 
     page = render(view)
 
@@ -245,3 +259,79 @@ def test_a_convoy_of_thousands_lists_the_first_waiters_and_counts_the_rest() -> 
     assert f"<td>{2000 + TABLE_ROWS - 1}</td>" in page
     assert f"<td>{2000 + TABLE_ROWS}</td>" not in page
     assert ">and 25 more</td>" in page
+
+
+def test_open_incidents_lead_the_page_with_their_root_next_step_and_runbook() -> None:
+    page = render(convoy_view())
+
+    assert page.index('<section id="incidents">') < page.index('<section id="locks">')
+    assert "<h2>Open incidents (1)</h2>" in page
+    assert '<strong class="mark">root</strong> pid 1234 · &lt;img' in page
+    assert f"<pre><code>{TERMINATE.replace(chr(39), '&#x27;')}</code></pre>" in page
+    assert "<dt>next step</dt><dd>end the holder&#x27;s session</dd>" in page
+    assert '#lockwatchlockconvoy">runbook: lock_convoy</a>' in page
+    assert "<title>lockwatch: 1 open incident</title>" in page
+
+
+def test_the_lock_its_incident_blames_marks_its_holder_as_the_root_without_blocked_by_lists() -> (
+    None
+):
+    page = render(convoy_view())
+    locks = page[page.index('<section id="locks">') :]
+
+    assert 'held by pid 1234, the root of <a href="#incident-inc-1">incident inc-1</a>' in locks
+    assert "<th>blocked by</th>" not in locks
+
+
+def test_recently_resolved_incidents_follow_with_how_they_ended_and_their_timeline() -> None:
+    view = convoy_view()
+    ended = resolved(incident(opened_at=ago(300)), after=0)
+    page = render(replace(view, incidents=(), resolved_incidents=(ended,)))
+
+    assert "Nothing is wrong right now." in page
+    section = page[page.index('<section id="resolved">') :]
+    assert "<h2>Recently resolved (1)</h2>" in section
+    assert "resolved (released)" in section and "after 5m" in section
+    assert '<ol class="timeline">' in section
+    assert "<strong>resolved</strong> the holder released its locks" in section
+    assert "next step" not in section and "pg_terminate_backend" not in section
+
+
+def test_auto_refresh_turns_off_from_a_link_and_the_page_then_has_no_meta_refresh() -> None:
+    refreshing = render(convoy_view())
+    assert '<meta http-equiv="refresh" content=' in refreshing
+    assert '<a href="/?refresh=off">stop auto-refresh</a>' in refreshing
+
+    still = render(convoy_view(), refresh=False)
+    assert 'http-equiv="refresh"' not in still
+    assert '<a href="/">turn it on</a>' in still
+    assert "<script" not in refreshing + still
+
+
+def test_a_session_holding_4001_locks_is_one_card_and_the_page_stays_under_50_kb() -> None:
+    snap = snapshot(
+        *(held(key, 1234, held_for=900) for key in range(4001)),
+        backends=[backend(1234, "psql", idle_for=800, query="SELECT pg_advisory_lock(n)")],
+    )
+    target = Target(TARGET, "postgresql://db/app")
+    findings = detect_locks(snap, target.locks, NOW)
+    hog = incident(
+        findings,
+        root=session_root(app="psql"),
+        finding_count=len(findings),
+        impact=Impact(locks_held=4001),
+        locks=tuple(f"app/{key}" for key in range(5)),
+    )
+    view = TargetView(
+        target,
+        TargetStatus(TARGET, NOW, snap),
+        last_success=NOW,
+        findings=tuple(findings),
+        incidents=(hog,),
+    )
+
+    page = render(view)
+
+    assert page.count('<article class="incident') == 1
+    assert "app/0, app/1, app/2, app/3, app/4 and 3996 more" in page
+    assert len(page.encode("utf-8")) < 50_000, f"{len(page.encode()) / 1024:.0f} KB"

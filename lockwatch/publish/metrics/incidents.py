@@ -1,0 +1,91 @@
+"""Open incidents as metrics: a count per severity, and one bounded series per
+incident with its root's labels, so alert rules and Alertmanager group per
+incident, with the numbers their descriptions quote beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from lockwatch.model.findings import Severity
+from lockwatch.model.incident_text import ROOT_LABELS, measures, root_labels
+from lockwatch.model.views import TargetView
+from lockwatch.publish.metrics.families import add, gauge
+
+# Open incidents exported one series each, per target, worst first; the rest
+# are counted. One session holding thousands of locks is still one incident.
+INCIDENT_SERIES_CAP = 50
+
+
+def incident_metrics(views: tuple[TargetView, ...]) -> Iterator[Metric]:
+    counts = gauge(
+        "lockwatch_incidents",
+        "Open incidents by severity; every severity is present, 0 when none.",
+        ["target", "severity"],
+    )
+    for view in views:
+        tally = {severity: 0 for severity in Severity}
+        for incident in view.incidents:
+            tally[incident.severity] += 1
+        for severity, count in tally.items():
+            add(counts, [view.target.name, severity.value], count)
+    yield counts
+    yield from _incident_series(views)
+
+
+def _incident_series(views: tuple[TargetView, ...]) -> Iterator[Metric]:
+    active = gauge(
+        "lockwatch_incident_active",
+        f"1 for each open incident (at most {INCIDENT_SERIES_CAP} per target, worst first), "
+        "labelled with its id, its root's fingerprint and kind, its leading finding kind, "
+        "its severity and the root's parts (empty when unused).",
+        ["target", *ROOT_LABELS],
+    )
+    per_incident = ["target", "incident"]
+    hold = gauge(
+        "lockwatch_incident_hold_seconds",
+        "The longest the incident's root holder has held one of its locks; absent "
+        "without a holder.",
+        per_incident,
+    )
+    idle = gauge(
+        "lockwatch_incident_holder_idle_seconds",
+        "How long the incident's root holder has run no SQL; absent while it is busy.",
+        per_incident,
+    )
+    waiters = gauge(
+        "lockwatch_incident_waiters",
+        "Sessions waiting on the incident's root now.",
+        per_incident,
+    )
+    waited = gauge(
+        "lockwatch_incident_waiter_seconds",
+        "Seconds sessions have spent waiting on the incident's root so far, summed.",
+        per_incident,
+    )
+    locks = gauge(
+        "lockwatch_incident_locks_held",
+        "The most locks the incident's root has held at once.",
+        per_incident,
+    )
+    dropped = gauge(
+        "lockwatch_incident_series_dropped",
+        "Open incidents left out of lockwatch_incident_active by the per-target cap.",
+        ["target"],
+    )
+    for view in views:
+        target = view.target.name
+        for incident in view.incidents[:INCIDENT_SERIES_CAP]:
+            add(active, [target, *root_labels(incident).values()], 1.0)
+            series = [target, incident.id]
+            facts = measures(incident)
+            if facts.hold_seconds is not None:
+                add(hold, series, facts.hold_seconds)
+            if facts.idle_seconds is not None:
+                add(idle, series, facts.idle_seconds)
+            add(waiters, series, incident.waiters)
+            add(waited, series, incident.impact.waiter_seconds)
+            add(locks, series, incident.impact.locks_held)
+        add(dropped, [target], max(0, len(view.incidents) - INCIDENT_SERIES_CAP))
+    yield from (active, hold, idle, waiters, waited, locks, dropped)
