@@ -33,8 +33,10 @@ from lockwatch.publish.api.incidents import (
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
+from lockwatch.publish.api.sd import sd_document
 from lockwatch.publish.auth import BasicAuth
 from lockwatch.publish.bodies import BodyRefusedError, read_body
+from lockwatch.publish.metrics.registry import BoardCollector
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.status.page import StatusPage
@@ -334,7 +336,10 @@ class HttpServer:
         path = urlsplit(request.path).path
         if path == self.telemetry_path:
             encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            request.reply(HTTPStatus.OK, content_type, encoder(self._registry))
+            request.reply(HTTPStatus.OK, content_type, encoder(self._scraped(request)))
+        elif path == "/api/v1/sd":
+            groups = sd_document(self._board, self._own_address(request), self.telemetry_path)
+            request.reply(HTTPStatus.OK, JSON, render_json(groups))
         elif path == "/api/v1/findings":
             request.reply(HTTPStatus.OK, JSON, render_json(findings_document(self._board)))
         elif path == "/api/v1/incidents" or path.startswith("/api/v1/incidents/"):
@@ -354,6 +359,26 @@ class HttpServer:
             request.reply(HTTPStatus.OK, HTML, page, {"Content-Security-Policy": PAGE_POLICY})
         else:
             request.reply(HTTPStatus.NOT_FOUND, TEXT, b"not found\n")
+
+    def _scraped(self, request: _Handler) -> CollectorRegistry:
+        """The whole registry, or with ``?target=`` (a probe from /api/v1/sd)
+        that target's series only."""
+        only = parse_qs(urlsplit(request.path).query).get("target")
+        if not only:
+            return self._registry
+        registry = CollectorRegistry()
+        registry.register(BoardCollector(self._board, self._clock, only=only[0]))
+        return registry
+
+    def _own_address(self, request: _Handler) -> str:
+        """host:port as the client reached lockwatch (its Host header), else the bound one."""
+        host = request.headers.get("Host", "")
+        try:
+            parse_listen(host)
+        except ValueError:
+            bound, port = self.address
+            return f"[{bound}]:{port}" if ":" in bound else f"{bound}:{port}"
+        return host
 
     def _incidents(self, request: _Handler, path: str) -> None:
         """The incidents, filtered and paged, or one of them by id."""
