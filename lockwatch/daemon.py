@@ -107,8 +107,7 @@ class Daemon:
         telemetry_path: str = "/metrics",
         shard: Shard | None = None,  # --shard; else the config's shard:
     ) -> None:
-        settings = self._discover(settings, shard, clock)
-        self.settings = settings
+        self.settings = settings = self._discover(settings, shard, clock)
         # First: nothing is read from a state dir another lockwatch uses.
         self.state_lock = None if settings.state_dir is None else StateDirLock(settings.state_dir)
         remove_leftovers(settings.state_dir)
@@ -140,7 +139,6 @@ class Daemon:
         self.job_store = open_job_store(settings)
         self.runners = [self._runner(target) for target in settings.targets]
         self.registry = build_registry(self.board)
-        self.registry.register(FleetCollector(self.fleet.status))
         if self.alerts is not None:
             self.registry.register(self.alerts.collector())
         self.http = HttpServer(
@@ -184,6 +182,7 @@ class Daemon:
         return f"watching {len(self.runners)} target(s)"
 
     def start(self) -> None:
+        self.registry.register(FleetCollector(self.fleet.status))
         self.http.start()
         host, port = self.http.address
         log.info(
