@@ -26,9 +26,7 @@ def spread(count: int) -> float:
 
 @settings(max_examples=25, deadline=None)
 @given(prefix=st.text(min_size=1, max_size=12), count=st.integers(2, 9))
-def test_the_shards_share_the_keys_within_five_standard_deviations(
-    prefix: str, count: int
-) -> None:
+def test_the_shards_share_the_keys_within_five_standard_deviations(prefix: str, count: int) -> None:
     shares = assignment(keys_of(prefix), count)
 
     assert sorted(k for keys in shares.values() for k in keys) == sorted(keys_of(prefix))

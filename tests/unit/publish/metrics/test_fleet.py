@@ -34,7 +34,9 @@ def test_the_shard_and_each_source_s_health_are_exported() -> None:
     assert registry.get_sample_value("lockwatch_target_source_errors_total", inventory) == 4
     assert registry.get_sample_value("lockwatch_target_source_reads_total", inventory) == 9
     assert (
-        registry.get_sample_value("lockwatch_target_source_last_success_timestamp_seconds", clusters)
+        registry.get_sample_value(
+            "lockwatch_target_source_last_success_timestamp_seconds", clusters
+        )
         == NOW.timestamp()
     )
     assert (

@@ -1,0 +1,352 @@
+"""A fleet on real servers: targets found in a file_sd file and an http_sd
+endpoint, split over three shards (three in-process daemons, each with its own
+HTTP server), following the lists without a restart; a target that leaves the
+list and comes back keeps its incident; a failing endpoint keeps its last good
+list."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from lockwatch.cli import main
+from lockwatch.config.load import load_settings
+from lockwatch.daemon import Daemon
+from lockwatch.demo.pgbinaries import embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.settings.sharding import Shard, owner
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    MONITOR_USER,
+    PgDatabase,
+    free_port,
+    wait_until,
+)
+from tests.fixtures.sd import SdStandin
+
+pytestmark = [
+    pytest.mark.slow,
+    # Discovery and sharding are lockwatch's business, not the server's: one version.
+    pytest.mark.parametrize("pg_server", ["pg18"], indirect=True),
+]
+
+SHARDS = 3
+ALIASES = ("127.0.0.1", "localhost", "127.1")  # one server under three addresses
+UP_WAIT = 90.0  # fifty first connections on a shared two-core machine
+
+
+@pytest.fixture(scope="module")
+def more_clusters() -> Iterator[list[LocalCluster]]:
+    """Two more real servers besides the session's."""
+    with ExitStack() as stack:
+        clusters = [stack.enter_context(LocalCluster(embedded_bin_dir())) for _ in range(2)]
+        for cluster in clusters:
+            cluster.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
+        yield clusters
+
+
+def config(tmp_path: Path, sources: str, locks: str = "") -> Path:
+    (tmp_path / "monitor-password").write_text(MONITOR_PASSWORD)
+    path = tmp_path / "lockwatch.yml"
+    path.write_text(
+        f"""
+defaults:
+  interval: 1s
+  connect_timeout: 5s
+{locks}
+auth_modules:
+  - name: monitor
+    user: {MONITOR_USER}
+    password_file: monitor-password
+    sslmode: disable
+target_sources:
+{sources}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def write_sd(path: Path, groups: list[dict[str, Any]]) -> None:
+    """As file_sd writers do: a new file renamed over the old one."""
+    part = path.with_name(path.name + ".new")
+    part.write_text(json.dumps(groups), encoding="utf-8")
+    os.replace(part, path)
+
+
+@contextmanager
+def daemon_of(path: Path, state: Path, shard: Shard | None = None) -> Iterator[Daemon]:
+    settings = replace(load_settings(path), listen=f"127.0.0.1:{free_port()}", state_dir=state)
+    state.mkdir()
+    daemon = Daemon(settings, shard=shard, reload=lambda: load_settings(path))
+    daemon.start()
+    watching = threading.Thread(target=daemon.watch, daemon=True)
+    watching.start()
+    try:
+        yield daemon
+    finally:
+        daemon.stop_event.set()
+        watching.join()
+        daemon.stop()
+
+
+def base(daemon: Daemon) -> str:
+    host, port = daemon.http.address
+    return f"http://{host}:{port}"
+
+
+def watched(daemon: Daemon) -> set[str]:
+    groups = requests.get(f"{base(daemon)}/api/v1/sd", timeout=5).json()
+    assert all(group["targets"] == [base(daemon).removeprefix("http://")] for group in groups)
+    return {group["labels"]["target"] for group in groups}
+
+
+def metric(daemon: Daemon, name: str, **labels: str) -> float | None:
+    text = requests.get(f"{base(daemon)}/metrics", timeout=5).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def all_up(daemon: Daemon) -> bool:
+    return all(metric(daemon, "lockwatch_up", target=name) == 1 for name in watched(daemon))
+
+
+def fleet(
+    clusters: list[LocalCluster], aliases: int
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """file_sd groups: each server under each address, in two databases, and
+    ``aliases`` more names for them; with each target's instance by name."""
+    groups: list[dict[str, Any]] = []
+    instances: dict[str, str] = {}
+    for index, cluster in enumerate(clusters):
+        for host in ALIASES:
+            address = f"{host}:{cluster.port}"
+            groups.append({"targets": [address], "labels": {"cluster": f"c{index}"}})
+            groups.append({"targets": [address], "labels": {"database": "template1"}})
+            name = address.replace(":", "_")
+            instances[name] = instances[f"{name}_template1"] = address
+    for k in range(aliases):
+        address = f"127.0.0.1:{clusters[k % len(clusters)].port}"
+        groups.append({"targets": [address], "labels": {"name": f"alias-{k}"}})
+        instances[f"alias-{k}"] = address
+    return groups, instances
+
+
+def split(instances: dict[str, str]) -> dict[int, set[str]]:
+    return {
+        shard: {name for name, address in instances.items() if owner(address, SHARDS) == shard}
+        for shard in range(SHARDS)
+    }
+
+
+def printed_assignment(path: Path) -> dict[int, set[str]]:
+    result = CliRunner().invoke(main, ["check-config", str(path), "--shards", str(SHARDS)])
+    assert result.exit_code == 0, result.output
+    shards: dict[int, set[str]] = {}
+    for line in result.output.splitlines():
+        if line.startswith("shard "):
+            current = shards.setdefault(int(line.split()[1].split("/")[0]), set())
+        elif line.startswith("  "):
+            current.add(line.split()[0])
+    return shards
+
+
+def test_fifty_discovered_targets_are_split_over_three_shards_and_follow_the_file(
+    tmp_path: Path, pg: PgDatabase, more_clusters: list[LocalCluster]
+) -> None:
+    clusters = [pg.server, *more_clusters]
+    groups, instances = fleet(clusters, aliases=32)
+    assert len(instances) == 50
+    sd_file = tmp_path / "fleet.json"
+    write_sd(sd_file, groups)
+    path = config(tmp_path, f"  - {{name: fleet, file: {sd_file}, auth_module: monitor}}")
+    assert printed_assignment(path) == split(instances)
+
+    with ExitStack() as stack:
+        daemons = [
+            stack.enter_context(daemon_of(path, tmp_path / f"state-{i}", Shard(i, SHARDS)))
+            for i in range(SHARDS)
+        ]
+        parts = [watched(daemon) for daemon in daemons]
+        # no target watched twice, none by nobody, each where the hash puts it
+        assert sum(len(part) for part in parts) == 50
+        assert set().union(*parts) == set(instances)
+        assert dict(enumerate(parts)) == split(instances)
+        for index, daemon in enumerate(daemons):
+            wait_until(partial(all_up, daemon), timeout=UP_WAIT, message=f"shard {index} up")
+            assert metric(daemon, "lockwatch_shard_targets") == len(parts[index])
+            assert metric(daemon, "lockwatch_shard_info", shard=str(index), shards="3") == 1
+            labels = {"source": "fleet", "kind": "file"}
+            assert metric(daemon, "lockwatch_target_source_up", **labels) == 1
+
+        # A per-target probe, as /api/v1/sd offers it: that target's series only.
+        probed = next(iter(parts[0]))
+        text = requests.get(f"{base(daemons[0])}/metrics?target={probed}", timeout=5).text
+        shown = {
+            sample.labels["target"]
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if "target" in sample.labels
+        }
+        assert shown == {probed}
+
+        # The file changes: four names go, three come; nobody restarts.
+        runners = [{r.target.name: r for r in daemon.runners} for daemon in daemons]
+        write_sd(
+            sd_file,
+            groups[:-4]
+            + [
+                {"targets": [f"127.0.0.1:{clusters[2].port}"], "labels": {"name": f"new-{k}"}}
+                for k in range(3)
+            ],
+        )
+        expected = (set(instances) - {f"alias-{k}" for k in range(28, 32)}) | {
+            f"new-{k}" for k in range(3)
+        }
+
+        def parts_now() -> list[set[str]] | None:
+            found = [watched(daemon) for daemon in daemons]
+            return found if set().union(*found) == expected else None
+
+        found = wait_until(parts_now, timeout=30, message="the edit applied")
+        assert sum(map(len, found)) == len(expected) == 49  # still none watched twice
+        new_address = f"127.0.0.1:{clusters[2].port}"
+        owning = daemons[owner(new_address, SHARDS)]
+        wait_until(
+            lambda: all(metric(owning, "lockwatch_up", target=f"new-{k}") == 1 for k in range(3)),
+            message="the new targets up",
+        )
+        # the targets that stayed kept their runners: nothing restarted them
+        for before, daemon in zip(runners, daemons, strict=True):
+            for runner in daemon.runners:
+                if runner.target.name in before:
+                    assert runner is before[runner.target.name]
+
+
+def open_incident(daemon: Daemon, target: str) -> tuple[str, str] | None:
+    """The id of the target's open incident and when its lock finding began."""
+    document = requests.get(f"{base(daemon)}/api/v1/incidents?state=open", timeout=5).json()
+    findings = requests.get(f"{base(daemon)}/api/v1/findings", timeout=5).json()["findings"]
+    since = next(
+        (
+            f["since"]
+            for f in findings
+            if f["target"] == target and f["kind"] == "lock_held_too_long"
+        ),
+        None,
+    )
+    ids = [i["id"] for i in document["incidents"] if i["target"] == target]
+    return (ids[0], since) if ids and since else None
+
+
+def test_a_target_that_leaves_the_list_and_comes_back_keeps_its_incident(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    pg.connect("nightly-report").execute("SELECT pg_advisory_lock(4242)")
+    sd_file = tmp_path / "fleet.json"
+    held = {
+        "targets": [f"127.0.0.1:{pg.server.port}"],
+        "labels": {"name": "held", "database": pg.database},
+    }
+    write_sd(sd_file, [held])
+    path = config(
+        tmp_path,
+        f"  - {{name: fleet, file: {sd_file}, auth_module: monitor, keep_vanished: 1h}}",
+        locks="  locks: {max_hold: 1s}",
+    )
+    with daemon_of(path, tmp_path / "state") as daemon:
+        before = wait_until(lambda: open_incident(daemon, "held"), message="incident opened")
+        write_sd(sd_file, [])
+        wait_until(lambda: watched(daemon) == set() or None, message="held gone")
+        assert open_incident(daemon, "held") is None  # not published while away
+        write_sd(sd_file, [held])
+        after = wait_until(lambda: open_incident(daemon, "held"), message="held back")
+
+    assert after == before  # the same incident, the finding from the same moment
+
+
+def test_a_target_gone_longer_than_keep_vanished_starts_afresh(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    pg.connect("nightly-report").execute("SELECT pg_advisory_lock(4243)")
+    sd_file = tmp_path / "fleet.json"
+    held = {"targets": [f"127.0.0.1:{pg.server.port}"], "labels": {"name": "held"}}
+    write_sd(sd_file, [held])
+    path = config(
+        tmp_path,
+        f"  - {{name: fleet, file: {sd_file}, auth_module: monitor, keep_vanished: 0s}}",
+        locks="  locks: {max_hold: 1s}",
+    )
+    state_file = tmp_path / "state" / "target-held.json"
+    with daemon_of(path, tmp_path / "state") as daemon:
+        before = wait_until(lambda: open_incident(daemon, "held"), message="incident opened")
+        wait_until(state_file.exists, message="state saved")
+        write_sd(sd_file, [])
+        wait_until(lambda: not state_file.exists(), message="state forgotten")
+        write_sd(sd_file, [held])
+        after = wait_until(lambda: open_incident(daemon, "held"), message="held back")
+
+    assert after[0] != before[0]
+
+
+def test_an_http_sd_endpoint_that_fails_keeps_its_last_good_list(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    standin = SdStandin()
+    address = f"127.0.0.1:{pg.server.port}"
+    standin.groups = [{"targets": [address], "labels": {"name": "web-a"}}]
+    path = config(
+        tmp_path,
+        f"  - {{name: inventory, url: '{standin.url}', auth_module: monitor,"
+        " refresh_interval: 200ms, timeout: 1s}",
+    )
+    labels = {"source": "inventory", "kind": "http"}
+    try:
+        with daemon_of(path, tmp_path / "state") as daemon:
+            assert watched(daemon) == {"web-a"}
+            wait_until(lambda: metric(daemon, "lockwatch_up", target="web-a") == 1, message="up")
+
+            standin.status = 500
+            wait_until(
+                lambda: metric(daemon, "lockwatch_target_source_up", **labels) == 0,
+                message="source down",
+            )
+            assert watched(daemon) == {"web-a"}
+            errors = metric(daemon, "lockwatch_target_source_errors_total", **labels) or 0
+
+            standin.status = 200
+            standin.hang()  # answers nothing: the request's deadline ends it
+            wait_until(
+                lambda: (
+                    (metric(daemon, "lockwatch_target_source_errors_total", **labels) or 0) > errors
+                ),
+                message="the hanging request counted as an error",
+            )
+            assert watched(daemon) == {"web-a"}
+
+            standin.groups = [{"targets": [address], "labels": {"name": "web-b"}}]
+            standin.recover()
+            wait_until(lambda: watched(daemon) == {"web-b"} or None, message="the new list")
+            assert metric(daemon, "lockwatch_target_source_up", **labels) == 1
+
+            standin.groups = []  # an empty list is a list: its targets go
+            wait_until(lambda: watched(daemon) == set() or None, message="the empty list")
+            assert metric(daemon, "lockwatch_target_source_up", **labels) == 1
+            assert metric(daemon, "lockwatch_target_source_targets", **labels) == 0
+    finally:
+        standin.close()
