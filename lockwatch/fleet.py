@@ -58,8 +58,10 @@ class Fleet:
         shard: Shard,
         on_change: Callable[[], None] = lambda: None,
         clock: Callable[[], datetime] = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.shard = shard
+        self._monotonic = monotonic
         self._on_change = on_change
         self._clock = clock
         self._lock = threading.Lock()
@@ -72,7 +74,8 @@ class Fleet:
 
     def configure(self, settings: Settings) -> None:
         """Take the sources of a (re)read config: an unchanged source keeps its
-        list and health, a changed one starts afresh."""
+        reader and health; a changed one gets a new reader, read at once, and
+        keeps its last good list meanwhile, so its targets do not flap."""
         with self._lock:
             old, self._readings = self._readings, {}
             for source in settings.target_sources:
@@ -80,9 +83,11 @@ class Fleet:
                 if kept is not None and kept.source == source:
                     self._readings[source.name] = kept
                     continue
+                reading = _Reading(source, open_source(source))
                 if kept is not None:
                     kept.reader.close()
-                self._readings[source.name] = _Reading(source, open_source(source))
+                    reading.groups = kept.groups
+                self._readings[source.name] = reading
             for gone in old.values():
                 gone.reader.close()
             self._settings = settings
@@ -108,12 +113,12 @@ class Fleet:
             except Exception:
                 log.exception("reading the target sources failed unexpectedly; reading goes on")
             with self._lock:
-                due = min((r.due for r in self._readings.values()), default=time.monotonic())
-            self._stop.wait(min(LONGEST_NAP, max(0.0, due - time.monotonic())))
+                due = min((r.due for r in self._readings.values()), default=self._monotonic())
+            self._stop.wait(min(LONGEST_NAP, max(0.0, due - self._monotonic())))
 
     def refresh(self) -> bool:
         """Read every source that is due; True when a list changed."""
-        now = time.monotonic()
+        now = self._monotonic()
         with self._lock:
             due = [r for r in self._readings.values() if r.due <= now]
         changed = False
@@ -158,10 +163,11 @@ class Fleet:
             )
             taken = [t.name for t in targets if t.name in found]
             problems += tuple(f"target {name!r} is already defined; ignored" for name in taken)
-            if problems != reading.problems:
-                for problem in problems:
-                    log.warning("%s: %s", reading.reader.what, problem)
-            reading.problems, reading.made = problems, len(targets) - len(taken)
+            with self._lock:
+                if problems != reading.problems:
+                    for problem in problems:
+                        log.warning("%s: %s", reading.reader.what, problem)
+                reading.problems, reading.made = problems, len(targets) - len(taken)
             for target in targets:
                 found.setdefault(target.name, target)
         return tuple(found.values())

@@ -401,7 +401,11 @@ class HttpServer:
         request.reply(HTTPStatus.OK, JSON, render_json(document))
 
     def health(self) -> tuple[HTTPStatus, str]:
-        """OK while the poll loop makes progress; 503 with the reason once it stalls."""
+        """OK while the poll loop makes progress; 503 with the reason once it stalls.
+        With no target at all (a shard whose sources list none for it) nothing
+        can stall: OK."""
+        if not self._board.views():
+            return HTTPStatus.OK, "ok: no targets to watch"
         since_progress = self._board.seconds_since_progress()
         if since_progress is None:
             waited = self._board.monotonic() - self._started
