@@ -34,6 +34,7 @@ from tests.fixtures.postgres import (
     free_port,
     wait_until,
 )
+from tests.fixtures.processes import LockwatchProcess
 from tests.fixtures.sd import SdStandin
 
 pytestmark = [
@@ -350,3 +351,30 @@ def test_an_http_sd_endpoint_that_fails_keeps_its_last_good_list(
             assert metric(daemon, "lockwatch_target_source_targets", **labels) == 0
     finally:
         standin.close()
+
+
+def test_lockwatch_run_takes_its_shard_from_a_pod_name_as_kubernetes_expands_it(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    hosts = (*ALIASES, "127.0.1")
+    addresses = [f"{host}:{pg.server.port}" for host in hosts]
+    sd_file = tmp_path / "fleet.json"
+    write_sd(sd_file, [{"targets": addresses}])
+    path = config(tmp_path, f"  - {{name: fleet, file: {sd_file}, auth_module: monitor}}")
+    port = free_port()
+    path.write_text(
+        f"listen: 127.0.0.1:{port}\nstate_dir: {tmp_path}\n" + path.read_text(encoding="utf-8")
+    )
+    # --shard=$(POD_NAME)/$(LOCKWATCH_SHARDS) in the StatefulSet, expanded
+    env = {"LOCKWATCH_SHARD": "lockwatch-a-1/2"}
+    process = LockwatchProcess(path, tmp_path / "lockwatch.log", port, env=env)
+    process.start()
+    try:
+        assert process.metric("lockwatch_shard_info", shard="1", shards="2") == 1
+        groups = requests.get(f"{process.base}/api/v1/sd", timeout=5).json()
+        mine = {a for a in addresses if owner(a, 2) == 1}
+        assert {g["labels"]["postgres_instance"] for g in groups} == mine
+        assert process.metric("lockwatch_shard_targets") == len(mine)
+        assert MONITOR_PASSWORD not in json.dumps(groups)
+    finally:
+        assert process.stop() == 0, process.log(whole=True)
