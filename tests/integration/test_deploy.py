@@ -201,10 +201,10 @@ def test_each_pod_of_the_fleet_statefulset_runs_its_own_shard(tmp_path: Path) ->
     assert source.file == tmp_path / "postgres.json" and len(parsed) == 2
 
 
-def relabelled_shard(regex: str, pod: str) -> str | None:
-    """What a Prometheus relabel rule with ``regex`` makes of a pod name (anchored, $1)."""
-    found = re.fullmatch(regex, pod)
-    return None if found is None else found[1]
+def relabelled(rule: dict[str, Any], value: str) -> str | None:
+    """What a Prometheus replace rule makes of one source value (anchored; $1)."""
+    found = re.fullmatch(rule["regex"], value)
+    return None if found is None else rule["replacement"].replace("$1", found[1])
 
 
 def test_the_prometheus_config_labels_each_scrape_with_its_shard_and_replica(
@@ -239,10 +239,15 @@ def test_the_prometheus_config_labels_each_scrape_with_its_shard_and_replica(
     assert rules["replica"]["source_labels"] == [
         "__meta_kubernetes_pod_label_lockwatch_dev_replica"
     ]
-    assert relabelled_shard(rules["shard"]["regex"], "lockwatch-a-12") == "12"
+    # two replicas of a shard scrape as the same instance
+    assert relabelled(rules["instance"], "lockwatch-a-12") == "shard-12"
+    assert relabelled(rules["instance"], "lockwatch-b-12") == "shard-12"
     monitor_rules = documents(FLEET)["ServiceMonitor"]["spec"]["endpoints"][0]["relabelings"]
-    shard_rule = next(rule for rule in monitor_rules if rule["targetLabel"] == "shard")
-    assert shard_rule["regex"] == rules["shard"]["regex"]
+    instance_rule = next(rule for rule in monitor_rules if rule["targetLabel"] == "instance")
+    assert (instance_rule["regex"], instance_rule["replacement"]) == (
+        rules["instance"]["regex"],
+        rules["instance"]["replacement"],
+    )
     # alerts leave without the replica label: Alertmanager sees one alert per shard's alert
     assert {"action": "labeldrop", "regex": "replica"} in config["alerting"][
         "alert_relabel_configs"

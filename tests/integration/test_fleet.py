@@ -2,7 +2,8 @@
 endpoint, split over three shards (three in-process daemons, each with its own
 HTTP server), following the lists without a restart; a target that leaves the
 list and comes back keeps its incident; a failing endpoint keeps its last good
-list."""
+list; the shipped Prometheus config in a real Prometheus, with two replicas
+and per-target probes from /api/v1/sd."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,6 +29,7 @@ from lockwatch.daemon import Daemon
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.settings.sharding import Shard, owner
+from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import (
     MONITOR_PASSWORD,
     MONITOR_USER,
@@ -35,6 +38,7 @@ from tests.fixtures.postgres import (
     wait_until,
 )
 from tests.fixtures.processes import LockwatchProcess
+from tests.fixtures.prometheus import Prometheus
 from tests.fixtures.sd import SdStandin
 
 pytestmark = [
@@ -45,6 +49,7 @@ pytestmark = [
 
 SHARDS = 3
 ALIASES = ("127.0.0.1", "localhost", "127.1")  # one server under three addresses
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "lockwatch-fleet.yml"
 UP_WAIT = 90.0  # fifty first connections on a shared two-core machine
 
 
@@ -111,7 +116,7 @@ def base(daemon: Daemon) -> str:
 def watched(daemon: Daemon) -> set[str]:
     groups = requests.get(f"{base(daemon)}/api/v1/sd", timeout=5).json()
     assert all(group["targets"] == [base(daemon).removeprefix("http://")] for group in groups)
-    return {group["labels"]["target"] for group in groups}
+    return {group["labels"]["__param_target"] for group in groups}
 
 
 def metric(daemon: Daemon, name: str, **labels: str) -> float | None:
@@ -378,3 +383,78 @@ def test_lockwatch_run_takes_its_shard_from_a_pod_name_as_kubernetes_expands_it(
         assert MONITOR_PASSWORD not in json.dumps(groups)
     finally:
         assert process.stop() == 0, process.log(whole=True)
+
+
+def pod(daemon: Daemon, replica: str, ordinal: int) -> dict[str, Any]:
+    """A file_sd entry that looks to Prometheus as a fleet pod would under kubernetes_sd."""
+    return {
+        "targets": [base(daemon).removeprefix("http://")],
+        "labels": {
+            "__meta_kubernetes_pod_label_app_kubernetes_io_component": "fleet",
+            "__meta_kubernetes_pod_container_port_name": "metrics",
+            "__meta_kubernetes_pod_label_lockwatch_dev_replica": replica,
+            "__meta_kubernetes_pod_name": f"lockwatch-{replica}-{ordinal}",
+            "__meta_kubernetes_namespace": "monitoring",
+        },
+    }
+
+
+def test_prometheus_sees_two_replicas_differ_only_in_replica_and_probes_each_target(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    """The shipped scrape config (its kubernetes_sd_configs swapped for a
+    file_sd list of the pods) in a real Prometheus, and a probe job on
+    /api/v1/sd."""
+    addresses = [f"{host}:{pg.server.port}" for host in ALIASES[:2]]
+    sd_file = tmp_path / "fleet.json"
+    write_sd(sd_file, [{"targets": addresses}])
+    names = {address.replace(":", "_") for address in addresses}
+    path = config(tmp_path, f"  - {{name: fleet, file: {sd_file}, auth_module: monitor}}")
+    with (
+        daemon_of(path, tmp_path / "state-a") as replica_a,
+        daemon_of(path, tmp_path / "state-b") as replica_b,
+    ):
+        scrape = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
+        (job,) = scrape["scrape_configs"]
+        del job["kubernetes_sd_configs"], scrape["rule_files"]
+        pods = tmp_path / "pods.json"
+        pods.write_text(json.dumps([pod(replica_a, "a", 0), pod(replica_b, "b", 0)]))
+        job["file_sd_configs"] = [{"files": [str(pods)]}]
+        probe = {
+            "job_name": "probe",
+            "http_sd_configs": [{"url": f"{base(replica_a)}/api/v1/sd", "refresh_interval": "1s"}],
+            # as with blackbox_exporter: each probe is its own instance
+            "relabel_configs": [{"source_labels": ["__param_target"], "target_label": "instance"}],
+        }
+        scrape["scrape_configs"].append(probe)
+        scrape["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s"}
+        prometheus = Prometheus(tmp_path / "prometheus", scrape={})
+        prometheus.config_path.write_text(yaml.safe_dump(scrape))
+        with prometheus:
+
+            def series(expr: str, count: int) -> list[dict[str, str]] | None:
+                found = [r["metric"] for r in prometheus.query(expr)]
+                return found if len(found) == count else None
+
+            fleet = wait_until(
+                lambda: series('lockwatch_up{job="lockwatch"} == 1', 4),
+                timeout=60,
+                message="both replicas scraped, each target up",
+            )
+            probes = wait_until(
+                lambda: series('lockwatch_up{job="probe"} == 1', 2),
+                timeout=60,
+                message="one probe per target",
+            )
+
+    by_target: dict[str, list[dict[str, str]]] = {}
+    for labels in fleet:
+        by_target.setdefault(labels["target"], []).append(labels)
+    assert set(by_target) == names
+    for found in by_target.values():
+        assert sorted(labels.pop("replica") for labels in found) == ["a", "b"]
+        assert found[0] == found[1]  # nothing else differs: Thanos merges them
+        assert found[0]["instance"] == "shard-0"
+    # each probe returned its own target's series only, under its own label
+    assert {(p["instance"], p["target"]) for p in probes} == {(n, n) for n in names}
+    assert not any("exported_target" in p for p in probes)

@@ -3,9 +3,10 @@ format, so Prometheus can scrape one probe per target (``/metrics?target=``)
 or tell which shard watches what.
 
 Each group holds this instance's own address (as the request reached it) and
-labels the target: ``target``, ``instance`` (the PostgreSQL server, never its
-DSN), ``__param_target`` and ``__metrics_path__`` for a per-target scrape, and
-the labels it was discovered with.
+labels the target: ``__param_target`` (its name) and ``__metrics_path__`` for a
+per-target scrape, ``postgres_instance`` (the server, never its DSN) and the
+labels it was discovered with. No ``target`` label: the scraped series carry
+their own, which Prometheus would rename ``exported_target``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ def sd_document(
         target = view.target
         labels = {
             **dict(target.labels),
-            "target": target.name,
             "postgres_instance": target.instance,
             "__param_target": target.name,
             "__metrics_path__": metrics_path,
