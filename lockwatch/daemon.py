@@ -206,7 +206,7 @@ class Daemon:
             self.stop_event.set()
 
         def request_reload(signum: int, frame: FrameType | None) -> None:
-            self._reload_requested.set()
+            self.request_reload()
 
         handlers = {signal.SIGTERM: request_stop, signal.SIGINT: request_stop}
         handlers[signal.SIGHUP] = request_reload
@@ -218,6 +218,10 @@ class Daemon:
             self.stop()
             for sig, old in previous.items():
                 signal.signal(sig, old)
+
+    def request_reload(self) -> None:
+        """Have the main loop read the config again (what SIGHUP does)."""
+        self._reload_requested.set()
 
     def watch(self) -> None:
         while not self.stop_event.wait(WATCHDOG_TICK):
@@ -309,7 +313,7 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify", "pings", "web"):
+        for setting in ("listen", "state_dir", "notify", "pings", "web", "shard"):
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
@@ -319,6 +323,7 @@ class Daemon:
             notify=self.settings.notify,
             pings=self.settings.pings,
             web=self.settings.web,
+            shard=self.settings.shard,
         )
         log.info(
             "%s: %d target(s) unchanged, %d changed, %d added, %d removed",

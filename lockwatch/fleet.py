@@ -93,9 +93,10 @@ class Fleet:
             self._settings = settings
 
     def start(self) -> None:
-        if self._readings:
-            self._thread = threading.Thread(target=self._loop, name="target-sources", daemon=True)
-            self._thread.start()
+        """Read the sources from a thread of their own; started even without
+        sources, which a reload may bring."""
+        self._thread = threading.Thread(target=self._loop, name="target-sources", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()

@@ -458,3 +458,22 @@ def test_prometheus_sees_two_replicas_differ_only_in_replica_and_probes_each_tar
     # each probe returned its own target's series only, under its own label
     assert {(p["instance"], p["target"]) for p in probes} == {(n, n) for n in names}
     assert not any("exported_target" in p for p in probes)
+
+
+def test_a_reload_that_brings_a_target_source_starts_reading_it(
+    tmp_path: Path, pg: PgDatabase
+) -> None:
+    (tmp_path / "monitor-password").write_text(MONITOR_PASSWORD)
+    path = tmp_path / "lockwatch.yml"
+    static = f"targets: [{{name: own, dsn: '{pg.monitor_dsn}'}}]\n"
+    path.write_text(static)
+    sd_file = tmp_path / "fleet.json"
+    write_sd(sd_file, [{"targets": [f"127.0.0.1:{pg.server.port}"], "labels": {"name": "found"}}])
+    with daemon_of(path, tmp_path / "state") as daemon:
+        assert watched(daemon) == {"own"}
+        config(tmp_path, f"  - {{name: fleet, file: {sd_file}, auth_module: monitor}}")
+        path.write_text(path.read_text(encoding="utf-8") + static)
+        daemon.request_reload()  # as SIGHUP does: the main loop reloads
+
+        wait_until(lambda: watched(daemon) == {"own", "found"} or None, message="found")
+        wait_until(lambda: metric(daemon, "lockwatch_up", target="found") == 1, message="up")
