@@ -13,10 +13,11 @@ import click
 
 from lockwatch import __version__
 from lockwatch.commands.incidents import incidents
-from lockwatch.commands.params import DURATION, LISTEN
+from lockwatch.commands.params import DURATION, LISTEN, SHARD
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
+from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import DEFAULT_LISTEN, Settings
 from lockwatch.settings.web import WebConfig, WebConfigError
 
@@ -40,7 +41,7 @@ def _telemetry_path(ctx: click.Context, param: click.Parameter, value: str) -> s
 RESERVED_PATHS = (
     "/",
     "/healthz",
-    *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs")),
+    *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs", "sd")),
 )
 
 
@@ -165,6 +166,14 @@ def main() -> None:
     **_env("LOG_FORMAT"),
     help="text for people; logfmt or json for a log collector (one event per line, UTC).",
 )
+@click.option(
+    "--shard",
+    type=SHARD,
+    default=None,
+    **_env("SHARD"),
+    help="i/n: watch the i-th of n shards of the targets (over the config's shard:); "
+    "i may end a pod name, as $(POD_NAME)/3.",
+)
 def run(
     config_file: Path | None,
     dsn: str | None,
@@ -178,6 +187,7 @@ def run(
     web_config: Path | None,
     log_level: str,
     log_format: str,
+    shard: Shard | None,
 ) -> None:
     """Run the daemon: poll, detect, serve /metrics, the API and the status page.
 
@@ -203,7 +213,11 @@ def run(
     try:
         # Built inside: a state dir another lockwatch holds refuses to start here.
         daemon = Daemon(
-            settings, reload=reload, also_listen=listen[1:], telemetry_path=telemetry_path
+            settings,
+            reload=reload,
+            also_listen=listen[1:],
+            telemetry_path=telemetry_path,
+            shard=shard,
         )
         daemon.run_forever()
     except OSError as exc:
@@ -250,19 +264,35 @@ def _run_settings(
 
 @main.command("check-config")
 @click.argument("config_file", type=click.Path(path_type=Path))
-def check_config(config_file: Path) -> None:
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Read the target sources and print which of this many shards watches each target.",
+)
+def check_config(config_file: Path, shards: int | None) -> None:
     """Validate a config file; report every problem; exit 2 if there is any."""
     try:
         settings = load_settings(config_file)
     except ConfigError as exc:
         _fail_config(exc)
     named = sum(len(t.locks.named) for t in settings.targets)
-    click.echo(f"{config_file}: ok ({len(settings.targets)} target(s), {named} named lock(s))")
+    sources = (
+        f", {len(settings.target_sources)} target source(s)" if settings.target_sources else ""
+    )
+    click.echo(
+        f"{config_file}: ok ({len(settings.targets)} target(s){sources}, {named} named lock(s))"
+    )
     from lockwatch.commands.doctor import pooled_dsn_hints
     from lockwatch.commands.serverless import serverless_hints
 
     for hint in pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
+    if shards is not None:
+        from lockwatch.commands.fleet import shard_lines
+
+        for line in shard_lines(settings, shards):
+            click.echo(line)
 
 
 @main.command("notify-test")

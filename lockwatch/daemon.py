@@ -21,11 +21,14 @@ from http import HTTPStatus
 from types import FrameType
 
 from lockwatch.config.reader import ConfigError
+from lockwatch.fleet import Fleet
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
+from lockwatch.publish.metrics.fleet import FleetCollector
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.runner import STOP_GRACE, Clock, TargetRunner, TransitionListener, utc_now
+from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import open_history
@@ -102,8 +105,9 @@ class Daemon:
         notifier: Notifier | None = None,
         also_listen: tuple[str, ...] = (),  # more addresses than settings.listen
         telemetry_path: str = "/metrics",
+        shard: Shard | None = None,  # --shard; else the config's shard:
     ) -> None:
-        self.settings = settings
+        self.settings = settings = self._discover(settings, shard, clock)
         # First: nothing is read from a state dir another lockwatch uses.
         self.state_lock = None if settings.state_dir is None else StateDirLock(settings.state_dir)
         remove_leftovers(settings.state_dir)
@@ -115,18 +119,8 @@ class Daemon:
         # Every target's incidents (the notifier notes what it sent), and the resolved ones.
         self.incidents = IncidentRegistry()
         self.history = open_history(settings)
-        # Notifications, delivered from threads of their own: the poll threads
-        # only hand each poll's findings over.
-        self.alerts: AlertNotifier | None = None
-        if settings.notify.channels:
-            self.alerts = AlertNotifier(
-                settings.notify,
-                settings.state_dir,
-                targets=[target.name for target in settings.targets],
-                external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
-                clock=clock,
-                on_notified=self.incidents.note_notified,  # onto the incident's timeline
-            )
+        self.alerts = self._alert_notifier(settings, clock)
+        if self.alerts is not None:
             self._listeners = (*listeners, self.alerts)
         self._reload = reload
         self._reload_requested = threading.Event()
@@ -153,6 +147,20 @@ class Daemon:
                 jobs=pinged_jobs(settings), token=settings.pings.token, store=self.job_store
             )
 
+    def _alert_notifier(self, settings: Settings, clock: Clock) -> AlertNotifier | None:
+        """Notifications, delivered from threads of their own: the poll threads
+        only hand each poll's incidents over."""
+        if not settings.notify.channels:
+            return None
+        return AlertNotifier(
+            settings.notify,
+            settings.state_dir,
+            targets=[target.name for target in settings.targets],
+            external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
+            clock=clock,
+            on_notified=self.incidents.note_notified,  # onto the incident's timeline
+        )
+
     def _runner(self, target: Target) -> TargetRunner:
         runner = TargetRunner(
             target,
@@ -171,14 +179,15 @@ class Daemon:
     @staticmethod
     def _stale_after(runners: list[TargetRunner]) -> float:
         """Seconds without a finished poll after which the loop counts as stalled."""
-        return max(3 * max(r.target.longest_gap for r in runners), 10.0) + max(
-            r.target.connect_timeout + r.poll_timeout for r in runners
+        return max(3 * max((r.target.longest_gap for r in runners), default=0.0), 10.0) + max(
+            (r.target.connect_timeout + r.poll_timeout for r in runners), default=0.0
         )
 
     def _status_line(self) -> str:
         return f"watching {len(self.runners)} target(s)"
 
     def start(self) -> None:
+        self.registry.register(FleetCollector(self.fleet.status))
         self.http.start()
         host, port = self.http.address
         log.info(
@@ -191,6 +200,7 @@ class Daemon:
             self.alerts.start()
         for runner in self.runners:
             runner.start()
+        self.fleet.start()
         self.notifier.ready(self._status_line())
 
     def run_forever(self) -> None:
@@ -201,7 +211,7 @@ class Daemon:
             self.stop_event.set()
 
         def request_reload(signum: int, frame: FrameType | None) -> None:
-            self._reload_requested.set()
+            self.request_reload()
 
         handlers = {signal.SIGTERM: request_stop, signal.SIGINT: request_stop}
         handlers[signal.SIGHUP] = request_reload
@@ -214,6 +224,10 @@ class Daemon:
             for sig, old in previous.items():
                 signal.signal(sig, old)
 
+    def request_reload(self) -> None:
+        """Have the main loop read the config again (what SIGHUP does)."""
+        self._reload_requested.set()
+
     def watch(self) -> None:
         while not self.stop_event.wait(WATCHDOG_TICK):
             now = time.monotonic()
@@ -222,6 +236,7 @@ class Daemon:
             if self._reload_requested.is_set():
                 self._reload_requested.clear()
                 self.reload()
+            self._follow_fleet()
             self.keep_alive(time.monotonic())
 
     def keep_alive(self, now: float) -> None:
@@ -260,14 +275,17 @@ class Daemon:
                     len(exc.problems),
                 )
                 return False
-            self._apply(settings)
+            self.configured = settings
+            self.fleet.configure(settings)
+            self._apply(self.fleet.watched(settings))
             return True
         finally:
             self.notifier.ready(self._status_line())
 
-    def _apply(self, settings: Settings) -> None:
+    def _apply(self, settings: Settings, what: str = "config reloaded") -> None:
         """Swap targets: unchanged ones keep their runner, changed ones get a new
-        runner that takes over the old one's state, removed ones stop."""
+        runner that takes over the old one's state (or a set-aside one's, for a
+        target rediscovered), removed ones stop."""
         old = {runner.target.name: runner for runner in self.runners}
         runners: list[TargetRunner] = []
         counts = {"kept": 0, "changed": 0, "added": 0, "removed": 0}
@@ -276,8 +294,13 @@ class Daemon:
         if self.http.pings is not None:
             self.http.pings.jobs = pinged_jobs(settings)
         for target in settings.targets:
-            previous = old.pop(target.name, None)
-            if previous is not None and previous.target == target and not jobs_changed:
+            previous = old.pop(target.name, None) or self._unpark(target.name)
+            if (
+                previous is not None
+                and not previous.stop_event.is_set()
+                and previous.target == target
+                and not jobs_changed
+            ):
                 runners.append(previous)
                 counts["kept"] += 1
                 continue
@@ -291,11 +314,11 @@ class Daemon:
             runners.append(runner)
             runner.start()
         for removed in old.values():
-            self._retire(removed)
+            self._set_aside(removed)
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify", "pings", "web"):
+        for setting in ("listen", "state_dir", "notify", "pings", "web", "shard"):
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
@@ -305,12 +328,58 @@ class Daemon:
             notify=self.settings.notify,
             pings=self.settings.pings,
             web=self.settings.web,
+            shard=self.settings.shard,
         )
         log.info(
-            "config reloaded: %(kept)d target(s) unchanged, %(changed)d changed, "
-            "%(added)d added, %(removed)d removed",
-            counts,
+            "%s: %d target(s) unchanged, %d changed, %d added, %d removed",
+            what,
+            *counts.values(),
         )
+
+    # -- the fleet: discovered targets and this shard's part ------------------
+
+    def _discover(self, settings: Settings, shard: Shard | None, clock: Clock) -> Settings:
+        """The targets this instance starts with: the config's and what its
+        sources list now, this shard's part of them."""
+        self.configured = settings  # as the config file says, before discovery
+        self._fleet_changed = threading.Event()
+        self._parked: dict[str, tuple[TargetRunner, float]] = {}
+        self.fleet = Fleet(
+            settings,
+            shard or settings.sharding,
+            on_change=self._fleet_changed.set,
+            clock=clock,
+        )
+        self.fleet.refresh()
+        return self.fleet.watched(settings)
+
+    def _follow_fleet(self) -> None:
+        """Apply changed source lists; retire what stayed vanished too long."""
+        if self._fleet_changed.is_set():
+            self._fleet_changed.clear()
+            self._apply(self.fleet.watched(self.configured), "target sources changed")
+        now = time.monotonic()
+        for name, (runner, since) in list(self._parked.items()):
+            if now - since >= self.fleet.keep_vanished(runner.target.discovered or ""):
+                del self._parked[name]
+                self._retire(runner)
+
+    def _unpark(self, name: str) -> TargetRunner | None:
+        parked = self._parked.pop(name, None)
+        return None if parked is None else parked[0]
+
+    def _set_aside(self, runner: TargetRunner) -> None:
+        """A target gone from the config is retired; one gone from discovery
+        only stops: its state file, findings and incidents wait (unresolved,
+        unpublished) for ``keep_vanished``, and a new runner takes them over if
+        it comes back."""
+        if runner.target.discovered is None:
+            self._retire(runner)
+            return
+        runner.stop()
+        self.board.forget(runner.target.name)
+        self.incidents.forget(runner.target.name)
+        self._parked[runner.target.name] = (runner, time.monotonic())
 
     def _retire(self, runner: TargetRunner) -> None:
         """A target removed from the config: it stops, its findings resolve (logged
@@ -333,6 +402,7 @@ class Daemon:
     def stop(self) -> None:
         self.notifier.stopping()
         self.stop_event.set()
+        self.fleet.stop()
         for runner in self.runners:
             runner.stop_event.set()
         deadline = time.monotonic() + STOP_GRACE

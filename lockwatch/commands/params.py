@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from lockwatch.settings.fields import parse_duration
+from lockwatch.settings.sharding import Shard, parse_shard
 from lockwatch.settings.targets import parse_listen
 
 
@@ -50,3 +51,26 @@ class ListenAddress(click.ParamType):  # type: ignore[type-arg]
 
 
 LISTEN = ListenAddress()
+
+
+class ShardParam(click.ParamType):  # type: ignore[type-arg]
+    """``i/n``, or a StatefulSet pod's name and n: ``$(POD_NAME)/3`` gives ``lockwatch-2/3``.
+
+    >>> SHARD.convert("lockwatch-2/3", None, None)
+    Shard(index=2, count=3)
+    """
+
+    name = "i/n"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Shard:
+        if isinstance(value, Shard):
+            return value
+        try:
+            return parse_shard(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SHARD = ShardParam()

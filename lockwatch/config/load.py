@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lockwatch.config.discovery import check_fleet, defaults_by_field, discovery_shapes
 from lockwatch.config.jobs import Jobs
 from lockwatch.config.keys import field_key, file_keys
 from lockwatch.config.notify import notify_shapes
@@ -48,6 +49,7 @@ class _DocumentShape(Shape):
         data["source"] = reading.source
         if "defaults" in data:
             self.targets.read_defaults(reading, data.pop("defaults"))
+            data["target_defaults"] = defaults_by_field(self.targets.inherited)
         web = field_key(Settings, "web").key
         if web in data:
             data[web] = read_web_config(reading, data[web], (web,))
@@ -56,6 +58,10 @@ class _DocumentShape(Shape):
             self.jobs.pings = PingSettings() if pings is FAILED else pings
         self.jobs.state_dir = "state_dir" in data
         return data
+
+    def after(self, reading: Reading, raw: YamlMap, value: Any) -> Any:
+        check_fleet(reading, value)
+        return value
 
 
 def load_settings(path: Path, environ: Mapping[str, str] | None = None) -> Settings:
@@ -69,6 +75,7 @@ def load_settings(path: Path, environ: Mapping[str, str] | None = None) -> Setti
         **queues.shapes(),
         **jobs.shapes(),
         **notify_shapes(),
+        **discovery_shapes(),
     }
     reading = Reading(path, environ, shapes)
     document = reading.document()

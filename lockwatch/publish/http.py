@@ -33,8 +33,10 @@ from lockwatch.publish.api.incidents import (
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import Page, locks_document
 from lockwatch.publish.api.queues import queues_document
+from lockwatch.publish.api.sd import sd_document
 from lockwatch.publish.auth import BasicAuth
 from lockwatch.publish.bodies import BodyRefusedError, read_body
+from lockwatch.publish.metrics.registry import BoardCollector
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.renders import Answer, Renders
@@ -360,10 +362,8 @@ class HttpServer:
         request.reply(answer.status, answer.content_type, answer.body, dict(answer.headers))
 
     def _answer(self, request: _Handler, path: str, query: str) -> Answer:
-        if path == self.telemetry_path:
-            # Not kept: process_* and the notifier's counters move between polls.
-            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            return Answer(HTTPStatus.OK, content_type, encoder(self._registry))
+        if path in (self.telemetry_path, "/api/v1/sd"):
+            return self._live(request, path, query)
         if path == "/api/v1/incidents" or path.startswith("/api/v1/incidents/"):
             return self._incidents(path, query)
         if path == "/":
@@ -378,12 +378,42 @@ class HttpServer:
         render = self._documents[path]
         return self.renders.answer((path, page), lambda: render(page))
 
+    def _live(self, request: _Handler, path: str, query: str) -> Answer:
+        """What is answered afresh each time: the metrics (process_* and the
+        notifier's counters move between polls) and /api/v1/sd (the address
+        it names is the one this client reached)."""
+        if path == "/api/v1/sd":
+            groups = sd_document(self._board, self._own_address(request), self.telemetry_path)
+            return Answer(HTTPStatus.OK, JSON, render_json(groups))
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return Answer(HTTPStatus.OK, content_type, encoder(self._scraped(query)))
+
     def _json(self, document: Callable[[], Mapping[str, Any]]) -> Answer:
         return Answer(HTTPStatus.OK, JSON, render_json(document()))
 
     def _page(self, refresh: bool) -> Answer:
         page = self._status_page.render(refresh=refresh).encode("utf-8")
         return Answer(HTTPStatus.OK, HTML, page, (("Content-Security-Policy", PAGE_POLICY),))
+
+    def _scraped(self, query: str) -> CollectorRegistry:
+        """The whole registry, or with ``?target=`` (a probe from /api/v1/sd)
+        that target's series only."""
+        only = parse_qs(query).get("target")
+        if not only:
+            return self._registry
+        registry = CollectorRegistry()
+        registry.register(BoardCollector(self._board, self._clock, only=only[0]))
+        return registry
+
+    def _own_address(self, request: _Handler) -> str:
+        """host:port as the client reached lockwatch (its Host header), else the bound one."""
+        host = request.headers.get("Host", "")
+        try:
+            parse_listen(host)
+        except ValueError:
+            bound, port = self.address
+            return f"[{bound}]:{port}" if ":" in bound else f"{bound}:{port}"
+        return host
 
     def _incidents(self, path: str, query: str) -> Answer:
         """The incidents, filtered and paged, or one of them by id (not kept:
@@ -403,7 +433,11 @@ class HttpServer:
         return self._json(lambda: incidents_document(self._board, self.incidents, asked))
 
     def health(self) -> tuple[HTTPStatus, str]:
-        """OK while the poll loop makes progress; 503 with the reason once it stalls."""
+        """OK while the poll loop makes progress; 503 with the reason once it stalls.
+        With no target at all (a shard whose sources list none for it) nothing
+        can stall: OK."""
+        if not self._board.views():
+            return HTTPStatus.OK, "ok: no targets to watch"
         since_progress = self._board.seconds_since_progress()
         if since_progress is None:
             waited = self._board.monotonic() - self._started

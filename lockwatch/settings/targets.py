@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
+import psycopg
+import psycopg.conninfo
 from pydantic import Field
 
 from lockwatch.settings.fields import (
@@ -24,7 +26,6 @@ from lockwatch.settings.fields import (
     Section,
     Text,
     check,
-    not_empty,
 )
 from lockwatch.settings.incidents import IncidentSettings
 from lockwatch.settings.jobs import JobSpec, PingSettings
@@ -33,6 +34,8 @@ from lockwatch.settings.notify import NotifySettings
 from lockwatch.settings.pooler import PoolerSpec
 from lockwatch.settings.queues import Queue, WorkerGroup
 from lockwatch.settings.serverless import SleepSettings
+from lockwatch.settings.sharding import ALL, Shard, check_shard, parse_shard
+from lockwatch.settings.sources import AuthModule, TargetSource
 from lockwatch.settings.web import WebConfig
 
 DEFAULT_LISTEN = "127.0.0.1:10057"
@@ -106,6 +109,21 @@ class Target(Section):
     # A compute that suspends when idle: lockwatch lets it sleep (``sleep``).
     serverless: Flag = False
     sleep: SleepSettings = field(default_factory=SleepSettings)
+    # the target source it was discovered by (None: from targets:) and its labels
+    discovered: Annotated[Text | None, INTERNAL] = None
+    labels: Annotated[tuple[tuple[str, str], ...], INTERNAL] = ()
+
+    @property
+    def instance(self) -> str:
+        """The PostgreSQL server the target reads, as host:port: what sharding
+        splits on, so that all the databases of one server go to one shard."""
+        try:
+            parts = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError:
+            return self.name
+        host = str(parts.get("host") or "localhost")
+        host = f"[{host}]" if ":" in host and "," not in host else host
+        return f"{host}:{parts.get('port') or 5432}"
 
     @property
     def longest_gap(self) -> float:
@@ -115,7 +133,14 @@ class Target(Section):
 
 @dataclass(frozen=True, slots=True)
 class Settings(Section):
-    targets: Annotated[tuple[Target, ...], not_empty("needs at least one target")]
+    # at least one, unless target_sources discover them (the loader checks)
+    targets: tuple[Target, ...] = ()
+    target_sources: tuple[TargetSource, ...] = ()
+    auth_modules: tuple[AuthModule, ...] = ()
+    # "i/n": this instance watches the n-th part of the targets; --shard overrides
+    shard: Annotated[Text | None, check(check_shard)] = None
+    # what defaults: sets for every target, by field name: discovered ones get it too
+    target_defaults: Annotated[tuple[tuple[str, object], ...], INTERNAL] = ()
     listen: Annotated[Text, check(check_listen)] = DEFAULT_LISTEN
     state_dir: Annotated[FilePath | None, check(_check_directory)] = None
     # the config file, when there is one
@@ -126,3 +151,7 @@ class Settings(Section):
     incidents: IncidentSettings = field(default_factory=IncidentSettings)
     # TLS and basic auth for the HTTP endpoint
     web: Annotated[WebConfig | None, Field(alias="web_config")] = None
+
+    @property
+    def sharding(self) -> Shard:
+        return ALL if self.shard is None else parse_shard(self.shard)

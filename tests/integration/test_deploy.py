@@ -9,6 +9,8 @@ after the rules change."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,15 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from lockwatch.commands.params import SHARD
 from lockwatch.config.load import load_settings
+from lockwatch.settings.sharding import Shard
 from tests.fixtures.paths import ROOT
+from tests.fixtures.prometheus import binary
 
 MANIFESTS = ROOT / "deploy" / "kubernetes"
+FLEET = MANIFESTS / "fleet"
+PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "lockwatch-fleet.yml"
 SCHEMAS = Path(__file__).parent / "schemas"
 KUBERNETES_VERSION = "1.31.0"
 RULE_HEADER = """\
@@ -49,19 +56,20 @@ def crd_schema(kind: str) -> dict[str, Any]:
     return schema
 
 
-def documents() -> dict[str, dict[str, Any]]:
+def documents(directory: Path = MANIFESTS) -> dict[str, dict[str, Any]]:
     """Every manifest the kustomization lists, by kind."""
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text(encoding="utf-8"))
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
     found: dict[str, dict[str, Any]] = {}
     for name in kustomization["resources"]:
-        for document in yaml.safe_load_all((MANIFESTS / name).read_text(encoding="utf-8")):
+        for document in yaml.safe_load_all((directory / name).read_text(encoding="utf-8")):
             found[document["kind"]] = document
     return found
 
 
-def test_the_kustomization_lists_every_manifest() -> None:
-    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text(encoding="utf-8"))
-    files = {p.name for p in MANIFESTS.glob("*.yaml")} - {"kustomization.yaml"}
+@pytest.mark.parametrize("directory", [MANIFESTS, FLEET], ids=["single", "fleet"])
+def test_the_kustomization_lists_every_manifest(directory: Path) -> None:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    files = {p.name for p in directory.glob("*.yaml")} - {"kustomization.yaml"}
     assert sorted(kustomization["resources"]) == sorted(files)
 
 
@@ -70,10 +78,18 @@ def test_the_core_manifests_are_valid_kubernetes(kind: str) -> None:
     kubernetes_validate.validate(documents()[kind], KUBERNETES_VERSION, strict=True)
 
 
-@pytest.mark.parametrize("kind", ["ServiceMonitor", "PrometheusRule"])
-def test_the_operator_manifests_are_valid_against_its_crds(kind: str) -> None:
+@pytest.mark.parametrize("kind", ["ConfigMap", "StatefulSet", "Service"])
+def test_the_fleet_manifests_are_valid_kubernetes(kind: str) -> None:
+    kubernetes_validate.validate(documents(FLEET)[kind], KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("directory", "kind"),
+    [(MANIFESTS, "ServiceMonitor"), (MANIFESTS, "PrometheusRule"), (FLEET, "ServiceMonitor")],
+)
+def test_the_operator_manifests_are_valid_against_its_crds(directory: Path, kind: str) -> None:
     schema = crd_schema(kind)
-    document = documents()[kind]
+    document = documents(directory)[kind]
     assert document["apiVersion"] == "monitoring.coreos.com/v1"
     jsonschema.validate(document, schema)
 
@@ -95,9 +111,9 @@ def test_the_prometheus_rule_is_the_bundled_rules() -> None:
     assert documents()["PrometheusRule"] == prometheus_rule()
 
 
-def test_the_deployment_runs_the_image_as_the_dockerfile_does(tmp_path: Path) -> None:
-    docs = documents()
-    pod = docs["Deployment"]["spec"]["template"]["spec"]
+def runs_as_the_dockerfile_says(pod: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The pod's one container, checked against the image's user, port and
+    probes; with the Dockerfile's CMD, which the container's args must start with."""
     (container,) = pod["containers"]
     dockerfile = DockerfileParser(str(ROOT / "Dockerfile"))
     user = next(i["value"] for i in dockerfile.structure if i["instruction"] == "USER")
@@ -105,11 +121,20 @@ def test_the_deployment_runs_the_image_as_the_dockerfile_does(tmp_path: Path) ->
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    cmd = next(i["value"] for i in dockerfile.structure if i["instruction"] == "CMD")
-    assert container["args"] == json.loads(cmd)
     assert container["ports"][0]["containerPort"] == 10057
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["path"] == "/healthz"
+    cmd = next(i["value"] for i in dockerfile.structure if i["instruction"] == "CMD")
+    command: list[str] = json.loads(cmd)
+    assert container["args"][: len(command)] == command
+    return container, command
+
+
+def test_the_deployment_runs_the_image_as_the_dockerfile_does(tmp_path: Path) -> None:
+    docs = documents()
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    container, command = runs_as_the_dockerfile_says(pod)
+    assert container["args"] == command
     service_port = docs["Service"]["spec"]["ports"][0]
     assert (service_port["port"], service_port["name"]) == (10057, "metrics")
     assert docs["ServiceMonitor"]["spec"]["endpoints"][0]["port"] == "metrics"
@@ -125,6 +150,108 @@ def test_the_deployment_runs_the_image_as_the_dockerfile_does(tmp_path: Path) ->
     )
     (target,) = load_settings(tmp_path / "lockwatch.yml").targets
     assert target.dsn == "postgresql://lockwatch:pw@db:5432/orders"
+
+
+def expand(arg: str, env: dict[str, str]) -> str:
+    """``$(NAME)`` in a container's args, as the kubelet expands it."""
+    return re.sub(r"\$\((\w+)\)", lambda found: env[found[1]], arg)
+
+
+def test_each_pod_of_the_fleet_statefulset_runs_its_own_shard(tmp_path: Path) -> None:
+    docs = documents(FLEET)
+    statefulset = docs["StatefulSet"]
+    pod = statefulset["spec"]["template"]["spec"]
+    container, command = runs_as_the_dockerfile_says(pod)
+    (shard_arg,) = [a for a in container["args"][len(command) :] if a.startswith("--shard=")]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    pod_name = next(e for e in container["env"] if e["name"] == "POD_NAME")
+    assert pod_name["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    replicas = statefulset["spec"]["replicas"]
+    shards = set()
+    for ordinal in range(replicas):
+        name = f"{statefulset['metadata']['name']}-{ordinal}"
+        value = expand(shard_arg.removeprefix("--shard="), {**env, "POD_NAME": name})
+        shards.add(SHARD.convert(value, None, None))
+    assert shards == {Shard(i, replicas) for i in range(replicas)}
+    # the headless service and the monitor pick the shard pods, by the pod's labels
+    pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    assert statefulset["spec"]["serviceName"] == docs["Service"]["metadata"]["name"]
+    assert docs["Service"]["spec"]["selector"].items() <= pod_labels.items()
+    monitor = docs["ServiceMonitor"]["spec"]
+    assert (
+        monitor["selector"]["matchLabels"].items() <= docs["Service"]["metadata"]["labels"].items()
+    )
+    assert "lockwatch.dev/replica" in pod_labels
+
+    # The config loads, its password and its file_sd list where the pod mounts them.
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    data = docs["ConfigMap"]["data"]
+    (tmp_path / "password").write_text("pw\n")
+    (tmp_path / "postgres.json").write_text(data["postgres.json"])
+    secrets = next(path for path, m in mounts.items() if m["name"] == "monitor")
+    sd_path = next(path for path, m in mounts.items() if m.get("subPath") == "postgres.json")
+    config = data["lockwatch.yml"].replace(secrets + "/", f"{tmp_path}/")
+    (tmp_path / "lockwatch.yml").write_text(
+        config.replace(sd_path, str(tmp_path / "postgres.json"))
+    )
+    settings = load_settings(tmp_path / "lockwatch.yml")
+    assert settings.targets == () and settings.auth_modules[0].password == "pw"
+    (source,) = settings.target_sources
+    parsed = json.loads(data["postgres.json"])
+    assert source.file == tmp_path / "postgres.json" and len(parsed) == 2
+
+
+def relabelled(rule: dict[str, Any], value: str) -> str | None:
+    """What a Prometheus replace rule makes of one source value (anchored; $1)."""
+    found = re.fullmatch(rule["regex"], value)
+    return None if found is None else rule["replacement"].replace("$1", found[1])
+
+
+def test_the_prometheus_config_labels_each_scrape_with_its_shard_and_replica(
+    tmp_path: Path,
+) -> None:
+    """promtool accepts the scrape config. Debian's promtool is built without
+    Kubernetes discovery, so the check runs with kubernetes_sd_configs swapped
+    for file_sd_configs; everything else is checked as written."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "lockwatch"  # the bundled rules expect it
+    assert job.pop("kubernetes_sd_configs") == [{"role": "pod"}]
+    job["file_sd_configs"] = [{"files": [str(tmp_path / "pods.json")]}]
+    (tmp_path / "lockwatch.rules.yml").write_text(
+        (ROOT / "alerts" / "lockwatch.rules.yml").read_text(encoding="utf-8")
+    )
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    checked = subprocess.run(
+        [binary("promtool"), "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    rules = {
+        rule["target_label"]: rule for rule in job["relabel_configs"] if "target_label" in rule
+    }
+    statefulset = documents(FLEET)["StatefulSet"]
+    replica_label = "lockwatch.dev/replica"
+    assert statefulset["spec"]["template"]["metadata"]["labels"][replica_label] == "a"
+    assert rules["replica"]["source_labels"] == [
+        "__meta_kubernetes_pod_label_lockwatch_dev_replica"
+    ]
+    # two replicas of a shard scrape as the same instance
+    assert relabelled(rules["instance"], "lockwatch-a-12") == "shard-12"
+    assert relabelled(rules["instance"], "lockwatch-b-12") == "shard-12"
+    monitor_rules = documents(FLEET)["ServiceMonitor"]["spec"]["endpoints"][0]["relabelings"]
+    instance_rule = next(rule for rule in monitor_rules if rule["targetLabel"] == "instance")
+    assert (instance_rule["regex"], instance_rule["replacement"]) == (
+        rules["instance"]["regex"],
+        rules["instance"]["replacement"],
+    )
+    # alerts leave without the replica label: Alertmanager sees one alert per shard's alert
+    assert {"action": "labeldrop", "regex": "replica"} in config["alerting"][
+        "alert_relabel_configs"
+    ]
 
 
 if __name__ == "__main__":

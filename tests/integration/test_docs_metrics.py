@@ -45,6 +45,8 @@ notify:
     - name: hook
       type: webhook
       url: ${HOOK_URL}
+auth_modules: [{name: monitor, user: lockwatch}]
+target_sources: [{name: inventory, file: inventory.json, auth_module: monitor}]
 """
 # Words of the docs that look like metric names and are not.
 NOT_METRICS = {"lockwatch_demo", "lockwatch_monitor"}
@@ -92,6 +94,7 @@ def lockwatch(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
     port = free_port()
     config = write_config(tmp_path, port, {"app": pg.admin_dsn}, extra={"app": TARGET_EXTRA})
     config.write_text(config.read_text() + MORE)
+    (tmp_path / "inventory.json").write_text("[]")  # a source that lists nothing yet
     env = {"PING_TOKEN": TOKEN, "HOOK_URL": "http://127.0.0.1:9/"}
     process = LockwatchProcess(config, tmp_path / "lockwatch.log", port, env=env)
     process.start()

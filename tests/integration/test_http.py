@@ -160,6 +160,7 @@ def test_its_status_page_links_the_endpoints_and_escapes_every_value(running: Ru
 def test_health_is_ok_for_a_grace_period_before_the_first_poll_then_fails(
     running: Running,
 ) -> None:
+    running.board.register(polled_view().target)
     assert running.get("/healthz").status_code == 200
 
     running.clock.advance(STALE_AFTER + 1)
@@ -167,6 +168,18 @@ def test_health_is_ok_for_a_grace_period_before_the_first_poll_then_fails(
 
     assert response.status_code == 503
     assert "no poll finished" in response.text
+
+
+def test_an_instance_with_no_target_to_watch_is_healthy_however_long_it_waits(
+    running: Running,
+) -> None:
+    running.board.publish(polled_view())
+    running.board.forget(TARGET)  # its only target left discovery
+
+    running.clock.advance(STALE_AFTER + 60)
+    response = running.get("/healthz")
+
+    assert (response.status_code, response.text) == (200, "ok: no targets to watch\n")
 
 
 def test_health_fails_with_a_reason_when_the_poll_loop_stalls(running: Running) -> None:

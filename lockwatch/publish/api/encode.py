@@ -48,6 +48,6 @@ def json_safe(value: Any) -> Any:  # noqa: PLR0911 (one return per JSON type rea
     return printable(str(value))
 
 
-def render_json(document: Mapping[str, Any]) -> bytes:
+def render_json(document: Mapping[str, Any] | list[Any]) -> bytes:
     """A document as the API serves it; ``json_safe`` documents always encode."""
     return json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8")

@@ -37,13 +37,18 @@ FINDING_SERIES_CAP = 100
 class BoardCollector(Collector):
     """Renders the board's latest state as fresh metric families at each scrape."""
 
-    def __init__(self, board: Board, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self, board: Board, clock: Callable[[], datetime] = utc_now, only: str | None = None
+    ) -> None:
         self._board = board
         self._clock = clock
+        self._only = only  # one target's series (a per-target scrape), or all
 
     def collect(self) -> Iterator[Metric]:
         now = self._clock()
         views = self._board.views()
+        if self._only is not None:
+            views = tuple(view for view in views if view.target.name == self._only)
         yield from self._poll_metrics(views)
         yield from self._lock_metrics(views, now)
         yield from history_metrics(views)

@@ -139,10 +139,10 @@ def names(cls: type, *, without: tuple[str, ...] = ()) -> set[str]:
 
 
 SECTIONS = {
-    "": names(Settings, without=("source", "web")) | {"web_config", "defaults"},
+    "": names(Settings, without=("source", "web", "target_defaults")) | {"web_config", "defaults"},
     "defaults": {"interval", "connect_timeout", "statement_timeout", "locks", "queues"},
     "defaults.locks": names(LockSettings, without=("named",)),
-    "targets[0]": names(Target) | {"dsn_file"},
+    "targets[0]": names(Target, without=("discovered", "labels")) | {"dsn_file"},
     "targets[0].locks": names(LockSettings),
     "targets[0].locks.named[0]": names(NamedLock, without=("allowed",)) | {"allowed_holders"},
     "targets[0].locks.named[0].allowed_holders": names(

@@ -133,6 +133,12 @@ def test_a_full_file_loads_into_the_expected_frozen_settings(tmp_path: Path) -> 
         listen="[::1]:9999",
         state_dir=tmp_path / "state",
         source=path,
+        # what discovered targets inherit: defaults:, by field
+        target_defaults=(
+            ("interval", 20.0),
+            ("statement_timeout", 3.0),
+            ("locks", reports.locks),
+        ),
     )
     assert orders.dsn == settings.targets[0].dsn  # dsn is repr=False, so compare it on its own
     with pytest.raises(AttributeError):
@@ -248,7 +254,7 @@ def test_a_yaml_syntax_error_is_one_problem_with_its_line(tmp_path: Path) -> Non
         ("", "the file is empty"),
         ("# only a comment\n", "the file is empty"),
         ("- a\n- b\n", "the top level must be a mapping"),
-        ("listen: 127.0.0.1:1\n", "missing required key 'targets'"),
+        ("listen: 127.0.0.1:1\n", "needs at least one target (or target_sources to find them)"),
         ("targets: []\n", "needs at least one target"),
         ("targets: {name: a}\n", "expected a list, got a mapping"),
     ],
@@ -264,8 +270,8 @@ def test_an_unknown_key_far_from_any_known_one_lists_the_choices(tmp_path: Path)
 
     assert problem.path == "colour"
     assert (
-        "expected one of: defaults, incidents, jobs, listen, notify, pings, state_dir, targets"
-        in problem.message
+        "expected one of: auth_modules, defaults, incidents, jobs, listen, notify, pings, shard, "
+        "state_dir, target_sources, targets" in problem.message
     )
 
 

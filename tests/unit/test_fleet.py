@@ -1,0 +1,93 @@
+"""The fleet on file_sd files: this shard's part, the last good list kept
+through a failed read and a changed source, names the config already has."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from lockwatch.fleet import Fleet
+from lockwatch.settings.sharding import ALL, Shard
+from lockwatch.settings.sources import AuthModule, TargetSource
+from lockwatch.settings.targets import Settings, Target
+
+
+def settings_for(path: Path, *targets: Target) -> Settings:
+    return Settings(
+        targets=targets,
+        target_sources=(TargetSource(name="fleet", auth_module="monitor", file=path),),
+        auth_modules=(AuthModule(name="monitor", user="lockwatch"),),
+    )
+
+
+def write(path: Path, addresses: list[str]) -> None:
+    path.write_text(json.dumps([{"targets": addresses}]))
+
+
+def names(settings: Settings) -> list[str]:
+    return [target.name for target in settings.targets]
+
+
+def test_the_shards_of_a_fleet_split_its_targets_between_them(tmp_path: Path) -> None:
+    path = tmp_path / "sd.json"
+    write(path, [f"db-{i}:5432" for i in range(40)])
+    settings = settings_for(path)
+    parts = []
+    for index in range(4):
+        fleet = Fleet(settings, Shard(index, 4))
+        assert fleet.refresh() is True
+        parts.append(set(names(fleet.watched(settings))))
+        assert fleet.status().watched == len(parts[-1])
+
+    assert sum(map(len, parts)) == 40
+    assert set().union(*parts) == {f"db-{i}_5432" for i in range(40)}
+
+
+def test_a_failed_read_keeps_the_last_good_list_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "sd.json"
+    write(path, ["a:5432"])
+    settings = settings_for(path)
+    clock = [0.0]
+    fleet = Fleet(settings, ALL, monotonic=lambda: clock[0])
+    fleet.refresh()
+    path.write_text("[{")  # half written
+    clock[0] += 5.0  # the file's next look is due
+
+    assert fleet.refresh() is False
+    assert names(fleet.watched(settings)) == ["a_5432"]
+    (health,) = fleet.status().sources
+    assert (health.up, health.errors_total, health.targets) == (False, 1, 1)
+    assert health.error is not None and "is not valid" in health.error
+
+
+def test_a_changed_source_keeps_its_list_until_it_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "sd.json"
+    write(path, ["a:5432"])
+    settings = settings_for(path)
+    fleet = Fleet(settings, ALL)
+    fleet.refresh()
+    changed = replace(
+        settings, target_sources=(replace(settings.target_sources[0], refresh_interval=30.0),)
+    )
+    fleet.configure(changed)
+
+    assert names(fleet.watched(changed)) == ["a_5432"]
+    write(path, ["b:5432"])
+    assert fleet.refresh() is True
+    assert names(fleet.watched(changed)) == ["b_5432"]
+
+
+def test_a_discovered_name_the_config_has_keeps_the_config_s_target(tmp_path: Path) -> None:
+    path = tmp_path / "sd.json"
+    write(path, ["a:5432", "b:5432"])
+    own = Target(name="a_5432", dsn="host=elsewhere")
+    settings = settings_for(path, own)
+    fleet = Fleet(settings, ALL)
+    fleet.refresh()
+
+    watched = fleet.watched(settings)
+    assert watched.targets[0] is own
+    assert names(watched) == ["a_5432", "b_5432"]
+    (health,) = fleet.status().sources
+    assert (health.targets, health.rejected) == (1, 1)
