@@ -61,6 +61,13 @@ class HoldTracker:
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
         self._filled: dict[int, _Filled] = {}
+        # The last poll's locks as given and as filled in, and the
+        # transactions its holds that may be a transaction's were seen in:
+        # the sampler hands out the very same tuple for an unchanged answer,
+        # and while those transactions go on every lock is unchanged.
+        self._given: tuple[AdvisoryLock, ...] | None = None
+        self._result: tuple[AdvisoryLock, ...] = ()
+        self._in_xact: frozenset[tuple[int, datetime | None]] = frozenset()
         # What the last observe saw end and begin (the hold history reads them).
         self.ended: list[Ended] = []
         self.began: list[ObservationKey] = []
@@ -86,6 +93,11 @@ class HoldTracker:
         bridged = last_seen is not None and now - last_seen <= timedelta(
             seconds=self.continuity_gap
         )
+        if bridged and locks is self._given and self._same_transactions(backends):
+            # What the loop below would find lock by lock: each one unchanged.
+            self.ended, self.began = [], []
+            self._observed_at = now
+            return self._result
         previous = self._filled if bridged else {}
         seen: dict[ObservationKey, Hold] = {}
         remembered: dict[int, _Filled] = {}
@@ -125,7 +137,20 @@ class HoldTracker:
         self._holds = seen
         self._filled = remembered
         self._observed_at = now
-        return tuple(result)
+        self._given, self._result = locks, tuple(result)
+        self._in_xact = frozenset(
+            (lock.pid, hold[1]) for lock, _, _, hold in remembered.values() if not hold[2]
+        )
+        return self._result
+
+    def _same_transactions(self, backends: Mapping[int, Backend]) -> bool:
+        """Whether every hold that may be a transaction's is still in the
+        transaction it was seen in (``_unchanged`` for all of them at once)."""
+        for pid, xact in self._in_xact:
+            backend = backends.get(pid)
+            if backend is None or backend.xact_start is None or backend.xact_start != xact:
+                return False
+        return True
 
     def _realign(self, now: datetime, monotonic: float | None) -> None:
         """Move what is remembered by how far the wall clock jumped since the
@@ -144,7 +169,7 @@ class HoldTracker:
             for key, (first_seen, xact, session) in self._holds.items()
         }
         self._observed_at += jump
-        self._filled = {}
+        self._filled, self._given = {}, None
 
     def _note_start(self, key: ObservationKey, hold: Hold) -> None:
         """A hold that began (and the one it replaces, when a transaction
@@ -237,7 +262,7 @@ class HoldTracker:
             session = bool(entry.get("session_level", True))
             restored[key] = (min(first_seen, saved_at), xact, session)
         self._holds = restored
-        self._filled = {}
+        self._filled, self._given = {}, None
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at
         self._monotonic_at = None  # another process: its monotonic clock is not ours
