@@ -28,6 +28,7 @@ from lockwatch.model.locks import (
     Backend,
     LockKey,
     LockSnapshot,
+    LockSummary,
 )
 from lockwatch.model.pooler import PooledBackend
 from lockwatch.settings.fields import Learned
@@ -309,6 +310,18 @@ def _before(now: datetime, seconds: float) -> datetime:
         return datetime.min.replace(tzinfo=now.tzinfo)
 
 
+def _quiet(summary: LockSummary, held_before: datetime, suspects: set[int]) -> bool:
+    """What worth_checking's loop finds lock by lock when no lock is worth
+    checking (and no key named), told from the summary of the locks: no wait
+    nor prepared transaction, none held since before ``held_before``, none of
+    a suspect session."""
+    return (
+        not summary.unusual
+        and (summary.oldest is None or summary.oldest >= held_before)
+        and suspects.isdisjoint(summary.pids)
+    )
+
+
 def worth_checking(
     snapshot: LockSnapshot,
     settings: LockSettings,
@@ -350,6 +363,8 @@ def worth_checking(
         and backend.state_change is not None
         and backend.state_change < idle_before
     }
+    if not named and _quiet(snapshot.lock_summary(), held_before, suspects):
+        return []
     loud: set[tuple[str, LockKey]] = set()
     for lock in snapshot.locks:
         if (

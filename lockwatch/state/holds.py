@@ -111,20 +111,8 @@ class HoldTracker:
                 _, filled, key, hold = hit
                 unchanged += 1
             else:
-                backend = backends.get(lock.pid)
-                if lock.prepared is not None:
-                    # No session: the prepared transaction is the holder.
-                    key = _observation(lock, f"prepared {lock.prepared.transaction}")
-                else:
-                    if lock.pid not in started:
-                        begun = backend.backend_start if backend else None
-                        started[lock.pid] = begun.isoformat() if begun else ""
-                    key = _observation(lock, started[lock.pid])
-                known = seen.get(key)
-                if known is None:
-                    known = self._hold(key, lock, backend, bridged, now, read_at)
-                    self._note_start(key, known)
-                hold = known
+                key = _observation(lock, self._started(lock, backends, started))
+                hold = seen.get(key) or self._begin(key, lock, backends, bridged, now, read_at)
                 filled = replace(lock, first_seen=hold[0], session_level=hold[2])
             seen[key] = hold
             remembered[id(lock)] = (lock, filled, key, hold)
@@ -142,6 +130,36 @@ class HoldTracker:
             (lock.pid, hold[1]) for lock, _, _, hold in remembered.values() if not hold[2]
         )
         return self._result
+
+    @staticmethod
+    def _started(
+        lock: AdvisoryLock, backends: Mapping[int, Backend], started: dict[int, str]
+    ) -> str:
+        """What names the holder of ``lock`` with its pid: its session's
+        backend_start (``started`` keeps them for the poll), or, with no
+        session, the prepared transaction."""
+        if lock.prepared is not None:
+            return f"prepared {lock.prepared.transaction}"
+        if lock.pid not in started:
+            backend = backends.get(lock.pid)
+            begun = backend.backend_start if backend else None
+            started[lock.pid] = begun.isoformat() if begun else ""
+        return started[lock.pid]
+
+    def _begin(
+        self,
+        key: ObservationKey,
+        lock: AdvisoryLock,
+        backends: Mapping[int, Backend],
+        bridged: bool,
+        now: datetime,
+        read_at: datetime | None,
+    ) -> Hold:
+        """The hold of a lock seen for the first time this poll, noted as begun
+        when it is new."""
+        hold = self._hold(key, lock, backends.get(lock.pid), bridged, now, read_at)
+        self._note_start(key, hold)
+        return hold
 
     def _same_transactions(self, backends: Mapping[int, Backend]) -> bool:
         """Whether every hold that may be a transaction's is still in the
