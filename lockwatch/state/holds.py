@@ -20,8 +20,9 @@ from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey
 JUMP_SLACK = timedelta(seconds=1)
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
 # What is remembered of one hold: its first sighting, the transaction its
-# session had open when it was last seen (xact_start; None for none), and
-# whether it was ever seen with no transaction open (a session lock for sure).
+# session had open when it was last seen (xact_start; None for none; for a
+# session lock, when it was found to be one), and whether it was ever seen
+# with no transaction open (a session lock for sure).
 Hold = tuple[datetime, datetime | None, bool]
 # A lock as the sampler gave it, as filled in, its observation and its hold.
 _Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, Hold]
@@ -220,8 +221,13 @@ class HoldTracker:
         old = self._holds.get(key)
         if old is not None and (bridged or _held_throughout(backend, self._observed_at)):
             first_seen, old_xact, session = old
-            if session or outside or old_xact == xact:
-                return (first_seen, xact, session or outside)
+            if session:
+                # A session lock outlives any transaction: which one its
+                # session has open says nothing of it, and is not followed
+                # (as for a lock the sampler saw unchanged).
+                return old
+            if outside or old_xact == xact:
+                return (first_seen, xact, outside)
         return (_taken_by(lock, backend, now), xact, outside)
 
     def changed_since_dump(self) -> bool:
