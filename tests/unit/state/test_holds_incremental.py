@@ -53,7 +53,8 @@ def poll_sequences(draw: st.DrawFn) -> list[Poll]:
     now = NOW
     for _ in range(draw(st.integers(1, 8))):
         now += timedelta(seconds=draw(st.sampled_from((1.0, 1.0, 1.0, 45.0))))
-        if polls and draw(st.booleans()):
+        again = draw(st.booleans())
+        if polls and again:
             _, arrays, sessions = polls[-1]
             if draw(st.booleans()):
                 # The same locks; a session moved on (state, transaction).
