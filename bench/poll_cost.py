@@ -13,6 +13,7 @@ pg_stat_statements, per role, read between the parties of each round.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -108,6 +109,7 @@ class FloorCost:
 
 
 SPLIT = ("sample", "hold tracking", "detect", "ledger, incidents, publish")
+GC = "of which the GC"
 
 
 class CpuSplit:
@@ -118,6 +120,14 @@ class CpuSplit:
 
     def __init__(self) -> None:
         self.spent: dict[str, float] = dict.fromkeys(SPLIT, 0.0)
+        self.collecting = 0.0  # the cyclic GC's CPU during the poll, inside the parts
+        self._gc_started = 0.0
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.process_time()
+        else:
+            self.collecting += time.process_time() - self._gc_started
 
     def timed(self, part: str, call: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -137,15 +147,17 @@ class CpuSplit:
         reader.read = self.timed("sample", reader.read)  # type: ignore[method-assign]
         tracker.observe = self.timed("hold tracking", tracker.observe)  # type: ignore[method-assign]
         setattr(lock_monitor, "detect_locks", self.timed("detect", detect))  # noqa: B010
+        gc.callbacks.append(self._gc)
         try:
             yield
         finally:
+            gc.callbacks.remove(self._gc)
             del reader.read, tracker.observe
             setattr(lock_monitor, "detect_locks", detect)  # noqa: B010
 
     def poll(self, runner: TargetRunner) -> tuple[float, float, dict[str, float]]:
         """One poll: its wall and CPU milliseconds, and the CPU of each part."""
-        self.spent = dict.fromkeys(SPLIT, 0.0)
+        self.spent, self.collecting = dict.fromkeys(SPLIT, 0.0), 0.0
         started, cpu = time.perf_counter(), time.process_time()
         view = runner.poll_once()
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -153,6 +165,7 @@ class CpuSplit:
             raise RuntimeError(f"lockwatch could not poll the benchmark server: {view.status}")
         parts = {part: spent * 1000 for part, spent in self.spent.items()}
         parts[SPLIT[-1]] = max(cpu * 1000 - sum(parts.values()), 0.0)
+        parts[GC] = self.collecting * 1000
         return wall * 1000, cpu * 1000, parts
 
 
@@ -180,7 +193,7 @@ def measure(
     wall: dict[str, list[float]] = {role: [] for role in ROLES}
     spent: dict[str, list[float]] = {role: [] for role in ROLES}
     cpu: list[float] = []
-    parts: dict[str, list[float]] = {part: [] for part in SPLIT}
+    parts: dict[str, list[float]] = {part: [] for part in (*SPLIT, GC)}
     scraped = ""
     try:
         # Connecting, preparing and the first sighting of every lock are

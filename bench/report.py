@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bench import pgbench
+from bench import daemon, documents, pgbench
 from bench.detection import GRACE, NOT_YET
-from bench.poll_cost import SPLIT, FloorCost, Spread
+from bench.poll_cost import GC, SPLIT, FloorCost, Spread
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
 from bench.versions import VersionCost
@@ -125,12 +125,13 @@ def cost_section(results: Results) -> list[str]:
         "lockwatch's own CPU per poll (this process, `time.process_time`), median [min-max] "
         "over the same rounds, and the median of each part: the sampler (psycopg decoding "
         "the answer, comparing it with the last one), hold tracking, the lock detectors, and "
-        "the rest of the poll (ledger, incidents, the other monitors, the board).",
+        "the rest of the poll (ledger, incidents, the other monitors, the board); the "
+        "cyclic garbage collector's share of all of them (gc.callbacks) last.",
         "",
         *table(
-            ["locks", "CPU ms per poll", *SPLIT],
+            ["locks", "CPU ms per poll", *SPLIT, GC],
             (
-                [f"{c.locks:,}", spread(c.cpu_ms), *(ms(c.split_ms[p]) for p in SPLIT)]
+                [f"{c.locks:,}", spread(c.cpu_ms), *(ms(c.split_ms[p]) for p in (*SPLIT, GC))]
                 for c in costs
             ),
         ),
@@ -205,6 +206,40 @@ def footprint_section(results: Results) -> list[str]:
                     str(f.series),
                 ]
                 for f in results.footprints
+            ),
+        ),
+    ]
+
+
+def documents_section(results: Results) -> list[str]:
+    rows = [f.documents for f in results.footprints]
+    if results.many is not None:
+        rows.append(results.many)
+    if not rows:
+        return []
+    return [
+        "### What the documents cost",
+        "",
+        "Each document of a `lockwatch run` as a client fetches it: wall time (median of "
+        f"{daemon.SCRAPES} requests), the daemon's CPU per request (psutil, its polls' share "
+        "included) and size. The first rows are the footprint's one target at each number of "
+        "locks; the last, when there is one, one daemon with many targets (the same database "
+        f"under different names, polled every {documents.MANY_INTERVAL:g} s), measured once "
+        "every target had polled.",
+        "",
+        *table(
+            [
+                "locks",
+                "targets",
+                *(f"`{path}` ms, CPU ms, bytes" for path in daemon.PATHS),
+            ],
+            (
+                [
+                    f"{d.locks:,}",
+                    str(d.targets),
+                    *(f"{ms(c.ms)}, {ms(c.cpu_ms)}, {c.size:,}" for c in d.costs),
+                ]
+                for d in rows
             ),
         ),
     ]
@@ -338,6 +373,7 @@ def render(results: Results, command: str) -> str:
         *cost_section(results),
         *exporter_section(results),
         *footprint_section(results),
+        *documents_section(results),
         *detection_section(results),
         *scale_section(results),
         *pgbench_section(results),

