@@ -338,7 +338,8 @@ def worth_checking(
     budget learned for a key, when they are auto), a holder idle past its
     orphan_after or on a pooled server connection, or a name (which may carry
     its own budgets and allowed holders). A new check must fire only on keys
-    kept here.
+    kept here, and on none of a poll ``_quiet`` passes over (which tells from
+    the locks' ``LockSummary`` that the loop would keep nothing).
     """
     max_hold, orphan_after = settings.static_max_hold, settings.static_orphan_after
     auto_hold = isinstance(settings.max_hold, Learned)
