@@ -115,9 +115,11 @@ class Documents:
     costs: tuple[DocumentCost, ...]
 
 
-def measure_documents(daemon: LockwatchProcess, locks: int, targets: int) -> Documents:
+def measure_documents(
+    daemon: LockwatchProcess, locks: int, targets: int, paths: tuple[str, ...] = PATHS
+) -> Documents:
     costs = []
-    for path in PATHS:
+    for path in paths:
         timings, size = [], 0
         cpu_before = cpu_seconds(daemon)
         for _ in range(SCRAPES):

@@ -237,7 +237,17 @@ def documents_section(results: Results) -> list[str]:
                 [
                     f"{d.locks:,}",
                     str(d.targets),
-                    *(f"{ms(c.ms)}, {ms(c.cpu_ms)}, {c.size:,}" for c in d.costs),
+                    *(
+                        next(
+                            (
+                                f"{ms(c.ms)}, {ms(c.cpu_ms)}, {c.size:,}"
+                                for c in d.costs
+                                if c.path == path
+                            ),
+                            "not measured",
+                        )
+                        for path in daemon.PATHS
+                    ),
                 ]
                 for d in rows
             ),

@@ -82,9 +82,6 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                         scales.append(
                             scale.measure(server, targets, options.scale_seconds, options.interval)
                         )
-            if options.many_targets:
-                tell(f"the documents of {options.many_targets} targets")
-                many = documents.measure_many(server, workdir, options.many_targets)
             if options.pgbench_rounds:
                 tell(f"pgbench, {options.pgbench_rounds} rounds of {len(pgbench.ARMS)} arms")
                 pgbench_run = pgbench.measure(
@@ -96,6 +93,9 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                     options.interval,
                     tell,
                 )
+        if options.many_targets:
+            tell(f"the documents of {options.many_targets} targets")
+            many = documents.measure_many(server, workdir, options.many_targets)
         server.release_locks()
         for incident in options.incidents:
             tell(f"detecting {incident.name}")
