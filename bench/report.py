@@ -403,16 +403,17 @@ def render_versions(costs: Sequence[VersionCost], command: str, started: datetim
         f"Milliseconds per poll with {locks:,} session advisory locks held on "
         f"{HOLDER_SESSIONS} idle sessions, over {polls} rounds, each version on its own "
         "server set up as above; client time is the median, server time the mean from "
-        "pg_stat_statements. Before 14 the floor reads no `waitstart` (there is none).",
+        "pg_stat_statements, against the naive join (`bench/floor.sql`). Before 14 the join "
+        "reads no `waitstart` (there is none).",
         "",
         *table(
             [
                 "PostgreSQL",
-                "floor, client",
+                "naive join, client",
                 "lockwatch poll, client",
                 "of which the query",
                 "ratio",
-                "floor, server",
+                "naive join, server",
                 "lockwatch, server",
                 "ratio",
             ],
