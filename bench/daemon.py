@@ -89,11 +89,46 @@ class Footprint:
     metrics_bytes: int
     series: int
     held: float | None  # lockwatch_advisory_locks{state="held"}
+    documents: Documents
 
 
 def cpu_seconds(process: Process) -> float:
     times = process.psutil.cpu_times()
     return float(times.user + times.system)
+
+
+PATHS = ("/metrics", "/", "/api/v1/locks", "/api/v1/findings")
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentCost:
+    path: str
+    ms: float  # median wall time of SCRAPES requests
+    cpu_ms: float  # the daemon's CPU per request (its polls' share included)
+    size: int  # bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Documents:
+    locks: int
+    targets: int
+    costs: tuple[DocumentCost, ...]
+
+
+def measure_documents(
+    daemon: LockwatchProcess, locks: int, targets: int, paths: tuple[str, ...] = PATHS
+) -> Documents:
+    costs = []
+    for path in paths:
+        timings, size = [], 0
+        cpu_before = cpu_seconds(daemon)
+        for _ in range(SCRAPES):
+            seconds, body = daemon.get(path)
+            timings.append(seconds * 1000)
+            size = len(body)
+        cpu = (cpu_seconds(daemon) - cpu_before) * 1000 / SCRAPES
+        costs.append(DocumentCost(path, statistics.median(timings), cpu, size))
+    return Documents(locks, targets, tuple(costs))
 
 
 def measure(server: BenchServer, workdir: Path, polls: int, interval: float) -> Footprint:
@@ -119,6 +154,7 @@ def measure(server: BenchServer, workdir: Path, polls: int, interval: float) -> 
             timings.append(seconds * 1000)
         text = body.decode()
         held = samples(text, "lockwatch_advisory_locks", state="held")
+        documents = measure_documents(daemon, server.locks_held, 1)
     return Footprint(
         locks=server.locks_held,
         polls=done,
@@ -128,4 +164,5 @@ def measure(server: BenchServer, workdir: Path, polls: int, interval: float) -> 
         metrics_bytes=len(body),
         series=series_count(text),
         held=sum(held) if held else None,
+        documents=documents,
     )

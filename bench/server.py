@@ -18,9 +18,10 @@ DATABASE = "bench"
 HOLDER_SESSIONS = 20
 # Every party's statements are told apart in pg_stat_statements by its role.
 LOCKWATCH_ROLE = "lockwatch"
-FLOOR_ROLE = "floor"
+FLOOR_ROLE = "floor"  # SELECT count(*) FROM pg_locks: the physical floor
+JOIN_ROLE = "naive_join"  # floor.sql: the naive pg_locks join
 EXPORTER_ROLE = "postgres_exporter"
-ROLES = (LOCKWATCH_ROLE, FLOOR_ROLE, EXPORTER_ROLE)
+ROLES = (LOCKWATCH_ROLE, FLOOR_ROLE, JOIN_ROLE, EXPORTER_ROLE)
 
 SETTINGS = {
     "shared_preload_libraries": "pg_stat_statements",
@@ -29,6 +30,8 @@ SETTINGS = {
     # + max_prepared_transactions) locks: 512 x 300 leaves room for 50,000
     # advisory locks and everything else.
     "max_locks_per_transaction": "512",
+    # Room for 300 targets' sessions (bench/documents.py) beside the rest.
+    "max_connections": "400",
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from bench.poll_cost import FLOOR_SQL, WARMUP, PollCost, bench_target
-from bench.server import FLOOR_ROLE, LOCKWATCH_ROLE, BenchServer, StatementTotals
+from bench.server import JOIN_ROLE, LOCKWATCH_ROLE, BenchServer, StatementTotals
 from lockwatch.runner import TargetRunner
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
@@ -50,7 +50,7 @@ def _rounds(
         bench_target(server), Board(), StateStore(None), lambda: datetime.now(UTC)
     )
     floor: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(
-        server.dsn(FLOOR_ROLE), autocommit=True, application_name="floor"
+        server.dsn(JOIN_ROLE), autocommit=True, application_name="floor"
     )
     query = floor_sql(major)
     times: dict[str, list[float]] = {"floor": [], "poll": [], "query": []}
@@ -89,7 +89,7 @@ def measure(workdir: Path, major: int, locks: int = LOCKS, polls: int = POLLS) -
             floor_wall_ms=statistics.median(times["floor"]),
             poll_wall_ms=statistics.median(times["poll"]),
             query_wall_ms=statistics.median(times["query"]),
-            floor_server_ms=spent[FLOOR_ROLE].exec_ms / polls,
+            floor_server_ms=spent[JOIN_ROLE].exec_ms / polls,
             poll_server_ms=spent[LOCKWATCH_ROLE].exec_ms / polls,
         )
 

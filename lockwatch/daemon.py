@@ -11,6 +11,7 @@ reports readiness and pings the watchdog, but only while polls make progress.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -74,6 +75,16 @@ def log_transitions(transitions: Transitions) -> None:
             *(incident.id, incident.resolution, incident.target, incident.title),
             *(incident.impact.waiter_seconds, incident.impact.max_waiters),
         )
+
+
+def settle_garbage_collector() -> None:
+    """Move what startup made (modules, settings, the HTTP server: some
+    70,000 objects) out of the cyclic collector's sight before the first poll.
+    They live as long as the process, and each full collection would walk
+    them again for nothing: 19-38 ms a time on the benchmark's machine,
+    0.001 ms after ``gc.freeze()`` (docs/benchmarks.md)."""
+    gc.collect()
+    gc.freeze()
 
 
 def pinged_jobs(settings: Settings) -> set[str]:
@@ -198,6 +209,7 @@ class Daemon:
         )
         if self.alerts is not None:
             self.alerts.start()
+        settle_garbage_collector()
         for runner in self.runners:
             runner.start()
         self.fleet.start()

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import Histories, Holder, KeyGroup, Waiter
 from lockwatch.model.catalogue import HeldLocks
-from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, LockKey, LockSnapshot
+from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, LockKey, LockSnapshot, LockSummary
 from lockwatch.model.pooler import PooledBackend
 from lockwatch.settings.fields import Learned
 from lockwatch.settings.locks import LockSettings, NamedLock
@@ -25,6 +25,35 @@ def _before(now: datetime, seconds: float) -> datetime:
         return now - timedelta(seconds=seconds) + timedelta(milliseconds=1)
     except OverflowError:
         return datetime.min.replace(tzinfo=now.tzinfo)
+
+
+def _quiet(summary: LockSummary, held_before: datetime, suspects: set[int]) -> bool:
+    """What worth_checking's loop finds lock by lock when no lock is worth
+    checking (and no key named), told from the summary of the locks: no wait
+    nor prepared transaction, none held since before ``held_before``, none of
+    a suspect session."""
+    return (
+        not summary.unusual
+        and (summary.oldest is None or summary.oldest >= held_before)
+        and suspects.isdisjoint(summary.pids)
+    )
+
+
+def _lowest_budgets(
+    settings: LockSettings, history: Histories | None, now: datetime
+) -> tuple[float, float]:
+    """(max_hold, orphan_after) no key is judged under: the target's, or the
+    lowest budget learned for a key when they are auto."""
+    max_hold, orphan_after = settings.static_max_hold, settings.static_orphan_after
+    auto_hold = isinstance(settings.max_hold, Learned)
+    auto_orphan = isinstance(settings.orphan_after, Learned)
+    if history and (auto_hold or auto_orphan):
+        learned = (settings.learning.budget(h, now) for h in history.values())
+        lowest = min((b for b in learned if b is not None), default=None)
+        if lowest is not None:
+            max_hold = min(max_hold, lowest) if auto_hold else max_hold
+            orphan_after = min(orphan_after, lowest) if auto_orphan else orphan_after
+    return max_hold, orphan_after
 
 
 def worth_checking(
@@ -43,17 +72,10 @@ def worth_checking(
     budget learned for a key, when they are auto), a holder idle past its
     orphan_after or on a pooled server connection, or a name (which may carry
     its own budgets and allowed holders). A new check must fire only on keys
-    kept here.
+    kept here, and on none of a poll ``_quiet`` passes over (which tells from
+    the locks' ``LockSummary`` that the loop would keep nothing).
     """
-    max_hold, orphan_after = settings.static_max_hold, settings.static_orphan_after
-    auto_hold = isinstance(settings.max_hold, Learned)
-    auto_orphan = isinstance(settings.orphan_after, Learned)
-    if history and (auto_hold or auto_orphan):
-        learned = (settings.learning.budget(h, now) for h in history.values())
-        lowest = min((b for b in learned if b is not None), default=None)
-        if lowest is not None:
-            max_hold = min(max_hold, lowest) if auto_hold else max_hold
-            orphan_after = min(orphan_after, lowest) if auto_orphan else orphan_after
+    max_hold, orphan_after = _lowest_budgets(settings, history, now)
     if max_hold < 0 or orphan_after < 0:
         return list(snapshot.locks)  # every holder is past a negative budget
     # Held past orphan_after counts too: a session that has run other
@@ -68,6 +90,8 @@ def worth_checking(
         and backend.state_change is not None
         and backend.state_change < idle_before
     }
+    if not named and _quiet(snapshot.lock_summary(), held_before, suspects):
+        return []
     loud: set[tuple[str, LockKey]] = set()
     quiet = False
     for lock in snapshot.locks:

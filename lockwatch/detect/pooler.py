@@ -124,7 +124,7 @@ def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int
     names: dict[Identity, str] = {}
     pooled: dict[Identity, str] = {}
     poolers = set(previous.poolers)
-    holding = {lock.pid for lock in snapshot.locks if lock.granted and lock.session_level}
+    holding = snapshot.lock_summary().session_holders
     for pid in sorted(holding):
         backend = snapshot.backends.get(pid)
         if backend is None:

@@ -210,6 +210,29 @@ class AdvisoryLock:
 
 
 @dataclass(frozen=True, slots=True)
+class LockSummary:
+    """What the detectors ask of all of a poll's locks at once, read in one
+    pass over them: most polls of a quiet server then judge no lock one by
+    one. The lock monitor keeps it while the locks stay the same tuple."""
+
+    locks: tuple[AdvisoryLock, ...]  # the locks it sums up
+    oldest: datetime | None  # the earliest first_seen
+    unusual: bool  # any wait, or any lock of a prepared transaction
+    pids: frozenset[int]  # of every lock
+    session_holders: frozenset[int]  # pids holding a session-level lock
+
+    @classmethod
+    def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
+        return cls(
+            locks,
+            min((lock.first_seen for lock in locks if lock.first_seen is not None), default=None),
+            any(not lock.granted or lock.prepared is not None for lock in locks),
+            frozenset(lock.pid for lock in locks),
+            frozenset(lock.pid for lock in locks if lock.granted and lock.session_level),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class LockSnapshot:
     """Everything one poll of one target learnt about advisory locks."""
 
@@ -222,6 +245,13 @@ class LockSnapshot:
     backends: Mapping[int, Backend] = field(default_factory=dict)
     poll_seconds: float = 0.0
     visibility: SessionVisibility | None = None  # None: not known (a synthetic snapshot)
+    # The locks summed up, when the monitor has it at hand (else summed on demand).
+    summary: LockSummary | None = field(default=None, compare=False, repr=False)
+
+    def lock_summary(self) -> LockSummary:
+        if self.summary is not None and self.summary.locks is self.locks:
+            return self.summary
+        return LockSummary.of(self.locks)
 
     @property
     def sessions_hidden(self) -> bool:

@@ -19,7 +19,7 @@ from lockwatch.detect.within_hold import HoldMemory, within_hold
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.findings import Family, FindingKind
 from lockwatch.model.keepalive import ServerTimeouts
-from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.locks import LockSnapshot, LockSummary
 from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
@@ -61,6 +61,8 @@ class LockMonitor:
         # Backends seen to be a pooler's from PostgreSQL's view (no admin console).
         self.pool_memory = PoolMemory()
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
+        # The last poll's locks summed up: the same tuple again needs no new sum.
+        self._summary: LockSummary | None = None
         self.session = session
         # What ends an orphan on this server, read once (lock_orphaned's evidence).
         self.timeouts: ServerTimeouts | None = None
@@ -88,16 +90,20 @@ class LockMonitor:
             return MonitorResult(held_kinds=self.kinds, target_error=str(exc))
         now = context.now
         raw = raw.moved(self._clock_offset(now, raw.read_at))
+        locks = self.tracker.observe(
+            raw.locks, raw.backends, now, raw.read_at, monotonic=context.monotonic
+        )
+        if self._summary is None or self._summary.locks is not locks:
+            self._summary = LockSummary.of(locks)
         snapshot = LockSnapshot(
             target=self.target.name,
             taken_at=now,
             server_version=raw.server_version,
-            locks=self.tracker.observe(
-                raw.locks, raw.backends, now, raw.read_at, monotonic=context.monotonic
-            ),
+            locks=locks,
             backends=raw.backends,
             poll_seconds=raw.seconds,
             visibility=self.reader.session.visibility,
+            summary=self._summary,
         )
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
         history, timeouts = self.history.keys, self._timeouts()

@@ -35,6 +35,9 @@ class RawSample:
     seconds: float
     # The server's statement_timestamp() of the lock read (None: not read).
     read_at: datetime | None = None
+    # Whether any lock may be a wait (False: the server said none is, and
+    # moving the locks' timestamps has nothing to move).
+    waiting: bool = True
 
     def moved(self, offset: timedelta) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
@@ -45,10 +48,14 @@ class RawSample:
         if self.read_at is None or not offset:
             return self
         backends = {pid: _moved(backend, offset) for pid, backend in self.backends.items()}
-        locks = tuple(
-            lock if lock.wait_start is None else replace(lock, wait_start=lock.wait_start + offset)
-            for lock in self.locks
-        )
+        locks = self.locks
+        if self.waiting:
+            locks = tuple(
+                lock
+                if lock.wait_start is None
+                else replace(lock, wait_start=lock.wait_start + offset)
+                for lock in locks
+            )
         return replace(self, locks=locks, backends=backends, read_at=self.read_at + offset)
 
 
@@ -95,6 +102,8 @@ def prepared_xacts_query() -> sql.SQL:
 
 # One element of advisory_locks.sql's arrays, with the session it belongs to.
 LockRow = tuple[int, datetime | None, int, int, int, datetime | None]
+# The columns of advisory_locks.sql's row that say which locks there are.
+LOCK_COLUMNS = ("pids", "classids", "objids", "flags", "waitstarts", "prepared")
 
 
 def decode_locks(
@@ -141,6 +150,43 @@ def decode_locks(
             lock = _lock(backend.database, pid, classid, objid, flags, wait_start)
         decoded[raw] = lock
     return decoded
+
+
+class LockDecoder:
+    """``decode_locks`` with a memory of the last poll's row.
+
+    When the arrays come back equal to the last poll's (one comparison of
+    lists, in C) and every session behind them is the same session in the
+    same database, the answer is the last one again, the very same dict of
+    the very same locks: a quiet poll costs no Python work per lock. Anything
+    else, or a lock of a prepared transaction (its age moves), decodes the
+    row as ``decode_locks`` does, reusing the locks seen unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.locks: dict[LockRow, AdvisoryLock] = {}
+        self._columns: tuple[Any, ...] | None = None
+        self._owners: dict[int, tuple[datetime | None, str | None]] = {}
+
+    def decode(
+        self,
+        arrays: Mapping[str, Any],
+        backends: Mapping[int, Backend],
+        pids: Collection[int],
+        prepared: Mapping[str, PreparedXact] | None = None,
+    ) -> dict[LockRow, AdvisoryLock]:
+        """The locks of ``arrays`` (``pids``: the set of its pids)."""
+        columns = tuple(arrays.get(name) for name in LOCK_COLUMNS)
+        owners = {
+            pid: (backend.backend_start, backend.database)
+            for pid in pids
+            if (backend := backends.get(pid)) is not None
+        }
+        if prepared or columns != self._columns or owners != self._owners:
+            self.locks = decode_locks(arrays, backends, self.locks, prepared)
+            self._columns = None if prepared else columns
+            self._owners = owners
+        return self.locks
 
 
 def _lock(
@@ -221,7 +267,7 @@ def _chains(sessions: Mapping[int, Backend], pids: Iterable[int]) -> dict[int, B
 def read_advisory_locks(
     conn: psycopg.Connection[dict[str, Any]],
     server_version: int,
-    known: Mapping[LockRow, AdvisoryLock] | None = None,
+    decoder: LockDecoder | None = None,
     expected: Collection[int] = (),
     *,
     prepare: bool = True,
@@ -234,7 +280,8 @@ def read_advisory_locks(
     sessions of ``expected`` (the last poll's) are asked for in the same round
     trip, in a pipeline; only sessions that took a lock since cost a second.
     Through a pooler (``prepare=False``) nothing is prepared on the server: the
-    next statement may run on another backend.
+    next statement may run on another backend. ``decoder`` (the last poll's)
+    makes an unchanged answer cost no work per lock.
     """
     with conn.pipeline():
         arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
@@ -255,7 +302,10 @@ def read_advisory_locks(
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
     prepared = _prepared(conn, row["prepared"])
-    locks = decode_locks(row, backends, known, prepared)
+    locks = (decoder or LockDecoder()).decode(row, backends, pids, prepared)
+    # No array of waits: nobody waits, and no waiter's blockers need filling.
+    if row["waitstarts"] is None:
+        return locks, dict(backends), row["read_at"]
     return locks, advisory_blockers(locks.values(), backends), row["read_at"]
 
 
@@ -266,7 +316,9 @@ class AdvisoryLockReader:
 
     def __init__(self, session: TargetSession) -> None:
         self.session = session
-        self._known: dict[LockRow, AdvisoryLock] = {}  # the last poll's locks
+        self._decoder = LockDecoder()  # the last poll's locks
+        self._locks: tuple[AdvisoryLock, ...] = ()  # as a tuple
+        self._waiting = False  # and whether any of them waits
         self._expected: tuple[int, ...] = ()  # and the pids of their sessions
 
     def read(self) -> RawSample:
@@ -275,20 +327,27 @@ class AdvisoryLockReader:
         # A failed read closes the session: a pipeline broken midway is not
         # worth reusing, and the next poll reconnects.
         with self.session.step(keep_open=False) as conn:
-            self._known, backends, read_at = read_advisory_locks(
+            known = self._decoder.locks
+            locks, backends, read_at = read_advisory_locks(
                 conn,
                 self.session.server_version,
-                self._known,
+                self._decoder,
                 self._expected,
                 prepare=self.session.prepare,
             )
         self._expected = tuple(backends)
+        if locks is not known:
+            # The same answer is the same tuple again: the hold tracker
+            # then knows at a glance that no lock changed.
+            self._locks = tuple(locks.values())
+            self._waiting = any(not lock.granted for lock in self._locks)
         return RawSample(
             self.session.server_version,
-            tuple(self._known.values()),
+            self._locks,
             backends,
             time.perf_counter() - started,
             read_at,
+            waiting=self._waiting,
         )
 
 

@@ -20,8 +20,9 @@ from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey
 JUMP_SLACK = timedelta(seconds=1)
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
 # What is remembered of one hold: its first sighting, the transaction its
-# session had open when it was last seen (xact_start; None for none), and
-# whether it was ever seen with no transaction open (a session lock for sure).
+# session had open when it was last seen (xact_start; None for none; for a
+# session lock, when it was found to be one), and whether it was ever seen
+# with no transaction open (a session lock for sure).
 Hold = tuple[datetime, datetime | None, bool]
 # A lock as the sampler gave it, as filled in, its observation and its hold.
 _Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, Hold]
@@ -61,6 +62,13 @@ class HoldTracker:
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
         self._filled: dict[int, _Filled] = {}
+        # The last poll's locks as given and as filled in, and the
+        # transactions its holds that may be a transaction's were seen in:
+        # the sampler hands out the very same tuple for an unchanged answer,
+        # and while those transactions go on every lock is unchanged.
+        self._given: tuple[AdvisoryLock, ...] | None = None
+        self._result: tuple[AdvisoryLock, ...] = ()
+        self._in_xact: frozenset[tuple[int, datetime | None]] = frozenset()
         # What the last observe saw end and begin (the hold history reads them).
         self.ended: list[Ended] = []
         self.began: list[ObservationKey] = []
@@ -86,6 +94,11 @@ class HoldTracker:
         bridged = last_seen is not None and now - last_seen <= timedelta(
             seconds=self.continuity_gap
         )
+        if bridged and locks is self._given and self._same_transactions(backends):
+            # What the loop below would find lock by lock: each one unchanged.
+            self.ended, self.began = [], []
+            self._observed_at = now
+            return self._result
         previous = self._filled if bridged else {}
         seen: dict[ObservationKey, Hold] = {}
         remembered: dict[int, _Filled] = {}
@@ -99,20 +112,8 @@ class HoldTracker:
                 _, filled, key, hold = hit
                 unchanged += 1
             else:
-                backend = backends.get(lock.pid)
-                if lock.prepared is not None:
-                    # No session: the prepared transaction is the holder.
-                    key = _observation(lock, f"prepared {lock.prepared.transaction}")
-                else:
-                    if lock.pid not in started:
-                        begun = backend.backend_start if backend else None
-                        started[lock.pid] = begun.isoformat() if begun else ""
-                    key = _observation(lock, started[lock.pid])
-                known = seen.get(key)
-                if known is None:
-                    known = self._hold(key, lock, backend, bridged, now, read_at)
-                    self._note_start(key, known)
-                hold = known
+                key = _observation(lock, self._started(lock, backends, started))
+                hold = seen.get(key) or self._begin(key, lock, backends, bridged, now, read_at)
                 filled = replace(lock, first_seen=hold[0], session_level=hold[2])
             seen[key] = hold
             remembered[id(lock)] = (lock, filled, key, hold)
@@ -125,7 +126,50 @@ class HoldTracker:
         self._holds = seen
         self._filled = remembered
         self._observed_at = now
-        return tuple(result)
+        self._given, self._result = locks, tuple(result)
+        self._in_xact = frozenset(
+            (lock.pid, hold[1]) for lock, _, _, hold in remembered.values() if not hold[2]
+        )
+        return self._result
+
+    @staticmethod
+    def _started(
+        lock: AdvisoryLock, backends: Mapping[int, Backend], started: dict[int, str]
+    ) -> str:
+        """What names the holder of ``lock`` with its pid: its session's
+        backend_start (``started`` keeps them for the poll), or, with no
+        session, the prepared transaction."""
+        if lock.prepared is not None:
+            return f"prepared {lock.prepared.transaction}"
+        if lock.pid not in started:
+            backend = backends.get(lock.pid)
+            begun = backend.backend_start if backend else None
+            started[lock.pid] = begun.isoformat() if begun else ""
+        return started[lock.pid]
+
+    def _begin(
+        self,
+        key: ObservationKey,
+        lock: AdvisoryLock,
+        backends: Mapping[int, Backend],
+        bridged: bool,
+        now: datetime,
+        read_at: datetime | None,
+    ) -> Hold:
+        """The hold of a lock seen for the first time this poll, noted as begun
+        when it is new."""
+        hold = self._hold(key, lock, backends.get(lock.pid), bridged, now, read_at)
+        self._note_start(key, hold)
+        return hold
+
+    def _same_transactions(self, backends: Mapping[int, Backend]) -> bool:
+        """Whether every hold that may be a transaction's is still in the
+        transaction it was seen in (``_unchanged`` for all of them at once)."""
+        for pid, xact in self._in_xact:
+            backend = backends.get(pid)
+            if backend is None or backend.xact_start is None or backend.xact_start != xact:
+                return False
+        return True
 
     def _realign(self, now: datetime, monotonic: float | None) -> None:
         """Move what is remembered by how far the wall clock jumped since the
@@ -144,7 +188,7 @@ class HoldTracker:
             for key, (first_seen, xact, session) in self._holds.items()
         }
         self._observed_at += jump
-        self._filled = {}
+        self._filled, self._given = {}, None
 
     def _note_start(self, key: ObservationKey, hold: Hold) -> None:
         """A hold that began (and the one it replaces, when a transaction
@@ -177,8 +221,13 @@ class HoldTracker:
         old = self._holds.get(key)
         if old is not None and (bridged or _held_throughout(backend, self._observed_at)):
             first_seen, old_xact, session = old
-            if session or outside or old_xact == xact:
-                return (first_seen, xact, session or outside)
+            if session:
+                # A session lock outlives any transaction: which one its
+                # session has open says nothing of it, and is not followed
+                # (as for a lock the sampler saw unchanged).
+                return old
+            if outside or old_xact == xact:
+                return (first_seen, xact, outside)
         return (_taken_by(lock, backend, now), xact, outside)
 
     def changed_since_dump(self) -> bool:
@@ -257,7 +306,7 @@ class HoldTracker:
             session = bool(entry.get("session_level", True))
             restored[key] = (min(first_seen, saved_at), xact, session)
         self._holds = restored
-        self._filled = {}
+        self._filled, self._given = {}, None
         self._dumped_keys = frozenset(restored)
         self._observed_at = saved_at
         self._monotonic_at = None  # another process: its monotonic clock is not ours

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from bench import versions
+from bench.daemon import PATHS
 from bench.detection import INCIDENTS
+from bench.documents import MANY_PATHS
+from bench.pgbench import ARMS, NONE
+from bench.poll_cost import SPLIT
 from bench.report import (
     BEGIN,
     END,
@@ -35,6 +39,9 @@ TINY = Options(
     targets=(2,),
     scale_seconds=0.5,
     threshold=0.3,
+    pgbench_rounds=1,
+    pgbench_seconds=1.0,
+    many_targets=2,
 )
 SECTIONS = (
     "### Cost per poll against the floor",
@@ -42,6 +49,9 @@ SECTIONS = (
     "### Footprint of `lockwatch run`",
     "### Detection time",
     "### Scale",
+    "### Where a poll's CPU goes",
+    "### What the documents cost",
+    "### pgbench beside the monitors",
 )
 
 
@@ -72,18 +82,44 @@ def test_every_section_has_a_row_per_measurement(results: Results) -> None:
         SECTIONS[2]: 1,
         SECTIONS[3]: expected_detections,
         SECTIONS[4]: 1,
+        SECTIONS[5]: 1,
+        SECTIONS[6]: 2,  # the footprint's one target, and the many targets
+        SECTIONS[7]: 3,  # no monitor, lockwatch, postgres_exporter
     }
     assert table_rows(text, SECTIONS[0])[0][0] == "5"
 
 
-def test_lockwatch_and_the_floor_were_both_measured_on_client_and_server(
+def test_lockwatch_the_floor_and_the_join_were_measured_on_client_and_server(
     results: Results,
 ) -> None:
     (cost,) = results.costs
     assert cost.locks == 5 and cost.polls == 2
-    assert 0 < cost.query_wall_ms <= cost.poll_wall_ms
-    assert cost.floor_wall_ms > 0
-    assert cost.floor_server_ms > 0 and cost.poll_server_ms > 0
+    for spread in (cost.floor_ms, cost.join_ms, cost.poll_ms, cost.cpu_ms):
+        assert 0 < spread.low <= spread.median <= spread.high
+    for spread in (cost.floor_server_ms, cost.join_server_ms, cost.poll_server_ms):
+        assert spread.low > 0
+    assert cost.server_ratio.low > 0 and cost.client_join_ratio.low > 0
+    # The parts of a poll add up to no more than its CPU (the GC is inside them).
+    assert sum(cost.split_ms[part] for part in SPLIT) <= cost.cpu_ms.high + 1e-6
+    assert cost.split_ms["sample"] > 0
+
+
+def test_pgbench_ran_every_arm_and_read_its_latencies(results: Results) -> None:
+    run_ = results.pgbench
+    assert run_ is not None and run_.arms == ARMS and len(run_.rounds) == 1
+    for arm in run_.rounds[0]:
+        assert arm.tps > 0
+        assert arm.p999 >= arm.p99 >= arm.p50 > 0
+        assert (arm.monitor_cpu is None) == (arm.arm == NONE)
+
+
+def test_the_documents_were_fetched_at_one_and_at_many_targets(results: Results) -> None:
+    many = results.many
+    assert many is not None and many.targets == 2
+    assert [c.path for c in many.costs] == list(MANY_PATHS)
+    (footprint,) = results.footprints
+    assert [c.path for c in footprint.documents.costs] == list(PATHS)
+    assert all(c.size > 0 and c.ms > 0 for c in (*many.costs, *footprint.documents.costs))
 
 
 def test_postgres_exporter_was_scraped_and_only_counts_the_locks(results: Results) -> None:

@@ -1,0 +1,123 @@
+"""The quiet poll's shortcuts change nothing: over random sequences of polls,
+the sampler's decoder (which hands back the last answer when the arrays and
+sessions are unchanged) and the hold tracker fed its very same tuples find
+exactly what decoding every poll from scratch and tracking fresh copies of the
+locks finds: the same locks, hold times, ended and begun holds, and dump."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lockwatch.model.locks import AdvisoryLock, Backend, LockSnapshot, LockSummary
+from lockwatch.sample.locks import WAITING, LockDecoder, decode_locks
+from lockwatch.state.holds import HoldTracker
+from tests.fixtures.snapshots import NOW, backend
+
+GAP = 30.0
+PIDS = (101, 102, 103)
+# A poll's rows: (pid, classid, objid, flags); flags as advisory_locks.sql says.
+ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(PIDS), st.integers(0, 1), st.integers(1, 3), st.sampled_from((0, 1, 2, 4))
+    ),
+    max_size=6,
+    unique_by=lambda row: row[:3],
+)
+STATES = ("idle", "active", "idle in transaction")
+
+Poll = tuple[datetime, dict[str, Any], dict[int, Backend]]
+
+
+def session(pid: int, state: str, start: int, xact: int | None) -> Backend:
+    """A session started ``start`` hours before NOW (another start: the pid
+    was reused), in transaction number ``xact`` (None: none), in ``state``
+    since an hour before NOW."""
+    return replace(
+        backend(pid, state=state),
+        backend_start=NOW - timedelta(hours=start),
+        state_change=NOW - timedelta(hours=1),
+        xact_start=None if xact is None else NOW - timedelta(hours=1, minutes=xact),
+    )
+
+
+@st.composite
+def poll_sequences(draw: st.DrawFn) -> list[Poll]:
+    """Polls a second (or, now and then, a gap) apart; each the last one
+    again, or new rows and sessions (some missing, some reused pids)."""
+    polls: list[Poll] = []
+    now = NOW
+    for _ in range(draw(st.integers(1, 8))):
+        now += timedelta(seconds=draw(st.sampled_from((1.0, 1.0, 1.0, 45.0))))
+        again = draw(st.booleans())
+        if polls and again:
+            _, arrays, sessions = polls[-1]
+            if draw(st.booleans()):
+                # The same locks; a session moved on (state, transaction).
+                pid = draw(st.sampled_from(PIDS))
+                sessions = {
+                    **sessions,
+                    pid: session(
+                        pid,
+                        draw(st.sampled_from(STATES)),
+                        1,
+                        draw(st.none() | st.integers(1, 2)),
+                    ),
+                }
+            polls.append((now, arrays, sessions))
+            continue
+        rows = draw(ROWS)
+        arrays = {
+            "pids": [row[0] for row in rows] if rows else None,
+            "classids": [row[1] for row in rows],
+            "objids": [row[2] for row in rows],
+            "flags": [row[3] for row in rows],
+            "waitstarts": [NOW for row in rows if row[3] & WAITING] or None,
+            "prepared": None,
+        }
+        sessions = {
+            pid: session(
+                pid,
+                draw(st.sampled_from(STATES)),
+                draw(st.integers(1, 2)),
+                draw(st.none() | st.integers(1, 2)),
+            )
+            for pid in PIDS
+            if draw(st.integers(0, 5))
+        }
+        polls.append((now, arrays, sessions))
+    return polls
+
+
+def decoded(decoder: LockDecoder, arrays: dict[str, Any], sessions: dict[int, Backend]) -> Any:
+    if arrays["pids"] is None:
+        return {}
+    return decoder.decode(arrays, sessions, set(arrays["pids"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(poll_sequences())
+def test_the_incremental_path_finds_what_a_rebuild_finds(polls: list[Poll]) -> None:
+    decoder = LockDecoder()
+    incremental, rebuilt = HoldTracker(GAP), HoldTracker(GAP)
+    given_locks: tuple[AdvisoryLock, ...] = ()
+    last: dict[Any, AdvisoryLock] | None = None
+    for now, arrays, sessions in polls:
+        answer = decoded(decoder, arrays, sessions)
+        fresh = decode_locks(arrays, sessions) if arrays["pids"] is not None else {}
+        assert answer == fresh
+        if answer is not last:
+            # As the reader does: the same answer is the same tuple again.
+            given_locks, last = tuple(answer.values()), answer
+        copies = tuple(replace(lock) for lock in fresh.values())
+        ours = incremental.observe(given_locks, sessions, now, read_at=now)
+        theirs = rebuilt.observe(copies, sessions, now, read_at=now)
+        assert ours == theirs
+        assert (incremental.ended, incremental.began) == (rebuilt.ended, rebuilt.began)
+        assert incremental.dump(now) == rebuilt.dump(now)
+        summary = LockSnapshot("t", now, 180000, ours, summary=LockSummary.of(ours))
+        assert summary.lock_summary() == LockSummary.of(theirs)
