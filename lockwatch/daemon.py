@@ -33,7 +33,7 @@ from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import open_history
-from lockwatch.state.incidents import IncidentRegistry
+from lockwatch.state.incident_registry import IncidentRegistry
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers

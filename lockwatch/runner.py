@@ -32,6 +32,7 @@ from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
 from lockwatch.monitors.jobs import JobMonitor
 from lockwatch.monitors.locks import LockMonitor
 from lockwatch.monitors.queues import QueueMonitor
+from lockwatch.sample.activity import live_sessions
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.serverless import other_clients
 from lockwatch.sample.session import TargetSession
@@ -200,7 +201,9 @@ class TargetRunner:
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         previous = self.incidents.finding_roots()
         roots = tell_incidents(transitions.active, status.snapshot, self.runbooks, previous)
-        changes = self.incidents.update(roots, status.checked_at, self.monotonic())
+        ending = self.incidents.ending(roots)
+        alive = live_sessions(self.session, ending) if ending and status.up else None
+        changes = self.incidents.update(roots, status.checked_at, self.monotonic(), alive)
         transitions = replace(transitions, incidents=changes)
         view = replace(self._next_view(status, transitions), asleep_since=self._rest(status))
         if view.polls_total == 1 and status.snapshot is not None:

@@ -250,3 +250,28 @@ class IncidentChanges:
     opened: tuple[Incident, ...] = ()
     worsened: tuple[Incident, ...] = ()  # a new finding kind joined, or its severity rose
     resolved: tuple[Incident, ...] = ()
+
+
+# A session as the server names it: pid + backend_start (None: not seen).
+LiveSession = tuple[int, datetime | None]
+HOLDING_SESSIONS = (RootKind.SESSION, RootKind.POOLED_BACKEND)
+
+
+def session_ending(
+    root: IncidentRoot, alive: frozenset[LiveSession] | None
+) -> tuple[Resolution, str]:
+    """How a holding session's incident ended, from which of the ending
+    sessions still exist (None: unknown): it let go, or it is gone.
+
+    >>> root = IncidentRoot(RootKind.SESSION, "main", pid=7)
+    >>> session_ending(root, frozenset({(7, None)}))[0], session_ending(root, frozenset())[0]
+    (<Resolution.RELEASED: 'released'>, <Resolution.SESSION_ENDED: 'session_ended'>)
+    """
+    if alive is None:
+        return (
+            Resolution.RELEASED,
+            "the holder's locks were let go (released, or its session ended)",
+        )
+    if (root.pid, root.backend_start) in alive:
+        return Resolution.RELEASED, "the holder let go of its locks; its session goes on"
+    return Resolution.SESSION_ENDED, "the holder's session ended, and its locks with it"

@@ -3,10 +3,13 @@ for every query that selects sessions (the lock holders, a worker group's)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
+from lockwatch.model.incidents import LiveSession
 from lockwatch.model.locks import Backend
+from lockwatch.sample.base import SampleError
+from lockwatch.sample.session import TargetSession
 
 QUERY_CHARS = 1024  # enough to recognise a statement, bounded whatever clients send
 
@@ -31,4 +34,29 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
         blocked_by=tuple(row.get("blocked_by") or ()),
         client_port=row["client_port"],
         visible=row["visible"],
+    )
+
+
+def live_sessions(
+    session: TargetSession, wanted: Collection[LiveSession]
+) -> frozenset[LiveSession] | None:
+    """Which of ``wanted`` still exist on the server (pid + backend_start; a
+    pid without its start counts as itself); None when that cannot be read.
+    One query, for the holders whose locks are gone from the last poll: did
+    they let go, or did their session end?"""
+    if not wanted:
+        return frozenset()
+    try:
+        rows = session.query(
+            "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = ANY(%(pids)s)",
+            {"pids": sorted({pid for pid, _ in wanted})},
+        )
+    except SampleError:
+        return None
+    present = {(int(row["pid"]), row["backend_start"]) for row in rows}
+    pids = {pid for pid, _ in present}
+    return frozenset(
+        (pid, start)
+        for pid, start in wanted
+        if (pid, start) in present or (start is None and pid in pids)
     )

@@ -27,6 +27,7 @@ from lockwatch.model.evidence import (
 from lockwatch.model.evidence.json_form import JsonObject, to_json
 from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.incidents import (
+    HOLDING_SESSIONS,
     SEVERITY_RANK,
     EventKind,
     Impact,
@@ -34,12 +35,14 @@ from lockwatch.model.incidents import (
     IncidentChanges,
     IncidentRoot,
     IncidentState,
+    LiveSession,
     Resolution,
     RootGroup,
     RootKind,
     RootLoad,
     TimelineEvent,
     incident_json,
+    session_ending,
 )
 from lockwatch.model.locks import IDLE_STATES
 from lockwatch.state.incident_json import load_incident
@@ -111,6 +114,8 @@ class _Record:
 class _Poll:
     now: datetime
     monotonic: float
+    # Which sessions at the root of an ending incident still exist; None: unknown.
+    alive: frozenset[LiveSession] | None = None
 
 
 def _rank(findings: Sequence[Finding], waiters: int) -> tuple[int, int, int]:
@@ -189,13 +194,32 @@ class IncidentBook:
 
     # -- one poll -------------------------------------------------------------
 
+    def ending(self, groups: Sequence[RootGroup]) -> frozenset[LiveSession]:
+        """The sessions (pid, backend_start) at the root of an open incident
+        that ``groups`` no longer have: whether each still exists tells how it
+        ended (pass the answer to ``update`` as ``alive``)."""
+        staying = {group.root.fingerprint for group in groups}
+        with self._lock:
+            return frozenset(
+                (root.pid, root.backend_start)
+                for fingerprint, record in self._open.items()
+                if fingerprint not in staying
+                and (root := record.incident.root).kind in HOLDING_SESSIONS
+                and root.pid is not None
+            )
+
     def update(
-        self, groups: Sequence[RootGroup], now: datetime, monotonic: float
+        self,
+        groups: Sequence[RootGroup],
+        now: datetime,
+        monotonic: float,
+        alive: frozenset[LiveSession] | None = None,
     ) -> IncidentChanges:
         """Fold one poll's root causes (``detect.incidents.tell_incidents`` of
         its active findings) into incidents: which opened, got worse, resolved.
-        ``monotonic`` is lockwatch's own clock, for the waiter-seconds."""
-        poll = _Poll(now, monotonic)
+        ``monotonic`` is lockwatch's own clock, for the waiter-seconds;
+        ``alive``: which of the ``ending`` sessions still exist (None: unknown)."""
+        poll = _Poll(now, monotonic, alive)
         opened: list[_Record] = []
         worsened: list[_Record] = []
         resolved: list[Incident] = []
@@ -359,11 +383,13 @@ class IncidentBook:
         root = record.incident.root
         if root.kind is RootKind.TARGET:
             how, detail = Resolution.TARGET_BACK, "the target answers again"
-        elif root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED):
+        elif root.kind is RootKind.PREPARED:
             how, detail = (
                 Resolution.RELEASED,
-                "the holder's locks were let go (released, or its session ended)",
+                "the prepared transaction was committed or rolled back",
             )
+        elif root.kind in HOLDING_SESSIONS:
+            how, detail = session_ending(root, poll.alive)
         else:
             how, detail = Resolution.CLEARED, "every finding of it stopped being true"
         record.note(poll.now, EventKind.RESOLVED, detail)
@@ -462,29 +488,3 @@ def _load_record(entry: object) -> _Record | None:
             missed_slots={str(slot) for slot in entry["missed_slots"]},
         )
     return None
-
-
-class IncidentRegistry:
-    """Every target's book, for whoever speaks of incidents by target and id
-    (the notifier notes what it sent). Thread-safe."""
-
-    def __init__(self) -> None:
-        self._books: dict[str, IncidentBook] = {}
-        self._lock = threading.Lock()
-
-    def register(self, book: IncidentBook) -> None:
-        with self._lock:
-            self._books[book.target] = book
-
-    def forget(self, target: str) -> None:
-        with self._lock:
-            self._books.pop(target, None)
-
-    def book(self, target: str) -> IncidentBook | None:
-        with self._lock:
-            return self._books.get(target)
-
-    def note_notified(self, target: str, incident_id: str, channel: str, at: datetime) -> None:
-        book = self.book(target)
-        if book is not None:
-            book.note_notified(incident_id, channel, at)

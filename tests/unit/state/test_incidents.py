@@ -27,7 +27,8 @@ from lockwatch.model.locks import LockSnapshot
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incident_json import load_incident
-from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook, IncidentRegistry
+from lockwatch.state.incident_registry import IncidentRegistry
+from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 from tests.unit.detect.test_incidents import SEED_002, pooled
 from tests.unit.detect.test_locks import seed_002_convoy
