@@ -2,11 +2,13 @@
 how late polls start, for two designs side by side.
 
 Arms: ``pool``, the daemon's ``PollScheduler`` (one plan of due times, a
-bounded pool of poller threads, first polls spread over the interval), and
+bounded pool of poller threads, first polls spread over the interval);
 ``thread``, the design it replaced, kept as the baseline: one thread per
-target sleeping to its own next poll, every first poll at once. Both run each
-target's unchanged ``TargetRunner.run_due``; the arms alternate row by row
-(which goes first swaps each row), so that both see the same machine.
+target sleeping to its own next poll, every first poll at once; and
+``spread``, a thread per target with the pool's spread first polls, which
+tells the spreading's share from the pool's. Each runs every target's
+unchanged ``TargetRunner.run_due``; the order of the arms turns round row by
+row, so that all see the same machine.
 
 Every target is the benchmark database under its own name, with its own
 lockwatch session kept open between polls, as the daemon keeps it: 1,000
@@ -46,7 +48,7 @@ BEGIN = "<!-- begin: written by python -m bench.scale -->"
 END = "<!-- end: written by python -m bench.scale -->"
 TARGETS = (100, 300, 1_000)
 INTERVALS = (10.0, 1.0)
-ARMS = ("pool", "thread")
+ARMS = ("pool", "thread", "spread")
 LOCKS = 100
 FIRST_POLLS_TIMEOUT = 120.0  # beyond one interval, for every target's first poll
 
@@ -65,21 +67,29 @@ class TimedRunner(TargetRunner):
 
 
 class ThreadPerTarget:
-    """The baseline arm: each runner on a thread of its own, sleeping until
-    its next poll is due, every first poll at once."""
+    """The baseline arms: each runner on a thread of its own, sleeping until
+    its next poll is due; every first poll at once, or spread as the pool's."""
 
-    def __init__(self, runners: Sequence[TargetRunner], stop: threading.Event) -> None:
+    def __init__(
+        self, runners: Sequence[TargetRunner], stop: threading.Event, *, spread: bool
+    ) -> None:
         self._stop = stop
         self._threads = [
-            threading.Thread(target=self._loop, args=(runner,), daemon=True) for runner in runners
+            threading.Thread(
+                target=self._loop,
+                args=(runner, runner.target.interval * n / len(runners) if spread else 0.0),
+                daemon=True,
+            )
+            for n, runner in enumerate(runners)
         ]
 
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
 
-    def _loop(self, runner: TargetRunner) -> None:
-        due: float | None = time.monotonic()
+    def _loop(self, runner: TargetRunner, delay: float) -> None:
+        due: float | None = time.monotonic() + delay
+        self._stop.wait(delay)
         while due is not None:
             due = runner.run_due(due)
             if due is not None:
@@ -159,7 +169,7 @@ def measure(server: BenchServer, arm: str, targets: int, interval: float, second
         for n in range(targets)
     ]
     scheduler = PollScheduler()
-    baseline = ThreadPerTarget(runners, stop) if arm == "thread" else None
+    baseline = None if arm == "pool" else ThreadPerTarget(runners, stop, spread=arm == "spread")
     server_seconds = server_cpu(server)
     load = os.getloadavg()[0]
     try:
@@ -216,7 +226,7 @@ def run(
     with BenchServer(workdir, connections=connections) as server:
         server.hold_locks(LOCKS)
         for row, (targets, interval) in enumerate(rows):
-            for arm in ARMS if row % 2 == 0 else reversed(ARMS):
+            for arm in ARMS[row % len(ARMS) :] + ARMS[: row % len(ARMS)]:
                 length = max(seconds, 3 * interval)  # three polls of each target at least
                 say(f"{arm}: {targets:,} target(s) every {interval:g}s for {length:g}s")
                 scales.append(measure(server, arm, targets, interval, length))
@@ -230,7 +240,8 @@ def render(scales: Sequence[Scale], postgres: str, command: str) -> str:
         f"Measured {datetime.now(UTC):%Y-%m-%d} with `{command}`: PostgreSQL {postgres}, "
         f"{os.cpu_count()} CPUs shared with other work (the load column). N targets (the same "
         f"database under N names, {LOCKS} advisory locks held, a session each) in one process; "
-        "`pool` is the daemon's scheduler, `thread` a thread per target. Lateness: how long "
+        "`pool` is the daemon's scheduler, `thread` a thread per target (first polls at once), "
+        "`spread` a thread per target with the pool's spread first polls. Lateness: how long "
         "after its due time each poll started. CPU: this process (getrusage) and the "
         "server's processes, in % of one core. Target: p99 under 100 ms, under 25 % of a "
         "core at 10 s, under 500 MiB.",

@@ -21,12 +21,14 @@ from dataclasses import replace
 from http import HTTPStatus
 from types import FrameType
 
+from prometheus_client import CollectorRegistry
+
 from lockwatch.config.reader import ConfigError
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
+from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.pings import PingReceiver
-from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.runner import (
     STOP_GRACE,
     Clock,
@@ -145,10 +147,7 @@ class Daemon:
         self.job_store = open_job_store(settings)
         self.runners = [self._runner(target) for target in settings.targets]
         self.scheduler = PollScheduler()
-        self.registry = build_registry(self.board)
-        self.registry.register(LatenessCollector(self.scheduler.lateness))
-        if self.alerts is not None:
-            self.registry.register(self.alerts.collector())
+        self.registry = self._registry()
         self.http = HttpServer(
             self.board,
             self.registry,
@@ -163,6 +162,14 @@ class Daemon:
             self.http.pings = PingReceiver(
                 jobs=pinged_jobs(settings), token=settings.pings.token, store=self.job_store
             )
+
+    def _registry(self) -> CollectorRegistry:
+        """What /metrics renders: the board, how late polls start, the notifier."""
+        registry = build_registry(self.board)
+        registry.register(LatenessCollector(self.scheduler.lateness))
+        if self.alerts is not None:
+            registry.register(self.alerts.collector())
+        return registry
 
     def _runner(self, target: Target) -> TargetRunner:
         runner = TargetRunner(

@@ -45,12 +45,10 @@ class Plan(Generic[Job]):
     told apart by identity; planning a job again replaces its due time."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int]] = []  # due, order, id(job)
+        # due, order, id(job); an entry whose job was planned again since is stale.
+        self._heap: list[tuple[float, int, int]] = []
         self._live: dict[int, tuple[float, int, Job]] = {}
         self._order = itertools.count()
-
-    def __len__(self) -> int:
-        return len(self._live)
 
     def __contains__(self, job: Job) -> bool:
         return id(job) in self._live
@@ -59,9 +57,6 @@ class Plan(Generic[Job]):
         order = next(self._order)
         self._live[id(job)] = (due, order, job)
         heapq.heappush(self._heap, (due, order, id(job)))
-
-    def discard(self, job: Job) -> None:
-        self._live.pop(id(job), None)  # its heap entry is skipped when it surfaces
 
     def next_due(self) -> float | None:
         self._drop_stale()
@@ -78,7 +73,7 @@ class Plan(Generic[Job]):
 
     def _drop_stale(self) -> None:
         while self._heap:
-            due, order, key = self._heap[0]
+            _, order, key = self._heap[0]
             live = self._live.get(key)
             if live is not None and live[1] == order:
                 return
