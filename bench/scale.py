@@ -10,16 +10,20 @@ tells the spreading's share from the pool's. Each runs every target's
 unchanged ``TargetRunner.run_due``; the order of the arms turns round row by
 row, so that all see the same machine.
 
-Every target is the benchmark database under its own name, with its own
-lockwatch session kept open between polls, as the daemon keeps it: 1,000
-targets are 1,000 sessions on one server (``max_connections`` raised for
-it). CPU is getrusage of this process (every thread: the runners', the
-scheduler's, this one waiting) and psutil's of the server's processes.
+Every target is the benchmark database of one of several servers under its
+own name, with its own lockwatch session kept open between polls, as the
+daemon keeps it: at most ``TARGETS_PER_SERVER`` to a server, since every
+poll reads the server-wide ``pg_locks`` and ``pg_stat_activity``, whose cost
+grows with the server's sessions (a fleet's targets are instances, each with
+one lockwatch session, not 1,000 sessions on one). CPU is getrusage of this
+process (every thread: the runners', the scheduler's, this one waiting) and
+psutil's of the servers' processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import resource
@@ -36,7 +40,7 @@ import psutil
 
 from bench.poll_cost import bench_target
 from bench.report import ms, table, write_into
-from bench.server import HOLDER_SESSIONS, BenchServer
+from bench.server import BenchServer
 from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner, start_spread
 from lockwatch.scheduler import PollScheduler
@@ -50,6 +54,8 @@ TARGETS = (100, 300, 1_000)
 INTERVALS = (10.0, 1.0)
 ARMS = ("pool", "thread", "spread")
 LOCKS = 100
+TARGETS_PER_SERVER = 250  # with the lock holders, within the default max_connections
+SETTLE = 5.0  # seconds for one arm's sessions to end before the next arm starts
 FIRST_POLLS_TIMEOUT = 120.0  # beyond one interval, for every target's first poll
 
 
@@ -133,20 +139,23 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def server_cpu(server: BenchServer) -> Callable[[], float]:
-    """A reader of the CPU seconds of the server's processes so far."""
-    pid = server.cluster.postmaster_pid
-    assert pid is not None, "the benchmark server runs"
-    postmaster = psutil.Process(pid)
+def server_cpu(servers: Sequence[BenchServer]) -> Callable[[], float]:
+    """A reader of the CPU seconds of the servers' processes so far."""
+    postmasters = []
+    for server in servers:
+        pid = server.cluster.postmaster_pid
+        assert pid is not None, "the benchmark server runs"
+        postmasters.append(psutil.Process(pid))
 
     def read() -> float:
         total = 0.0
-        for process in [postmaster, *postmaster.children(recursive=True)]:
-            try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            total += times.user + times.system
+        for postmaster in postmasters:
+            for process in [postmaster, *postmaster.children(recursive=True)]:
+                try:
+                    times = process.cpu_times()
+                except psutil.NoSuchProcess:
+                    continue
+                total += times.user + times.system
         return total
 
     return read
@@ -162,15 +171,21 @@ def wait_first_polls(board: Board, runners: Sequence[TimedRunner], interval: flo
     raise RuntimeError(f"not every one of {len(runners)} target(s) polled within the deadline")
 
 
-def measure(server: BenchServer, arm: str, targets: int, interval: float, seconds: float) -> Scale:
+def measure(
+    servers: Sequence[BenchServer], arm: str, targets: int, interval: float, seconds: float
+) -> Scale:
     board, store, stop = Board(), StateStore(None), threading.Event()
     runners = [
-        TimedRunner(bench_target(server, f"t{n:04d}", interval), board, store, stop_event=stop)
+        TimedRunner(
+            bench_target(servers[n % len(servers)], f"t{n:04d}", interval),
+            *(board, store),
+            stop_event=stop,
+        )
         for n in range(targets)
     ]
     scheduler = PollScheduler()
     baseline = None if arm == "pool" else ThreadPerTarget(runners, stop, spread=arm == "spread")
-    server_seconds = server_cpu(server)
+    server_seconds = server_cpu(servers)
     load = os.getloadavg()[0]
     try:
         if baseline is None:
@@ -219,31 +234,40 @@ def run(
     rows: Sequence[tuple[int, float]],
     seconds: float,
     say: Callable[[str], None],
-) -> tuple[str, list[Scale]]:
-    """Every row in both arms, alternating which goes first; the server's version."""
-    connections = max(targets for targets, _ in rows) + HOLDER_SESSIONS + 20
+) -> tuple[str, int, list[Scale]]:
+    """Every row in each arm, the arms' order turning round row by row; the
+    servers' version and how many there were."""
+    most = max(targets for targets, _ in rows)
     scales: list[Scale] = []
-    with BenchServer(workdir, connections=connections) as server:
-        server.hold_locks(LOCKS)
+    with contextlib.ExitStack() as stack:
+        servers = [
+            stack.enter_context(BenchServer(workdir))
+            for _ in range(math.ceil(most / TARGETS_PER_SERVER))
+        ]
+        for server in servers:
+            server.hold_locks(LOCKS)
         for row, (targets, interval) in enumerate(rows):
             for arm in ARMS[row % len(ARMS) :] + ARMS[: row % len(ARMS)]:
                 length = max(seconds, 3 * interval)  # three polls of each target at least
                 say(f"{arm}: {targets:,} target(s) every {interval:g}s for {length:g}s")
-                scales.append(measure(server, arm, targets, interval, length))
-        return server.version, scales
+                scales.append(measure(servers, arm, targets, interval, length))
+                time.sleep(SETTLE)
+        return servers[0].version, len(servers), scales
 
 
-def render(scales: Sequence[Scale], postgres: str, command: str) -> str:
+def render(scales: Sequence[Scale], postgres: str, servers: int, command: str) -> str:
     lines = [
         "### Scale",
         "",
-        f"Measured {datetime.now(UTC):%Y-%m-%d} with `{command}`: PostgreSQL {postgres}, "
-        f"{os.cpu_count()} CPUs shared with other work (the load column). N targets (the same "
-        f"database under N names, {LOCKS} advisory locks held, a session each) in one process; "
+        f"Measured {datetime.now(UTC):%Y-%m-%d} with `{command}`: {servers} PostgreSQL "
+        f"{postgres} servers on the same {os.cpu_count()} CPUs, shared with other work (the "
+        "load column). N targets (a server's database under its own name, at most "
+        f"{TARGETS_PER_SERVER} to a server, {LOCKS} advisory locks held on each, a session "
+        "per target) in one process; "
         "`pool` is the daemon's scheduler, `thread` a thread per target (first polls at once), "
         "`spread` a thread per target with the pool's spread first polls. Lateness: how long "
         "after its due time each poll started. CPU: this process (getrusage) and the "
-        "server's processes, in % of one core. Target: p99 under 100 ms, under 25 % of a "
+        "servers' processes, in % of one core. Target: p99 under 100 ms, under 25 % of a "
         "core at 10 s, under 500 MiB.",
         "",
         *table(
@@ -279,10 +303,10 @@ def main(argv: list[str]) -> int:
         for targets in args.targets.split(",")
     ]
     with tempfile.TemporaryDirectory(prefix="lockwatch-bench-scale-") as workdir:
-        postgres, scales = run(
+        postgres, servers, scales = run(
             Path(workdir), rows, args.seconds, lambda line: print(line, file=sys.stderr, flush=True)
         )
-    text = render(scales, postgres, " ".join(["python -m bench.scale", *argv]))
+    text = render(scales, postgres, servers, " ".join(["python -m bench.scale", *argv]))
     print(text)
     if not args.no_write:
         write_into(DOC, text, BEGIN, END)

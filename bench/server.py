@@ -63,13 +63,8 @@ class StatementTotals:
 class BenchServer:
     """A throwaway server set up for measuring; use as a context manager."""
 
-    def __init__(
-        self, base_dir: Path, postgres: int | None = None, connections: int | None = None
-    ) -> None:
-        settings = dict(SETTINGS)
-        if connections is not None:  # more sessions than the default 300
-            settings["max_connections"] = str(connections)
-        self.cluster = LocalCluster(bin_dir(postgres), base_dir=base_dir, settings=settings)
+    def __init__(self, base_dir: Path, postgres: int | None = None) -> None:
+        self.cluster = LocalCluster(bin_dir(postgres), base_dir=base_dir, settings=SETTINGS)
         self._admin: psycopg.Connection[tuple[Any, ...]] | None = None
         self._holders: list[psycopg.Connection[tuple[Any, ...]]] = []
         self.locks_held = 0

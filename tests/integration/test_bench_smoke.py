@@ -104,7 +104,8 @@ def test_every_incident_was_detected(results: Results) -> None:
 
 
 def test_the_scale_rows_time_every_poll_in_both_arms(tmp_path: Path) -> None:
-    postgres, scales = scale.run(tmp_path, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
+    postgres, servers, scales = scale.run(tmp_path, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
+    assert servers == 1
     assert [(s.arm, s.targets) for s in scales] == [
         *(("pool", 2), ("thread", 2), ("spread", 2)),
         *(("thread", 3), ("spread", 3), ("pool", 3)),
@@ -114,7 +115,7 @@ def test_the_scale_rows_time_every_poll_in_both_arms(tmp_path: Path) -> None:
         assert row.late_max_ms >= row.late_p99_ms >= row.late_p50_ms >= 0
         assert row.cpu_ms_per_poll > 0 and row.rss_mib > 0
         assert row.server_cpu_percent >= 0  # in clock ticks: 0 over a short row
-    text = scale.render(scales, postgres, "python -m bench.scale --tiny")
+    text = scale.render(scales, postgres, servers, "python -m bench.scale --tiny")
     assert len(table_rows(text, "### Scale")) == len(scales)
 
 
