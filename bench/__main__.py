@@ -21,8 +21,6 @@ QUICK = Options(
     locks=(100, 1_000, 10_000),
     polls=10,
     daemon_polls=3,
-    targets=(1, 10, 50),
-    scale_seconds=5.0,
     pgbench_rounds=3,
     pgbench_seconds=5.0,
     many_targets=100,
@@ -50,10 +48,6 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
         "--locks", type=sizes, help="advisory locks held, e.g. 100,1000,10000,50000"
     )
     parser.add_argument("--polls", type=int, help="poll/floor pairs at each number of locks")
-    parser.add_argument(
-        "--targets", type=sizes, help="target counts for the scale run, e.g. 1,10,50"
-    )
-    parser.add_argument("--scale-seconds", type=float, help="length of each scale run")
     parser.add_argument(
         "--pgbench-rounds", type=int, help="rounds of the pgbench arms (0 leaves them out)"
     )
@@ -83,8 +77,6 @@ def parse(argv: list[str]) -> tuple[Options, Path | None, tuple[int, ...] | None
     changes = {
         "locks": args.locks,
         "polls": args.polls,
-        "targets": args.targets,
-        "scale_seconds": args.scale_seconds,
         "pgbench_rounds": args.pgbench_rounds,
         "pgbench_seconds": args.pgbench_seconds,
         "many_targets": args.many_targets,

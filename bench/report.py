@@ -287,41 +287,6 @@ def detection_section(results: Results) -> list[str]:
     ]
 
 
-def scale_section(results: Results) -> list[str]:
-    locks = results.scales[0].locks if results.scales else 0
-    return [
-        "### Scale",
-        "",
-        f"Targets polled every {results.options.interval:g} s (the same database under "
-        f"different names, {locks:,} advisory locks held), poll threads in one process; "
-        "lateness is how long after its due time each poll started.",
-        "",
-        *table(
-            [
-                "targets",
-                "polls",
-                "CPU, % of one core",
-                "CPU ms per poll",
-                "late p50 ms",
-                "late p99 ms",
-                "late max ms",
-            ],
-            (
-                [
-                    str(s.targets),
-                    str(s.polls),
-                    f"{s.cpu_percent:.1f}",
-                    ms(s.cpu_ms_per_poll),
-                    ms(s.late_p50_ms),
-                    ms(s.late_p99_ms),
-                    ms(s.late_max_ms),
-                ]
-                for s in results.scales
-            ),
-        ),
-    ]
-
-
 P999_TARGET = 1.15  # lockwatch's pgbench p99.9 against no monitor
 FIGURES = (("tps", "TPS"), ("p50", "p50 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"))
 
@@ -385,7 +350,6 @@ def render(results: Results, command: str) -> str:
         *footprint_section(results),
         *documents_section(results),
         *detection_section(results),
-        *scale_section(results),
         *pgbench_section(results),
     ]
     return "\n".join(lines).rstrip() + "\n"

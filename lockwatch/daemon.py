@@ -1,8 +1,9 @@
 """The daemon's lifecycle: one runner per target, the HTTP server, the notifier
 and the watchdog, from start to stop.
 
-Each target runs on its own thread and deadline (``runner.py``), so a server
-that stops answering delays nobody else; the watchdog here breaks network
+Each target polls on its own deadline (``runner.py``), on one of a bounded
+pool of poller threads (``scheduler.py``), so a server that stops answering
+holds one poller and delays nobody else; the watchdog here breaks network
 steps that hang past their limit. Signals only set flags for the main loop:
 SIGTERM/SIGINT stop (each target saves its state), SIGHUP reloads the config
 file, applying the difference target by target. Under systemd the main loop
@@ -21,14 +22,25 @@ from dataclasses import replace
 from http import HTTPStatus
 from types import FrameType
 
+from prometheus_client import CollectorRegistry
+
 from lockwatch.config.reader import ConfigError
 from lockwatch.fleet import Fleet
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
+from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.pings import PingReceiver
-from lockwatch.runner import STOP_GRACE, Clock, TargetRunner, TransitionListener, utc_now
+from lockwatch.runner import (
+    STOP_GRACE,
+    Clock,
+    TargetRunner,
+    TransitionListener,
+    start_spread,
+    utc_now,
+)
+from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
@@ -140,9 +152,8 @@ class Daemon:
         self._ping_withheld = False
         self.job_store = open_job_store(settings)
         self.runners = [self._runner(target) for target in settings.targets]
-        self.registry = build_registry(self.board)
-        if self.alerts is not None:
-            self.registry.register(self.alerts.collector())
+        self.scheduler = PollScheduler()
+        self.registry = self._registry()
         self.http = HttpServer(
             self.board,
             self.registry,
@@ -171,6 +182,14 @@ class Daemon:
             clock=clock,
             on_notified=self.incidents.note_notified,  # onto the incident's timeline
         )
+
+    def _registry(self) -> CollectorRegistry:
+        """What /metrics renders: the board, how late polls start, the notifier."""
+        registry = build_registry(self.board)
+        registry.register(LatenessCollector(self.scheduler.lateness))
+        if self.alerts is not None:
+            registry.register(self.alerts.collector())
+        return registry
 
     def _runner(self, target: Target) -> TargetRunner:
         runner = TargetRunner(
@@ -210,8 +229,7 @@ class Daemon:
         if self.alerts is not None:
             self.alerts.start()
         settle_garbage_collector()
-        for runner in self.runners:
-            runner.start()
+        start_spread(self.runners, self.scheduler)
         self.fleet.start()
         self.notifier.ready(self._status_line())
 
@@ -324,7 +342,7 @@ class Daemon:
                 self.incidents.register(runner.incidents)
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
-            runner.start()
+            runner.start(self.scheduler)
         for removed in old.values():
             self._set_aside(removed)
             counts["removed"] += 1
@@ -416,13 +434,14 @@ class Daemon:
         self.stop_event.set()
         self.fleet.stop()
         for runner in self.runners:
-            runner.stop_event.set()
+            runner.request_stop()
         deadline = time.monotonic() + STOP_GRACE
         for runner in self.runners:
             runner.join(timeout=max(0.0, deadline - time.monotonic()))
         for runner in self.runners:
             runner.session.abort()
             runner.join(timeout=STOP_GRACE)
+        self.scheduler.close()
         if self.alerts is not None:
             self.alerts.stop(STOP_GRACE)
         self.http.stop()

@@ -5,8 +5,9 @@ A poll opens (or reuses) the target's session, runs the target's monitors in
 order (locks first: the others read its snapshot), turns their findings into
 transitions in the ledger, saves what changed, and posts the target's view to
 the board. A monitor that breaks is logged and its findings are held; it never
-costs the others their poll. The watchdog thread breaks a network step that
-hangs past its limit.
+costs the others their poll. The runner's polls run on a poller of the
+``PollScheduler`` (scheduler.py), which plans the next one when a poll ends;
+the watchdog thread breaks a network step that hangs past its limit.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from lockwatch.sample.activity import live_sessions
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.serverless import other_clients
 from lockwatch.sample.session import TargetSession
+from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
@@ -70,6 +72,13 @@ def build_monitors(
     if own_jobs:
         monitors.append(JobMonitor(target, own_jobs, job_store, started_at=utc_now()))
     return tuple(monitors)
+
+
+def start_spread(runners: Sequence[TargetRunner], scheduler: PollScheduler) -> None:
+    """Start the runners, their first polls spread over their intervals: targets
+    started together would otherwise poll together, every interval, in one burst."""
+    for index, runner in enumerate(runners):
+        runner.start(scheduler, delay=runner.target.interval * index / len(runners))
 
 
 @dataclass
@@ -132,7 +141,10 @@ class TargetRunner:
         self._failing_since: datetime | None = None
         self._alone_since: datetime | None = None  # lockwatch the server's only client
         self._view = TargetView(self.target)
-        self._thread: threading.Thread | None = None
+        self._scheduler: PollScheduler | None = None  # set by start()
+        self._own_scheduler = False
+        self._schedule_clock: Callable[[], float] = time.monotonic  # the scheduler's
+        self._finished = threading.Event()  # the stopped runner saved and closed
         self._saved_at: datetime | None = None
         if self.history is not None:
             self.incidents.recall(self.history.resolved())
@@ -342,38 +354,55 @@ class TargetRunner:
 
     # -- schedule -----------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._loop, name=f"poll-{self.target.name}", daemon=True
-        )
-        self._thread.start()
+    def start(self, scheduler: PollScheduler | None = None, delay: float = 0.0) -> None:
+        """Poll from now on, the first poll ``delay`` seconds from now, on the
+        scheduler's pollers (the daemon's); without one, on a poller of its own."""
+        self._own_scheduler = scheduler is None
+        self._scheduler = scheduler or PollScheduler(max_pollers=1, name=f"poll-{self.target.name}")
+        self._schedule_clock = self._scheduler.clock
+        self._scheduler.add(self, self._scheduler.clock() + delay)
 
-    def _loop(self) -> None:
-        next_due = time.monotonic()
-        while not self.stop_event.is_set():
-            self.poll_due = next_due
+    def run_due(self, due: float) -> float | None:
+        """The poll due at ``due`` (on the scheduler's clock); when the next one
+        is due, or None once stopped, after the last save."""
+        if not self.stop_event.is_set():
+            self.poll_due = due
             try:
                 self.poll_once()
             except Exception:
                 log.exception("%s: poll failed unexpectedly; polling goes on", self.target.name)
-            asleep = self._view.asleep_since is not None
-            interval = self.target.sleep.interval if asleep else self.target.interval
-            next_due += interval
-            late = time.monotonic() - next_due
-            if late > 0:
-                skipped = int(late // interval) + 1
-                log.warning(
-                    "%s: poll overran its %gs interval by %.1fs; skipping %d slot(s)",
-                    self.target.name,
-                    interval,
-                    late,
-                    skipped,
-                )
-                next_due += skipped * interval
-            self.stop_event.wait(max(0.0, next_due - time.monotonic()))
+        if self.stop_event.is_set():
+            self._finish()
+            return None
+        return self._next_due(due)
+
+    def _next_due(self, due: float) -> float:
+        """One interval after ``due``; a poll that overran it skips the slots it missed."""
+        asleep = self._view.asleep_since is not None
+        interval = self.target.sleep.interval if asleep else self.target.interval
+        next_due = due + interval
+        late = self._schedule_clock() - next_due
+        if late > 0:
+            skipped = int(late // interval) + 1
+            log.warning(
+                "%s: poll overran its %gs interval by %.1fs; skipping %d slot(s)",
+                self.target.name,
+                interval,
+                late,
+                skipped,
+            )
+            next_due += skipped * interval
+        return next_due
+
+    def _finish(self) -> None:
         # Whatever changed since the last save is kept for the next start.
-        self._persist(self.clock(), changed=True)
-        self.close()
+        try:
+            self._persist(self.clock(), changed=True)
+            self.close()
+        finally:
+            self._finished.set()
+            if self._own_scheduler and self._scheduler is not None:
+                self._scheduler.close()
 
     def close(self) -> None:
         """Close the target's session and every monitor's sources."""
@@ -398,14 +427,25 @@ class TargetRunner:
             )
             self.session.abort()
 
+    def request_stop(self) -> None:
+        """Stop polling: the poll in flight ends, or the next is due at once,
+        and that one only saves and closes."""
+        self.stop_event.set()
+        if self._scheduler is not None:
+            self._scheduler.hurry(self)
+
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Wait for a stopped runner's last save and close."""
+        if self._scheduler is None:
+            return
+        if self.stop_event.is_set():  # also a stop event shared and set elsewhere
+            self._scheduler.hurry(self)
+        self._finished.wait(timeout)
 
     def stop(self) -> None:
-        """Stop polling and wait for the thread; a poll still hanging past the
-        grace period has its connection broken."""
-        self.stop_event.set()
+        """Stop polling and wait for it; a poll still hanging past the grace
+        period has its connection broken."""
+        self.request_stop()
         self.join(STOP_GRACE)
         self.session.abort()
         self.join(STOP_GRACE)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import versions
+from bench import scale, versions
 from bench.daemon import PATHS
 from bench.detection import INCIDENTS
 from bench.documents import MANY_PATHS
@@ -36,8 +36,6 @@ TINY = Options(
     polls=2,
     daemon_polls=2,
     interval=0.2,
-    targets=(2,),
-    scale_seconds=0.5,
     threshold=0.3,
     pgbench_rounds=1,
     pgbench_seconds=1.0,
@@ -139,11 +137,24 @@ def test_the_daemons_footprint_was_read_from_its_process_and_its_metrics(
     assert footprint.metrics_bytes > 0 and footprint.series > 0
 
 
-def test_every_incident_was_detected_and_every_scale_poll_timed(results: Results) -> None:
+def test_every_incident_was_detected(results: Results) -> None:
     assert [d.seconds is not None for d in results.detections] == [True] * len(results.detections)
-    (scale,) = results.scales
-    assert scale.targets == 2 and scale.polls >= 2
-    assert scale.late_max_ms >= scale.late_p99_ms >= scale.late_p50_ms >= 0
+
+
+def test_the_scale_rows_time_every_poll_in_both_arms(tmp_path: Path) -> None:
+    postgres, servers, scales = scale.run(tmp_path, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
+    assert servers == 1
+    assert [(s.arm, s.targets) for s in scales] == [
+        *(("pool", 2), ("thread", 2), ("spread", 2)),
+        *(("thread", 3), ("spread", 3), ("pool", 3)),
+    ], "the arms take turns going first"
+    for row in scales:
+        assert row.polls >= row.targets
+        assert row.late_max_ms >= row.late_p99_ms >= row.late_p50_ms >= 0
+        assert row.cpu_ms_per_poll > 0 and row.rss_mib > 0
+        assert row.server_cpu_percent >= 0  # in clock ticks: 0 over a short row
+    text = scale.render(scales, postgres, servers, "python -m bench.scale --tiny")
+    assert len(table_rows(text, "### Scale")) == len(scales)
 
 
 def test_a_new_run_replaces_only_the_tables_in_the_doc(tmp_path: Path) -> None:
