@@ -11,6 +11,7 @@ work. Latencies come from pgbench's per-transaction log.
 
 from __future__ import annotations
 
+import math
 import signal
 import statistics
 import subprocess
@@ -56,12 +57,13 @@ class PgbenchRun:
 
 
 def quantile(values: list[float], q: float) -> float:
-    """
+    """The nearest-rank quantile: the smallest value with at least ``q`` of them at or below it.
+
     >>> quantile([float(n) for n in range(1, 1001)], 0.999)
     999.0
     """
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))]
 
 
 def pgbench_binary(server: BenchServer) -> str:

@@ -60,7 +60,7 @@ CLIENT_FROM = 1_000
 def spread(value: Spread, show: Callable[[float], str] = ms) -> str:
     """
     >>> spread(Spread(1.2, 1.1, 1.5), ratio)
-    '1.20x [1.10-1.50]'
+    '1.20x [1.10x-1.50x]'
     """
     return f"{show(value.median)} [{show(value.low)}-{show(value.high)}]"
 

@@ -86,7 +86,7 @@ class FindingKind(enum.StrEnum):
     def of(cls, family: Family) -> frozenset[FindingKind]:
         """
         >>> sorted(FindingKind.of(Family.TARGETS))
-        [<FindingKind.TARGET_DOWN: 'target_down'>, <FindingKind.TARGET_TRANSACTION_POOLED: 'target_transaction_pooled'>]
+        [<FindingKind.TARGET_DOWN: 'target_down'>, <FindingKind.TARGET_PRIVILEGES_MISSING: 'target_privileges_missing'>, <FindingKind.TARGET_TRANSACTION_POOLED: 'target_transaction_pooled'>]
         """
         return frozenset(kind for kind in cls if kind.family is family)
 

@@ -109,7 +109,7 @@ def impact_text(impact: Impact) -> str | None:
     """What the incident cost, in one line; None when nothing was counted.
 
     >>> impact_text(Impact(waiter_seconds=130.0, max_waiters=5, locks_held=4001))
-    'at most 5 waiting · 2m 10s of waiting · 4001 locks held'
+    'at most 5 waiting · 2m10s of waiting · 4001 locks held'
     >>> impact_text(Impact()) is None
     True
     """

@@ -188,6 +188,14 @@ class LockDecoder:
             self._owners = owners
         return self.locks
 
+    def nothing(self) -> dict[LockRow, AdvisoryLock]:
+        """No advisory lock at all. Remembered as such: the same locks coming
+        back at the next poll are decoded again, not taken for the answer
+        before this one."""
+        if self.locks or self._columns is not None:
+            self.locks, self._columns, self._owners = {}, None, {}
+        return self.locks
+
 
 def _lock(
     database: str | None,
@@ -291,8 +299,9 @@ def read_advisory_locks(
             else None
         )
     row = arrays.fetchone()
+    decoder = decoder or LockDecoder()
     if row is None or row["pids"] is None:
-        return {}, {}, row["read_at"] if row else None
+        return decoder.nothing(), {}, row["read_at"] if row else None
     pids = set(row["pids"]) - {None}
     rows = guessed.fetchall() if guessed is not None else []
     missing = pids.difference(r["pid"] for r in rows)
@@ -302,7 +311,7 @@ def read_advisory_locks(
         ).fetchall()
     backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
     prepared = _prepared(conn, row["prepared"])
-    locks = (decoder or LockDecoder()).decode(row, backends, pids, prepared)
+    locks = decoder.decode(row, backends, pids, prepared)
     # No array of waits: nobody waits, and no waiter's blockers need filling.
     if row["waitstarts"] is None:
         return locks, dict(backends), row["read_at"]

@@ -35,7 +35,7 @@ def object_json(value: DataclassInstance) -> JsonObject:
 
     >>> from lockwatch.model.evidence import OverflowEvidence
     >>> object_json(OverflowEvidence(count=2, locks=("app/42", "app/7"), cap=100))
-    {'count': 2, 'locks': ['app/42', 'app/7'], 'cap': 100}
+    {'count': 2, 'locks': ['app/42', 'app/7'], 'cap': 100, 'holders': []}
     """
     return {field.name: to_json(getattr(value, field.name)) for field in fields(value)}
 
