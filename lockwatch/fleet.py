@@ -113,9 +113,16 @@ class Fleet:
                     self._on_change()
             except Exception:
                 log.exception("reading the target sources failed unexpectedly; reading goes on")
-            with self._lock:
-                due = min((r.due for r in self._readings.values()), default=self._monotonic())
-            self._stop.wait(min(LONGEST_NAP, max(0.0, due - self._monotonic())))
+            self._stop.wait(self.nap())
+
+    def nap(self) -> float:
+        """Seconds until the next source is due, at most LONGEST_NAP; with no
+        source at all, LONGEST_NAP (a reload may bring one), never 0: the
+        thread must not spin, taking the interpreter from the polls."""
+        now = self._monotonic()
+        with self._lock:
+            due = min((r.due for r in self._readings.values()), default=now + LONGEST_NAP)
+        return min(LONGEST_NAP, max(0.0, due - now))
 
     def refresh(self) -> bool:
         """Read every source that is due; True when a list changed."""

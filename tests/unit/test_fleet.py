@@ -7,7 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from lockwatch.fleet import Fleet
+from lockwatch.fleet import LONGEST_NAP, Fleet
 from lockwatch.settings.sharding import ALL, Shard
 from lockwatch.settings.sources import AuthModule, TargetSource
 from lockwatch.settings.targets import Settings, Target
@@ -91,3 +91,16 @@ def test_a_discovered_name_the_config_has_keeps_the_config_s_target(tmp_path: Pa
     assert names(watched) == ["a_5432", "b_5432"]
     (health,) = fleet.status().sources
     assert (health.targets, health.rejected) == (1, 1)
+
+
+def test_the_reading_thread_naps_between_looks_even_with_no_source(tmp_path: Path) -> None:
+    # Without sources, nothing is ever due: the thread must still sleep, not
+    # spin and take the interpreter from the poll threads.
+    idle = Fleet(Settings(targets=(Target("main", "host=127.0.0.1 dbname=app"),)), ALL)
+    assert idle.nap() == LONGEST_NAP
+    path = tmp_path / "sd.json"
+    write(path, ["db-1.internal:5432"])
+    clock = [100.0]
+    fleet = Fleet(settings_for(path), ALL, monotonic=lambda: clock[0])
+    fleet.refresh()
+    assert 0.0 < fleet.nap() <= LONGEST_NAP
