@@ -201,8 +201,11 @@ def test_fifty_discovered_targets_are_split_over_three_shards_and_follow_the_fil
             assert metric(daemon, "lockwatch_target_source_up", **labels) == 1
 
         # A per-target probe, as /api/v1/sd offers it: that target's series only.
-        probed = next(iter(parts[0]))
-        text = requests.get(f"{base(daemons[0])}/metrics?target={probed}", timeout=5).text
+        # (on the first shard that watches any: the hash may leave one empty)
+        probed, prober = next(
+            (min(part), d) for part, d in zip(parts, daemons, strict=True) if part
+        )
+        text = requests.get(f"{base(prober)}/metrics?target={probed}", timeout=5).text
         shown = {
             sample.labels["target"]
             for family in text_string_to_metric_families(text)
