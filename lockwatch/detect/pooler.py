@@ -164,12 +164,11 @@ def _inferred_draft(
         f"{holder.lock.pid}, a pooler's (inferred: {how}): it belongs to no client; "
         "any client handed this backend can take it again"
     )
-    return Draft(
-        FindingKind.LOCK_POOLED_SESSION,
+    return _pooled_draft(
         group,
-        Severity.CRITICAL,
-        holder.lock.first_seen or now,
-        lambda: summary,
+        holder,
+        now,
+        summary,
         lambda: PooledLockEvidence.of(evidence(), None, None, None, inferred=how),
     )
 
@@ -219,11 +218,28 @@ def pooled_session(
         f"in {pool.pool_mode} mode: it belongs to no client ({now_serving}); "
         "any client handed this backend can take it again"
     )
+    return _pooled_draft(
+        group,
+        holder,
+        now,
+        summary,
+        lambda: PooledLockEvidence.of(evidence(), pool, connection, client),
+    )
+
+
+def _pooled_draft(
+    group: KeyGroup,
+    holder: Holder,
+    now: datetime,
+    summary: str,
+    evidence: Callable[[], PooledLockEvidence],
+) -> Draft:
+    """A session lock on a pooled backend: critical, since the holder first held it."""
     return Draft(
         FindingKind.LOCK_POOLED_SESSION,
         group,
         Severity.CRITICAL,
         holder.lock.first_seen or now,
         lambda: summary,
-        lambda: PooledLockEvidence.of(evidence(), pool, connection, client),
+        evidence,
     )
