@@ -13,7 +13,7 @@ import click
 
 from lockwatch import __version__
 from lockwatch.commands.incidents import incidents
-from lockwatch.commands.params import DURATION, LISTEN, SHARD
+from lockwatch.commands.params import DURATION, LISTEN, SHARD, required_config
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
@@ -296,14 +296,7 @@ def check_config(config_file: Path, shards: int | None) -> None:
 
 
 @main.command("notify-test")
-@click.option(
-    "-c",
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="YAML config file with a notify section.",
-)
+@required_config("YAML config file with a notify section.")
 @click.option(
     "--channel", "channels", multiple=True, help="Only this channel (repeatable) [default: all]."
 )

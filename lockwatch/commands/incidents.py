@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from lockwatch.commands.params import required_config
 from lockwatch.config.load import ConfigError, load_settings
 from lockwatch.model.incidents import Incident, IncidentState, incident_json
 from lockwatch.publish.api.encode import json_safe
@@ -105,14 +106,7 @@ def story(incident: Incident) -> str:
 
 
 @click.command("incidents")
-@click.option(
-    "-c",
-    "--config",
-    "config_file",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="The config lockwatch runs with: its state dir (or history store) is read.",
-)
+@required_config("The config lockwatch runs with: its state dir (or history store) is read.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (as /api/v1/incidents).")
 @click.option("--since", default=None, help="Only what was open or resolved since: 1d, 2h, ISO.")
 @click.option("--state", type=click.Choice([s.value for s in IncidentState]), default=None)

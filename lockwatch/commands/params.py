@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from lockwatch.settings.fields import parse_duration
 from lockwatch.settings.sharding import Shard, parse_shard
 from lockwatch.settings.targets import parse_listen
+
+FC = TypeVar("FC", bound=Callable[..., Any])
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -74,3 +78,15 @@ class ShardParam(click.ParamType):  # type: ignore[type-arg]
 
 
 SHARD = ShardParam()
+
+
+def required_config(help_text: str) -> Callable[[FC], FC]:
+    """``-c/--config FILE``, required, for a command that reads lockwatch's config."""
+    return click.option(
+        "-c",
+        "--config",
+        "config_file",
+        type=click.Path(path_type=Path),
+        required=True,
+        help=help_text,
+    )
