@@ -162,7 +162,11 @@ class Election:
                 "notify: replica %s is no longer the sender for %s: %s",
                 self.replica,
                 self.scope,
-                "its lease lapsed" if self._failing is None else self._failing,
+                "it stopped"
+                if self._stop.is_set()
+                else "its lease lapsed"
+                if self._failing is None
+                else self._failing,
             )
 
     def start(self) -> None:

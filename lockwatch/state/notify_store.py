@@ -81,9 +81,12 @@ class NotifyStore:
         self._names = {"leases": sql.Identifier(leases), "states": sql.Identifier(states)}
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
 
     def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._lock:
+            if self._closed:
+                raise StoreError("notify store: closed (lockwatch is stopping)")
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = self._connect()
@@ -147,5 +150,6 @@ class NotifyStore:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._conn is not None:
                 self._conn.close()
