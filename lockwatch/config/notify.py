@@ -110,6 +110,7 @@ def check_sender_election(reading: Reading, settings: Settings, flag: str | None
             ("replica",) if flag is None else ("notify",),
             f"{by} {settings.replica} elects one sender of notifications among the "
             "replicas through the shared store: set pings.store: postgres and pings.dsn",
+            key=True,
         )
     if notify.lease < notify.shortest_lease:
         reading.report(

@@ -118,7 +118,9 @@ class ChannelWorker:
         self._refusals: set[str] = set()  # permanent errors already logged
         self._targets = tuple(targets)
         # Elected: the shared store's state, read when this replica becomes the sender.
-        self.state = ChannelState() if election else self._restore(self.store.load(self.name))
+        self.state = (
+            ChannelState() if election is not None else self._restore(self.store.load(self.name))
+        )
 
     @property
     def name(self) -> str:
