@@ -9,9 +9,16 @@ from collections.abc import Iterator
 import pytest
 
 from lockwatch.demo.pgcluster import free_port
+from lockwatch.model.incidents import Incident, IncidentChanges
 from lockwatch.notify.election import Election
+from lockwatch.notify.service import AlertNotifier
+from lockwatch.settings.notify import NotifySettings, TelegramChannel
+from lockwatch.state.ledger import Transitions
 from lockwatch.state.notify_store import NotifyStore
+from tests.fixtures.incident_values import incident
 from tests.fixtures.postgres import PgDatabase, wait_until
+from tests.fixtures.snapshots import TARGET
+from tests.fixtures.standins import ChatStandin, telegram_flood
 
 pytestmark = [pytest.mark.pg]
 
@@ -117,3 +124,47 @@ def test_an_unreachable_store_means_standing_by_and_counting_errors_never_a_cras
     assert election.errors_total == 1
     assert not election.save("ops", {}, 1)
     election.stop(timeout=1)
+
+
+def poll(alerts: AlertNotifier, active: list[Incident]) -> None:
+    """A replica's poll: its open incidents handed over, then a step of its worker."""
+    alerts(Transitions((), (), (), TARGET, IncidentChanges(TARGET, active=tuple(active))))
+    for worker in alerts.workers:
+        worker.step()
+
+
+def test_a_standby_sends_nothing_and_the_next_sender_delivers_the_last_ones_pending_message_once(
+    pg: PgDatabase, standin: ChatStandin
+) -> None:
+    clock_a = FakeMonotonic()
+    a = Election(NotifyStore(pg.admin_dsn), SCOPE, "a", 30, monotonic=clock_a)
+    b = Election(NotifyStore(pg.admin_dsn), SCOPE, "b", 30)
+    ops = TelegramChannel("ops", standin.token, standin.chat_id, standin.telegram_api)
+    settings = NotifySettings(channels=(ops,), connect_timeout=1, read_timeout=0.5)
+    first, second = (AlertNotifier(settings, None, targets=[TARGET], election=e) for e in (a, b))
+    a.try_once()
+    b.try_once()
+    # One incident, as each replica names it: the same root, another id.
+    seen_by_a, seen_by_b = incident(id="a-1"), incident(id="b-1")
+    standin.reply(telegram_flood(retry_after=120), service="telegram")
+    poll(first, [seen_by_a])
+    poll(second, [seen_by_b])
+    assert [r.status for r in standin.requests("telegram")] == [429]
+    assert (first.workers[0].pending, second.workers[0].pending) == (1, 0)
+
+    # a stops renewing (killed): its lease runs out, on its clock and the store's.
+    clock_a.now += 30
+    pg.connect().execute("UPDATE lockwatch_notify_leases SET expires_at = now()")
+    b.try_once()
+    assert (a.sender, b.sender) == (False, True)
+    poll(first, [seen_by_a])  # a zombie a sends nothing, though its retry may fall due
+    poll(second, [seen_by_b])
+    assert [r.status for r in standin.requests("telegram")] == [429, 200]
+    assert (first.workers[0].pending, second.workers[0].pending) == (0, 0)
+
+    poll(second, [])
+    texts = [r.text for r in standin.delivered("telegram")]
+    assert [t.split(":")[0] for t in texts] == ["🔥 OPENED", "✅ RESOLVED"]
+    assert all(" · incident a-1" in text for text in texts), "told under the id first heard"
+    for alerts in (first, second):
+        alerts.stop(timeout=1)
