@@ -168,7 +168,12 @@ def test_a_message_refused_in_the_killed_senders_outbox_is_delivered_once_by_the
 
     died_at = replicas.kill(killed)
     replicas.survivor_takes_over(killed, died_at)
-    wait_until(lambda: standin.delivered("telegram"), timeout=30, message="the survivor delivers")
+    (delivered,) = wait_until(
+        lambda: standin.delivered("telegram"), timeout=30, message="the survivor delivers"
+    )
+    print(
+        f"the pending message delivered by the survivor {delivered.at - died_at:.2f}s after the kill"
+    )
     holder.execute("SELECT pg_advisory_unlock(%s)", (KEY,))
     _opened_and_resolved(standin)
     refused = [r for r in standin.requests("telegram") if r.status == 429]
