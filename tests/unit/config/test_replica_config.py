@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from lockwatch.cli import main
 from lockwatch.config.load import ConfigError, load_settings
 
 ENV = {"TG_TOKEN": "123456:AAE-secret-bot-token"}
@@ -72,3 +74,13 @@ def test_a_lease_too_short_to_send_between_renewals_is_refused(tmp_path: Path) -
 def test_without_a_replica_nothing_is_elected_and_no_store_is_needed(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, replica=False, store=False, lease="1s"), ENV)
     assert settings.replica is None
+
+
+def test_run_with_a_replica_flag_but_no_shared_store_exits_2_naming_the_file_and_line(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, replica=False, store=False)
+    result = CliRunner().invoke(main, ["run", "-c", str(path), "--replica", "pod-1"], env=ENV)
+    assert result.exit_code == 2
+    assert f"{path}:4: notify: --replica pod-1 elects one sender" in result.output
+    assert ENV["TG_TOKEN"] not in result.output
