@@ -183,15 +183,17 @@ class Election:
                 log.exception("notify: unexpected error in the sender election; it goes on")
             self._stop.wait(self.ttl / 3)
 
-    def stop(self, timeout: float) -> None:
-        """Stop trying and release a held lease, so another replica takes over
-        at its next try instead of when the lease runs out."""
+    def stop(self, timeout: float, *, release: bool = True) -> None:
+        """Stop trying and (with ``release``) release a held lease, so another
+        replica takes over at its next try instead of when the lease runs out."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
         with self._lock:
             token, self._token = self._token, None
-        if token is not None:
+        if token is not None and not release:
+            log.warning("notify: a delivery is still under way: the lease is left to run out")
+        elif token is not None:
             try:
                 self.store.release(self.scope, self.holder, token)
             except StoreError as exc:

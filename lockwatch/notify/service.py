@@ -192,6 +192,10 @@ class ChannelWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
@@ -436,7 +440,10 @@ class AlertNotifier:
         for worker in self.workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         if self.election is not None:
-            self.election.stop(max(0.0, deadline - time.monotonic()))
+            # A delivery still in flight keeps the lease until it runs out:
+            # released now, the next sender might send that message too.
+            idle = not any(worker.running for worker in self.workers)
+            self.election.stop(max(0.0, deadline - time.monotonic()), release=idle)
 
     def collector(self) -> Collector:
         return NotifierCollector(self.workers, self.election)

@@ -79,14 +79,14 @@ class Replicas:
         self.processes[name].kill()
         return time.monotonic()
 
-    def survivor_takes_over(self, killed: str, died_at: float) -> float:
-        """Seconds from the kill until the other replica says it is the sender."""
+    def survivor_takes_over(self, killed: str, died_at: float, how: str = "kill -9") -> float:
+        """Seconds from the kill (or stop) until the other replica says it is the sender."""
         other = next(n for n in self.processes if n != killed)
         process = self.processes[other]
         wait_until(lambda: _is_sender(process, other), timeout=30, message=f"{other} takes over")
         took = time.monotonic() - died_at
         print(
-            f"takeover by replica {other}: {took:.2f}s after the kill (bound {TAKEOVER_BOUND:g}s)"
+            f"takeover by replica {other}: {took:.2f}s after the {how} (bound {TAKEOVER_BOUND:g}s)"
         )
         assert process.metric("lockwatch_notify_sender_changes_total", replica=other) == 1
         assert "is the sender for all now" in process.log()
@@ -178,3 +178,16 @@ def test_a_message_refused_in_the_killed_senders_outbox_is_delivered_once_by_the
     _opened_and_resolved(standin)
     refused = [r for r in standin.requests("telegram") if r.status == 429]
     assert len(refused) == 1
+
+
+def test_a_sender_stopped_with_sigterm_releases_its_lease_for_the_other_to_take_at_once(
+    replicas: Replicas,
+) -> None:
+    replicas.start()
+    stopped = replicas.sender()
+    process = replicas.processes[stopped]
+    asked_at = time.monotonic()
+    assert process.stop() == 0
+    assert f"replica {stopped} released the sender's lease" in process.log()
+    # Taken at the other's next try (every LEASE/3), not when the lease would have run out.
+    replicas.survivor_takes_over(stopped, asked_at, how="SIGTERM")
