@@ -51,9 +51,13 @@ def _env(name: str) -> dict[str, Any]:
 
 
 def _settings_from_file(
-    path: Path, listen: str | None, state_dir: Path | None, web: WebConfig | None = None
+    path: Path,
+    listen: str | None,
+    state_dir: Path | None,
+    web: WebConfig | None = None,
+    replica: str | None = None,
 ) -> Settings:
-    settings = load_settings(path)
+    settings = load_settings(path, replica=replica)
     if listen is None and state_dir is None and web is None:
         return settings
     return replace(
@@ -174,6 +178,13 @@ def main() -> None:
     help="i/n: watch the i-th of n shards of the targets (over the config's shard:); "
     "i may end a pod name, as $(POD_NAME)/3.",
 )
+@click.option(
+    "--replica",
+    default=None,
+    **_env("REPLICA"),
+    help="This instance's name among the replicas of its shard (over the config's replica:): "
+    "the replicas elect one sender of notifications through pings.dsn.",
+)
 def run(
     config_file: Path | None,
     dsn: str | None,
@@ -188,6 +199,7 @@ def run(
     log_level: str,
     log_format: str,
     shard: Shard | None,
+    replica: str | None,
 ) -> None:
     """Run the daemon: poll, detect, serve /metrics, the API and the status page.
 
@@ -200,6 +212,7 @@ def run(
         listen[0] if listen else None,
         web_config,
         state_dir,
+        replica,
         {
             "interval": interval,
             "max_hold": max_hold,
@@ -231,6 +244,7 @@ def _run_settings(
     listen: str | None,
     web_config: Path | None,
     state_dir: Path | None,
+    replica: str | None,
     lock_flags: dict[str, Any],
 ) -> tuple[Settings, Callable[[], Settings] | None]:
     """The settings ``run`` starts with, and how SIGHUP reads them again."""
@@ -248,7 +262,9 @@ def _run_settings(
     web = _web_config(web_config) if web_config is not None else None
     reload: Callable[[], Settings] | None = None
     if config_file is not None:
-        reload = functools.partial(_settings_from_file, config_file, listen, state_dir, web)
+        reload = functools.partial(
+            _settings_from_file, config_file, listen, state_dir, web, replica
+        )
     try:
         if reload is not None:
             settings = reload()
@@ -256,7 +272,7 @@ def _run_settings(
             assert dsn is not None
             settings = settings_from_flags(dsn=dsn, state_dir=state_dir, **lock_flags)
             # As with a config file, the flag's port may be 0: any free port.
-            settings = replace(settings, listen=listen or settings.listen, web=web)
+            settings = replace(settings, listen=listen or settings.listen, web=web, replica=replica)
     except ConfigError as exc:
         _fail_config(exc)
     return settings, reload

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from lockwatch.config.reader import ConfigError
 from lockwatch.fleet import Fleet
+from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
@@ -181,6 +182,8 @@ class Daemon:
             external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
             clock=clock,
             on_notified=self.incidents.note_notified,  # onto the incident's timeline
+            # replicas of this shard: one sender, elected in the shared store
+            election=open_election(settings, self.fleet.shard),
         )
 
     def _registry(self) -> CollectorRegistry:
@@ -348,7 +351,7 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify", "pings", "web", "shard"):
+        for setting in ("listen", "state_dir", "notify", "pings", "web", "shard", "replica"):
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
@@ -359,6 +362,7 @@ class Daemon:
             pings=self.settings.pings,
             web=self.settings.web,
             shard=self.settings.shard,
+            replica=self.settings.replica,
         )
         log.info(
             "%s: %d target(s) unchanged, %d changed, %d added, %d removed",

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from lockwatch.config.discovery import check_fleet, defaults_by_field, discovery_shapes
 from lockwatch.config.jobs import Jobs
 from lockwatch.config.keys import field_key, file_keys
-from lockwatch.config.notify import notify_shapes
+from lockwatch.config.notify import check_sender_election, notify_shapes
 from lockwatch.config.queues import Queues
 from lockwatch.config.reader import ConfigError, ConfigProblem, Reading, Shape, finished, message_of
 from lockwatch.config.targets import Targets
@@ -38,9 +38,10 @@ DEFAULT_TARGET = "default"
 class _DocumentShape(Shape):
     """The top level: ``defaults`` first, then ``pings`` and ``state_dir`` for the jobs."""
 
-    def __init__(self, targets: Targets, jobs: Jobs) -> None:
+    def __init__(self, targets: Targets, jobs: Jobs, replica: str | None) -> None:
         self.targets = targets
         self.jobs = jobs
+        self.replica = replica  # --replica, over the file's
 
     def keys(self, reading: Reading, cls: type[Any], raw: YamlMap) -> Collection[str]:
         return [*file_keys(cls), "defaults"]
@@ -57,20 +58,26 @@ class _DocumentShape(Shape):
             data["pings"] = pings = reading.value(PingSettings, data["pings"], ("pings",))
             self.jobs.pings = PingSettings() if pings is FAILED else pings
         self.jobs.state_dir = "state_dir" in data
+        if self.replica is not None:
+            data["replica"] = self.replica
         return data
 
     def after(self, reading: Reading, raw: YamlMap, value: Any) -> Any:
         check_fleet(reading, value)
+        check_sender_election(reading, value, self.replica)
         return value
 
 
-def load_settings(path: Path, environ: Mapping[str, str] | None = None) -> Settings:
-    """Read and validate a config file; raise :class:`ConfigError` with every problem."""
+def load_settings(
+    path: Path, environ: Mapping[str, str] | None = None, *, replica: str | None = None
+) -> Settings:
+    """Read and validate a config file; raise :class:`ConfigError` with every
+    problem. ``replica``: ``--replica``, checked as if the file said it."""
     path = Path(path)
     queues, jobs = Queues(), Jobs()
     targets = Targets(queues)
     shapes = {
-        Settings: _DocumentShape(targets, jobs),
+        Settings: _DocumentShape(targets, jobs, replica),
         **targets.shapes(),
         **queues.shapes(),
         **jobs.shapes(),

@@ -6,6 +6,9 @@ Where the YAML differs, it is here:
 - A channel's ``type`` chooses its dataclass; the keys of other types are refused.
 - A route names channels of this section and targets of the file (or
   patterns of target names).
+- With a ``replica`` name (or ``--replica``), the channels need the shared
+  store (``pings.dsn``) to elect their sender in, and a ``lease`` long enough
+  to send between renewals.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from lockwatch.config.targets import TARGETS
 from lockwatch.config.yamldata import FAILED, Loc, YamlList, YamlMap, entries, kind, subset
 from lockwatch.settings.fields import Text, check, did_you_mean
 from lockwatch.settings.notify import CHANNEL_TYPES, NotifySettings, Route, WebhookChannel
+from lockwatch.settings.targets import Settings
+from lockwatch.text import format_short_duration as duration
 
 _TYPE = "type"
 _NAME = field_key(WebhookChannel, "name")  # every channel has this name
@@ -91,3 +96,26 @@ class _RouteShape(Shape):
                 message = f"no target is named {name!r} ({did_you_mean(name, targets)})"
                 reading.report(loc, message)
         return data
+
+
+def check_sender_election(reading: Reading, settings: Settings, flag: str | None) -> None:
+    """Replicas that notify elect one sender through the shared store: without
+    it each would send every message. ``flag``: the replica name from --replica."""
+    notify = settings.notify
+    if settings.replica is None or not notify.channels:
+        return
+    by = "--replica" if flag is not None else "replica"
+    if settings.pings.store_dsn is None:
+        reading.report(
+            ("replica",) if flag is None else ("notify",),
+            f"{by} {settings.replica} elects one sender of notifications among the "
+            "replicas through the shared store: set pings.store: postgres and pings.dsn",
+            key=True,
+        )
+    if notify.lease < notify.shortest_lease:
+        reading.report(
+            ("notify", "lease"),  # the notify section's line when lease is not given
+            f"lease {duration(notify.lease)} is too short: a sender renews it every third "
+            f"and sends only with the deadline ({duration(notify.send_deadline)}) and 1s of "
+            f"it left, so it must be at least {duration(notify.shortest_lease)}",
+        )

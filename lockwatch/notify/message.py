@@ -88,6 +88,14 @@ class Notice:
     resolution: str | None = None
     findings: tuple[Told, ...] = ()  # its first findings
     more: int = 0  # its findings past those
+    # its root's: the same on every replica, where the ids differ ("" in older outboxes)
+    fingerprint: str = ""
+
+    @property
+    def key(self) -> str:
+        """What names the incident in what a channel was told: its root, so
+        that another replica, which gave it another id, knows it too."""
+        return self.fingerprint or self.incident
 
     @classmethod
     def of(cls, incident: Incident, told_kinds: Collection[str] = ()) -> Notice:
@@ -116,6 +124,7 @@ class Notice:
                 for f in shown
             ),
             more=more_findings(incident, SHOWN_FINDINGS),
+            fingerprint=incident.fingerprint,
         )
 
     def dump(self) -> dict[str, Any]:
@@ -133,6 +142,7 @@ class Notice:
             "resolution": self.resolution,
             "findings": [told.dump() for told in self.findings],
             "more": self.more,
+            "fingerprint": self.fingerprint,
         }
 
     @classmethod
@@ -157,6 +167,7 @@ class Notice:
             resolution=None if document["resolution"] is None else str(document["resolution"]),
             findings=tuple(Told.load(item) for item in document["findings"]),
             more=int(document["more"]),
+            fingerprint=str(document.get("fingerprint") or ""),
         )
 
 

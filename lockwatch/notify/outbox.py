@@ -1,7 +1,7 @@
 """Deciding what one channel is told, and keeping it until it is delivered.
 
 ``evaluate`` is pure: from what the channel was already told (``announced``,
-by incident id), the incidents open now, those just resolved and the clock, it
+by the incident's root), the incidents open now, those just resolved and the clock, it
 makes the messages that are due: one per incident when it opens, when it gets
 worse (a finding kind joins, its severity rises), when its repeat interval
 passed, and when it resolves. However many findings an incident has (a session
@@ -11,7 +11,7 @@ holding 4,001 locks), it is one message.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,6 +57,14 @@ def _worse(told: Announced, incident: Incident) -> bool:
     return bool(new_kinds) or SEVERITY_RANK[incident.severity] < SEVERITY_RANK[told.notice.severity]
 
 
+def _as_told(notice: Notice, told: Announced | None) -> Notice:
+    """The channel knows an incident by the id and start it was first told
+    with: another replica's, after a takeover."""
+    if told is None:
+        return notice
+    return replace(notice, incident=told.notice.incident, opened_at=told.notice.opened_at)
+
+
 def evaluate(
     channel: str,
     settings: NotifySettings,
@@ -69,6 +77,10 @@ def evaluate(
 ) -> tuple[dict[str, Announced], list[Message]]:
     """What ``channel`` must be told now, and what it will then have been told.
 
+    What was told is keyed by the incident's root (``Notice.key``), the same
+    on every replica: a replica taking over knows what the last sender told
+    under its own ids. A root whose told incident is in ``resolved`` and that
+    has another one open now gets both: the resolution, then the new one.
     An announced incident no longer open is told resolved (with its final
     state when ``resolved`` has it), but only for targets in ``reported``
     (polled since the start): before its first poll, nobody knows. One that
@@ -76,11 +88,17 @@ def evaluate(
     """
     after: dict[str, Announced] = {}
     messages: list[Message] = []
-    open_ids: set[str] = set()
+    finals = {i.fingerprint: i for i in sorted(resolved.values(), key=_resolved_order)}
+    seen: set[str] = set()  # the keys of the open incidents, and their ids
     for incident in sorted(active, key=lambda i: (i.opened_at, i.id)):
-        open_ids.add(incident.id)
+        seen |= {incident.fingerprint, incident.id}
+        # an outbox of an older lockwatch has its incidents by id
+        told = announced.get(incident.fingerprint) or announced.get(incident.id)
+        ended = incident.fingerprint in finals  # since the last look, on this replica
+        if told is not None and told.notice.incident != incident.id and ended:
+            messages.append(_resolution(channel, told, resolved, finals, now, new_id))
+            told = None
         timing = due(settings, incident, channel)
-        told = announced.get(incident.id)
         if timing is None:
             continue
         headline: Headline | None = None
@@ -92,23 +110,40 @@ def evaluate(
             seconds=timing.repeat_interval
         ):
             headline = Headline.REMINDER
-        notice = Notice.of(incident, () if told is None else told.kinds)
+        notice = _as_told(Notice.of(incident, () if told is None else told.kinds), told)
         kinds = tuple(kind.value for kind in incident.kinds)
         if headline is not None:
             messages.append(Message(new_id(), channel, now, notice, headline))
-            after[incident.id] = Announced(notice, kinds, now)
+            after[notice.key] = Announced(notice, kinds, now)
         elif told is not None:
-            after[incident.id] = Announced(notice, told.kinds, told.sent_at)
-    for incident_id, told in announced.items():
-        if incident_id in open_ids:
+            after[notice.key] = Announced(notice, told.kinds, told.sent_at)
+    for key, told in announced.items():
+        if key in seen:
             continue
         if told.notice.target not in reported:
-            after[incident_id] = told
+            after[key] = told
             continue
-        final = resolved.get(incident_id)
-        notice = told.notice if final is None else Notice.of(final, told.kinds)
-        messages.append(Message(new_id(), channel, now, notice, Headline.RESOLVED))
+        messages.append(_resolution(channel, told, resolved, finals, now, new_id))
     return after, messages
+
+
+def _resolved_order(incident: Incident) -> tuple[datetime, str]:
+    return (incident.resolved_at or incident.updated_at, incident.id)
+
+
+def _resolution(
+    channel: str,
+    told: Announced,
+    resolved: Mapping[str, Incident],
+    finals: Mapping[str, Incident],
+    now: datetime,
+    new_id: Callable[[], str],
+) -> Message:
+    """The incident ``told`` is over: with its final state when this replica
+    saw it end (by its id, or its root's when another replica announced it)."""
+    final = resolved.get(told.notice.incident) or finals.get(told.notice.fingerprint)
+    notice = told.notice if final is None else _as_told(Notice.of(final, told.kinds), told)
+    return Message(new_id(), channel, now, notice, Headline.RESOLVED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +198,7 @@ class ChannelState:
             except (KeyError, TypeError, ValueError):
                 continue
             if sent_at.tzinfo is not None:
-                state.announced[notice.incident] = Announced(notice, kinds, sent_at)
+                state.announced[notice.key] = Announced(notice, kinds, sent_at)
         outbox = document.get("outbox")
         for item in outbox if isinstance(outbox, list) else ():
             try:

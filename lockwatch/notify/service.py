@@ -7,6 +7,11 @@ delivers it, retrying transient failures with backoff and jitter and
 honouring a receiver's ``retry_after``. A receiver that hangs delays only its
 own channel, and never a poll. Each delivered message is reported through
 ``on_notified`` (the incident's timeline records it).
+
+With an :class:`~lockwatch.notify.election.Election` (replicas of a shard),
+only the elected sender evaluates and delivers, and a channel's state lives in
+the shared store instead of the state dir: read afresh at each new lease
+term, saved under the lease's token before anything it queued goes out.
 """
 
 from __future__ import annotations
@@ -21,16 +26,19 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import requests
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lockwatch.model.incidents import Incident
+from lockwatch.notify.election import Election
 from lockwatch.notify.message import Message
+from lockwatch.notify.metrics import NotifierCollector
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.transports import Transport, TransportError, make_transport
-from lockwatch.settings.notify import Channel, NotifySettings
+from lockwatch.settings.notify import SEND_MARGIN, Channel, NotifySettings
+from lockwatch.state.jobstore import StoreError
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
 
@@ -84,8 +92,12 @@ class ChannelWorker:
         backoff: Backoff = DEFAULT_BACKOFF,
         targets: Collection[str] = (),
         on_notified: OnNotified | None = None,
+        election: Election | None = None,
     ) -> None:
         self.channel = channel
+        self.election = election
+        self._term: int | None = None  # the lease token the state was read under
+        self._unsaved = False  # the state holds what the shared store refused
         self.on_notified = on_notified
         self.settings = settings
         self.transport = transport
@@ -104,7 +116,11 @@ class ChannelWorker:
         self._thread: threading.Thread | None = None
         self._failing: str | None = None  # the last transient error, until a success
         self._refusals: set[str] = set()  # permanent errors already logged
-        self.state = self._restore(targets)
+        self._targets = tuple(targets)
+        # Elected: the shared store's state, read when this replica becomes the sender.
+        self.state = (
+            ChannelState() if election is not None else self._restore(self.store.load(self.name))
+        )
 
     @property
     def name(self) -> str:
@@ -114,15 +130,15 @@ class ChannelWorker:
     def pending(self) -> int:
         return len(self.state.outbox)
 
-    def _restore(self, targets: Collection[str]) -> ChannelState:
-        document = self.store.load(self.name)
+    def _restore(self, document: dict[str, Any] | None) -> ChannelState:
         try:
             state = ChannelState() if document is None else ChannelState.load(document)
         except Exception as exc:  # a state file is never a reason not to start
-            self.store.discard(self.name, f"cannot be restored: {type(exc).__name__}")
+            if self.election is None:
+                self.store.discard(self.name, f"cannot be restored: {type(exc).__name__}")
             document, state = None, ChannelState()
-        if targets:
-            self._resolve_removed(state, targets)
+        if self._targets:
+            self._resolve_removed(state, self._targets)
         if document is not None:
             log.info(
                 "notify %s: restored %d announced incidents and %d pending messages",
@@ -176,6 +192,10 @@ class ChannelWorker:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
@@ -188,6 +208,8 @@ class ChannelWorker:
 
     def step(self) -> float:
         """Queue what is due, deliver what can be; seconds until the next attempt."""
+        if self.election is not None and not self._leading():
+            return TICK
         now = self.clock()
         with self._lock:
             latest = dict(self._latest)
@@ -208,9 +230,34 @@ class ChannelWorker:
         if messages:
             self.state.outbox.extend(Pending(message, now) for message in messages)
             self._trim()
-        if messages or announced.keys() != before.keys():
+        if messages or announced.keys() != before.keys() or self._unsaved:
             self._save()
-        return self._deliver()
+        return TICK if self._unsaved else self._deliver()
+
+    def _leading(self) -> bool:
+        """Whether this replica sends now; a new lease term reads the shared state."""
+        assert self.election is not None
+        term = self.election.term
+        if term is None:
+            if self._term is not None:
+                self._term, self.state = None, ChannelState()  # the next sender's now
+            # What resolved meanwhile, kept for a takeover to tell its final state.
+            horizon = self.clock() - timedelta(seconds=2 * self.election.ttl)
+            with self._lock:
+                self._resolved = {
+                    key: incident
+                    for key, incident in self._resolved.items()
+                    if (incident.resolved_at or incident.updated_at) >= horizon
+                }
+            return False
+        if term != self._term:
+            try:
+                document = self.election.load(self.name)
+            except StoreError as exc:
+                log.warning("notify %s: the shared state cannot be read: %s", self.name, exc)
+                return False
+            self.state, self._term, self._unsaved = self._restore(document), term, False
+        return True
 
     def _trim(self) -> None:
         excess = len(self.state.outbox) - MAX_OUTBOX
@@ -225,11 +272,14 @@ class ChannelWorker:
             )
 
     def _deliver(self) -> float:
-        while self.state.outbox and not self._stop.is_set():
+        while self.state.outbox and not self._stop.is_set() and not self._unsaved:
             pending = self.state.outbox[0]
             now = self.clock()
             if pending.next_attempt > now:
                 return (pending.next_attempt - now).total_seconds()
+            needed = self.settings.send_deadline + SEND_MARGIN
+            if self.election is not None and not self.election.may_send(needed):
+                return TICK  # a replica that takes over may send it: never both
             age = (now - pending.message.created_at).total_seconds()
             if pending.attempts and age > self.backoff.give_up_after:
                 self._drop(f"undeliverable for {age:.0f}s: {self._failing or 'no success'}")
@@ -265,8 +315,16 @@ class ChannelWorker:
         notice = message.notice
         if self.on_notified is None or notice is None:
             return
+        with self._lock:  # told under another replica's id: this one's own
+            mine = [
+                i.id
+                for i in self._latest.get(notice.target, ())
+                if i.fingerprint == notice.fingerprint
+            ]
         try:
-            self.on_notified(notice.target, notice.incident, self.name, self.clock())
+            self.on_notified(
+                notice.target, mine[0] if mine else notice.incident, self.name, self.clock()
+            )
         except Exception:  # the timeline is worth less than the delivery loop
             log.exception("notify %s: recording the delivery on its incident failed", self.name)
 
@@ -314,7 +372,10 @@ class ChannelWorker:
             log.error("notify %s: message dropped, not retried: %s", self.name, reason)
 
     def _save(self) -> None:
-        self.store.save(self.name, self.state.dump())
+        if self.election is None:
+            self.store.save(self.name, self.state.dump())
+        elif self._term is not None:
+            self._unsaved = not self.election.save(self.name, self.state.dump(), self._term)
 
 
 class AlertNotifier:
@@ -331,7 +392,9 @@ class AlertNotifier:
         backoff: Backoff = DEFAULT_BACKOFF,
         session: requests.Session | None = None,
         on_notified: OnNotified | None = None,
+        election: Election | None = None,
     ) -> None:
+        self.election = election
         store = StateStore(state_dir, prefix="notify-", keeps="pending and sent notifications")
         self.workers = [
             ChannelWorker(
@@ -343,10 +406,11 @@ class AlertNotifier:
                 backoff=backoff,
                 targets=targets,
                 on_notified=on_notified,
+                election=election,
             )
             for channel in settings.channels
         ]
-        if state_dir is None and self.workers:
+        if state_dir is None and self.workers and election is None:
             log.warning(
                 "notify: no state_dir, so a restart forgets pending notifications "
                 "and announces open incidents again"
@@ -361,20 +425,28 @@ class AlertNotifier:
             worker.offer(target, changes.active, changes.resolved)
 
     def start(self) -> None:
+        if self.election is not None:
+            self.election.start()
         for worker in self.workers:
             worker.start()
 
     def stop(self, timeout: float) -> None:
         """Stop every worker; a delivery in flight has up to ``timeout`` to end,
-        and the outbox is on disk whatever happens to it."""
+        and the outbox is on disk (or in the shared store) whatever happens to
+        it. The sender's lease goes last, once nothing is sent any more."""
         for worker in self.workers:
             worker.stop()
         deadline = time.monotonic() + timeout
         for worker in self.workers:
             worker.join(max(0.0, deadline - time.monotonic()))
+        if self.election is not None:
+            # A delivery still in flight keeps the lease until it runs out:
+            # released now, the next sender might send that message too.
+            idle = not any(worker.running for worker in self.workers)
+            self.election.stop(max(0.0, deadline - time.monotonic()), release=idle)
 
     def collector(self) -> Collector:
-        return _NotifierCollector(self)
+        return NotifierCollector(self.workers, self.election)
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,37 +483,3 @@ def send_test(
             yield ChannelCheck(channel, False, str(exc), then)
         else:
             yield ChannelCheck(channel, True, answer)
-
-
-class _NotifierCollector(Collector):
-    def __init__(self, notifier: AlertNotifier) -> None:
-        self._notifier = notifier
-
-    def collect(self) -> Iterator[Metric]:
-        labels = ["channel"]
-        sent = CounterMetricFamily(
-            "lockwatch_notifications_sent_total", "Notifications delivered.", labels=labels
-        )
-        failed = CounterMetricFamily(
-            "lockwatch_notifications_failed_total",
-            "Notifications given up on: refused for good by the receiver, "
-            "undeliverable for too long, or dropped from a full outbox.",
-            labels=labels,
-        )
-        errors = CounterMetricFamily(
-            "lockwatch_notification_errors_total",
-            "Delivery attempts that failed and are retried.",
-            labels=labels,
-        )
-        pending = GaugeMetricFamily(
-            "lockwatch_notifications_pending",
-            "Notifications waiting in the channel's outbox.",
-            labels=labels,
-        )
-        for worker in self._notifier.workers:
-            channel = [worker.name]
-            sent.add_metric(channel, worker.sent_total)
-            failed.add_metric(channel, worker.failed_total)
-            errors.add_metric(channel, worker.errors_total)
-            pending.add_metric(channel, worker.pending)
-        yield from (sent, failed, errors, pending)

@@ -38,6 +38,10 @@ DEFAULT_REPEAT = 4 * 3600.0
 DEFAULT_CONNECT_TIMEOUT = 3.0
 DEFAULT_READ_TIMEOUT = 10.0
 DEFAULT_UNANSWERED_RETRIES = 2
+DEFAULT_LEASE = 30.0
+# Lease a sender must have left, past a send's deadline, to start the send: the
+# time between the check and the call, and the two clocks' rates, are covered.
+SEND_MARGIN = 1.0
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -182,6 +186,25 @@ class NotifySettings(Section):
     # Sends again of a request sent whole whose answer timed out: it may have
     # been delivered, so each one may tell it twice.
     unanswered_retries: Annotated[Whole, at_least(0, "0")] = DEFAULT_UNANSWERED_RETRIES
+    # With a replica name: the sender's lease in the shared store, renewed every third of it.
+    lease: PositiveSeconds = DEFAULT_LEASE
+    # Replicas elect one sender per shard and group (docs/fleet.md); None: the shard's only.
+    group: Name | None = None
+
+    @property
+    def send_deadline(self) -> float:
+        """Seconds one delivery attempt may take, connecting to the last byte."""
+        return self.deadline or self.connect_timeout + self.read_timeout
+
+    @property
+    def shortest_lease(self) -> float:
+        """The least lease that lets a sender send between renewals: it sends
+        with ``send_deadline + SEND_MARGIN`` left, and renews every third.
+
+        >>> NotifySettings().shortest_lease
+        21.0
+        """
+        return 1.5 * (self.send_deadline + SEND_MARGIN)
 
     @property
     def secrets(self) -> tuple[str, ...]:

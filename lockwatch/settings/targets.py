@@ -139,6 +139,9 @@ class Settings(Section):
     auth_modules: tuple[AuthModule, ...] = ()
     # "i/n": this instance watches the n-th part of the targets; --shard overrides
     shard: Annotated[Text | None, check(check_shard)] = None
+    # this instance's name among the replicas of its shard (--replica overrides);
+    # with notify channels, the replicas elect one sender (docs/fleet.md)
+    replica: Name | None = None
     # what defaults: sets for every target, by field name: discovered ones get it too
     target_defaults: Annotated[tuple[tuple[str, object], ...], INTERNAL] = ()
     listen: Annotated[Text, check(check_listen)] = DEFAULT_LISTEN

@@ -19,7 +19,7 @@ from lockwatch.model.incidents import Incident, IncidentChanges
 from lockwatch.notify.service import AlertNotifier, Backoff, ChannelWorker, OnNotified
 from lockwatch.settings.notify import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
 from lockwatch.state.ledger import Transitions
-from tests.fixtures.incident_values import incident
+from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.postgres import free_port
 from tests.fixtures.snapshots import NOW, TARGET
@@ -71,7 +71,8 @@ def notifier(
 
 def alone(lock: str = "7,13") -> Incident:
     """An incident of one orphaned lock: one root, one finding."""
-    return incident([finding(lock=lock)], id=f"orphan-{lock}")
+    root = replace(session_root(), lock=lock)  # the lock names the root: one incident each
+    return incident([finding(lock=lock)], id=f"orphan-{lock}", root=root)
 
 
 def poll(alerts: AlertNotifier, active: list[Incident]) -> None:

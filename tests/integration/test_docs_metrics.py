@@ -1,7 +1,8 @@
 """Every metric and label the README and the configuration reference name is one
 that ``/metrics`` serves, with those labels; and every metric ``/metrics``
 serves is in the reference. Checked against a real daemon with a lock convoy,
-a queue, a worker group, a pinged job and a notifier."""
+a queue, a worker group, a pinged job and a notifier (a replica's, which
+elects its sender)."""
 
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ workers:
     sessions: ["webhook-worker-*"]
 """
 MORE = """\
+replica: docs
 pings:
   token: ${PING_TOKEN}
+  store: postgres
+  dsn: ${STORE_DSN}
 jobs:
   - name: nightly
     target: app
@@ -95,7 +99,8 @@ def lockwatch(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
     config = write_config(tmp_path, port, {"app": pg.admin_dsn}, extra={"app": TARGET_EXTRA})
     config.write_text(config.read_text() + MORE)
     (tmp_path / "inventory.json").write_text("[]")  # a source that lists nothing yet
-    env = {"PING_TOKEN": TOKEN, "HOOK_URL": "http://127.0.0.1:9/"}
+    # The pings' store is the target's database here: the sender election's metrics too.
+    env = {"PING_TOKEN": TOKEN, "HOOK_URL": "http://127.0.0.1:9/", "STORE_DSN": pg.admin_dsn}
     process = LockwatchProcess(config, tmp_path / "lockwatch.log", port, env=env)
     process.start()
     yield process

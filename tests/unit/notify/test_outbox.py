@@ -16,8 +16,8 @@ from lockwatch.model.incidents import Incident
 from lockwatch.notify.message import Headline, Message
 from lockwatch.notify.outbox import Announced, ChannelState, Pending, evaluate
 from lockwatch.settings.notify import NotifySettings, Route, SlackChannel, TelegramChannel
-from tests.fixtures.incident_values import incident, resolved
-from tests.fixtures.notify import convoy, finding
+from tests.fixtures.incident_values import incident, resolved, session_root
+from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.snapshots import NOW, TARGET
 
 CHANNELS = (
@@ -143,7 +143,8 @@ def test_an_incident_gone_without_its_final_state_still_resolves_from_what_was_t
 
 def test_separate_incidents_are_separate_messages() -> None:
     channel = Channel()
-    first, second = incident(id="a"), incident([finding()], id="b")
+    first = incident(id="a")
+    second = incident([finding()], id="b", root=session_root(pid=HOLDER_PID + 1))
     assert sorted(told(channel.poll([first, second]))) == [
         ("a", Headline.OPENED),
         ("b", Headline.OPENED),
@@ -243,7 +244,7 @@ def test_an_incident_keeps_its_message_key_while_its_findings_change() -> None:
     channel.poll([incident()])
     reshuffled = replace(incident(), findings=tuple(reversed(incident().findings)))
     assert channel.poll([reshuffled], later(10)) == []
-    assert list(channel.announced) == ["inc-1"]
+    assert list(channel.announced) == [incident().fingerprint]
 
 
 @settings(max_examples=80, deadline=None)
@@ -261,7 +262,12 @@ def test_every_incident_is_told_opened_then_at_most_worse_or_reminded_then_resol
     for n, open_now in enumerate([*polls, {}]):
         at = later(45 * n)
         active = [
-            incident([finding(severity=severity)], id=key, severity=severity)
+            incident(
+                [finding(severity=severity)],
+                id=key,
+                severity=severity,
+                root=session_root(pid=ord(key)),  # one root per incident, as on a target
+            )
             for key, severity in open_now.items()
         ]
         for message in channel.poll(active, at):
@@ -273,3 +279,39 @@ def test_every_incident_is_told_opened_then_at_most_worse_or_reminded_then_resol
         for before, after in itertools.pairwise(headlines):
             assert (before is Headline.RESOLVED) == (after is Headline.OPENED), (key, headlines)
     assert channel.announced == {}
+
+
+def test_a_replica_taking_over_knows_an_incident_another_replica_announced_under_another_id() -> (
+    None
+):
+    announced_there = incident(id="a-1")
+    old_sender = Channel()
+    old_sender.poll([announced_there])
+    new_sender = Channel()
+    shared = ChannelState.load(ChannelState(old_sender.announced).dump())
+    new_sender.announced = shared.announced
+    # The same root, which this replica saw open a poll later under its own id.
+    seen_here = replace(
+        announced_there,
+        id="b-1",
+        opened_at=announced_there.opened_at + timedelta(milliseconds=480),
+    )
+    assert new_sender.poll([seen_here], later(30)) == []
+    (message,) = new_sender.poll([], later(60), ended={"b-1": resolved(seen_here)})
+    assert message.headline is Headline.RESOLVED and message.notice is not None
+    # Told under the id (and start) the channel first heard, with this replica's final state.
+    assert (message.notice.incident, message.notice.opened_at) == (
+        "a-1",
+        announced_there.opened_at,
+    )
+    assert message.notice.resolution == "released"
+
+
+def test_a_root_with_a_new_incident_after_the_told_one_resolved_gets_both_messages() -> None:
+    channel = Channel()
+    first = incident(id="inc-1")
+    channel.poll([first])
+    again = incident(id="inc-2", opened_at=later(20))
+    messages = channel.poll([again], later(20), ended={"inc-1": resolved(first, after=10)})
+    assert told(messages) == [("inc-1", Headline.RESOLVED), ("inc-2", Headline.OPENED)]
+    assert channel.poll([again], later(30)) == []
