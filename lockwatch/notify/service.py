@@ -27,10 +27,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from lockwatch.model.incidents import Incident
+from lockwatch.notify.alertmanager import AlertmanagerWorker, alertmanager_metrics, push_test_alert
 from lockwatch.notify.message import Message
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.transports import Transport, TransportError, make_transport
-from lockwatch.settings.notify import Channel, NotifySettings
+from lockwatch.settings.notify import AlertmanagerChannel, Channel, NotifySettings
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
 
@@ -345,6 +346,13 @@ class AlertNotifier:
                 on_notified=on_notified,
             )
             for channel in settings.channels
+            if not isinstance(channel, AlertmanagerChannel)
+        ]
+        # Alertmanager keeps the state itself: pushed, not kept in an outbox.
+        self.alertmanagers = [
+            AlertmanagerWorker(channel, settings, clock=clock, backoff=backoff, session=session)
+            for channel in settings.channels
+            if isinstance(channel, AlertmanagerChannel)
         ]
         if state_dir is None and self.workers:
             log.warning(
@@ -357,20 +365,24 @@ class AlertNotifier:
         target = transitions.target or changes.target
         if not target:
             return
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.offer(target, changes.active, changes.resolved)
 
+    @property
+    def every_worker(self) -> tuple[ChannelWorker | AlertmanagerWorker, ...]:
+        return (*self.workers, *self.alertmanagers)
+
     def start(self) -> None:
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.start()
 
     def stop(self, timeout: float) -> None:
         """Stop every worker; a delivery in flight has up to ``timeout`` to end,
         and the outbox is on disk whatever happens to it."""
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.stop()
         deadline = time.monotonic() + timeout
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.join(max(0.0, deadline - time.monotonic()))
 
     def collector(self) -> Collector:
@@ -398,9 +410,13 @@ def send_test(
     for channel in settings.channels:
         if only and channel.name not in only:
             continue
+        message = Message(uuid.uuid4().hex, channel.name, clock())
+        if isinstance(channel, AlertmanagerChannel):
+            yield ChannelCheck(channel, *push_test_alert(channel, settings, message, session))
+            continue
         transport = make_transport(channel, settings, external_url=external_url, session=session)
         try:
-            answer = transport.send(Message(uuid.uuid4().hex, channel.name, clock()))
+            answer = transport.send(message)
         except TransportError as exc:
             if exc.permanent:
                 then = "sending again will not help"
@@ -438,10 +454,12 @@ class _NotifierCollector(Collector):
             "Notifications waiting in the channel's outbox.",
             labels=labels,
         )
-        for worker in self._notifier.workers:
+        for worker in self._notifier.every_worker:
             channel = [worker.name]
             sent.add_metric(channel, worker.sent_total)
             failed.add_metric(channel, worker.failed_total)
             errors.add_metric(channel, worker.errors_total)
             pending.add_metric(channel, worker.pending)
         yield from (sent, failed, errors, pending)
+        if self._notifier.alertmanagers:
+            yield from alertmanager_metrics(self._notifier.alertmanagers)
