@@ -145,6 +145,7 @@ class AlertmanagerWorker:
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[Incident, ...]] = {}
         self._resolved: dict[str, Incident] = {}
+        self._offered = False  # incidents handed over since the book's last update
         self._stop = threading.Event()
         self._refusals: set[str] = set()
         self.peers = [
@@ -193,6 +194,7 @@ class AlertmanagerWorker:
         with self._lock:
             self._latest[target] = active
             self._resolved.update((incident.id, incident) for incident in resolved)
+            self._offered = True
         for peer in self.peers:
             peer.wake.set()
 
@@ -267,7 +269,12 @@ class AlertmanagerWorker:
         return TICK
 
     def _refresh(self, now: datetime) -> None:
-        """The book brought up to the latest polls (each thread may, the first does)."""
+        """The book brought up to the latest polls, or to an incident's ``for``
+        passing (whichever thread comes first does it)."""
+        next_due = self.book.next_due
+        if not self._offered and (next_due is None or now < next_due):
+            return
+        self._offered = False
         resolved, self._resolved = self._resolved, {}
         active = [incident for incidents in self._latest.values() for incident in incidents]
         self.book.update(active, resolved, now)

@@ -184,6 +184,8 @@ class AlertBook:
         self.ended: dict[LabelSet, Ended] = {}
         self.generation = 0
         self.dropped = 0  # ended alerts given up on untold (more than MAX_ENDED)
+        # when the next incident open but not yet routed here passes its `for`
+        self.next_due: datetime | None = None
 
     @property
     def expiry(self) -> timedelta:
@@ -193,11 +195,17 @@ class AlertBook:
         self, active: Iterable[Incident], resolved: Mapping[str, Incident], now: datetime
     ) -> None:
         """The incidents open now (those routed here whose ``for`` passed fire)
-        and those just resolved (their end is their resolution's time)."""
+        and those just resolved (their end is their resolution's time). Called
+        again with the same incidents, it only fires those whose ``for`` passed
+        since."""
         firing: dict[LabelSet, Firing] = {}
+        self.next_due = None
         for incident in active:
             timing = due(self.settings, incident, self.channel.name)
-            if timing is None or now < timing.at:
+            if timing is None:
+                continue
+            if now < timing.at:
+                self.next_due = min(self.next_due or timing.at, timing.at)
                 continue
             alert = incident_alert(incident, self.channel)
             before = self.firing.get(alert.labels)

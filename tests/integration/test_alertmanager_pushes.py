@@ -1,10 +1,12 @@
 """The alertmanager channel's worker over real HTTP: an Alertmanager that
 hangs delays none of the others and gets the alerts once it answers again;
+an incident fires once its `for` passed, poll or no poll;
 ``notify-test`` pushes a test alert to each and says what each answered."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +15,16 @@ from click.testing import CliRunner
 
 from lockwatch.cli import main
 from lockwatch.model.incidents import IncidentChanges
+from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.am_alerts import TEST_ALERT_NAME
 from lockwatch.notify.service import AlertNotifier, Backoff, utc_now
-from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
+from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings, Route
 from lockwatch.state.ledger import Transitions
 from tests.fixtures.incident_values import incident
+from tests.fixtures.notify import finding
 from tests.fixtures.postgres import wait_until
 from tests.fixtures.prometheus import Alertmanager, binary
-from tests.fixtures.snapshots import TARGET
+from tests.fixtures.snapshots import NOW, TARGET
 from tests.fixtures.standins import ChatStandin
 
 FAST = Backoff(first=0.05, cap=0.2)
@@ -73,6 +77,23 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
         wait_until(lambda: worker.pending == 0, message="both told its end")
     finally:
         notifier.stop(5)
+
+
+def test_an_incident_is_pushed_once_its_for_passed_without_waiting_for_the_next_poll(
+    standin: ChatStandin,
+) -> None:
+    now = [NOW]
+    channel = AlertmanagerChannel("am", (standin.base,))
+    settings = NotifySettings(channels=(channel,), routes=(Route(("am",), for_duration=60.0),))
+    worker = AlertmanagerWorker(channel, settings, clock=lambda: now[0], backoff=FAST)
+    (peer,) = worker.peers
+    worker.offer(TARGET, (incident([finding(lasted=30)]),))
+    worker.step(peer)
+    assert standin.requests("alertmanager") == []
+    now[0] += timedelta(seconds=30)
+    worker.step(peer)
+    (pushed,) = standin.delivered("alertmanager")[0].body["_raw"]
+    assert pushed["labels"]["alertname"] == "LockwatchIncident"
 
 
 def test_notify_test_pushes_a_test_alert_to_each_alertmanager_and_says_what_each_answered(
