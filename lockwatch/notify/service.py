@@ -406,7 +406,8 @@ def send_test(
     session: requests.Session | None = None,
 ) -> Iterator[ChannelCheck]:
     """Send a test message through each channel (or those in ``only``), once,
-    without retrying: the operator wants to see what each receiver says."""
+    without retrying: the operator wants to see what each receiver says. An
+    alertmanager channel pushes a test alert to each of its Alertmanagers."""
     for channel in settings.channels:
         if only and channel.name not in only:
             continue
