@@ -27,7 +27,7 @@ import requests
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from lockwatch.model.incidents import Incident
-from lockwatch.notify.am_alerts import AlertBook, Push, test_alert
+from lockwatch.notify.am_alerts import Alert, AlertBook, Push, test_alert
 from lockwatch.notify.message import Message
 from lockwatch.notify.transports import Transport, TransportError
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
@@ -35,6 +35,8 @@ from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+# (target, incident id, channel, when): as the notifier's OnNotified
+OnNotified = Callable[[str, str, str, datetime], None]
 TICK = 1.0  # seconds between looks at `for` deadlines
 
 
@@ -136,8 +138,10 @@ class AlertmanagerWorker:
         clock: Clock,
         backoff: Delays,
         session: requests.Session | None = None,
+        on_notified: OnNotified | None = None,
     ) -> None:
         self.channel = channel
+        self.on_notified = on_notified
         self.clock = clock
         self.backoff = backoff
         self.book = AlertBook(channel, settings)
@@ -250,7 +254,8 @@ class AlertmanagerWorker:
         except TransportError as exc:
             return self._failed(peer, push, exc)
         with self._lock:
-            self.book.pushed(peer.url, push)
+            news = self.book.pushed(peer.url, push)
+        self._tell_notified(news, now)
         peer.generation, peer.pushed_at, peer.retry_at, peer.attempts = (
             push.generation,
             now,
@@ -267,6 +272,17 @@ class AlertmanagerWorker:
             )
             peer.failing = None
         return TICK
+
+    def _tell_notified(self, alerts: list[Alert], at: datetime) -> None:
+        """The first Alertmanager took these alerts: their incidents' timelines say so."""
+        on_notified = self.on_notified
+        if on_notified is None:
+            return
+        for alert in alerts:
+            try:
+                on_notified(alert.target, alert.incident, self.name, at)
+            except Exception:  # the timeline is worth less than the pushes
+                log.exception("notify %s: recording the push on its incident failed", self.name)
 
     def _refresh(self, now: datetime) -> None:
         """The book brought up to the latest polls, or to an incident's ``for``

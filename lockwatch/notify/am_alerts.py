@@ -52,6 +52,7 @@ class Alert:
     starts_at: datetime
     generator_url: str = ""
     incident: str = ""  # the id on this replica, to find its end
+    target: str = ""
 
     def document(self, ends_at: datetime) -> dict[str, Any]:
         """The alert as ``POST /api/v2/alerts`` takes it."""
@@ -122,6 +123,7 @@ def incident_alert(incident: Incident, channel: AlertmanagerChannel) -> Alert:
         starts_at=incident.opened_at,
         generator_url=generator,
         incident=incident.id,
+        target=incident.target,
     )
 
 
@@ -245,15 +247,21 @@ class AlertBook:
         ]
         return Push(now, self.generation, documents, tuple(self.firing), ended)
 
-    def pushed(self, alertmanager: str, push: Push) -> None:
-        """``alertmanager`` took ``push``: it has those alerts, and those ends."""
+    def pushed(self, alertmanager: str, push: Push) -> list[Alert]:
+        """``alertmanager`` took ``push``: it has those alerts, and those ends.
+        Returns the alerts no Alertmanager had before: news to Alertmanager."""
+        news = []
         for labels in push.firing:
             if labels in self.firing:
-                self.firing[labels].ends[alertmanager] = push.at + self.expiry
+                firing = self.firing[labels]
+                if not firing.ends:
+                    news.append(firing.alert)
+                firing.ends[alertmanager] = push.at + self.expiry
         for labels in push.ended:
             if labels in self.ended:
                 self.ended[labels].untold.pop(alertmanager, None)
         self.forget(push.at)
+        return news
 
     def forget(self, now: datetime) -> None:
         """Drop the ends every Alertmanager heard, or has expired by itself."""

@@ -350,7 +350,14 @@ class AlertNotifier:
         ]
         # Alertmanager keeps the state itself: pushed, not kept in an outbox.
         self.alertmanagers = [
-            AlertmanagerWorker(channel, settings, clock=clock, backoff=backoff, session=session)
+            AlertmanagerWorker(
+                channel,
+                settings,
+                clock=clock,
+                backoff=backoff,
+                session=session,
+                on_notified=on_notified,
+            )
             for channel in settings.channels
             if isinstance(channel, AlertmanagerChannel)
         ]

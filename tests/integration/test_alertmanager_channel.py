@@ -159,6 +159,10 @@ def test_two_replicas_pushing_one_incident_to_a_cluster_make_one_firing_and_one_
                     )
                     assert pushes is not None and pushes >= 1, (lockwatch.base, where)
 
+            for lockwatch in replicas:
+                (found,) = open_incidents(lockwatch)
+                events = [e for e in found["timeline"] if e["event"] == "notified"]
+                assert [e["detail"] for e in events if "am" in e["detail"]], found["timeline"]
             holder.execute("SELECT pg_advisory_unlock(42)")
 
             # Every replica resolved it and told both nodes (nothing pending); neither

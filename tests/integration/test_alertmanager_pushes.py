@@ -48,7 +48,14 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
     standin.hang()
     channel = AlertmanagerChannel("am", (standin.base, alertmanager.url), resend_interval=1.0)
     settings = NotifySettings(channels=(channel,), connect_timeout=0.5, read_timeout=0.5)
-    notifier = AlertNotifier(settings, None, clock=utc_now, backoff=FAST)
+    noted: list[tuple[str, str, str]] = []
+    notifier = AlertNotifier(
+        settings,
+        None,
+        clock=utc_now,
+        backoff=FAST,
+        on_notified=lambda target, incident, channel, at: noted.append((target, incident, channel)),
+    )
     (worker,) = notifier.alertmanagers
     hung, answering = worker.peers
     notifier.start()
@@ -61,6 +68,7 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
         assert alert["labels"]["fingerprint"] == found.fingerprint
         assert alert["annotations"]["incident"] == found.id
         wait_until(lambda: answering.pushes_total >= 2, message="a resend meanwhile")
+        assert noted == [(TARGET, found.id, "am")], "once, when the first took it"
         assert hung.pushes_total == 0
         wait_until(lambda: hung.errors_total >= 2, message="the hung pushes given up on")
 

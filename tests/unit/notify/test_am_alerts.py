@@ -93,8 +93,8 @@ def test_an_alert_fires_until_its_incident_resolves_then_each_alertmanager_hears
     assert book.generation == 1
     push = book.payload(AM1, NOW)
     assert [d["endsAt"] for d in push.documents] == [rfc3339(NOW + timedelta(minutes=4))]
-    book.pushed(AM1, push)
-    book.pushed(AM2, book.payload(AM2, NOW))
+    assert [alert.incident for alert in book.pushed(AM1, push)] == [found.id]
+    assert book.pushed(AM2, book.payload(AM2, NOW)) == [], "no news the second time"
 
     end = resolved(found, after=30)
     later = NOW + timedelta(seconds=31)
