@@ -168,7 +168,7 @@ class Push:
     at: datetime
     generation: int
     documents: list[dict[str, Any]]
-    firing: tuple[LabelSet, ...]
+    firing: tuple[Alert, ...]
     ended: tuple[LabelSet, ...]
 
 
@@ -245,18 +245,26 @@ class AlertBook:
         documents += [
             self.ended[labels].alert.document(self.ended[labels].ended_at) for labels in ended
         ]
-        return Push(now, self.generation, documents, tuple(self.firing), ended)
+        firing = tuple(f.alert for f in self.firing.values())
+        return Push(now, self.generation, documents, firing, ended)
 
     def pushed(self, alertmanager: str, push: Push) -> list[Alert]:
         """``alertmanager`` took ``push``: it has those alerts, and those ends.
         Returns the alerts no Alertmanager had before: news to Alertmanager."""
         news = []
-        for labels in push.firing:
-            if labels in self.firing:
-                firing = self.firing[labels]
+        ends_at = push.at + self.expiry
+        for alert in push.firing:
+            firing = self.firing.get(alert.labels)
+            if firing is not None:
                 if not firing.ends:
                     news.append(firing.alert)
-                firing.ends[alertmanager] = push.at + self.expiry
+                firing.ends[alertmanager] = ends_at
+            elif alert.labels in self.ended:
+                untold = self.ended[alert.labels].untold
+                untold[alertmanager] = max(untold.get(alertmanager, ends_at), ends_at)
+            else:
+                # It ended while this push was on its way: its end is news here too.
+                self._end(alert.labels, Firing(alert, {alertmanager: ends_at}), push.at)
         for labels in push.ended:
             if labels in self.ended:
                 self.ended[labels].untold.pop(alertmanager, None)

@@ -125,6 +125,18 @@ def test_an_alert_no_alertmanager_took_ends_without_a_word() -> None:
     assert book.untold == 0 and book.payload(AM1, NOW).documents == []
 
 
+def test_an_alert_that_ends_while_its_first_push_is_on_its_way_is_told_ended_there_too() -> None:
+    book = book_with(incident())
+    push = book.payload(AM1, NOW)
+    book.update([], {}, NOW + timedelta(seconds=1))  # no Alertmanager had it yet
+    assert book.untold == 0
+    book.pushed(AM1, push)
+    assert book.untold == 1
+    (document,) = book.payload(AM1, NOW + timedelta(seconds=2)).documents
+    assert document["endsAt"] == rfc3339(NOW)
+    assert book.payload(AM2, NOW + timedelta(seconds=2)).documents == []
+
+
 def test_a_severity_change_ends_the_old_alert_and_fires_the_new_one() -> None:
     warning = incident([finding(FindingKind.LOCK_HELD_TOO_LONG)], severity=Severity.WARNING)
     book = book_with(warning)
