@@ -27,7 +27,7 @@ import requests
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from lockwatch.model.incidents import Incident
-from lockwatch.notify.am_alerts import Alert, AlertBook, Push, test_alert
+from lockwatch.notify.am_alerts import Alert, AlertBook, Push, notify_test_alert
 from lockwatch.notify.message import Message
 from lockwatch.notify.transports import Transport, TransportError
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
@@ -101,7 +101,7 @@ class AlertmanagerClient(Transport):
 
     def send(self, message: Message) -> str:
         """``notify-test``'s message: a test alert that ends on its own."""
-        return self.push([test_alert(self.channel, message.created_at)])
+        return self.push([notify_test_alert(self.channel, message.created_at)])
 
 
 @dataclass(slots=True)

@@ -127,7 +127,7 @@ def incident_alert(incident: Incident, channel: AlertmanagerChannel) -> Alert:
     )
 
 
-def test_alert(channel: AlertmanagerChannel, now: datetime) -> dict[str, Any]:
+def notify_test_alert(channel: AlertmanagerChannel, now: datetime) -> dict[str, Any]:
     """``lockwatch notify-test``'s alert: it fires, and ends on its own a few minutes later."""
     labels = {**channel.labels, "alertname": TEST_ALERT_NAME, "severity": Severity.INFO.value}
     alert = Alert(
