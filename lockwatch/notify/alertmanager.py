@@ -149,7 +149,7 @@ class AlertmanagerWorker:
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[Incident, ...]] = {}
         self._resolved: dict[str, Incident] = {}
-        self._offered = False  # incidents handed over since the book's last update
+        self._offered: set[str] = set()  # targets polled since the book's last update
         self._stop = threading.Event()
         self._refusals: set[str] = set()
         self.peers = [
@@ -198,7 +198,7 @@ class AlertmanagerWorker:
         with self._lock:
             self._latest[target] = active
             self._resolved.update((incident.id, incident) for incident in resolved)
-            self._offered = True
+            self._offered.add(target)
         for peer in self.peers:
             peer.wake.set()
 
@@ -285,15 +285,16 @@ class AlertmanagerWorker:
                 log.exception("notify %s: recording the push on its incident failed", self.name)
 
     def _refresh(self, now: datetime) -> None:
-        """The book brought up to the latest polls, or to an incident's ``for``
-        passing (whichever thread comes first does it)."""
-        next_due = self.book.next_due
-        if not self._offered and (next_due is None or now < next_due):
+        """The book brought up to the latest polls of the targets polled since,
+        and of those with an incident whose ``for`` passed (whichever thread
+        comes first does it)."""
+        targets = self._offered | set(self.book.due_targets(now))
+        if not targets:
             return
-        self._offered = False
+        self._offered = set()
         resolved, self._resolved = self._resolved, {}
-        active = [incident for incidents in self._latest.values() for incident in incidents]
-        self.book.update(active, resolved, now)
+        for target in targets:
+            self.book.update(target, self._latest.get(target, ()), resolved, now)
 
     def _wait(self, peer: _Peer, now: datetime) -> float:
         if peer.retry_at is not None:

@@ -186,42 +186,51 @@ class AlertBook:
         self.ended: dict[LabelSet, Ended] = {}
         self.generation = 0
         self.dropped = 0  # ended alerts given up on untold (more than MAX_ENDED)
-        # when the next incident open but not yet routed here passes its `for`
-        self.next_due: datetime | None = None
+        self._of_target: dict[str, set[LabelSet]] = {}  # the labels firing per target
+        self._due: dict[str, datetime] = {}  # when a target's next incident passes its `for`
 
     @property
     def expiry(self) -> timedelta:
         return timedelta(seconds=EXPIRY_RESENDS * self.channel.resend_interval)
 
+    def due_targets(self, now: datetime) -> list[str]:
+        """The targets with an incident whose ``for`` has passed since their update."""
+        return [target for target, at in self._due.items() if at <= now]
+
     def update(
-        self, active: Iterable[Incident], resolved: Mapping[str, Incident], now: datetime
+        self,
+        target: str,
+        active: Iterable[Incident],
+        resolved: Mapping[str, Incident],
+        now: datetime,
     ) -> None:
-        """The incidents open now (those routed here whose ``for`` passed fire)
-        and those just resolved (their end is their resolution's time). Called
-        again with the same incidents, it only fires those whose ``for`` passed
-        since."""
+        """The incidents open on ``target`` now (those routed here whose ``for``
+        passed fire) and those just resolved (their end is their resolution's
+        time). The other targets' alerts stay as they are."""
         firing: dict[LabelSet, Firing] = {}
-        self.next_due = None
+        self._due.pop(target, None)
         for incident in active:
             timing = due(self.settings, incident, self.channel.name)
             if timing is None:
                 continue
             if now < timing.at:
-                self.next_due = min(self.next_due or timing.at, timing.at)
+                self._due[target] = min(self._due.get(target, timing.at), timing.at)
                 continue
             alert = incident_alert(incident, self.channel)
             before = self.firing.get(alert.labels)
             firing[alert.labels] = Firing(alert, {} if before is None else before.ends)
-        changed = firing.keys() != self.firing.keys()
-        for labels, gone in self.firing.items():
-            if labels not in firing:
-                final = resolved.get(gone.alert.incident)
-                ended_at = now if final is None or final.resolved_at is None else final.resolved_at
-                self._end(labels, gone, ended_at)
+        before_labels = self._of_target.pop(target, set())
+        for labels in before_labels - firing.keys():
+            gone = self.firing.pop(labels)
+            final = resolved.get(gone.alert.incident)
+            ended_at = now if final is None or final.resolved_at is None else final.resolved_at
+            self._end(labels, gone, ended_at)
         for labels in firing.keys() & self.ended.keys():
             del self.ended[labels]  # fires again: its end is no news any more
-        self.firing = firing
-        if changed:
+        self.firing.update(firing)
+        if firing:
+            self._of_target[target] = set(firing)
+        if before_labels != firing.keys():
             self.generation += 1
 
     def _end(self, labels: LabelSet, gone: Firing, ended_at: datetime) -> None:

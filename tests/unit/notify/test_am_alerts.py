@@ -83,7 +83,7 @@ def test_the_channels_own_credentials_are_blanked_out_of_what_it_pushes() -> Non
 
 def book_with(found: Incident, settings: NotifySettings = SETTINGS) -> AlertBook:
     book = AlertBook(CHANNEL, settings)
-    book.update([found], {}, NOW)
+    book.update(TARGET, [found], {}, NOW)
     return book
 
 
@@ -98,7 +98,7 @@ def test_an_alert_fires_until_its_incident_resolves_then_each_alertmanager_hears
 
     end = resolved(found, after=30)
     later = NOW + timedelta(seconds=31)
-    book.update([], {found.id: end}, later)
+    book.update(TARGET, [], {found.id: end}, later)
     assert book.generation == 2 and book.untold == 1
     push = book.payload(AM1, later)
     assert [d["endsAt"] for d in push.documents] == [rfc3339(end.resolved_at or later)]
@@ -112,7 +112,7 @@ def test_an_end_an_alertmanager_never_hears_is_dropped_once_it_expired_the_alert
     found = incident()
     book = book_with(found)
     book.pushed(AM1, book.payload(AM1, NOW))  # am-1 only: am-0 never had it
-    book.update([], {}, NOW + timedelta(seconds=10))
+    book.update(TARGET, [], {}, NOW + timedelta(seconds=10))
     assert book.payload(AM2, NOW + timedelta(seconds=10)).documents == []
     assert len(book.payload(AM1, NOW + timedelta(seconds=10)).documents) == 1
     book.forget(NOW + timedelta(minutes=4, seconds=1))
@@ -121,14 +121,14 @@ def test_an_end_an_alertmanager_never_hears_is_dropped_once_it_expired_the_alert
 
 def test_an_alert_no_alertmanager_took_ends_without_a_word() -> None:
     book = book_with(incident())
-    book.update([], {}, NOW + timedelta(seconds=10))
+    book.update(TARGET, [], {}, NOW + timedelta(seconds=10))
     assert book.untold == 0 and book.payload(AM1, NOW).documents == []
 
 
 def test_an_alert_that_ends_while_its_first_push_is_on_its_way_is_told_ended_there_too() -> None:
     book = book_with(incident())
     push = book.payload(AM1, NOW)
-    book.update([], {}, NOW + timedelta(seconds=1))  # no Alertmanager had it yet
+    book.update(TARGET, [], {}, NOW + timedelta(seconds=1))  # no Alertmanager had it yet
     assert book.untold == 0
     book.pushed(AM1, push)
     assert book.untold == 1
@@ -143,7 +143,7 @@ def test_a_severity_change_ends_the_old_alert_and_fires_the_new_one() -> None:
     book.pushed(AM1, book.payload(AM1, NOW))
     critical = replace(warning, severity=Severity.CRITICAL)
     later = NOW + timedelta(seconds=5)
-    book.update([critical], {}, later)
+    book.update(TARGET, [critical], {}, later)
     documents = book.payload(AM1, later).documents
     assert [(d["labels"]["severity"], d["endsAt"]) for d in documents] == [
         ("critical", rfc3339(later + timedelta(minutes=4))),
@@ -156,7 +156,16 @@ def test_an_incident_fires_once_a_finding_routed_to_the_channel_lasted_its_for()
     found = incident([finding(lasted=30)])
     book = book_with(found, settings)
     assert book.firing == {} and book.generation == 0
-    book.update([found], {}, NOW + timedelta(seconds=30))
+    book.update(TARGET, [found], {}, NOW + timedelta(seconds=30))
     assert len(book.firing) == 1 and book.generation == 1
     elsewhere = replace(settings, routes=(Route(("other",)),))
     assert book_with(found, elsewhere).firing == {}
+
+
+def test_a_targets_poll_changes_its_own_alerts_only() -> None:
+    book = book_with(incident())
+    other = incident(root=session_root(target="billing"), id="billing-1")
+    book.update("billing", [other], {}, NOW)
+    assert {dict(labels)["target"] for labels in book.firing} == {TARGET, "billing"}
+    book.update("billing", [], {}, NOW)
+    assert {dict(labels)["target"] for labels in book.firing} == {TARGET}
