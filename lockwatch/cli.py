@@ -321,7 +321,7 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
 
     Exits 1 when any channel failed, 2 when the config has problems.
     """
-    from lockwatch.notify.service import send_test
+    from lockwatch.notify.check import send_test
 
     try:
         settings = load_settings(config_file)

@@ -72,7 +72,8 @@ def _channel(reading: Reading, loc: Loc, raw: object) -> object:
     own = file_keys(cls)
     for key in data.keys() - {_TYPE, *own}:
         those = ", ".join((_NAME.key, _TYPE, *(k for k in own if k != _NAME.key)))
-        reading.report((*loc, key), f"not a key of a {chosen} channel (those are: {those})")
+        article = "an" if chosen[0] in "aeiou" else "a"
+        reading.report((*loc, key), f"not a key of {article} {chosen} channel (those are: {those})")
     return reading.value(cls, subset(raw, own), loc)
 
 

@@ -8,25 +8,34 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lockwatch.notify.alertmanager import AlertmanagerWorker, alertmanager_metrics
 from lockwatch.notify.election import Election
 
 
 class ChannelCounts(Protocol):
-    """What a channel's worker counts (``ChannelWorker``)."""
+    """What a channel's worker counts (``ChannelWorker``, ``AlertmanagerWorker``)."""
 
     @property
     def name(self) -> str: ...
     @property
     def pending(self) -> int: ...
-
-    sent_total: int
-    failed_total: int
-    errors_total: int
+    @property
+    def sent_total(self) -> int: ...
+    @property
+    def failed_total(self) -> int: ...
+    @property
+    def errors_total(self) -> int: ...
 
 
 class NotifierCollector(Collector):
-    def __init__(self, workers: Sequence[ChannelCounts], election: Election | None) -> None:
-        self._workers = workers
+    def __init__(
+        self,
+        workers: Sequence[ChannelCounts],
+        election: Election | None,
+        alertmanagers: Sequence[AlertmanagerWorker] = (),
+    ) -> None:
+        self._workers: tuple[ChannelCounts, ...] = (*workers, *alertmanagers)
+        self._alertmanagers = alertmanagers
         self._election = election
 
     def collect(self) -> Iterator[Metric]:
@@ -57,6 +66,8 @@ class NotifierCollector(Collector):
             errors.add_metric(channel, worker.errors_total)
             pending.add_metric(channel, worker.pending)
         yield from (sent, failed, errors, pending)
+        if self._alertmanagers:
+            yield from alertmanager_metrics(self._alertmanagers)
         if self._election is not None:
             yield from election_metrics(self._election)
 

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,12 +32,13 @@ import requests
 from prometheus_client.registry import Collector
 
 from lockwatch.model.incidents import Incident
+from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.election import Election
 from lockwatch.notify.message import Message
 from lockwatch.notify.metrics import NotifierCollector
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.transports import Transport, TransportError, make_transport
-from lockwatch.settings.notify import SEND_MARGIN, Channel, NotifySettings
+from lockwatch.settings.notify import SEND_MARGIN, AlertmanagerChannel, Channel, NotifySettings
 from lockwatch.state.jobstore import StoreError
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
@@ -409,6 +410,20 @@ class AlertNotifier:
                 election=election,
             )
             for channel in settings.channels
+            if not isinstance(channel, AlertmanagerChannel)
+        ]
+        # Alertmanager keeps the state itself: pushed, not kept in an outbox.
+        self.alertmanagers = [
+            AlertmanagerWorker(
+                channel,
+                settings,
+                clock=clock,
+                backoff=backoff,
+                session=session,
+                on_notified=on_notified,
+            )
+            for channel in settings.channels
+            if isinstance(channel, AlertmanagerChannel)
         ]
         if state_dir is None and self.workers and election is None:
             log.warning(
@@ -421,23 +436,27 @@ class AlertNotifier:
         target = transitions.target or changes.target
         if not target:
             return
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.offer(target, changes.active, changes.resolved)
+
+    @property
+    def every_worker(self) -> tuple[ChannelWorker | AlertmanagerWorker, ...]:
+        return (*self.workers, *self.alertmanagers)
 
     def start(self) -> None:
         if self.election is not None:
             self.election.start()
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.start()
 
     def stop(self, timeout: float) -> None:
         """Stop every worker; a delivery in flight has up to ``timeout`` to end,
         and the outbox is on disk (or in the shared store) whatever happens to
         it. The sender's lease goes last, once nothing is sent any more."""
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.stop()
         deadline = time.monotonic() + timeout
-        for worker in self.workers:
+        for worker in self.every_worker:
             worker.join(max(0.0, deadline - time.monotonic()))
         if self.election is not None:
             # A delivery still in flight keeps the lease until it runs out:
@@ -446,40 +465,4 @@ class AlertNotifier:
             self.election.stop(max(0.0, deadline - time.monotonic()), release=idle)
 
     def collector(self) -> Collector:
-        return NotifierCollector(self.workers, self.election)
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelCheck:
-    channel: Channel
-    ok: bool
-    said: str  # what the receiver answered, or why the message did not go through
-    then: str = ""  # for a failure, what lockwatch would do next
-
-
-def send_test(
-    settings: NotifySettings,
-    only: Collection[str] = (),
-    *,
-    external_url: str = "",
-    clock: Clock = utc_now,
-    session: requests.Session | None = None,
-) -> Iterator[ChannelCheck]:
-    """Send a test message through each channel (or those in ``only``), once,
-    without retrying: the operator wants to see what each receiver says."""
-    for channel in settings.channels:
-        if only and channel.name not in only:
-            continue
-        transport = make_transport(channel, settings, external_url=external_url, session=session)
-        try:
-            answer = transport.send(Message(uuid.uuid4().hex, channel.name, clock()))
-        except TransportError as exc:
-            if exc.permanent:
-                then = "sending again will not help"
-            elif exc.retry_after is not None:
-                then = f"lockwatch would retry in {exc.retry_after:g}s"
-            else:
-                then = "lockwatch would retry with backoff"
-            yield ChannelCheck(channel, False, str(exc), then)
-        else:
-            yield ChannelCheck(channel, True, answer)
+        return NotifierCollector(self.workers, self.election, self.alertmanagers)

@@ -34,6 +34,7 @@ from lockwatch.notify.render import (
 )
 from lockwatch.settings.notify import (
     Channel,
+    MessageChannel,
     NotifySettings,
     SlackChannel,
     TelegramChannel,
@@ -119,6 +120,8 @@ class Answer:
 class Transport(abc.ABC):
     """Sends messages to one channel."""
 
+    headers: Mapping[str, str] = {}  # sent with every request (credentials: never logged)
+
     def __init__(
         self,
         channel: Channel,
@@ -155,7 +158,7 @@ class Transport(abc.ABC):
             unanswered=unanswered,
         )
 
-    def post(self, url: str, payload: Mapping[str, Any]) -> Answer:
+    def post(self, url: str, payload: Mapping[str, Any] | list[Any]) -> Answer:
         where = origin(url)
         with within(self.deadline) as deadline:
             try:
@@ -172,10 +175,11 @@ class Transport(abc.ABC):
             )
         return answer
 
-    def _exchange(self, url: str, payload: Mapping[str, Any]) -> Answer:
+    def _exchange(self, url: str, payload: Mapping[str, Any] | list[Any]) -> Answer:
         with self.session.post(
             url,
             json=payload,
+            headers=self.headers,
             timeout=(self.connect_timeout, self.read_timeout),
             allow_redirects=False,
             stream=True,
@@ -299,7 +303,7 @@ class WebhookTransport(Transport):
 
 
 def make_transport(
-    channel: Channel,
+    channel: MessageChannel,
     settings: NotifySettings,
     *,
     external_url: str = "",

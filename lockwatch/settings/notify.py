@@ -11,10 +11,10 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, PlainValidator
+from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.settings.fields import (
@@ -29,7 +29,10 @@ from lockwatch.settings.fields import (
     at_least,
     check,
     distinct,
+    not_empty,
     one_of,
+    problem_at,
+    unique_items,
     wrong_type,
 )
 
@@ -42,6 +45,7 @@ DEFAULT_LEASE = 30.0
 # Lease a sender must have left, past a send's deadline, to start the send: the
 # time between the check and the call, and the two clocks' rates, are covered.
 SEND_MARGIN = 1.0
+DEFAULT_RESEND = 60.0  # Prometheus resends firing alerts every minute too
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -131,9 +135,87 @@ class WebhookChannel(Section):
         return url_secrets(self.url)
 
 
-Channel = TelegramChannel | SlackChannel | WebhookChannel
+def _check_alertmanager_url(text: str) -> str | None:
+    """An Alertmanager's own base URL: where ``/api/v2/alerts`` is, without credentials.
+
+    >>> _check_alertmanager_url("http://am-0.am:9093/alertmanager") is None
+    True
+    >>> _check_alertmanager_url("http://admin:pw@am:9093")
+    'holds a user or password: use username with password_file, or bearer_token_file'
+    """
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"not an http:// or https:// URL: {text!r}"
+    if "@" in parts.netloc:
+        return "holds a user or password: use username with password_file, or bearer_token_file"
+    if parts.query or parts.fragment:
+        return "has a query or fragment: give the Alertmanager's base URL (its --web.external-url)"
+    return None
+
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def _check_labels(labels: dict[str, str]) -> str | None:
+    """
+    >>> _check_labels({"team": "db", "env": "prod"}) is None
+    True
+    >>> _check_labels({"team-name": "db"})
+    "'team-name' is not a label name (letters, digits and '_', not starting with a digit)"
+    """
+    for name in labels:
+        if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
+            return (
+                f"{name!r} is not a label name (letters, digits and '_', not starting with a digit)"
+            )
+    return None
+
+
+AlertmanagerUrl = Annotated[
+    Text, check(_check_alertmanager_url), AfterValidator(lambda url: url.rstrip("/"))
+]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertmanagerChannel(Section):
+    """Every Alertmanager of a cluster, each pushed the open incidents as alerts
+    (``POST /api/v2/alerts``) on each change and every ``resend_interval``."""
+
+    kind: ClassVar[str] = "alertmanager"
+    name: Annotated[Name, UNIQUE]
+    # each Alertmanager's own address, never a load balancer in front of them
+    urls: Annotated[
+        tuple[AlertmanagerUrl, ...],
+        not_empty("needs at least one Alertmanager URL"),
+        unique_items(repr),
+    ]
+    # firing alerts are sent again this often and end 4 x this after the last push
+    resend_interval: Annotated[Seconds, at_least(1.0, "1s")] = DEFAULT_RESEND
+    labels: Annotated[dict[str, Text], check(_check_labels)] = field(default_factory=dict)
+    # how people reach this lockwatch's status page: each alert's generatorURL
+    external_url: HttpUrl | None = None
+    username: Text | None = None  # basic auth, with password_file
+    password: Annotated[Text | None, _SECRET] = field(default=None, repr=False)
+    bearer_token: Annotated[Text | None, _SECRET] = field(default=None, repr=False)
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> Self:
+        if (self.username is None) != (self.password is None):
+            missing = "password" if self.password is None else "username"
+            raise problem_at((missing,), "basic auth needs both username and password_file")
+        if self.password is not None and self.bearer_token is not None:
+            raise problem_at(("bearer_token",), "use basic auth or a bearer token, not both")
+        return self
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.password, self.bearer_token) if s)
+
+
+MessageChannel = TelegramChannel | SlackChannel | WebhookChannel  # one message per change
+Channel = MessageChannel | AlertmanagerChannel
 CHANNEL_TYPES: dict[str, type[Channel]] = {
-    cls.kind: cls for cls in (TelegramChannel, SlackChannel, WebhookChannel)
+    cls.kind: cls for cls in (TelegramChannel, SlackChannel, WebhookChannel, AlertmanagerChannel)
 }
 
 

@@ -1,9 +1,9 @@
 """What clients of the database can make lockwatch show, and what lockwatch
 can do to the database: one ``lockwatch run`` watching sessions with hostile
 names and queries (one of them in a SQL_ASCII database, with bytes that are
-not UTF-8), with every kind of secret configured, notifying Telegram, Slack
-and a webhook; its role has only pg_monitor and the server logs every
-statement."""
+not UTF-8), with every kind of secret configured, notifying Telegram, Slack,
+a webhook and an Alertmanager; its role has only pg_monitor and the server logs
+every statement."""
 
 from __future__ import annotations
 
@@ -123,11 +123,13 @@ def exposed(
     secrets["Telegram token"] = standin.token
     secrets["Slack webhook path"] = standin.slack_url.rsplit("/", 1)[1]
     secrets["webhook URL path"] = standin.webhook_url.rsplit("/", 1)[1]
+    secrets["Alertmanager password"] = "am-" + uuid.uuid4().hex
     for name, value in (
         ("ping-token", secrets["ping token"]),
         ("telegram-token", standin.token),
         ("slack-url", standin.slack_url),
         ("webhook-url", standin.webhook_url),
+        ("alertmanager-password", secrets["Alertmanager password"]),
     ):
         (tmp_path / name).write_text(value + "\n")
     done = threading.Event()
@@ -171,6 +173,8 @@ notify:
        chat_id: "{standin.chat_id}", api_url: "{standin.telegram_api}"}}
     - {{name: team, type: slack, webhook_url_file: {tmp_path / "slack-url"}}}
     - {{name: hook, type: webhook, url_file: {tmp_path / "webhook-url"}}}
+    - {{name: am, type: alertmanager, urls: ["{standin.base}"], username: lockwatch,
+       password_file: {tmp_path / "alertmanager-password"}}}
 """
             )
         lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
@@ -236,9 +240,11 @@ def convoy_told(exposed: Exposed) -> list[Any]:
 
     def everyone() -> list[Any] | None:
         told = [r for r in exposed.standin.delivered() if "lock_convoy" in json.dumps(r.body)]
-        return told if len({r.service for r in told}) == 3 else None
+        return told if len({r.service for r in told}) == 4 else None
 
-    return wait_until(everyone, timeout=60, message="telegram, slack and the webhook told")
+    return wait_until(
+        everyone, timeout=60, message="telegram, slack, the webhook and Alertmanager told"
+    )
 
 
 def test_hostile_client_values_stay_valid_escaped_and_bounded_everywhere(
@@ -271,6 +277,13 @@ def test_hostile_client_values_stay_valid_escaped_and_bounded_everywhere(
     assert "<!channel>" not in slack_text and "<@U123>" not in slack_text
     assert "<!here>" not in slack_text
     assert MARKUP in json.dumps(hook.body, ensure_ascii=False)
+    alerts = next(r for r in told if r.service == "alertmanager").body["_raw"]
+    (alert,) = [a for a in alerts if a["annotations"]["kind"] == "lock_convoy"]
+    assert alert["annotations"]["application"] == MARKUP
+    for each in alerts:
+        one_line = {**each["labels"], **each["annotations"]}
+        del one_line["description"]  # one line per fact
+        assert not [value for value in one_line.values() if "\n" in value or "\r" in value]
     battery(
         "hostile-values",
         injected=(
@@ -282,7 +295,8 @@ def test_hostile_client_values_stay_valid_escaped_and_bounded_everywhere(
             f"{len(parsed)} API documents parse as JSON, the query cut to {len(holder['query'])} "
             f"characters; the status page escapes every value; Telegram got HTML its parser "
             f"accepts ({utf16_len(telegram.text)} of {TELEGRAM_LIMIT} UTF-16 units), Slack no "
-            "live mention, the webhook the values as JSON strings"
+            "live mention, the webhook the values as JSON strings, Alertmanager labels and "
+            "annotations on one line"
         ),
         intact="yes: 0 raw tags on the page, 0 Slack mentions, 0 invalid documents",
     )

@@ -49,6 +49,9 @@ notify:
     - name: hook
       type: webhook
       url: ${HOOK_URL}
+    - name: am
+      type: alertmanager
+      urls: ["http://127.0.0.1:9"]
 auth_modules: [{name: monitor, user: lockwatch}]
 target_sources: [{name: inventory, file: inventory.json, auth_module: monitor}]
 """

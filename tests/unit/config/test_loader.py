@@ -692,6 +692,7 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
         "ops-telegram",
         "team-slack",
         "receiver",
+        "alertmanager",
     ]
     assert [queue.name for queue in orders.queues] == ["webhooks", "events", "reports"]
     assert [group.name for group in orders.workers] == ["webhook-workers", "senders", "reporters"]

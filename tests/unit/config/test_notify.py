@@ -12,6 +12,7 @@ from lockwatch.config.load import ConfigError, load_settings
 from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.settings.notify import (
     TELEGRAM_API,
+    AlertmanagerChannel,
     NotifySettings,
     Route,
     SlackChannel,
@@ -176,3 +177,82 @@ def test_every_problem_in_the_section_is_reported_at_once_with_its_path_and_line
         "(did you mean 'main'?)",
         f"{where}:20: notify.routes[1]: missing required key 'channels'",
     ]
+
+
+def test_an_alertmanager_channel_loads_its_urls_labels_and_credentials_from_a_file(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "am-password").write_text("am-s3cret\n")
+    notify = load(
+        tmp_path,
+        """
+        channels:
+          - name: am
+            type: alertmanager
+            urls: ["http://am-0.am:9093/", https://am-1.am:9093/prefix]
+            resend_interval: 30s
+            labels: {team: db, env: prod}
+            external_url: https://lockwatch.example/
+            username: lockwatch
+            password_file: am-password
+          - {name: am-token, type: alertmanager, urls: [http://am:9093], bearer_token: "${TG_TOKEN}"}
+        """,
+    )
+    assert notify.channels == (
+        AlertmanagerChannel(
+            "am",
+            ("http://am-0.am:9093", "https://am-1.am:9093/prefix"),
+            resend_interval=30.0,
+            labels={"team": "db", "env": "prod"},
+            external_url="https://lockwatch.example/",
+            username="lockwatch",
+            password="am-s3cret",
+        ),
+        AlertmanagerChannel("am-token", ("http://am:9093",), bearer_token=TOKEN),
+    )
+    assert "am-s3cret" not in repr(notify) and TOKEN not in repr(notify)
+    assert set(notify.secrets) >= {"am-s3cret", TOKEN}
+
+
+def test_an_alertmanager_channels_problems_are_each_reported_with_their_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pw").write_text("am-s3cret\n")
+    found = problems(
+        tmp_path,
+        """
+        channels:
+          - name: am
+            type: alertmanager
+            urls: ["http://lw:am-s3cret@am:9093", am:9093, "http://am:9093/?x=1"]
+            labels: {team-name: db}
+            resend_interval: 0s
+          - {name: twice, type: alertmanager, urls: [http://am:9093, http://am:9093/]}
+          - {name: none, type: alertmanager, urls: []}
+          - {name: half, type: alertmanager, urls: [http://am:9093], username: lw}
+          - {name: both, type: alertmanager, urls: [http://am:9093], username: lw,
+             password_file: pw, bearer_token: "${TG_TOKEN}"}
+          - {name: chat, type: alertmanager, urls: [http://am:9093], chat_id: 1}
+        """,
+    )
+    where = f"{tmp_path}/lockwatch.yml"
+    assert found == [
+        f"{where}:10: notify.channels[0].urls[0]: holds a user or password: use username "
+        "with password_file, or bearer_token_file",
+        f"{where}:10: notify.channels[0].urls[1]: not an http:// or https:// URL: 'am:9093'",
+        f"{where}:10: notify.channels[0].urls[2]: has a query or fragment: give the "
+        "Alertmanager's base URL (its --web.external-url)",
+        f"{where}:11: notify.channels[0].labels: 'team-name' is not a label name (letters, "
+        "digits and '_', not starting with a digit)",
+        f"{where}:12: notify.channels[0].resend_interval: must be at least 1s",
+        f"{where}:13: notify.channels[1].urls[1]: 'http://am:9093' is already listed at "
+        "notify.channels[1].urls[0]",
+        f"{where}:14: notify.channels[2].urls: needs at least one Alertmanager URL",
+        f"{where}:15: notify.channels[3].password: basic auth needs both username and "
+        "password_file",
+        f"{where}:17: notify.channels[4].bearer_token: use basic auth or a bearer token, not both",
+        f"{where}:18: notify.channels[5].chat_id: not a key of an alertmanager channel (those "
+        "are: name, type, urls, resend_interval, labels, external_url, username, password, "
+        "password_file, bearer_token, bearer_token_file)",
+    ]
+    assert not any("am-s3cret" in line for line in found)
