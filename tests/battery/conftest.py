@@ -1,20 +1,18 @@
-"""The reliability battery: fixtures its cases share, and the hooks that collect
-each case's numbers, print the table at the end of the run and, when every
-case ran and passed, write it to docs/reliability.md."""
+"""The reliability battery: fixtures its cases share; each case's numbers are
+collected, printed and written by the plugin tests/fixtures/battery_results.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 
 import pytest
 
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
-from tests.battery.report import Results
+from tests.fixtures.battery_results import results_of
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase
 
-RESULTS = pytest.StashKey[Results]()
 Record = Callable[..., None]
 
 # The battery's own server: room for 50,000 advisory locks (the lock table
@@ -31,47 +29,16 @@ CLUSTER_SETTINGS = {
 }
 
 
-def _results(config: pytest.Config) -> Results:
-    if RESULTS not in config.stash:
-        config.stash[RESULTS] = Results()
-    return config.stash[RESULTS]
-
-
 @pytest.fixture
 def battery(request: pytest.FixtureRequest) -> Record:
     """``battery(case, injected=..., did=..., intact=...)`` records this test's row."""
-    results = _results(request.config)
+    results = results_of(request.config)
     nodeid = request.node.nodeid
 
     def record(case: str, *, injected: str, did: str, intact: str) -> None:
         results.record(case, nodeid, injected, did, intact)
 
     return record
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if report.when == "call" or report.failed:
-        _results(item.config).finished(item.nodeid, passed=report.passed)
-    return report
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    results = _results(terminalreporter.config)
-    if not results.rows:
-        return
-    terminalreporter.write_sep("=", "reliability battery")
-    terminalreporter.write_line(results.table())
-    if results.complete():
-        results.write_doc()
-        terminalreporter.write_line("the table is written to docs/reliability.md")
-    else:
-        terminalreporter.write_line(
-            "docs/reliability.md is left as it is: not every case ran and passed"
-        )
 
 
 @pytest.fixture(scope="session")

@@ -108,6 +108,22 @@ class Results:
                 if row.nodeid == nodeid and row.status == "running":
                     row.status = "passed" if passed else "FAILED"
 
+    def dump(self) -> list[dict[str, str]]:
+        """The rows as plain values: an xdist worker hands them to the controller."""
+        with self._lock:
+            return [
+                {"case": case_id, "injected": row.injected, "did": row.did,
+                 "intact": row.intact, "nodeid": row.nodeid, "status": row.status}
+                for case_id, row in self.rows.items()
+            ]  # fmt: skip
+
+    def merge(self, dumped: list[dict[str, str]]) -> None:
+        """Another worker's rows (``dump``), into this run's table."""
+        for item in dumped:
+            self.record(item["case"], item["nodeid"], item["injected"], item["did"], item["intact"])
+            with self._lock:
+                self.rows[item["case"]].status = item["status"]
+
     def complete(self) -> bool:
         """Every case ran and passed: the table may replace the doc's."""
         return self.rows.keys() == CASE_IDS and all(

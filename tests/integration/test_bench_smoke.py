@@ -141,8 +141,12 @@ def test_every_incident_was_detected(results: Results) -> None:
     assert [d.seconds is not None for d in results.detections] == [True] * len(results.detections)
 
 
-def test_the_scale_rows_time_every_poll_in_both_arms(tmp_path: Path) -> None:
-    postgres, servers, scales = scale.run(tmp_path, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
+def test_the_scale_rows_time_every_poll_in_both_arms(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # A short directory: the server's socket path must fit in 107 bytes.
+    where = tmp_path_factory.mktemp("scale")
+    postgres, servers, scales = scale.run(where, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
     assert servers == 1
     assert [(s.arm, s.targets) for s in scales] == [
         *(("pool", 2), ("thread", 2), ("spread", 2)),
@@ -167,9 +171,11 @@ def test_a_new_run_replaces_only_the_tables_in_the_doc(tmp_path: Path) -> None:
 
 
 def test_the_versions_table_has_a_measured_row_per_major_and_its_own_markers(
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    costs = versions.run(tmp_path, (12, 18), locks=5, polls=2)
+    # A short directory: the servers' socket paths must fit in 107 bytes.
+    where = tmp_path_factory.mktemp("versions")
+    costs = versions.run(where, (12, 18), locks=5, polls=2)
     assert [(c.major, c.locks, c.polls) for c in costs] == [(12, 5, 2), (18, 5, 2)]
     for cost in costs:
         assert cost.version.startswith(f"{cost.major}.")
@@ -179,7 +185,7 @@ def test_the_versions_table_has_a_measured_row_per_major_and_its_own_markers(
     rows = table_rows(text, "### Cost per poll on each PostgreSQL version")
     assert [row[0] for row in rows] == [costs[0].version, costs[1].version]
 
-    doc = tmp_path / "benchmarks.md"
+    doc = where / "benchmarks.md"
     doc.write_text(f"{BEGIN}\nmain tables\n{END}\n{VERSIONS_BEGIN}\nold\n{VERSIONS_END}\n")
     write_into(doc, text, VERSIONS_BEGIN, VERSIONS_END)
     assert (
