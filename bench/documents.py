@@ -4,12 +4,28 @@ at each number of locks come with the footprint, ``bench/daemon.py``)."""
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from prometheus_client import generate_latest
 
 from bench.daemon import PATHS, Documents, LockwatchProcess, measure_documents, target_config
 from bench.process import samples
 from bench.server import LOCKWATCH_ROLE, BenchServer
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot, LockSummary
+from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.publish.api.encode import render_json
+from lockwatch.publish.api.locks import Page as LocksPage
+from lockwatch.publish.api.locks import locks_document
+from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.status.page import StatusPage
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
 
 # Many targets poll rarely, so that what is measured is the documents.
 MANY_INTERVAL = 30.0
@@ -40,3 +56,124 @@ def measure_many(server: BenchServer, workdir: Path, targets: int) -> Documents:
                 raise RuntimeError(f"{len(polled)} of {targets} targets polled in time")
             time.sleep(1.0)
         return measure_documents(daemon, server.locks_held, targets, MANY_PATHS)
+
+
+# --- what one rendering costs, in process ----------------------------------
+# The documents rendered straight from a board of synthetic views, the way the
+# daemon renders them after a poll: CPU time of the rendering thread and size,
+# with no server, no HTTP and no poll beside it (``python -m bench.documents``).
+
+HOLDERS = 20  # idle sessions sharing the locks, as bench/server.py holds them
+RENDERS = 5  # renderings of each document; the median is shown
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def synthetic_view(name: str, locks: int) -> TargetView:
+    """A target whose ``locks`` keys (1..locks) are held by HOLDERS idle
+    sessions, first seen over the last ten minutes, as the lock monitor
+    publishes it (the locks summed up on the snapshot)."""
+    backends = {
+        pid: Backend(
+            pid=pid,
+            backend_start=NOW - timedelta(hours=1),
+            database="bench",
+            usename="bench",
+            application_name=f"bench-holder-{pid - 1000}",
+            client_addr="127.0.0.1",
+            state="idle",
+            state_change=NOW - timedelta(minutes=10),
+            xact_start=None,
+            query_start=NOW - timedelta(minutes=10),
+            wait_event_type="Client",
+            wait_event="ClientRead",
+            query="SELECT count(pg_catalog.pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS k",
+        )
+        for pid in range(1000, 1000 + HOLDERS)
+    }
+    rows = tuple(
+        AdvisoryLock(
+            database="bench",
+            key=LockKey.bigint(key),
+            mode="ExclusiveLock",
+            granted=True,
+            pid=1000 + key % HOLDERS,
+            first_seen=NOW - timedelta(seconds=600 - key % 600),
+            session_level=True,
+        )
+        for key in range(1, locks + 1)
+    )
+    snapshot = LockSnapshot(
+        target=name,
+        taken_at=NOW,
+        server_version=180001,
+        locks=rows,
+        backends=backends,
+        poll_seconds=0.05,
+        summary=LockSummary.of(rows),
+    )
+    return TargetView(
+        target=Target(name=name, dsn="postgresql://lockwatch@127.0.0.1/bench"),
+        status=TargetStatus(target=name, checked_at=NOW, snapshot=snapshot),
+        polls_total=10,
+        last_success=NOW,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RenderCost:
+    document: str
+    cpu_ms: float  # median thread CPU of RENDERS renderings
+    size: int  # bytes
+
+
+def _render_cost(document: str, render: Callable[[], bytes]) -> RenderCost:
+    timings, size = [], 0
+    for _ in range(RENDERS):
+        started = time.thread_time()
+        size = len(render())
+        timings.append((time.thread_time() - started) * 1000)
+    return RenderCost(document, statistics.median(timings), size)
+
+
+def render_costs(targets: int, locks: int) -> list[RenderCost]:
+    """/metrics, the status page and /api/v1/locks (whole, and its first
+    page of 100) of ``targets`` targets with ``locks`` locks each."""
+    board = Board()
+    for n in range(targets):
+        board.publish(synthetic_view(f"t{n:03d}" if targets > 1 else "bench", locks))
+    registry = build_registry(board, clock=lambda: NOW + timedelta(seconds=1))
+    page = StatusPage(board, clock=lambda: NOW + timedelta(seconds=1))
+    later = NOW + timedelta(seconds=1)
+    return [
+        _render_cost("/metrics", lambda: generate_latest(registry)),
+        _render_cost("/", lambda: page.render().encode()),
+        _render_cost(
+            "/api/v1/locks?limit=100",
+            lambda: render_json(locks_document(board, later, page=LocksPage(100))),
+        ),
+        _render_cost("/api/v1/locks", lambda: render_json(locks_document(board, later))),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.documents",
+        description="CPU time and size of one rendering of each document, in process.",
+    )
+    parser.add_argument("--locks", type=int, default=50_000, help="locks of the one target")
+    parser.add_argument("--targets", type=int, default=300, help="targets of the second case")
+    parser.add_argument(
+        "--target-locks", type=int, default=LOCKS, help="locks of each of those targets"
+    )
+    args = parser.parse_args(argv)
+    print("| targets | locks each | document | CPU ms | bytes |")
+    print("|---|---|---|---|---|")
+    for targets, locks in ((1, args.locks), (args.targets, args.target_locks)):
+        for cost in render_costs(targets, locks):
+            print(
+                f"| {targets} | {locks:,} | `{cost.document}` | {cost.cpu_ms:.1f} | {cost.size:,} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
