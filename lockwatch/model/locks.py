@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
+from typing import NamedTuple
 
 # The states of a session that runs no SQL right now.
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
@@ -220,6 +224,14 @@ class LockSummary:
     unusual: bool  # any wait, or any lock of a prepared transaction
     pids: frozenset[int]  # of every lock
     session_holders: frozenset[int]  # pids holding a session-level lock
+    # The locks per key, made the first time a publisher asks (``table``).
+    _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
+
+    def table(self) -> LockTable:
+        # Two readers at once may both make it; either one is the same table.
+        if not self._table:
+            self._table.append(LockTable.of(self.locks))
+        return self._table[0]
 
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
@@ -230,6 +242,104 @@ class LockSummary:
             frozenset(lock.pid for lock in locks),
             frozenset(lock.pid for lock in locks if lock.granted and lock.session_level),
         )
+
+
+class KeyRows(NamedTuple):
+    """The rows of one key in one database, with what orders it among the
+    others (a named tuple: a poll of 50,000 keys makes 50,000 of them)."""
+
+    database: str
+    key: LockKey
+    locks: tuple[AdvisoryLock, ...]
+    first_held: datetime | None  # the earliest first_seen of its holders
+    waiters: int
+
+    def tie(self) -> tuple[int, str, bool, int, int]:
+        """The order of keys held for equally long: most waiters, then database
+        and key (as plain values, which compare faster than the key's order)."""
+        key = self.key
+        return (-self.waiters, self.database, key.pair, key.first, key.second)
+
+
+@dataclass(frozen=True, slots=True)
+class LockTable:
+    """A poll's locks per (database, key), in the order the publishers show
+    them, longest held first: made once per poll's locks, so that a scrape or
+    a page of 50,000 locks walks only the keys it shows."""
+
+    # Keys with a known hold: the earliest first hold first, then ``tie``.
+    dated: tuple[KeyRows, ...]
+    firsts: tuple[datetime, ...]  # their first holds, in that order (bisected)
+    undated: tuple[KeyRows, ...]  # keys with no known hold, by ``tie``
+    by_key: Mapping[LockKey, tuple[KeyRows, ...]]  # each key's, one per database
+    counts: Mapping[str, tuple[int, int]]  # (held, waiting) rows per database
+
+    @classmethod
+    def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockTable:
+        grouped: dict[LockKey, list[AdvisoryLock]] = {}
+        for lock in locks:
+            grouped.setdefault(lock.key, []).append(lock)
+        by_key: dict[LockKey, tuple[KeyRows, ...]] = {}
+        counts: dict[str, list[int]] = {}
+        dated: list[KeyRows] = []
+        undated: list[KeyRows] = []
+        for key, found in grouped.items():
+            by_key[key] = found_rows = _per_database(key, found)
+            for rows in found_rows:
+                tally = counts.setdefault(rows.database, [0, 0])
+                tally[0] += len(rows.locks) - rows.waiters
+                tally[1] += rows.waiters
+                (undated if rows.first_held is None else dated).append(rows)
+        dated.sort(key=lambda r: (r.first_held, *r.tie()))
+        undated.sort(key=KeyRows.tie)
+        return cls(
+            tuple(dated),
+            tuple(r.first_held for r in dated if r.first_held is not None),
+            tuple(undated),
+            by_key,
+            {database: (held, waiting) for database, (held, waiting) in counts.items()},
+        )
+
+    @property
+    def keys(self) -> int:
+        """How many (database, key) have rows."""
+        return len(self.dated) + len(self.undated)
+
+    def rows(self, key: LockKey) -> tuple[KeyRows, ...]:
+        """The key's rows, one per database it has rows in."""
+        return self.by_key.get(key, ())
+
+    def longest_held(self, now: datetime) -> Iterator[KeyRows]:
+        """Every key, longest held as of ``now`` first, then by ``tie``. A hold
+        first seen at ``now`` or later counts as 0 s, like one not known."""
+        cut = bisect_left(self.firsts, now)
+        yield from islice(self.dated, cut)
+        unheld = sorted(self.dated[cut:], key=KeyRows.tie)  # none past a poll's own time
+        yield from heapq.merge(unheld, self.undated, key=KeyRows.tie)
+
+
+def _key_rows(database: str, key: LockKey, found: list[AdvisoryLock]) -> KeyRows:
+    first = min(
+        (lock.first_seen for lock in found if lock.granted and lock.first_seen is not None),
+        default=None,
+    )
+    waiters = sum(1 for lock in found if not lock.granted)
+    return KeyRows(database, key, tuple(found), first, waiters)
+
+
+def _per_database(key: LockKey, found: list[AdvisoryLock]) -> tuple[KeyRows, ...]:
+    lock = found[0]
+    if len(found) == 1:  # most keys: one session holds it, nobody waits
+        if lock.granted:
+            return (KeyRows(lock.database, key, (lock,), lock.first_seen, 0),)
+        return (KeyRows(lock.database, key, (lock,), None, 1),)
+    database = lock.database
+    if all(lock.database == database for lock in found):
+        return (_key_rows(database, key, found),)
+    split: dict[str, list[AdvisoryLock]] = {}
+    for lock in found:
+        split.setdefault(lock.database, []).append(lock)
+    return tuple(_key_rows(database, key, rows) for database, rows in split.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +362,12 @@ class LockSnapshot:
         if self.summary is not None and self.summary.locks is self.locks:
             return self.summary
         return LockSummary.of(self.locks)
+
+    def lock_table(self) -> LockTable:
+        """The locks per key: the summary's, kept while the locks stay the same tuple."""
+        if self.summary is not None and self.summary.locks is self.locks:
+            return self.summary.table()
+        return LockTable.of(self.locks)
 
     @property
     def sessions_hidden(self) -> bool:

@@ -29,11 +29,13 @@ def measures(view: TargetView) -> dict[str, float]:
     found: dict[str, float] = {}
     snapshot = None if view.status is None else view.status.snapshot
     if snapshot is not None:
+        # Most polls have no waiter at all: the summary says so without a walk.
+        unusual = snapshot.lock_summary().unusual
         ignored = view.target.locks.ignored
         found[WAITING] = float(
             sum(
                 1
-                for lock in snapshot.locks
+                for lock in (snapshot.locks if unusual else ())
                 if not lock.granted and not ignored(lock.database, lock.key)
             )
         )
