@@ -245,20 +245,36 @@ class LockSummary:
 
 
 class KeyRows(NamedTuple):
-    """The rows of one key in one database, with what orders it among the
-    others (a named tuple: a poll of 50,000 keys makes 50,000 of them)."""
+    """The rows of one key in one database. A named tuple whose fields come in
+    the order keys are shown (the earliest first hold, then most waiters,
+    then database and key), so that 50,000 of them sort as plain tuples."""
 
+    first_held: datetime | None  # the earliest first_seen of its holders
+    fewer_waiters: int  # minus the waiters: the most waiters sort first
     database: str
+    key_pair: bool  # the key's own order, as plain values
+    key_first: int
+    key_second: int
     key: LockKey
     locks: tuple[AdvisoryLock, ...]
-    first_held: datetime | None  # the earliest first_seen of its holders
-    waiters: int
+
+    @property
+    def waiters(self) -> int:
+        return -self.fewer_waiters
 
     def tie(self) -> tuple[int, str, bool, int, int]:
-        """The order of keys held for equally long: most waiters, then database
-        and key (as plain values, which compare faster than the key's order)."""
-        key = self.key
-        return (-self.waiters, self.database, key.pair, key.first, key.second)
+        """The order of keys held for equally long: most waiters, then database and key."""
+        return (self.fewer_waiters, self.database, self.key_pair, self.key_first, self.key_second)
+
+
+def _key_rows(
+    database: str,
+    key: LockKey,
+    locks: tuple[AdvisoryLock, ...],
+    first: datetime | None,
+    waiters: int,
+) -> KeyRows:
+    return KeyRows(first, -waiters, database, key.pair, key.first, key.second, key, locks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,36 +283,48 @@ class LockTable:
     them, longest held first: made once per poll's locks, so that a scrape or
     a page of 50,000 locks walks only the keys it shows."""
 
-    # Keys with a known hold: the earliest first hold first, then ``tie``.
-    dated: tuple[KeyRows, ...]
+    dated: tuple[KeyRows, ...]  # keys with a known hold, in their order
     firsts: tuple[datetime, ...]  # their first holds, in that order (bisected)
     undated: tuple[KeyRows, ...]  # keys with no known hold, by ``tie``
-    by_key: Mapping[LockKey, tuple[KeyRows, ...]]  # each key's, one per database
+    single: Mapping[LockKey, KeyRows]  # each key with rows in one database
+    spread: Mapping[LockKey, tuple[KeyRows, ...]]  # each key with rows in several
     counts: Mapping[str, tuple[int, int]]  # (held, waiting) rows per database
 
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockTable:
-        grouped: dict[LockKey, list[AdvisoryLock]] = {}
+        # Most keys have one row: only the others get a list.
+        first_rows: dict[LockKey, AdvisoryLock] = {}
+        more: dict[LockKey, list[AdvisoryLock]] = {}
         for lock in locks:
-            grouped.setdefault(lock.key, []).append(lock)
-        by_key: dict[LockKey, tuple[KeyRows, ...]] = {}
+            if first_rows.setdefault(lock.key, lock) is not lock:
+                more.setdefault(lock.key, [first_rows[lock.key]]).append(lock)
+        single: dict[LockKey, KeyRows] = {}
+        for key, lock in first_rows.items():
+            if lock.granted:
+                single[key] = _key_rows(lock.database, key, (lock,), lock.first_seen, 0)
+            else:
+                single[key] = _key_rows(lock.database, key, (lock,), None, 1)
+        spread: dict[LockKey, tuple[KeyRows, ...]] = {}
+        for key, found in more.items():
+            rows = _per_database(key, found)
+            if len(rows) == 1:
+                single[key] = rows[0]
+            else:
+                del single[key]
+                spread[key] = rows
+        every = [*single.values(), *(r for rows in spread.values() for r in rows)]
+        dated = sorted(r for r in every if r.first_held is not None)
         counts: dict[str, list[int]] = {}
-        dated: list[KeyRows] = []
-        undated: list[KeyRows] = []
-        for key, found in grouped.items():
-            by_key[key] = found_rows = _per_database(key, found)
-            for rows in found_rows:
-                tally = counts.setdefault(rows.database, [0, 0])
-                tally[0] += len(rows.locks) - rows.waiters
-                tally[1] += rows.waiters
-                (undated if rows.first_held is None else dated).append(rows)
-        dated.sort(key=lambda r: (r.first_held, *r.tie()))
-        undated.sort(key=KeyRows.tie)
+        for one in every:
+            tally = counts.setdefault(one.database, [0, 0])
+            tally[0] += len(one.locks) + one.fewer_waiters
+            tally[1] -= one.fewer_waiters
         return cls(
             tuple(dated),
             tuple(r.first_held for r in dated if r.first_held is not None),
-            tuple(undated),
-            by_key,
+            tuple(sorted(r for r in every if r.first_held is None)),  # all None: by ``tie``
+            single,
+            spread,
             {database: (held, waiting) for database, (held, waiting) in counts.items()},
         )
 
@@ -307,7 +335,9 @@ class LockTable:
 
     def rows(self, key: LockKey) -> tuple[KeyRows, ...]:
         """The key's rows, one per database it has rows in."""
-        return self.by_key.get(key, ())
+        if key in self.single:
+            return (self.single[key],)
+        return self.spread.get(key, ())
 
     def longest_held(self, now: datetime) -> Iterator[KeyRows]:
         """Every key, longest held as of ``now`` first, then by ``tie``. A hold
@@ -318,28 +348,23 @@ class LockTable:
         yield from heapq.merge(unheld, self.undated, key=KeyRows.tie)
 
 
-def _key_rows(database: str, key: LockKey, found: list[AdvisoryLock]) -> KeyRows:
-    first = min(
-        (lock.first_seen for lock in found if lock.granted and lock.first_seen is not None),
-        default=None,
-    )
-    waiters = sum(1 for lock in found if not lock.granted)
-    return KeyRows(database, key, tuple(found), first, waiters)
-
-
 def _per_database(key: LockKey, found: list[AdvisoryLock]) -> tuple[KeyRows, ...]:
-    lock = found[0]
-    if len(found) == 1:  # most keys: one session holds it, nobody waits
-        if lock.granted:
-            return (KeyRows(lock.database, key, (lock,), lock.first_seen, 0),)
-        return (KeyRows(lock.database, key, (lock,), None, 1),)
-    database = lock.database
-    if all(lock.database == database for lock in found):
-        return (_key_rows(database, key, found),)
     split: dict[str, list[AdvisoryLock]] = {}
     for lock in found:
         split.setdefault(lock.database, []).append(lock)
-    return tuple(_key_rows(database, key, rows) for database, rows in split.items())
+    return tuple(
+        _key_rows(
+            database,
+            key,
+            tuple(rows),
+            min(
+                (lock.first_seen for lock in rows if lock.granted and lock.first_seen is not None),
+                default=None,
+            ),
+            sum(1 for lock in rows if not lock.granted),
+        )
+        for database, rows in split.items()
+    )
 
 
 @dataclass(frozen=True, slots=True)

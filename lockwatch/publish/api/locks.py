@@ -235,10 +235,12 @@ def _lock_entry(
 @dataclass(frozen=True, slots=True)
 class Page:
     """One page of each target's keys, longest-held first: ``limit`` keys from
-    the ``offset``-th (``/api/v1/locks?limit=&offset=``)."""
+    the ``offset``-th (``/api/v1/locks?limit=&offset=``), of one target's only
+    with ``target`` (``&target=``: the status page links to each target's)."""
 
     limit: int
     offset: int = 0
+    target: str | None = None
 
 
 def key_count(snapshot: LockSnapshot) -> int:
@@ -303,9 +305,16 @@ def locks_document(
     """Every target's advisory locks, longest-held first. With ``shown`` (for
     pages, which must stay small whatever the database holds): only the first
     ``shown`` keys that are not ignored, and how many more in ``locks_left_out``.
-    With ``page``: that page of every key, with ``locks_total`` and the
-    ``next_offset`` to ask for (None on the last page)."""
+    With ``page``: that page of every key (of ``page.target``'s only, when
+    it names one), with ``locks_total`` and the ``next_offset`` to ask for
+    (None on the last page)."""
     document: dict[str, Any] = json_safe(
-        {"targets": [_target_entry(view, now, shown, page) for view in _views(views)]}
+        {
+            "targets": [
+                _target_entry(view, now, shown, page)
+                for view in _views(views)
+                if page is None or page.target in (None, view.target.name)
+            ]
+        }
     )
     return document
