@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from bench import daemon
 from bench.daemon import PATHS, Documents, LockwatchProcess, measure_documents, target_config
 from bench.process import samples
 from bench.server import LOCKWATCH_ROLE, BenchServer
@@ -193,6 +195,28 @@ def render_costs(targets: int, locks: int) -> list[RenderCost]:
     ]
 
 
+def daemon_documents(locks: int, targets: int) -> list[Documents]:
+    """The documents of a real ``lockwatch run``: the footprint's one target
+    at ``locks`` locks, then ``targets`` targets of LOCKS locks each."""
+    with tempfile.TemporaryDirectory(prefix="lockwatch-documents-") as tmp:
+        workdir = Path(tmp)
+        with BenchServer(workdir) as server:
+            server.hold_locks(locks)
+            one = daemon.measure(server, workdir, polls=3, interval=1.0).documents
+            return [one, measure_many(server, workdir, targets)]
+
+
+def print_daemon_documents(locks: int, targets: int) -> None:
+    print("| locks | targets | document | ms | CPU ms | bytes |")
+    print("|---|---|---|---|---|---|")
+    for documents in daemon_documents(locks, targets):
+        for cost in documents.costs:
+            print(
+                f"| {documents.locks:,} | {documents.targets} | `{cost.path}` | {cost.ms:.1f} "
+                f"| {cost.cpu_ms:.1f} | {cost.size:,} |"
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.documents",
@@ -203,6 +227,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--target-locks", type=int, default=LOCKS, help="locks of each of those targets"
     )
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="also fetch them over HTTP from a real lockwatch run against a throwaway "
+        "PostgreSQL (a few minutes)",
+    )
     args = parser.parse_args(argv)
     print("| targets | locks each | document | CPU ms after a poll | CPU ms again | bytes |")
     print("|---|---|---|---|---|---|")
@@ -212,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"| {targets} | {locks:,} | `{cost.document}` | {cost.after_poll_ms:.1f} "
                 f"| {cost.again_ms:.1f} | {cost.size:,} |"
             )
+    if args.daemon:
+        print()
+        print_daemon_documents(args.locks, args.targets)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -298,12 +299,24 @@ class LockTable:
         for lock in locks:
             if first_rows.setdefault(lock.key, lock) is not lock:
                 more.setdefault(lock.key, [first_rows[lock.key]]).append(lock)
-        single: dict[LockKey, KeyRows] = {}
-        for key, lock in first_rows.items():
-            if lock.granted:
-                single[key] = _key_rows(lock.database, key, (lock,), lock.first_seen, 0)
-            else:
-                single[key] = _key_rows(lock.database, key, (lock,), None, 1)
+        # The named tuple made without its __new__: 50,000 Python calls fewer.
+        make = tuple.__new__
+        single: dict[LockKey, KeyRows] = {
+            key: make(
+                KeyRows,
+                (
+                    lock.first_seen if lock.granted else None,
+                    0 if lock.granted else -1,
+                    lock.database,
+                    key.pair,
+                    key.first,
+                    key.second,
+                    key,
+                    (lock,),
+                ),
+            )
+            for key, lock in first_rows.items()
+        }
         spread: dict[LockKey, tuple[KeyRows, ...]] = {}
         for key, found in more.items():
             rows = _per_database(key, found)
@@ -314,18 +327,14 @@ class LockTable:
                 spread[key] = rows
         every = [*single.values(), *(r for rows in spread.values() for r in rows)]
         dated = sorted(r for r in every if r.first_held is not None)
-        counts: dict[str, list[int]] = {}
-        for one in every:
-            tally = counts.setdefault(one.database, [0, 0])
-            tally[0] += len(one.locks) + one.fewer_waiters
-            tally[1] -= one.fewer_waiters
+        tally = Counter((lock.database, lock.granted) for lock in locks)
         return cls(
             tuple(dated),
             tuple(r.first_held for r in dated if r.first_held is not None),
             tuple(sorted(r for r in every if r.first_held is None)),  # all None: by ``tie``
             single,
             spread,
-            {database: (held, waiting) for database, (held, waiting) in counts.items()},
+            {database: (tally[database, True], tally[database, False]) for database, _ in tally},
         )
 
     @property

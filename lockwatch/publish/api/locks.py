@@ -53,7 +53,8 @@ GroupOrder = tuple[float, int, str, LockKey]
 
 
 def _rows_order(rows: KeyRows, now: datetime) -> GroupOrder:
-    """``_order`` of a group not built yet."""
+    """Where a group not built yet is shown: longest held first (a hold
+    without a known time as 0 s), then most waiters, then database and key."""
     return (-(_age(now, rows.first_held) or 0.0), -rows.waiters, rows.database, rows.key)
 
 
