@@ -91,3 +91,17 @@ def test_a_table_kept_on_the_summary_answers_like_a_fresh_one(
     assert kept.lock_table() is kept.lock_table()
     assert lock_counts(kept, settings_) == lock_counts(snap, settings_)
     assert lock_groups(kept, settings_, NOW, top=2) == lock_groups(snap, settings_, NOW, top=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spread_snapshots())
+def test_the_counts_per_database_are_those_of_every_row_not_ignored(
+    case: tuple[LockSnapshot, LockSettings],
+) -> None:
+    snap, settings_ = case
+    expected: dict[str, tuple[int, int]] = {}
+    for lock in snap.locks:
+        if not settings_.ignored(lock.database, lock.key):
+            held, waiting = expected.get(lock.database, (0, 0))
+            expected[lock.database] = (held + lock.granted, waiting + (not lock.granted))
+    assert lock_counts(snap, settings_) == expected
