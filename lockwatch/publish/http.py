@@ -458,7 +458,7 @@ class HttpServer:
 
 
 def _locks_page(query: str) -> Page:
-    """``?limit=&offset=`` of /api/v1/locks; ValueError says what is wrong."""
+    """``?limit=&offset=&target=`` of /api/v1/locks; ValueError says what is wrong."""
     values = parse_qs(query, keep_blank_values=True)
     numbers = {}
     for name, default in (("limit", LOCKS_LIMIT), ("offset", 0)):
@@ -468,4 +468,5 @@ def _locks_page(query: str) -> Page:
         numbers[name] = int(given)
     if not 1 <= numbers["limit"] <= MAX_LOCKS_LIMIT:
         raise ValueError(f"limit must be from 1 to {MAX_LOCKS_LIMIT}")
-    return Page(numbers["limit"], numbers["offset"])
+    target = values.get("target", [None])[-1]
+    return Page(numbers["limit"], numbers["offset"], target)

@@ -15,7 +15,7 @@ import pytest
 from bench import scale, versions
 from bench.daemon import PATHS
 from bench.detection import INCIDENTS
-from bench.documents import MANY_PATHS
+from bench.documents import MANY_PATHS, render_costs
 from bench.pgbench import ARMS, NONE
 from bench.poll_cost import SPLIT
 from bench.report import (
@@ -159,6 +159,15 @@ def test_the_scale_rows_time_every_poll_in_both_arms(
         assert row.server_cpu_percent >= 0  # in clock ticks: 0 over a short row
     text = scale.render(scales, postgres, servers, "python -m bench.scale --tiny")
     assert len(table_rows(text, "### Scale")) == len(scales)
+
+
+def test_the_documents_render_in_process_with_their_cost_and_size() -> None:
+    one, fleet = render_costs(1, 30), render_costs(12, 3)
+    assert [c.document for c in one] == ["/metrics", "/", "/api/v1/locks"]
+    for cost in (*one, *fleet):
+        assert cost.size > 0 and cost.after_poll_ms >= 0 and cost.again_ms >= 0
+    page = next(c for c in fleet if c.document == "/")
+    assert page.size < 12 * next(c for c in one if c.document == "/").size
 
 
 def test_a_new_run_replaces_only_the_tables_in_the_doc(tmp_path: Path) -> None:

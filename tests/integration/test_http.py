@@ -138,6 +138,15 @@ def test_it_serves_findings_and_locks_as_json(running: Running) -> None:
     assert target["locks"][0]["waiter_count"] == 1
 
 
+def test_its_locks_of_one_target_are_asked_for_by_name(running: Running) -> None:
+    running.board.publish(polled_view())
+    running.board.publish(polled_view("other"))
+
+    answer = running.get("/api/v1/locks?target=other").json()
+
+    assert [target["target"] for target in answer["targets"]] == ["other"]
+
+
 def test_its_status_page_links_the_endpoints_and_escapes_every_value(running: Running) -> None:
     running.board.publish(polled_view())
     running.board.publish(polled_view("<b>evil</b>"))

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot
+from lockwatch.model.locks import AdvisoryLock, Backend, KeyRows, LockKey, LockSnapshot, LockTable
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.settings.locks import LockSettings
@@ -48,28 +48,57 @@ class LockGroup:
         return rows[0].mode if rows else None
 
 
-GroupId = tuple[str, LockKey]  # (database, key)
-
-
 # Longest-held first, then most waiters, then database and key.
-GroupOrder = tuple[float, int, str, bool, int, int]
+GroupOrder = tuple[float, int, str, LockKey]
 
 
-def _order(group: GroupId, hold_seconds: float | None, waiters: int) -> GroupOrder:
-    database, key = group
-    return (-(hold_seconds or 0.0), -waiters, database, key.pair, key.first, key.second)
+def _rows_order(rows: KeyRows, now: datetime) -> GroupOrder:
+    """Where a group not built yet is shown: longest held first (a hold
+    without a known time as 0 s), then most waiters, then database and key."""
+    return (-(_age(now, rows.first_held) or 0.0), -rows.waiters, rows.database, rows.key)
 
 
-def _rough_order(group: GroupId, locks: list[AdvisoryLock], now: datetime) -> GroupOrder:
-    """``_order`` of a group not built yet: cheaper per key than building it."""
-    first: datetime | None = None
-    waiters = 0
-    for lock in locks:
-        if not lock.granted:
-            waiters += 1
-        elif lock.first_seen is not None and (first is None or lock.first_seen < first):
-            first = lock.first_seen
-    return _order(group, _age(now, first), waiters)
+def _chosen(
+    table: LockTable, configured: set[LockKey], now: datetime, top: int | None
+) -> list[KeyRows]:
+    """Every key longest-held first; with ``top``, the keys configured (named
+    or ignored) and only the ``top`` longest-held others, found without
+    ordering the rest."""
+    if top is None:
+        return list(table.longest_held(now))
+    plain = (rows for rows in table.longest_held(now) if rows.key not in configured)
+    chosen = list(islice(plain, max(top, 0)))
+    chosen += (rows for key in configured for rows in table.rows(key))
+    return chosen
+
+
+def _group(
+    rows: KeyRows, settings: LockSettings, now: datetime, held: HeldLocks | None
+) -> LockGroup:
+    named = settings.named_lock(rows.database, rows.key, held)
+    holders = tuple(lock for lock in rows.locks if lock.granted)
+    waiters = tuple(lock for lock in rows.locks if not lock.granted)
+    holds = [s for s in (_age(now, lock.first_seen) for lock in holders) if s is not None]
+    waits = [
+        s
+        for s in (_age(now, lock.wait_start or lock.first_seen) for lock in waiters)
+        if s is not None
+    ]
+    return LockGroup(
+        database=rows.database,
+        key=rows.key,
+        name=None if named is None else named.name,
+        ignored=settings.ignored(rows.database, rows.key),
+        holders=holders,
+        waiters=waiters,
+        hold_seconds=max(holds, default=None),
+        longest_wait_seconds=max(waits, default=None),
+    )
+
+
+def configured_keys(settings: LockSettings) -> set[LockKey]:
+    """The keys the settings name or ignore."""
+    return {named.key for named in settings.named} | set(settings.ignore)
 
 
 def lock_groups(
@@ -85,61 +114,32 @@ def lock_groups(
 
     With ``top``, of the keys neither named nor ignored only the ``top``
     longest-held come back, all the metrics export, and only those are built:
-    a scrape of 50,000 locks then costs a sort key per lock, not a group.
+    the snapshot's lock table (made once per poll) has them in order, so a
+    scrape of 50,000 locks walks ``top`` keys, not 50,000.
     With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
     ``held`` names the locks the queue libraries hold on purpose.
     """
-    rows: dict[GroupId, list[AdvisoryLock]] = {}
-    for lock in snapshot.locks:
-        rows.setdefault((lock.database, lock.key), []).append(lock)
-    chosen = list(rows)
-    configured = {named.key for named in settings.named} | set(settings.ignore)
-    plain = [group for group in chosen if group[1] not in configured]
-    if top is not None and len(plain) > top:
-        chosen = [group for group in chosen if group[1] in configured]
-        chosen += heapq.nsmallest(
-            max(top, 0), plain, key=lambda group: _rough_order(group, rows[group], now)
-        )
-    # The rough order is the groups' own: a page builds only its own keys.
-    chosen.sort(key=lambda group: _rough_order(group, rows[group], now))
-    groups = []
-    for database, key in chosen[skip:]:
-        locks = rows[database, key]
-        named = settings.named_lock(database, key, held)
-        holders = tuple(lock for lock in locks if lock.granted)
-        waiters = tuple(lock for lock in locks if not lock.granted)
-        holds = [s for s in (_age(now, lock.first_seen) for lock in holders) if s is not None]
-        waits = [
-            s
-            for s in (_age(now, lock.wait_start or lock.first_seen) for lock in waiters)
-            if s is not None
-        ]
-        groups.append(
-            LockGroup(
-                database=database,
-                key=key,
-                name=None if named is None else named.name,
-                ignored=settings.ignored(database, key),
-                holders=holders,
-                waiters=waiters,
-                hold_seconds=max(holds, default=None),
-                longest_wait_seconds=max(waits, default=None),
-            )
-        )
-    groups.sort(key=lambda g: _order((g.database, g.key), g.hold_seconds, len(g.waiters)))
-    return groups
+    chosen = _chosen(snapshot.lock_table(), configured_keys(settings), now, top)
+    if top is not None:
+        # The configured keys join the others where their order puts them.
+        chosen.sort(key=lambda rows: _rows_order(rows, now))
+    return [_group(rows, settings, now, held) for rows in chosen[skip:]]
 
 
 def lock_counts(snapshot: LockSnapshot, settings: LockSettings) -> dict[str, tuple[int, int]]:
     """(held, waiting) rows per database, not counting ignored keys."""
-    configured = {named.key for named in settings.named} | set(settings.ignore)
-    tallies: dict[str, list[int]] = {}
-    for lock in snapshot.locks:
-        if configured and lock.key in configured and settings.ignored(lock.database, lock.key):
-            continue
-        tally = tallies.setdefault(lock.database, [0, 0])
-        tally[0 if lock.granted else 1] += 1
-    return {database: (held, waiting) for database, (held, waiting) in tallies.items()}
+    table = snapshot.lock_table()
+    tallies = {database: list(counts) for database, counts in table.counts.items()}
+    for key in configured_keys(settings):
+        for rows in table.rows(key):
+            if settings.ignored(rows.database, key):
+                tallies[rows.database][0] -= len(rows.locks) - rows.waiters
+                tallies[rows.database][1] -= rows.waiters
+    return {
+        database: (held, waiting)
+        for database, (held, waiting) in tallies.items()
+        if held or waiting
+    }
 
 
 def _seconds(value: float | None) -> float | None:
@@ -236,15 +236,17 @@ def _lock_entry(
 @dataclass(frozen=True, slots=True)
 class Page:
     """One page of each target's keys, longest-held first: ``limit`` keys from
-    the ``offset``-th (``/api/v1/locks?limit=&offset=``)."""
+    the ``offset``-th (``/api/v1/locks?limit=&offset=``), of one target's only
+    with ``target`` (``&target=``: the status page links to each target's)."""
 
     limit: int
     offset: int = 0
+    target: str | None = None
 
 
 def key_count(snapshot: LockSnapshot) -> int:
     """How many (database, key) the snapshot has rows for."""
-    return len({(lock.database, lock.key) for lock in snapshot.locks})
+    return snapshot.lock_table().keys
 
 
 def _target_entry(
@@ -304,9 +306,16 @@ def locks_document(
     """Every target's advisory locks, longest-held first. With ``shown`` (for
     pages, which must stay small whatever the database holds): only the first
     ``shown`` keys that are not ignored, and how many more in ``locks_left_out``.
-    With ``page``: that page of every key, with ``locks_total`` and the
-    ``next_offset`` to ask for (None on the last page)."""
+    With ``page``: that page of every key (of ``page.target``'s only, when
+    it names one), with ``locks_total`` and the ``next_offset`` to ask for
+    (None on the last page)."""
     document: dict[str, Any] = json_safe(
-        {"targets": [_target_entry(view, now, shown, page) for view in _views(views)]}
+        {
+            "targets": [
+                _target_entry(view, now, shown, page)
+                for view in _views(views)
+                if page is None or page.target in (None, view.target.name)
+            ]
+        }
     )
     return document

@@ -21,6 +21,7 @@ from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
+from lockwatch.text import printable
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.
@@ -28,6 +29,10 @@ SUBJECT_FIELDS = tuple(f.name for f in dataclasses.fields(Subject))
 
 
 SUBJECT_LABELS = tuple(subject_label(name) for name in SUBJECT_FIELDS)
+
+
+# Every (kind, severity) lockwatch_findings has a series of, per target.
+COMBINATIONS = tuple((kind, severity) for kind in FindingKind for severity in Severity)
 
 
 # Active findings exported one series each, per target; the rest are counted.
@@ -153,14 +158,15 @@ class BoardCollector(Collector):
                 add(counts, [target, database, "waiting"], waiting)
             groups = lock_groups(snapshot, settings, now, top=settings.top_n)
             for database, lock, exported in exported_locks(groups, settings):
-                series = [target, database, lock]
-                add(hold, series, 0.0 if exported is None else exported.hold_seconds or 0.0)
-                add(waiters, series, 0 if exported is None else len(exported.waiters))
-                add(
-                    longest_wait,
-                    series,
-                    0.0 if exported is None else exported.longest_wait_seconds or 0.0,
-                )
+                series = [printable(value) for value in (target, database, lock)]
+                if exported is None:
+                    hold.add_metric(series, 0.0)
+                    waiters.add_metric(series, 0)
+                    longest_wait.add_metric(series, 0.0)
+                    continue
+                hold.add_metric(series, exported.hold_seconds or 0.0)
+                waiters.add_metric(series, len(exported.waiters))
+                longest_wait.add_metric(series, exported.longest_wait_seconds or 0.0)
         yield from (counts, hold, waiters, longest_wait)
 
     def _finding_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
@@ -194,11 +200,13 @@ class BoardCollector(Collector):
                 tally[finding.kind, finding.severity] = (
                     tally.get((finding.kind, finding.severity), 0) + 1
                 )
-            for kind in FindingKind:
-                for severity in Severity:
-                    add(
-                        counts, [target, kind.value, severity.value], tally.get((kind, severity), 0)
-                    )
+            # Every combination, 300 targets' worth at each scrape: the kind and
+            # severity values are lockwatch's own, only the target's is made printable.
+            label = printable(target)
+            for kind, severity in COMBINATIONS:
+                counts.add_metric(
+                    [label, kind.value, severity.value], tally.get((kind, severity), 0)
+                )
             shown = _finding_series(view.findings)
             for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
                 add(active, [target, *labels], 1.0)

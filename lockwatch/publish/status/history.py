@@ -29,11 +29,13 @@ def measures(view: TargetView) -> dict[str, float]:
     found: dict[str, float] = {}
     snapshot = None if view.status is None else view.status.snapshot
     if snapshot is not None:
+        # Most polls have no waiter at all: the summary says so without a walk.
+        unusual = snapshot.lock_summary().unusual
         ignored = view.target.locks.ignored
         found[WAITING] = float(
             sum(
                 1
-                for lock in snapshot.locks
+                for lock in (snapshot.locks if unusual else ())
                 if not lock.granted and not ignored(lock.database, lock.key)
             )
         )
@@ -80,6 +82,22 @@ class History:
         return [(now - at, value) for at, value in series if now - at <= self.window]
 
 
+def _corners(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points where the line turns: the inner points of a flat run draw
+    nothing (a quiet hour of 360 zeros is two points, and a page of 300
+    targets no longer carries 300 of those hours).
+
+    >>> _corners([(3.0, 0.0), (2.0, 0.0), (1.0, 0.0), (0.0, 5.0)])
+    [(3.0, 0.0), (1.0, 0.0), (0.0, 5.0)]
+    """
+    last = len(points) - 1
+    return [
+        point
+        for n, point in enumerate(points)
+        if n in (0, last) or not points[n - 1][1] == point[1] == points[n + 1][1]
+    ]
+
+
 def sparkline(
     points: Sequence[tuple[float, float]], window: float, width: int = 240, height: int = 36
 ) -> str:
@@ -91,7 +109,7 @@ def sparkline(
     scale = max(top, 1.0)
     coords = " ".join(
         f"{width * (1 - min(ago, span) / span):.1f},{height - 2 - (height - 4) * value / scale:.1f}"
-        for ago, value in points
+        for ago, value in _corners(points)
     )
     last = points[-1][1] if points else 0.0
     label = f"last {format_duration(span)}: now {last:g}, highest {top:g}"

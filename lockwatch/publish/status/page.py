@@ -12,7 +12,7 @@ from lockwatch.model.locks import HIDDEN
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.jobs import jobs_document
-from lockwatch.publish.api.locks import history_text, locks_document
+from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.status.cells import (
     escape,
@@ -24,6 +24,12 @@ from lockwatch.publish.status.cells import (
 )
 from lockwatch.publish.status.history import WAITING, History, queue_series, sparkline
 from lockwatch.publish.status.incidents import open_section, resolved_section
+from lockwatch.publish.status.locks import (
+    LOCKS_SHOWN,
+    counts_cell,
+    detailed_targets,
+    locks_section,
+)
 from lockwatch.state.board import Board
 from lockwatch.text import iso_utc
 
@@ -36,7 +42,6 @@ POOLED_NOTE = (
     "direct DSN so that its session stays one backend (target_transaction_pooled says what "
     "it does meanwhile)"
 )
-LOCKS_SHOWN = 20  # per target, longest-held first; /api/v1/locks pages through all
 RESOLVED_SHOWN = 10  # recently resolved incidents, newest first; /api/v1/incidents has more
 
 
@@ -48,7 +53,9 @@ class Page:
     views: tuple[TargetView, ...]
     incidents: tuple[Incident, ...]  # open, every target's, worst first, then the oldest
     resolved: tuple[Incident, ...]  # recently resolved, newest first
-    # target -> its entry in /api/v1/locks, cut to the first LOCKS_SHOWN locks
+    # The targets whose locks are shown one by one (status/locks.py), and
+    # each one's entry in /api/v1/locks, cut to the first LOCKS_SHOWN locks.
+    detailed: tuple[TargetView, ...]
     locks: dict[str, dict[str, Any]]
     queues: dict[str, dict[str, Any]]  # target -> its queues and workers, as /api/v1/queues
     jobs: dict[str, list[dict[str, Any]]]  # target -> its jobs, as /api/v1/jobs
@@ -69,14 +76,17 @@ class StatusPage:
         """The page; without ``refresh`` (``/?refresh=off``), no meta refresh."""
         now = self._clock()
         views = self._board.views()
+        incidents = open_incidents(views)
+        detailed = detailed_targets(views, incidents)
         page = Page(
             now=now,
             views=views,
-            incidents=open_incidents(views),
+            incidents=incidents,
             resolved=resolved_incidents(views),
+            detailed=detailed,
             locks={
                 entry["target"]: entry
-                for entry in locks_document(views, now, shown=LOCKS_SHOWN)["targets"]
+                for entry in locks_document(detailed, now, shown=LOCKS_SHOWN)["targets"]
             },
             queues={entry["target"]: entry for entry in queues_document(views)["targets"]},
             jobs={entry["target"]: entry["jobs"] for entry in jobs_document(views)["targets"]},
@@ -105,64 +115,8 @@ def _resolved_section(page: Page) -> str:
     return resolved_section(page.now, page.resolved)
 
 
-def _roots(page: Page, target: str) -> dict[object, str]:
-    """The pids that are roots of open incidents on ``target``, with the incident's id."""
-    return {
-        incident.root.pid: incident.id
-        for incident in page.incidents
-        if incident.target == target and incident.root.pid is not None
-    }
-
-
 def _locks_section(page: Page) -> str:
-    blocks = []
-    for view in page.views:
-        entry = page.locks.get(view.target.name) or {}
-        shown = entry.get("locks") or []
-        if not view.up:
-            body = "<p>not sampled: the target is down</p>"
-        elif not shown:
-            body = "<p>no advisory locks held or awaited</p>"
-        else:
-            roots = _roots(page, view.target.name)
-            rows = []
-            for lock in shown:
-                holders = table(lock["holders"]) if lock["holders"] else "<p>nobody holds it</p>"
-                # Every waiter waits on the holder marked above them: no "blocked by" column.
-                waiting = [
-                    {k: v for k, v in w.items() if k != "blocked_by"} for w in lock["waiters"]
-                ]
-                waiters = (
-                    f"<h4>{len(waiting)} waiting, the longest for "
-                    f"{seconds_text(lock['longest_wait_seconds'])}</h4>{table(waiting)}"
-                    if waiting
-                    else ""
-                )
-                marks = "".join(
-                    f'<p class="root"><strong class="mark">root</strong> held by pid '
-                    f'{escape(h["pid"])}, the root of <a href="#incident-{escape(roots[h["pid"]])}">'
-                    f"incident {escape(roots[h['pid']])}</a></p>"
-                    for h in lock["holders"]
-                    if h.get("pid") in roots
-                )
-                rows.append(
-                    '<div class="lock">'
-                    f'<h4>lock {escape(lock["lock"])} <span class="where">in {escape(lock["database"])}, '
-                    f"{escape(lock['mode'])}, held for {seconds_text(lock['hold_seconds'])}"
-                    f"{escape(history_text(lock))}</span></h4>"
-                    f"{marks}{holders}{waiters}</div>"
-                )
-            body = "".join(rows)
-            left_out = entry.get("locks_left_out") or 0
-            if left_out:
-                # The API's next page starts where the page stops.
-                more = f"/api/v1/locks?offset={LOCKS_SHOWN}"
-                body += (
-                    f"<p>and {escape(left_out)} more, held for less long: page through them at "
-                    f'<a href="{more}">{more}</a></p>'
-                )
-        blocks.append(f"<h3>{escape(view.target.name)}</h3>{body}")
-    return f'<section id="locks"><h2>Advisory locks now</h2>{"".join(blocks)}</section>'
+    return locks_section(page.views, page.detailed, page.locks, page.incidents)
 
 
 def _targets_section(page: Page) -> str:
@@ -188,12 +142,13 @@ def _targets_section(page: Page) -> str:
             f"<td>{escape(state)}{error}</td>"
             f"<td>{moment(page.now, iso_utc(view.last_success))}</td>"
             f"<td>{escape(None if snapshot is None else f'{snapshot.poll_seconds * 1000:.0f} ms')}</td>"
+            f"<td>{counts_cell(view)}</td>"
             f"<td>{view.polls_total}</td><td>{view.poll_errors_total}</td>"
             f"<td>{view.state_write_errors_total}</td><td>{chart}</td></tr>"
         )
     head = (
         "<tr><th>target</th><th>state</th><th>last successful poll</th><th>poll took</th>"
-        "<th>polls</th><th>failed</th><th>state saves failed</th>"
+        "<th>advisory locks</th><th>polls</th><th>failed</th><th>state saves failed</th>"
         "<th>waiting on advisory locks, up to the last hour</th></tr>"
     )
     return (

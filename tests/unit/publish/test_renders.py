@@ -147,3 +147,15 @@ def test_a_shown_cut_counts_what_it_left_out_without_building_it() -> None:
 
     assert len(entry["locks"]) == 12
     assert entry["locks_left_out"] == 18
+
+
+def test_a_page_of_one_target_names_only_that_targets_locks() -> None:
+    views = [
+        view_of(snapshot(held(k, 100), target=name), name=name) for k, name in ((1, "a"), (2, "b"))
+    ]
+
+    document = locks_document(views, NOW, page=Page(limit=10, target="b"))
+
+    assert [(t["target"], [lock["key"] for lock in t["locks"]]) for t in document["targets"]] == [
+        ("b", ["2"])
+    ]

@@ -15,7 +15,8 @@ from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSa
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.publish.status.cells import TABLE_ROWS
 from lockwatch.publish.status.history import History, sparkline
-from lockwatch.publish.status.page import LOCKS_SHOWN, StatusPage
+from lockwatch.publish.status.locks import LOCKS_SHOWN
+from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
