@@ -248,8 +248,9 @@ def test_the_prometheus_config_labels_each_scrape_with_its_shard_and_replica(
         rules["instance"]["regex"],
         rules["instance"]["replacement"],
     )
-    # alerts leave without the replica label: Alertmanager sees one alert per shard's alert
-    assert {"action": "labeldrop", "regex": "replica"} in config["alerting"][
+    # alerts leave without the labels replicas differ in (replica, and the incident id
+    # each numbers apart): Alertmanager sees one alert per shard's alert
+    assert {"action": "labeldrop", "regex": "replica|incident"} in config["alerting"][
         "alert_relabel_configs"
     ]
 
