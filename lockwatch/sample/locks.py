@@ -6,7 +6,7 @@ sessions that block those, in as few round trips as the last poll allows.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
@@ -280,16 +280,30 @@ def advisory_blockers(
 
 
 def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
-    return {"pids": sorted(pids), "query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN}
+    return {"pids": sorted(pids), "query_chars": QUERY_CHARS}
 
 
-def _chains(sessions: Mapping[int, Backend], pids: Iterable[int]) -> dict[int, Backend]:
-    """The sessions of ``pids`` and those blocking them, MAX_CHAIN steps deep:
-    what lock_sessions.sql returns for ``pids`` alone."""
+# What asks the server for the sessions of some pids (lock_sessions.sql).
+FetchSessions = Callable[[Collection[int]], Mapping[int, Backend]]
+
+
+def _chains(
+    sessions: dict[int, Backend], pids: Iterable[int], fetch: FetchSessions
+) -> dict[int, Backend]:
+    """The sessions of ``pids`` and those blocking them, MAX_CHAIN steps deep,
+    from ``sessions`` (which may hold others: they are left out), fetching the
+    blockers it lacks. A blocker is rare (a session waiting on a heavyweight
+    lock other than an advisory one), and the last poll's are usually among
+    ``sessions`` already, so most polls fetch nothing here."""
     keep = {pid for pid in pids if pid in sessions}
     step = keep
     for _ in range(MAX_CHAIN):
-        step = {b for pid in step for b in sessions[pid].blocked_by if b in sessions} - keep
+        step = {b for pid in step for b in sessions[pid].blocked_by} - keep
+        # 0: a prepared transaction, which has no session.
+        missing = step - sessions.keys() - {0}
+        if missing:
+            sessions.update(fetch(missing))
+        step &= sessions.keys()
         keep |= step
     return {pid: sessions[pid] for pid in sorted(keep)}
 
@@ -308,7 +322,9 @@ def read_advisory_locks(
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
     sessions of ``expected`` (the last poll's) are asked for in the same round
-    trip, in a pipeline; only sessions that took a lock since cost a second.
+    trip, in a pipeline; only sessions that took a lock since cost a second,
+    and blockers of a chain past a non-advisory lock not seen at the last poll
+    one more per step.
     Through a pooler (``prepare=False``) nothing is prepared on the server: the
     next statement may run on another backend. ``decoder`` (the last poll's)
     makes an unchanged answer cost no work per lock.
@@ -326,12 +342,16 @@ def read_advisory_locks(
         return decoder.nothing(), {}, row["read_at"] if row else None
     pids = decoder.pids(row)
     rows = guessed.fetchall() if guessed is not None else []
-    missing = pids.difference(r["pid"] for r in rows)
+
+    def fetch(wanted: Collection[int]) -> dict[int, Backend]:
+        found = conn.execute(lock_sessions_query(), _sessions_params(wanted), prepare=prepare)
+        return {r["pid"]: backend_from_row(r) for r in found}
+
+    sessions = {r["pid"]: backend_from_row(r) for r in rows}
+    missing = pids.difference(sessions)
     if missing:
-        rows += conn.execute(
-            lock_sessions_query(), _sessions_params(missing), prepare=prepare
-        ).fetchall()
-    backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
+        sessions.update(fetch(missing))
+    backends = _chains(sessions, pids, fetch)
     prepared = _prepared(conn, row["prepared"])
     locks = decoder.decode(row, backends, prepared)
     # No array of waits: nobody waits, and no waiter's blockers need filling.

@@ -97,3 +97,34 @@ def test_a_holder_that_disconnects_leaves_no_trace(pg: PgDatabase, sampler: PgLo
     sample = sampler.sample()
     assert sample.locks == ()
     assert sample.backends == {}
+
+
+def test_a_fresh_poll_follows_a_chain_of_row_locks_one_step_at_a_time(pg: PgDatabase) -> None:
+    setup = pg.connect("setup")
+    setup.execute("CREATE TABLE steps (id int PRIMARY KEY)")
+    setup.execute("INSERT INTO steps VALUES (1), (2)")
+    tail = pg.connect("tail", autocommit=False)
+    tail.execute("UPDATE steps SET id = 2 WHERE id = 2")
+    middle = pg.connect("middle", autocommit=False)
+    middle.execute("UPDATE steps SET id = 1 WHERE id = 1")
+    middle_waits = run_in_thread(lambda: middle.execute("UPDATE steps SET id = 2 WHERE id = 2"))
+    lock_holder = pg.connect("lock-holder")
+    lock_holder.execute("SELECT pg_advisory_lock(42)")
+    holder_waits = run_in_thread(
+        lambda: lock_holder.execute("UPDATE steps SET id = 1 WHERE id = 1")
+    )
+    pids = [conn.info.backend_pid for conn in (lock_holder, middle, tail)]
+    # Each session seen blocked from the start: nothing is guessed from a
+    # poll that saw the chain, so every blocker past the first is a step.
+    wait_until(
+        lambda: set(fresh(pg).backends) == set(pids),
+        message="the lock holder, its blocker and its blocker's blocker",
+    )
+    backends = fresh(pg).backends
+    assert backends[pids[0]].blocked_by == (pids[1],)
+    assert backends[pids[1]].blocked_by == (pids[2],)
+    assert backends[pids[2]].blocked_by == ()
+    tail.rollback()
+    middle_waits.join()
+    middle.rollback()
+    holder_waits.join()
