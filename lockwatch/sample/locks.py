@@ -332,7 +332,9 @@ def read_advisory_locks(
     with conn.pipeline():
         arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
         guessed = (
-            conn.execute(lock_sessions_query(), _sessions_params(expected), prepare=prepare)
+            conn.execute(
+                lock_sessions_query(), _sessions_params(expected), prepare=prepare, binary=True
+            )
             if expected
             else None
         )
@@ -344,7 +346,9 @@ def read_advisory_locks(
     rows = guessed.fetchall() if guessed is not None else []
 
     def fetch(wanted: Collection[int]) -> dict[int, Backend]:
-        found = conn.execute(lock_sessions_query(), _sessions_params(wanted), prepare=prepare)
+        found = conn.execute(
+            lock_sessions_query(), _sessions_params(wanted), prepare=prepare, binary=True
+        )
         return {r["pid"]: backend_from_row(r) for r in found}
 
     sessions = {r["pid"]: backend_from_row(r) for r in rows}
