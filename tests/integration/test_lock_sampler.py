@@ -128,3 +128,32 @@ def test_a_fresh_poll_follows_a_chain_of_row_locks_one_step_at_a_time(pg: PgData
     middle_waits.join()
     middle.rollback()
     holder_waits.join()
+
+
+def test_every_bit_of_a_key_and_its_mode_comes_back_as_the_application_took_it(
+    pg: PgDatabase, sampler: PgLockSampler
+) -> None:
+    holder = pg.connect("holder")
+    bigints = (-1, -9218828629118414586, -(2**63), 2**63 - 1, 42)
+    for key in bigints:
+        holder.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
+    holder.execute("SELECT pg_advisory_lock_shared(-7, 13)")
+    holder.execute("SELECT pg_advisory_lock(2147483647, -2147483648)")
+    waiter = pg.connect("waiter")
+    waits = run_in_thread(lambda: waiter.execute("SELECT pg_advisory_lock(-7, 13)"))
+    wait_until(
+        lambda: any(not lock.granted for lock in sampler.sample().locks),
+        message="the waiter queues on -7,13",
+    )
+    locks = {
+        (lock.pid, lock.key.render(), lock.mode, lock.granted) for lock in sampler.sample().locks
+    }
+    mine, theirs = holder.info.backend_pid, waiter.info.backend_pid
+    assert locks == {
+        *((mine, str(key), "ExclusiveLock", True) for key in bigints),
+        (mine, "-7,13", "ShareLock", True),
+        (mine, "2147483647,-2147483648", "ExclusiveLock", True),
+        (theirs, "-7,13", "ExclusiveLock", False),
+    }
+    holder.execute("SELECT pg_advisory_unlock_all()")
+    waits.join()
