@@ -13,8 +13,11 @@ pg_stat_statements, per role, read between the parties of each round.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -261,3 +264,47 @@ def measure(
         series=series_count(scraped),
         exclusive_locks=advisory_count(scraped),
     )
+
+
+def main(argv: list[str]) -> None:
+    """``python -m bench.poll_cost``: only these rounds, on a server of their
+    own, printed as ``python -m bench`` renders them (nothing is written)."""
+    # bench.run and bench.report import this module.
+    from bench.report import cost_section
+    from bench.run import Options, Results, machine
+
+    defaults = Options()
+    parser = argparse.ArgumentParser(prog="python -m bench.poll_cost", description=__doc__)
+    parser.add_argument(
+        "--locks",
+        default=",".join(map(str, defaults.locks)),
+        help="advisory locks held, e.g. 100,1000,10000,50000",
+    )
+    parser.add_argument("--polls", type=int, default=defaults.polls, help="rounds at each N")
+    args = parser.parse_args(argv)
+    sizes = tuple(int(part.replace("_", "")) for part in args.locks.split(","))
+    started, clock = datetime.now(UTC), time.monotonic()
+    costs: list[FloorCost] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="lockwatch-bench-poll-cost-") as workdir,
+        BenchServer(Path(workdir)) as server,
+        PostgresExporter(server, Path(workdir)) as exporter,
+    ):
+        version = server.version
+        for locks in sizes:
+            print(f"holding {locks:,} advisory locks", file=sys.stderr, flush=True)
+            server.hold_locks(locks)
+            costs.append(measure(server, exporter, args.polls)[0])
+    seconds = time.monotonic() - clock
+    command = " ".join(["python -m bench.poll_cost", *argv])
+    print(
+        f"Measured {started:%Y-%m-%d %H:%M} UTC with `{command}` in {seconds:.0f}s: "
+        f"PostgreSQL {version}, {machine()}.\n"
+    )
+    options = Options(locks=sizes, polls=args.polls)
+    results = Results(options, started, seconds, version, machine(), costs=tuple(costs))
+    print("\n".join(cost_section(results)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -6,7 +6,7 @@ sessions that block those, in as few round trips as the last poll allows.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
@@ -21,8 +21,6 @@ from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
 from lockwatch.sample.session import TargetSession
 
 MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
-LOCK_TIMEOUT_MS = 1000  # lockwatch takes no locks; this guards catalog reads all the same
-WORK_MEM = "32MB"  # enough to copy 100,000 locks without a temp file
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +69,7 @@ def _moved(backend: Backend, offset: timedelta) -> Backend:
     )
 
 
-# Bits of the ``flags`` array of advisory_locks.sql.
+# Bits of the flags in the ``owners`` array of advisory_locks.sql.
 PAIR_KEY, SHARED, WAITING = 1, 2, 4
 
 
@@ -100,10 +98,15 @@ def prepared_xacts_query() -> sql.SQL:
     return sql.SQL(_sql_text("prepared_xacts.sql"))
 
 
-# One element of advisory_locks.sql's arrays, with the session it belongs to.
-LockRow = tuple[int, datetime | None, int, int, int, datetime | None]
+# One element of advisory_locks.sql's arrays, with the session it belongs to:
+# (owner, backend_start, key, wait_start); a prepared transaction's lock has
+# its transaction's time in place of backend_start.
+LockRow = tuple[int, datetime | None, int, datetime | None]
 # The columns of advisory_locks.sql's row that say which locks there are.
-LOCK_COLUMNS = ("pids", "classids", "objids", "flags", "waitstarts", "prepared")
+LOCK_COLUMNS = ("owners", "keys", "waitstarts", "prepared")
+FLAG_BITS = 3  # an owner is pid << FLAG_BITS | flags
+FLAG_MASK = (1 << FLAG_BITS) - 1
+HALF = 0xFFFFFFFF  # a key's low half: objid (a pair's key2)
 
 
 def decode_locks(
@@ -124,30 +127,29 @@ def decode_locks(
     known = known or {}
     prepared = prepared or {}
     decoded: dict[LockRow, AdvisoryLock] = {}
-    pids = arrays["pids"]
-    if pids is None:
+    owners = arrays["owners"]
+    if owners is None:
         return decoded
     waitstarts = iter(arrays["waitstarts"] or ())
     vxids = iter(arrays.get("prepared") or ())
-    for pid, classid, objid, flags in zip(
-        pids, arrays["classids"], arrays["objids"], arrays["flags"], strict=True
-    ):
+    for owner, key in zip(owners, arrays["keys"], strict=True):
+        pid, flags = owner >> FLAG_BITS, owner & FLAG_MASK
         wait_start = next(waitstarts, None) if flags & WAITING else None
-        if pid is None:
+        if not pid:
             xact = prepared.get(next(vxids, ""))
             if xact is not None:
-                raw: LockRow = (0, xact.prepared, classid, objid, flags, None)
-                unowned = _lock(xact.database, 0, classid, objid, flags)
+                raw: LockRow = (owner, xact.prepared, key, None)
+                unowned = _lock(xact.database, 0, key, flags)
                 decoded[raw] = replace(unowned, prepared=xact)
             continue
         backend = backends.get(pid)
         if backend is None:
             continue
-        raw = (pid, backend.backend_start, classid, objid, flags, wait_start)
+        raw = (owner, backend.backend_start, key, wait_start)
         lock = known.get(raw)
         if lock is None:
             # An advisory lock lives in the database its session is connected to.
-            lock = _lock(backend.database, pid, classid, objid, flags, wait_start)
+            lock = _lock(backend.database, pid, key, flags, wait_start)
         decoded[raw] = lock
     return decoded
 
@@ -167,16 +169,36 @@ class LockDecoder:
         self.locks: dict[LockRow, AdvisoryLock] = {}
         self._columns: tuple[Any, ...] | None = None
         self._owners: dict[int, tuple[datetime | None, str | None]] = {}
+        # The owners array last asked about, the equal one its pids were
+        # taken from, and those pids.
+        self._asked: list[int] | None = None
+        self._owner_array: list[int] | None = None
+        self._pids: frozenset[int] = frozenset()
+
+    def pids(self, arrays: Mapping[str, Any]) -> frozenset[int]:
+        """The pids of the sessions behind ``arrays`` (a prepared
+        transaction's locks have none). An owners array equal to the last one
+        has the same pids, and stands for it in ``decode``'s comparison, which
+        then sees the very same list."""
+        owners = arrays["owners"] or []
+        if owners is not self._asked:
+            self._asked = owners
+            if owners != self._owner_array:
+                self._owner_array = owners
+                pids = {owner >> FLAG_BITS for owner in owners}
+                pids.discard(0)  # the locks of prepared transactions
+                self._pids = frozenset(pids)
+        return self._pids
 
     def decode(
         self,
         arrays: Mapping[str, Any],
         backends: Mapping[int, Backend],
-        pids: Collection[int],
         prepared: Mapping[str, PreparedXact] | None = None,
     ) -> dict[LockRow, AdvisoryLock]:
-        """The locks of ``arrays`` (``pids``: the set of its pids)."""
-        columns = tuple(arrays.get(name) for name in LOCK_COLUMNS)
+        """The locks of ``arrays``."""
+        pids = self.pids(arrays)
+        columns = (self._owner_array, *(arrays.get(name) for name in LOCK_COLUMNS[1:]))
         owners = {
             pid: (backend.backend_start, backend.database)
             for pid in pids
@@ -200,14 +222,14 @@ class LockDecoder:
 def _lock(
     database: str | None,
     pid: int,
-    classid: int,
-    objid: int,
+    key: int,
     flags: int,
     wait_start: datetime | None = None,
 ) -> AdvisoryLock:
     return AdvisoryLock(
         database=database or "",
-        key=LockKey.from_pg_locks(classid, objid, 2 if flags & PAIR_KEY else 1),
+        # The key's halves as pg_locks shows them: classid high, objid low.
+        key=LockKey.from_pg_locks(key >> 32 & HALF, key & HALF, 2 if flags & PAIR_KEY else 1),
         mode="ShareLock" if flags & SHARED else "ExclusiveLock",
         granted=not flags & WAITING,
         pid=pid,
@@ -258,16 +280,30 @@ def advisory_blockers(
 
 
 def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
-    return {"pids": sorted(pids), "query_chars": QUERY_CHARS, "max_chain": MAX_CHAIN}
+    return {"pids": sorted(pids), "query_chars": QUERY_CHARS}
 
 
-def _chains(sessions: Mapping[int, Backend], pids: Iterable[int]) -> dict[int, Backend]:
-    """The sessions of ``pids`` and those blocking them, MAX_CHAIN steps deep:
-    what lock_sessions.sql returns for ``pids`` alone."""
+# What asks the server for the sessions of some pids (lock_sessions.sql).
+FetchSessions = Callable[[Collection[int]], Mapping[int, Backend]]
+
+
+def _chains(
+    sessions: dict[int, Backend], pids: Iterable[int], fetch: FetchSessions
+) -> dict[int, Backend]:
+    """The sessions of ``pids`` and those blocking them, MAX_CHAIN steps deep,
+    from ``sessions`` (which may hold others: they are left out), fetching the
+    blockers it lacks. A blocker is rare (a session waiting on a heavyweight
+    lock other than an advisory one), and the last poll's are usually among
+    ``sessions`` already, so most polls fetch nothing here."""
     keep = {pid for pid in pids if pid in sessions}
     step = keep
     for _ in range(MAX_CHAIN):
-        step = {b for pid in step for b in sessions[pid].blocked_by if b in sessions} - keep
+        step = {b for pid in step for b in sessions[pid].blocked_by} - keep
+        # 0: a prepared transaction, which has no session.
+        missing = step - sessions.keys() - {0}
+        if missing:
+            sessions.update(fetch(missing))
+        step &= sessions.keys()
         keep |= step
     return {pid: sessions[pid] for pid in sorted(keep)}
 
@@ -286,7 +322,9 @@ def read_advisory_locks(
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
     sessions of ``expected`` (the last poll's) are asked for in the same round
-    trip, in a pipeline; only sessions that took a lock since cost a second.
+    trip, in a pipeline; only sessions that took a lock since cost a second,
+    and blockers of a chain past a non-advisory lock not seen at the last poll
+    one more per step.
     Through a pooler (``prepare=False``) nothing is prepared on the server: the
     next statement may run on another backend. ``decoder`` (the last poll's)
     makes an unchanged answer cost no work per lock.
@@ -294,24 +332,32 @@ def read_advisory_locks(
     with conn.pipeline():
         arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
         guessed = (
-            conn.execute(lock_sessions_query(), _sessions_params(expected), prepare=prepare)
+            conn.execute(
+                lock_sessions_query(), _sessions_params(expected), prepare=prepare, binary=True
+            )
             if expected
             else None
         )
     row = arrays.fetchone()
     decoder = decoder or LockDecoder()
-    if row is None or row["pids"] is None:
+    if row is None or row["owners"] is None:
         return decoder.nothing(), {}, row["read_at"] if row else None
-    pids = set(row["pids"]) - {None}
+    pids = decoder.pids(row)
     rows = guessed.fetchall() if guessed is not None else []
-    missing = pids.difference(r["pid"] for r in rows)
+
+    def fetch(wanted: Collection[int]) -> dict[int, Backend]:
+        found = conn.execute(
+            lock_sessions_query(), _sessions_params(wanted), prepare=prepare, binary=True
+        )
+        return {r["pid"]: backend_from_row(r) for r in found}
+
+    sessions = {r["pid"]: backend_from_row(r) for r in rows}
+    missing = pids.difference(sessions)
     if missing:
-        rows += conn.execute(
-            lock_sessions_query(), _sessions_params(missing), prepare=prepare
-        ).fetchall()
-    backends = _chains({r["pid"]: backend_from_row(r) for r in rows}, pids)
+        sessions.update(fetch(missing))
+    backends = _chains(sessions, pids, fetch)
     prepared = _prepared(conn, row["prepared"])
-    locks = decoder.decode(row, backends, pids, prepared)
+    locks = decoder.decode(row, backends, prepared)
     # No array of waits: nobody waits, and no waiter's blockers need filling.
     if row["waitstarts"] is None:
         return locks, dict(backends), row["read_at"]

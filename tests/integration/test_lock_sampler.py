@@ -97,3 +97,63 @@ def test_a_holder_that_disconnects_leaves_no_trace(pg: PgDatabase, sampler: PgLo
     sample = sampler.sample()
     assert sample.locks == ()
     assert sample.backends == {}
+
+
+def test_a_fresh_poll_follows_a_chain_of_row_locks_one_step_at_a_time(pg: PgDatabase) -> None:
+    setup = pg.connect("setup")
+    setup.execute("CREATE TABLE steps (id int PRIMARY KEY)")
+    setup.execute("INSERT INTO steps VALUES (1), (2)")
+    tail = pg.connect("tail", autocommit=False)
+    tail.execute("UPDATE steps SET id = 2 WHERE id = 2")
+    middle = pg.connect("middle", autocommit=False)
+    middle.execute("UPDATE steps SET id = 1 WHERE id = 1")
+    middle_waits = run_in_thread(lambda: middle.execute("UPDATE steps SET id = 2 WHERE id = 2"))
+    lock_holder = pg.connect("lock-holder")
+    lock_holder.execute("SELECT pg_advisory_lock(42)")
+    holder_waits = run_in_thread(
+        lambda: lock_holder.execute("UPDATE steps SET id = 1 WHERE id = 1")
+    )
+    pids = [conn.info.backend_pid for conn in (lock_holder, middle, tail)]
+    # Each session seen blocked from the start: nothing is guessed from a
+    # poll that saw the chain, so every blocker past the first is a step.
+    wait_until(
+        lambda: set(fresh(pg).backends) == set(pids),
+        message="the lock holder, its blocker and its blocker's blocker",
+    )
+    backends = fresh(pg).backends
+    assert backends[pids[0]].blocked_by == (pids[1],)
+    assert backends[pids[1]].blocked_by == (pids[2],)
+    assert backends[pids[2]].blocked_by == ()
+    tail.rollback()
+    middle_waits.join()
+    middle.rollback()
+    holder_waits.join()
+
+
+def test_every_bit_of_a_key_and_its_mode_comes_back_as_the_application_took_it(
+    pg: PgDatabase, sampler: PgLockSampler
+) -> None:
+    holder = pg.connect("holder")
+    bigints = (-1, -9218828629118414586, -(2**63), 2**63 - 1, 42)
+    for key in bigints:
+        holder.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
+    holder.execute("SELECT pg_advisory_lock_shared(-7, 13)")
+    holder.execute("SELECT pg_advisory_lock(2147483647, -2147483648)")
+    waiter = pg.connect("waiter")
+    waits = run_in_thread(lambda: waiter.execute("SELECT pg_advisory_lock(-7, 13)"))
+    wait_until(
+        lambda: any(not lock.granted for lock in sampler.sample().locks),
+        message="the waiter queues on -7,13",
+    )
+    locks = {
+        (lock.pid, lock.key.render(), lock.mode, lock.granted) for lock in sampler.sample().locks
+    }
+    mine, theirs = holder.info.backend_pid, waiter.info.backend_pid
+    assert locks == {
+        *((mine, str(key), "ExclusiveLock", True) for key in bigints),
+        (mine, "-7,13", "ShareLock", True),
+        (mine, "2147483647,-2147483648", "ExclusiveLock", True),
+        (theirs, "-7,13", "ExclusiveLock", False),
+    }
+    holder.execute("SELECT pg_advisory_unlock_all()")
+    waits.join()

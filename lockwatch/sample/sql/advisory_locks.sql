@@ -3,8 +3,15 @@
 -- pg_lock_status() behind pg_locks copies the whole lock table, and that is
 -- most of what any query on it costs. Arrays in one row add the least to it:
 -- grouping per session, or sending one row per lock, costs several times
--- more at 50,000 locks (docs/benchmarks.md).
--- flags: 1 = a key of two int4 (objsubid 2), 2 = ShareLock, 4 = waiting.
+-- more at 50,000 locks (docs/benchmarks.md). What is left is per lock, per
+-- array (an aggregate's step and each element's send), so each lock takes two
+-- elements:
+-- owners: pid × 8 + flags (int4: a pid is an OS process id, below 2^22 on
+-- Linux, so × 8 stays far from int4's limit); pid 0 for a lock of a prepared
+-- transaction; flags: 1 = a key of two int4 (objsubid 2), 2 = ShareLock,
+-- 4 = waiting.
+-- keys: classid and objid as one int8 (classid the high half), as a bigint
+-- key is split into them; a pair's key1 is the high half, key2 the low.
 -- waitstarts has one entry per waiting lock, in the order of the other arrays;
 -- prepared one per lock with no pid (a prepared transaction's), its
 -- virtualtransaction, for prepared_xacts.sql.
@@ -12,14 +19,15 @@
 -- read_at: the server's time as the statement began, before the locks were
 -- copied; the sessions read afterwards are judged against it.
 SELECT pg_catalog.statement_timestamp() AS read_at,
-       pg_catalog.array_agg(l.pid) AS pids,
-       pg_catalog.array_agg(l.classid) AS classids,
-       pg_catalog.array_agg(l.objid) AS objids,
        pg_catalog.array_agg(
-           CASE WHEN l.objsubid = 2 THEN 1 ELSE 0 END
+           COALESCE(l.pid, 0) * 8
+           + CASE WHEN l.objsubid = 2 THEN 1 ELSE 0 END
            + CASE WHEN l.mode = 'ShareLock' THEN 2 ELSE 0 END
            + CASE WHEN l.granted THEN 0 ELSE 4 END
-       ) AS flags,
+       ) AS owners,
+       pg_catalog.array_agg(
+           (l.classid::pg_catalog.int8 << 32) | l.objid::pg_catalog.int8
+       ) AS keys,
        pg_catalog.array_agg({waitstart}) FILTER (WHERE NOT l.granted) AS waitstarts,
        pg_catalog.array_agg(l.virtualtransaction) FILTER (WHERE l.pid IS NULL) AS prepared
 FROM pg_catalog.pg_locks AS l

@@ -18,7 +18,17 @@ from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.schema import assert_valid_findings
-from tests.fixtures.snapshots import DB, NOW, TARGET, ago, backend, held, snapshot, waiting
+from tests.fixtures.snapshots import (
+    DB,
+    NOW,
+    TARGET,
+    ago,
+    backend,
+    held,
+    lock_arrays,
+    snapshot,
+    waiting,
+)
 
 XACT = PreparedXact(753, "nightly-7", "app", DB, ago(900), 900.0)
 
@@ -81,14 +91,7 @@ def test_its_evidence_is_valid_json_and_reads_back() -> None:
 
 
 def test_the_sampler_names_a_lock_with_no_pid_by_its_prepared_transaction() -> None:
-    arrays = {
-        "pids": [None, 101],
-        "classids": [0, 0],
-        "objids": [42, 42],
-        "flags": [0, 4],
-        "waitstarts": [NOW],
-        "prepared": ["1/2"],
-    }
+    arrays = lock_arrays([(None, 0, 42, 0), (101, 0, 42, 4)], prepared=["1/2"])
     sessions = {101: backend(101, waits_on=[0])}
     decoded = decode_locks(arrays, sessions, prepared={"1/2": XACT})
     holder, waiter = decoded.values()

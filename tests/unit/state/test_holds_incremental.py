@@ -6,6 +6,7 @@ locks finds: the same locks, hold times, ended and begun holds, and dump."""
 
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch.model.locks import AdvisoryLock, Backend, LockSnapshot, LockSummary
-from lockwatch.sample.locks import WAITING, LockDecoder, decode_locks
+from lockwatch.sample.locks import LockDecoder, decode_locks
 from lockwatch.state.holds import HoldTracker
-from tests.fixtures.snapshots import NOW, backend
+from tests.fixtures.snapshots import NOW, backend, lock_arrays
 
 GAP = 30.0
 PIDS = (101, 102, 103)
@@ -57,6 +58,9 @@ def poll_sequences(draw: st.DrawFn) -> list[Poll]:
         if polls and again:
             _, arrays, sessions = polls[-1]
             if draw(st.booleans()):
+                # Equal arrays in new lists, as the server answers each poll.
+                arrays = {name: copy(column) for name, column in arrays.items()}
+            if draw(st.booleans()):
                 # The same locks; a session moved on (state, transaction).
                 pid = draw(st.sampled_from(PIDS))
                 sessions = {
@@ -71,14 +75,7 @@ def poll_sequences(draw: st.DrawFn) -> list[Poll]:
             polls.append((now, arrays, sessions))
             continue
         rows = draw(ROWS)
-        arrays = {
-            "pids": [row[0] for row in rows] if rows else None,
-            "classids": [row[1] for row in rows],
-            "objids": [row[2] for row in rows],
-            "flags": [row[3] for row in rows],
-            "waitstarts": [NOW for row in rows if row[3] & WAITING] or None,
-            "prepared": None,
-        }
+        arrays = lock_arrays(rows)
         sessions = {
             pid: session(
                 pid,
@@ -95,9 +92,9 @@ def poll_sequences(draw: st.DrawFn) -> list[Poll]:
 
 def decoded(decoder: LockDecoder, arrays: dict[str, Any], sessions: dict[int, Backend]) -> Any:
     """As ``read_advisory_locks`` asks the decoder, empty answers included."""
-    if arrays["pids"] is None:
+    if arrays["owners"] is None:
         return decoder.nothing()
-    return decoder.decode(arrays, sessions, set(arrays["pids"]))
+    return decoder.decode(arrays, sessions)
 
 
 @settings(max_examples=300, deadline=None)
@@ -109,8 +106,9 @@ def test_the_incremental_path_finds_what_a_rebuild_finds(polls: list[Poll]) -> N
     for now, arrays, sessions in polls:
         known = decoder.locks
         answer = decoded(decoder, arrays, sessions)
-        fresh = decode_locks(arrays, sessions) if arrays["pids"] is not None else {}
+        fresh = decode_locks(arrays, sessions) if arrays["owners"] is not None else {}
         assert answer == fresh
+        assert decoder.pids(arrays) == {owner // 8 for owner in arrays["owners"] or ()} - {0}
         if answer is not known:
             # As the reader does: the same answer is the same tuple again.
             given_locks = tuple(answer.values())
