@@ -40,6 +40,7 @@ from bench.server import (
 )
 from lockwatch.monitors import locks as lock_monitor
 from lockwatch.runner import TargetRunner
+from lockwatch.sample.session import WORK_MEM
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
@@ -187,8 +188,16 @@ def measure(
     runner = TargetRunner(
         bench_target(server), Board(), StateStore(None), lambda: datetime.now(UTC)
     )
+    # The floor and the join get the work_mem lockwatch's session sets: under
+    # the default 4 MB the copy of 50,000 locks spills to a temp file, a cost
+    # no floor need pay.
     conns: dict[str, psycopg.Connection[tuple[Any, ...]]] = {
-        role: psycopg.connect(server.dsn(role), autocommit=True, application_name=role)
+        role: psycopg.connect(
+            server.dsn(role),
+            autocommit=True,
+            application_name=role,
+            options=f"-c work_mem={WORK_MEM}",
+        )
         for role in (FLOOR_ROLE, JOIN_ROLE)
     }
     queries = {FLOOR_ROLE: COUNT_SQL, JOIN_ROLE: FLOOR_SQL}
