@@ -77,10 +77,11 @@ def election_metrics(election: Election) -> Iterator[Metric]:
     sender = GaugeMetricFamily(
         "lockwatch_notify_sender",
         "1 while this replica is the elected sender of notifications for its shard, "
-        "0 while it stands by.",
-        labels=labels,
+        "0 while it stands by; scope is what the replicas elect a sender of "
+        "(the shard, with notify.group), the same on every replica of it.",
+        labels=["replica", "scope"],
     )
-    sender.add_metric([election.replica], 1.0 if election.sender else 0.0)
+    sender.add_metric([election.replica, election.scope], 1.0 if election.sender else 0.0)
     changes = CounterMetricFamily(
         "lockwatch_notify_sender_changes_total",
         "Times this replica became, or stopped being, the sender.",
