@@ -19,7 +19,8 @@ from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.jobs import runs_from_rows
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
-from lockwatch.state.jobstore import JobStore, StoreError
+from lockwatch.state.jobstore import JobStore
+from lockwatch.state.pgstore import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings
-from lockwatch.state.jobstore import StoreError
 from lockwatch.state.notify_store import NotifyStore
+from lockwatch.state.pgstore import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from lockwatch.notify.metrics import NotifierCollector
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.transports import Transport, TransportError, make_transport
 from lockwatch.settings.notify import SEND_MARGIN, AlertmanagerChannel, Channel, NotifySettings
-from lockwatch.state.jobstore import StoreError
 from lockwatch.state.ledger import Transitions
+from lockwatch.state.pgstore import StoreError
 from lockwatch.state.statefile import StateStore
 
 log = logging.getLogger(__name__)

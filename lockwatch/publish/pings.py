@@ -18,7 +18,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs
 
-from lockwatch.state.jobstore import JobStore, PingEvent, StoreError
+from lockwatch.state.jobstore import JobStore, PingEvent
+from lockwatch.state.pgstore import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -18,16 +18,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
 from lockwatch.model.evidence.json_form import JsonObject, JsonValue
 from lockwatch.model.incidents import Incident, incident_json
 from lockwatch.settings.incidents import DEFAULT_RETENTION, HistoryStore
 from lockwatch.settings.targets import Settings
 from lockwatch.state.incident_json import load_incident
+from lockwatch.state.pgstore import StoreConnection, StoreError
 from lockwatch.state.statefile import StateStore
-from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 
 log = logging.getLogger(__name__)
 
@@ -180,33 +177,15 @@ class PostgresHistory(IncidentHistory):
         clock: Clock = utc_now,
     ) -> None:
         super().__init__(retention, max_kept, clock)
-        self._dsn = dsn
-        self._secrets = dsn_secrets(dsn)
-        self._table = table
-        self._conn: psycopg.Connection[Any] | None = None
+        self._store = StoreConnection(dsn, "incident history", {"table": table}, (_SCHEMA,))
         self._memory: dict[str, Incident] = {}  # what could not be written yet
-
-    def _run(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
-                self._conn.execute(sql.SQL(_SCHEMA).format(table=sql.Identifier(self._table)))
-            composed = sql.SQL(query).format(table=sql.Identifier(self._table))
-            cursor = self._conn.execute(composed, params)
-            return list(cursor.fetchall()) if cursor.description else []
-        except psycopg.Error as exc:
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
-            message = f"incident history {describe_dsn(self._dsn)}: {first_line(exc)}"
-            raise _HistoryError(redact(message, self._secrets)) from None
 
     def add(self, incident: Incident) -> None:
         with self._lock:
             self._memory[incident.id] = incident
             try:
                 for pending in list(self._memory.values()):
-                    self._run(
+                    self._store.run(
                         _UPSERT,
                         {
                             "id": pending.id,
@@ -216,16 +195,16 @@ class PostgresHistory(IncidentHistory):
                         },
                     )
                     del self._memory[pending.id]
-                self._run(_PRUNE, {"cut_off": self._cut_off(), "max_kept": self.max_kept})
-            except _HistoryError as exc:
+                self._store.run(_PRUNE, {"cut_off": self._cut_off(), "max_kept": self.max_kept})
+            except StoreError as exc:
                 self._failed(str(exc))
 
     def resolved(self, since: datetime | None = None) -> list[Incident]:
         floor = max(since or self._cut_off(), self._cut_off())
         with self._lock:
             try:
-                rows = self._run(_SELECT, {"since": floor, "max_kept": self.max_kept})
-            except _HistoryError as exc:
+                rows = self._store.run(_SELECT, {"since": floor, "max_kept": self.max_kept})
+            except StoreError as exc:
                 self._failed(str(exc))
                 rows = []
             pending = list(self._memory.values())
@@ -239,19 +218,14 @@ class PostgresHistory(IncidentHistory):
             if pending is not None:
                 return pending
             try:
-                rows = self._run(_ONE, {"id": incident_id, "since": self._cut_off()})
-            except _HistoryError as exc:
+                rows = self._store.run(_ONE, {"id": incident_id, "since": self._cut_off()})
+            except StoreError as exc:
                 self._failed(str(exc))
                 return None
         return load_incident(_document(rows[0][0])) if rows else None
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-
-
-class _HistoryError(Exception):
-    """The history store failed; the message holds no secret."""
+        self._store.close()
 
 
 def _document(stored: Any) -> Any:

@@ -18,17 +18,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
 from lockwatch.model.jobs import JobRun, RunStatus
-from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
+from lockwatch.state.pgstore import StoreConnection, StoreError
 
 RETENTION = timedelta(days=30)
-
-
-class StoreError(Exception):
-    """The store could not be read or written; the message holds no secret."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,32 +214,16 @@ class PostgresJobStore(JobStore):
     unless the operator says so: monitoring itself stays read-only."""
 
     def __init__(self, dsn: str, table: str = "lockwatch_job_runs") -> None:
-        self._dsn = dsn
-        self._secrets = dsn_secrets(dsn)
-        self._table = table
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
-
-    def _compose(self, query: str) -> sql.Composed:
-        return sql.SQL(query).format(
-            table=sql.Identifier(self._table), index=sql.Identifier(f"{self._table}_started")
+        self._store = StoreConnection(
+            dsn,
+            "job store",
+            {"table": table, "index": f"{table}_started"},
+            (_SCHEMA.replace("{time}", "timestamptz"), _INDEX),
         )
 
     def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        try:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=5)
-                for statement in (_SCHEMA.replace("{time}", "timestamptz"), _INDEX):
-                    self._conn.execute(self._compose(statement))
-            cursor = self._conn.execute(self._compose(query), dict(params))
-            return list(cursor.fetchall()) if cursor.description else []
-        except psycopg.Error as exc:
-            if self._conn is not None:
-                self._conn.close()
-            self._conn = None
-            raise StoreError(
-                redact(f"job store {describe_dsn(self._dsn)}: {first_line(exc)}", self._secrets)
-            ) from None
+        return self._store.run(query, params)
 
     def _timestamp(self, moment: datetime) -> datetime:
         return moment
@@ -255,5 +232,4 @@ class PostgresJobStore(JobStore):
         return stored if isinstance(stored, datetime) else datetime.fromisoformat(str(stored))
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        self._store.close()

@@ -16,11 +16,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
-from lockwatch.state.jobstore import StoreError
-from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
+from lockwatch.state.pgstore import StoreConnection, StoreError
 
 LEASES = "lockwatch_notify_leases"
 STATES = "lockwatch_notify_state"
@@ -75,41 +71,23 @@ class NotifyStore:
     def __init__(
         self, dsn: str, *, timeout: float = 5.0, leases: str = LEASES, states: str = STATES
     ) -> None:
-        self._dsn = dsn
-        self._secrets = dsn_secrets(dsn)
-        self._timeout = timeout
-        self._names = {"leases": sql.Identifier(leases), "states": sql.Identifier(states)}
+        self._store = StoreConnection(
+            dsn,
+            "notify store",
+            {"leases": leases, "states": states},
+            _SCHEMA,
+            connect_timeout=max(1, round(timeout)),
+            options=f"-c statement_timeout={int(timeout * 1000)}",
+            application_name="lockwatch-notify",
+        )
         self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
 
     def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         with self._lock:
             if self._closed:
                 raise StoreError("notify store: closed (lockwatch is stopping)")
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = self._connect()
-                cursor = self._conn.execute(sql.SQL(query).format(**self._names), dict(params))
-                return list(cursor.fetchall()) if cursor.description else []
-            except psycopg.Error as exc:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
-                message = f"notify store {describe_dsn(self._dsn)}: {first_line(exc)}"
-                raise StoreError(redact(message, self._secrets)) from None
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(
-            self._dsn,
-            autocommit=True,
-            connect_timeout=max(1, round(self._timeout)),
-            options=f"-c statement_timeout={int(self._timeout * 1000)}",
-            application_name="lockwatch-notify",
-        )
-        for statement in _SCHEMA:
-            conn.execute(sql.SQL(statement).format(**self._names))
-        return conn
+            return self._store.run(query, params)
 
     def acquire(self, scope: str, holder: str, ttl: float) -> int | None:
         """Take or renew the lease of ``scope`` for ``ttl`` seconds: its token,
@@ -151,5 +129,4 @@ class NotifyStore:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self._conn is not None:
-                self._conn.close()
+            self._store.close()

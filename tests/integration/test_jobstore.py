@@ -15,8 +15,8 @@ from lockwatch.state.jobstore import (
     PingEvent,
     PostgresJobStore,
     SqliteJobStore,
-    StoreError,
 )
+from lockwatch.state.pgstore import StoreError
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
 
 T0 = datetime(2026, 11, 29, 3, 0, tzinfo=UTC)
