@@ -29,7 +29,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from lockwatch.model.incidents import Incident
 from lockwatch.notify.am_alerts import Alert, AlertBook, Push, notify_test_alert
 from lockwatch.notify.message import Message
-from lockwatch.notify.transports import Transport, TransportError
+from lockwatch.notify.transports import Transport, TransportError, transport_timeouts
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
 
 log = logging.getLogger(__name__)
@@ -154,14 +154,7 @@ class AlertmanagerWorker:
         self._refusals: set[str] = set()
         self.peers = [
             _Peer(
-                AlertmanagerClient(
-                    channel,
-                    url,
-                    connect_timeout=settings.connect_timeout,
-                    read_timeout=settings.read_timeout,
-                    deadline=settings.deadline,
-                    session=session,
-                ),
+                AlertmanagerClient(channel, url, **transport_timeouts(settings, session)),
                 threading.Event(),
             )
             for url in channel.urls
@@ -347,14 +340,7 @@ def push_test_alert(
     said: list[str] = []
     then = ""
     for url in channel.urls:
-        client = AlertmanagerClient(
-            channel,
-            url,
-            connect_timeout=settings.connect_timeout,
-            read_timeout=settings.read_timeout,
-            deadline=settings.deadline,
-            session=session,
-        )
+        client = AlertmanagerClient(channel, url, **transport_timeouts(settings, session))
         try:
             said.append(f"{client.where}: {client.send(message)}")
         except TransportError as exc:

@@ -302,6 +302,18 @@ class WebhookTransport(Transport):
         raise self.refused(answer, "the webhook", answer.text or "no description", hints)
 
 
+def transport_timeouts(
+    settings: NotifySettings, session: requests.Session | None = None
+) -> dict[str, Any]:
+    """The keywords every transport takes from the notify settings."""
+    return {
+        "connect_timeout": settings.connect_timeout,
+        "read_timeout": settings.read_timeout,
+        "deadline": settings.deadline,
+        "session": session,
+    }
+
+
 def make_transport(
     channel: MessageChannel,
     settings: NotifySettings,
@@ -309,12 +321,7 @@ def make_transport(
     external_url: str = "",
     session: requests.Session | None = None,
 ) -> Transport:
-    timeouts: dict[str, Any] = {
-        "connect_timeout": settings.connect_timeout,
-        "read_timeout": settings.read_timeout,
-        "deadline": settings.deadline,
-        "session": session,
-    }
+    timeouts = transport_timeouts(settings, session)
     if isinstance(channel, TelegramChannel):
         return TelegramTransport(channel, **timeouts)
     if isinstance(channel, SlackChannel):
