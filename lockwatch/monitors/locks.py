@@ -26,7 +26,7 @@ from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDo
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.held_locks import HeldLocksReader
 from lockwatch.sample.keepalive import server_timeouts
-from lockwatch.sample.locks import AdvisoryLockReader
+from lockwatch.sample.locks import AdvisoryLockReader, MovedBackends
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.sample.session import TargetSession
 from lockwatch.settings.targets import Target
@@ -61,6 +61,7 @@ class LockMonitor:
         # Backends seen to be a pooler's from PostgreSQL's view (no admin console).
         self.pool_memory = PoolMemory()
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
+        self._moved = MovedBackends()  # the last poll's sessions on lockwatch's clock
         # The last poll's locks summed up: the same tuple again needs no new sum.
         self._summary: LockSummary | None = None
         self.session = session
@@ -89,7 +90,7 @@ class LockMonitor:
         except SampleError as exc:
             return MonitorResult(held_kinds=self.kinds, target_error=str(exc))
         now = context.now
-        raw = raw.moved(self._clock_offset(now, raw.read_at))
+        raw = raw.moved(self._clock_offset(now, raw.read_at), self._moved)
         locks = self.tracker.observe(
             raw.locks, raw.backends, now, raw.read_at, monotonic=context.monotonic
         )

@@ -3,7 +3,7 @@ for every query that selects sessions (the lock holders, a worker group's)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from lockwatch.model.incidents import LiveSession
@@ -35,6 +35,30 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
         client_port=row["client_port"],
         visible=row["visible"],
     )
+
+
+class SessionRows:
+    """Backends made from rows, poll after poll: a session whose row comes
+    back equal to the last one it was read with is the very same Backend
+    again, so a quiet poll builds none and what follows sees at a glance that
+    nothing changed (``MovedBackends``)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, tuple[Mapping[str, Any], Backend]] = {}
+
+    def backends(self, rows: Iterable[Mapping[str, Any]]) -> dict[int, Backend]:
+        made: dict[int, Backend] = {}
+        for row in rows:
+            pid = row["pid"]
+            seen = self._seen.get(pid)
+            if seen is None or seen[0] != row:
+                seen = self._seen[pid] = (row, backend_from_row(row))
+            made[pid] = seen[1]
+        return made
+
+    def keep(self, pids: Iterable[int]) -> None:
+        """Forget every session but ``pids`` (this poll's)."""
+        self._seen = {pid: seen for pid in pids if (seen := self._seen.get(pid)) is not None}
 
 
 def live_sessions(

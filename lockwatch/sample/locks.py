@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
-from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
+from lockwatch.sample.activity import QUERY_CHARS, SessionRows
 from lockwatch.sample.session import TargetSession
 
 MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
@@ -37,15 +37,17 @@ class RawSample:
     # moving the locks' timestamps has nothing to move).
     waiting: bool = True
 
-    def moved(self, offset: timedelta) -> RawSample:
+    def moved(self, offset: timedelta, known: MovedBackends | None = None) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
         lockwatch's clock (``read_at`` too): a duration from a server
         timestamp is then measured against the server's own time, however far
         lockwatch's clock is from the server's. backend_start names a session
-        and stays as read."""
+        and stays as read. ``known`` (the last poll's) gives a session read
+        unchanged its moved value again instead of a new one."""
         if self.read_at is None or not offset:
             return self
-        backends = {pid: _moved(backend, offset) for pid, backend in self.backends.items()}
+        known = known or MovedBackends()
+        backends = known.moved(self.backends, offset)
         locks = self.locks
         if self.waiting:
             locks = tuple(
@@ -55,6 +57,29 @@ class RawSample:
                 for lock in locks
             )
         return replace(self, locks=locks, backends=backends, read_at=self.read_at + offset)
+
+
+class MovedBackends:
+    """Sessions moved onto lockwatch's clock, poll after poll. The reader
+    hands back the very same Backend for a session whose row did not change
+    (``SessionRows``), and the offset stays put while the clocks agree, so a
+    quiet poll's sessions are last poll's moved values again: no new objects,
+    and equal at a glance to what the hold tracker saw."""
+
+    def __init__(self) -> None:
+        self._offset: timedelta | None = None
+        self._moved: dict[int, tuple[Backend, Backend]] = {}  # pid: (as read, moved)
+
+    def moved(self, backends: Mapping[int, Backend], offset: timedelta) -> dict[int, Backend]:
+        if offset != self._offset:
+            self._offset, self._moved = offset, {}
+        last, self._moved = self._moved, {}
+        for pid, backend in backends.items():
+            hit = last.get(pid)
+            self._moved[pid] = (
+                hit if hit is not None and hit[0] is backend else (backend, _moved(backend, offset))
+            )
+        return {pid: moved for pid, (_, moved) in self._moved.items()}
 
 
 def _moved(backend: Backend, offset: timedelta) -> Backend:
@@ -77,20 +102,24 @@ def _sql_text(name: str) -> str:
     return (resources.files("lockwatch.sample") / "sql" / name).read_text(encoding="utf-8")
 
 
+# The queries of every poll go to psycopg as bytes, rendered once: a Composed
+# is rendered again at every execute, bytes are looked up in psycopg's cache.
+
+
 @cache
-def advisory_locks_query(server_version: int) -> sql.Composed:
+def advisory_locks_query(server_version: int) -> bytes:
     """The advisory-lock query for a server version, composed once per version.
 
     The versions differ in one column only, so one file serves them all and the
     difference goes in as an SQL fragment, never as text pasted into the query.
     """
     waitstart = sql.SQL("l.waitstart" if server_version >= 140000 else "NULL::timestamptz")
-    return sql.SQL(_sql_text("advisory_locks.sql")).format(waitstart=waitstart)
+    return sql.SQL(_sql_text("advisory_locks.sql")).format(waitstart=waitstart).as_bytes()
 
 
 @cache
-def lock_sessions_query() -> sql.SQL:
-    return sql.SQL(_sql_text("lock_sessions.sql"))
+def lock_sessions_query() -> bytes:
+    return sql.SQL(_sql_text("lock_sessions.sql")).as_bytes()
 
 
 @cache
@@ -315,6 +344,7 @@ def read_advisory_locks(
     expected: Collection[int] = (),
     *,
     prepare: bool = True,
+    seen: SessionRows | None = None,
 ) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend], datetime | None]:
     """Every advisory lock and the sessions behind them (and their blockers),
     and the server's time as it read the locks.
@@ -327,7 +357,8 @@ def read_advisory_locks(
     one more per step.
     Through a pooler (``prepare=False``) nothing is prepared on the server: the
     next statement may run on another backend. ``decoder`` (the last poll's)
-    makes an unchanged answer cost no work per lock.
+    makes an unchanged answer cost no work per lock, and ``seen`` (the last
+    poll's) an unchanged session no new Backend.
     """
     with conn.pipeline():
         arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
@@ -339,7 +370,7 @@ def read_advisory_locks(
             else None
         )
     row = arrays.fetchone()
-    decoder = decoder or LockDecoder()
+    decoder, seen = decoder or LockDecoder(), seen or SessionRows()
     if row is None or row["owners"] is None:
         return decoder.nothing(), {}, row["read_at"] if row else None
     pids = decoder.pids(row)
@@ -349,9 +380,9 @@ def read_advisory_locks(
         found = conn.execute(
             lock_sessions_query(), _sessions_params(wanted), prepare=prepare, binary=True
         )
-        return {r["pid"]: backend_from_row(r) for r in found}
+        return seen.backends(found)
 
-    sessions = {r["pid"]: backend_from_row(r) for r in rows}
+    sessions = seen.backends(rows)
     missing = pids.difference(sessions)
     if missing:
         sessions.update(fetch(missing))
@@ -375,6 +406,7 @@ class AdvisoryLockReader:
         self._locks: tuple[AdvisoryLock, ...] = ()  # as a tuple
         self._waiting = False  # and whether any of them waits
         self._expected: tuple[int, ...] = ()  # and the pids of their sessions
+        self._sessions = SessionRows()  # and those sessions' rows
 
     def read(self) -> RawSample:
         """One reading on the connected session. Raises SampleError."""
@@ -389,8 +421,10 @@ class AdvisoryLockReader:
                 self._decoder,
                 self._expected,
                 prepare=self.session.prepare,
+                seen=self._sessions,
             )
         self._expected = tuple(backends)
+        self._sessions.keep(backends)
         if locks is not known:
             # The same answer is the same tuple again: the hold tracker
             # then knows at a glance that no lock changed.

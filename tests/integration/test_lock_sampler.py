@@ -157,3 +157,20 @@ def test_every_bit_of_a_key_and_its_mode_comes_back_as_the_application_took_it(
     }
     holder.execute("SELECT pg_advisory_unlock_all()")
     waits.join()
+
+
+def test_a_session_read_unchanged_is_the_same_backend_and_a_changed_one_is_new(
+    pg: PgDatabase, sampler: PgLockSampler
+) -> None:
+    still, busy = pg.connect("still"), pg.connect("busy")
+    still.execute("SELECT pg_advisory_lock(1)")
+    busy.execute("SELECT pg_advisory_lock(2)")
+    first = sampler.sample().backends
+    again = sampler.sample().backends
+    assert again[still.info.backend_pid] is first[still.info.backend_pid]
+    assert again[busy.info.backend_pid] is first[busy.info.backend_pid]
+    busy.execute("SELECT 'another statement'")
+    changed = sampler.sample().backends
+    assert changed[still.info.backend_pid] is first[still.info.backend_pid]
+    assert changed[busy.info.backend_pid] == fresh(pg).backends[busy.info.backend_pid]
+    assert "another statement" in changed[busy.info.backend_pid].query

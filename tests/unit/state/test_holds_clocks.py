@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.model.locks import AdvisoryLock
-from lockwatch.sample.locks import RawSample
+from lockwatch.model.locks import AdvisoryLock, Backend
+from lockwatch.sample.locks import MovedBackends, RawSample
 from lockwatch.state.holds import HoldTracker
 from tests.fixtures.snapshots import NOW, backend, held, waiting
 
@@ -70,3 +70,31 @@ def test_a_sample_moved_onto_lockwatchs_clock_keeps_its_sessions_names() -> None
     assert waiter.wait_start is not None
     assert moved.locks[1].wait_start == waiter.wait_start + timedelta(hours=1)
     assert raw.moved(timedelta(0)) is raw
+
+
+SESSIONS = st.dictionaries(
+    st.integers(1, 6),
+    st.builds(lambda pid, idle: backend(pid, idle_for=idle), st.integers(1, 6), st.integers(0, 99)),
+    max_size=4,
+)
+
+
+@given(st.lists(st.tuples(SESSIONS, st.sampled_from((-3600, -1, 1, 7200))), max_size=8))
+def test_sessions_moved_poll_after_poll_are_what_moving_each_afresh_gives(
+    polls: list[tuple[dict[int, Backend], int]],
+) -> None:
+    known = MovedBackends()
+    for sessions, skew in polls:
+        raw = RawSample(180000, (), sessions, 0.01, NOW)
+        assert raw.moved(timedelta(seconds=skew), known) == raw.moved(timedelta(seconds=skew))
+
+
+def test_a_session_read_unchanged_at_the_same_offset_is_last_polls_moved_value() -> None:
+    known, session = MovedBackends(), backend(PID, idle_for=30)
+    first = RawSample(180000, (), {PID: session}, 0.01, NOW).moved(timedelta(hours=1), known)
+    again = RawSample(180000, (), {PID: session}, 0.01, NOW).moved(timedelta(hours=1), known)
+    assert again.backends[PID] is first.backends[PID]
+    other = RawSample(180000, (), {PID: session}, 0.01, NOW).moved(timedelta(hours=2), known)
+    assert other.backends[PID] is not first.backends[PID]
+    assert session.state_change is not None
+    assert other.backends[PID].state_change == session.state_change + timedelta(hours=2)
