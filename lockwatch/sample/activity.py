@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg.types.string import ByteaBinaryLoader
+
 from lockwatch.model.incidents import LiveSession
 from lockwatch.model.locks import Backend
 from lockwatch.sample.base import SampleError
-from lockwatch.sample.session import TargetSession
+from lockwatch.sample.session import TEXT_TYPES, TargetSession
 
 QUERY_CHARS = 1024  # enough to recognise a statement, bounded whatever clients send
 
@@ -38,27 +42,46 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
 
 
 class SessionRows:
-    """Backends made from rows, poll after poll: a session whose row comes
-    back equal to the last one it was read with is the very same Backend
-    again, so a quiet poll builds none and what follows sees at a glance that
-    nothing changed (``MovedBackends``)."""
+    """The sessions of the lock holders, read poll after poll. Their rows come
+    back as tuples with text as the server's bytes (psycopg's C bytea loader:
+    no Python call per value), and a row equal to the last one read for its
+    pid gives back the very same Backend: a quiet poll decodes no text and
+    builds no object, and what follows sees at a glance that nothing changed
+    (``MovedBackends``). A changed row's text is decoded as ``CLIENT_TEXT``
+    would: bytes that are not UTF-8 show as U+FFFD."""
 
     def __init__(self) -> None:
-        self._seen: dict[int, tuple[Mapping[str, Any], Backend]] = {}
+        self._seen: dict[int, tuple[tuple[Any, ...], Backend]] = {}
 
-    def backends(self, rows: Iterable[Mapping[str, Any]]) -> dict[int, Backend]:
+    @staticmethod
+    def cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
+        """A cursor whose rows ``backends`` takes (the query's text columns as bytes)."""
+        cursor = conn.cursor(row_factory=tuple_row)
+        for name in TEXT_TYPES:
+            cursor.adapters.register_loader(name, ByteaBinaryLoader)
+        return cursor
+
+    def backends(self, cursor: psycopg.Cursor[tuple[Any, ...]]) -> dict[int, Backend]:
+        """The sessions of the cursor's rows (binary, from ``cursor()``), by pid."""
         made: dict[int, Backend] = {}
-        for row in rows:
-            pid = row["pid"]
+        for row in cursor.fetchall():
+            pid = row[0]
             seen = self._seen.get(pid)
             if seen is None or seen[0] != row:
-                seen = self._seen[pid] = (row, backend_from_row(row))
+                seen = self._seen[pid] = (row, _backend(cursor, row))
             made[pid] = seen[1]
         return made
 
     def keep(self, pids: Iterable[int]) -> None:
         """Forget every session but ``pids`` (this poll's)."""
         self._seen = {pid: seen for pid in pids if (seen := self._seen.get(pid)) is not None}
+
+
+def _backend(cursor: psycopg.Cursor[tuple[Any, ...]], row: tuple[Any, ...]) -> Backend:
+    # The names only for a changed row: describing the columns costs an object each.
+    names = [column.name for column in cursor.description or ()]
+    text = (v.decode("utf-8", "replace") if type(v) is bytes else v for v in row)
+    return backend_from_row(dict(zip(names, text, strict=True)))
 
 
 def live_sessions(

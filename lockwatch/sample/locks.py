@@ -360,29 +360,25 @@ def read_advisory_locks(
     makes an unchanged answer cost no work per lock, and ``seen`` (the last
     poll's) an unchanged session no new Backend.
     """
+    decoder, seen = decoder or LockDecoder(), seen or SessionRows()
+
+    def sessions_of(wanted: Collection[int]) -> psycopg.Cursor[tuple[Any, ...]]:
+        cursor = seen.cursor(conn)
+        params = _sessions_params(wanted)
+        return cursor.execute(lock_sessions_query(), params, prepare=prepare, binary=True)
+
     with conn.pipeline():
         arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
-        guessed = (
-            conn.execute(
-                lock_sessions_query(), _sessions_params(expected), prepare=prepare, binary=True
-            )
-            if expected
-            else None
-        )
+        guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
-    decoder, seen = decoder or LockDecoder(), seen or SessionRows()
     if row is None or row["owners"] is None:
         return decoder.nothing(), {}, row["read_at"] if row else None
     pids = decoder.pids(row)
-    rows = guessed.fetchall() if guessed is not None else []
 
     def fetch(wanted: Collection[int]) -> dict[int, Backend]:
-        found = conn.execute(
-            lock_sessions_query(), _sessions_params(wanted), prepare=prepare, binary=True
-        )
-        return seen.backends(found)
+        return seen.backends(sessions_of(wanted))
 
-    sessions = seen.backends(rows)
+    sessions = seen.backends(guessed) if guessed is not None else {}
     missing = pids.difference(sessions)
     if missing:
         sessions.update(fetch(missing))

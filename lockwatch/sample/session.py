@@ -91,8 +91,9 @@ class _ClientTextBinary(_ClientText):
     format = Format.BINARY
 
 
+TEXT_TYPES = ("text", "varchar", "name", "bpchar")
 CLIENT_TEXT = AdaptersMap(psycopg.adapters)
-for _type in ("text", "varchar", "name", "bpchar"):
+for _type in TEXT_TYPES:
     CLIENT_TEXT.register_loader(_type, _ClientText)
     CLIENT_TEXT.register_loader(_type, _ClientTextBinary)
 
