@@ -12,6 +12,7 @@ from bench.detection import GRACE, NOT_YET
 from bench.poll_cost import GC, SPLIT, FloorCost, Spread
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
+from bench.server_parts import FLOOR, PARTS, POLL, ServerParts
 from bench.versions import VersionCost
 
 BEGIN = "<!-- begin: written by python -m bench -->"
@@ -339,6 +340,34 @@ def pgbench_section(results: Results) -> list[str]:
     return lines
 
 
+def parts_section(parts: Sequence[ServerParts]) -> list[str]:
+    """Where a poll's server time goes (``bench.server_parts``)."""
+    rounds = parts[0].rounds if parts else 0
+    shown = (*PARTS[1:], POLL)
+    return [
+        "### Where a poll's server time goes",
+        "",
+        "Server time (pg_stat_statements) of the floor, of two steps towards lockwatch's "
+        "lock statement (the floor's rows filtered to advisory locks; one array of their "
+        "keys, the least an answer naming each lock can send), of lockwatch's two "
+        "statements, and of both, on one connection, in an order that turns from round to "
+        f"round: ms, and the ratio to the floor of the same round, median [min-max] over "
+        f"{rounds} rounds.",
+        "",
+        *table(
+            ["locks", "the floor, ms", *shown],
+            (
+                [
+                    f"{p.locks:,}",
+                    ms(p.ms[FLOOR].median),
+                    *(f"{ms(p.ms[part].median)}, {spread(p.ratio[part], ratio)}" for part in shown),
+                ]
+                for p in parts
+            ),
+        ),
+    ]
+
+
 def render(results: Results, command: str) -> str:
     minutes, seconds = divmod(round(results.seconds), 60)
     lines = [
@@ -346,6 +375,7 @@ def render(results: Results, command: str) -> str:
         f"PostgreSQL {results.postgres}, {results.machine}.",
         "",
         *cost_section(results),
+        *parts_section(results.server_parts),
         *exporter_section(results),
         *footprint_section(results),
         *documents_section(results),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import daemon, detection, documents, exporter, pgbench, poll_cost
+from bench import daemon, detection, documents, exporter, pgbench, poll_cost, server_parts
 from bench.server import HOLDER_SESSIONS, BenchServer
 
 
@@ -36,6 +36,7 @@ class Results:
     postgres: str
     machine: str
     costs: tuple[poll_cost.FloorCost, ...] = ()
+    server_parts: tuple[server_parts.ServerParts, ...] = ()
     exporter: tuple[exporter.ExporterCost, ...] = ()
     footprints: tuple[daemon.Footprint, ...] = ()
     detections: tuple[detection.Detection, ...] = ()
@@ -53,6 +54,7 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     started = datetime.now(UTC)
     clock = time.monotonic()
     costs: list[poll_cost.FloorCost] = []
+    parts: list[server_parts.ServerParts] = []
     exporter_costs: list[exporter.ExporterCost] = []
     footprints: list[daemon.Footprint] = []
     detections: list[detection.Detection] = []
@@ -68,6 +70,8 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                 cost, exporter_cost = poll_cost.measure(server, pg_exporter, options.polls)
                 costs.append(cost)
                 exporter_costs.append(exporter_cost)
+                tell(f"  {options.polls} rounds of the parts of a poll's server time")
+                parts.append(server_parts.measure_parts(server, options.polls))
                 tell(f"  lockwatch run: {options.daemon_polls} polls, RSS and /metrics")
                 footprints.append(
                     daemon.measure(server, workdir, options.daemon_polls, options.interval)
@@ -99,6 +103,7 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
         postgres=version,
         machine=machine(),
         costs=tuple(costs),
+        server_parts=tuple(parts),
         exporter=tuple(exporter_costs),
         footprints=tuple(footprints),
         detections=tuple(detections),

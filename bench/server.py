@@ -21,7 +21,10 @@ LOCKWATCH_ROLE = "lockwatch"
 FLOOR_ROLE = "floor"  # SELECT count(*) FROM pg_locks: the physical floor
 JOIN_ROLE = "naive_join"  # floor.sql: the naive pg_locks join
 EXPORTER_ROLE = "postgres_exporter"
-ROLES = (LOCKWATCH_ROLE, FLOOR_ROLE, JOIN_ROLE, EXPORTER_ROLE)
+# bench.server_parts: the floor and lockwatch's statements again, as one role
+# of their own (pg_stat_statements keys a statement by role and parse tree).
+PARTS_ROLE = "poll_parts"
+ROLES = (LOCKWATCH_ROLE, FLOOR_ROLE, JOIN_ROLE, EXPORTER_ROLE, PARTS_ROLE)
 
 SETTINGS = {
     "shared_preload_libraries": "pg_stat_statements",

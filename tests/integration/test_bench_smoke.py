@@ -17,7 +17,7 @@ from bench.daemon import PATHS
 from bench.detection import INCIDENTS
 from bench.documents import MANY_PATHS, render_costs
 from bench.pgbench import ARMS, NONE
-from bench.poll_cost import SPLIT
+from bench.poll_cost import SPLIT, Spread
 from bench.report import (
     BEGIN,
     END,
@@ -28,6 +28,7 @@ from bench.report import (
     write_into,
 )
 from bench.run import Options, Results, run
+from bench.server_parts import FLOOR, LOCKS, PARTS, POLL, SESSIONS
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -49,6 +50,7 @@ SECTIONS = (
     "### Where a poll's CPU goes",
     "### What the documents cost",
     "### pgbench beside the monitors",
+    "### Where a poll's server time goes",
 )
 
 
@@ -81,6 +83,7 @@ def test_every_section_has_a_row_per_measurement(results: Results) -> None:
         SECTIONS[4]: 1,
         SECTIONS[5]: 2,  # the footprint's one target, and the many targets
         SECTIONS[6]: 3,  # no monitor, lockwatch, postgres_exporter
+        SECTIONS[7]: 1,
     }
     # The scale rows are python -m bench.scale's (their own test below).
     assert "### Scale" not in text
@@ -100,6 +103,18 @@ def test_lockwatch_the_floor_and_the_join_were_measured_on_client_and_server(
     # The parts of a poll add up to no more than its CPU (the GC is inside them).
     assert sum(cost.split_ms[part] for part in SPLIT) <= cost.cpu_ms.high + 1e-6
     assert cost.split_ms["sample"] > 0
+
+
+def test_every_part_of_a_polls_server_time_was_found_in_pg_stat_statements(
+    results: Results,
+) -> None:
+    (parts,) = results.server_parts
+    assert parts.locks == 5 and parts.rounds == 2
+    assert set(parts.ms) == {*PARTS, POLL}
+    assert all(spread.low > 0 for spread in parts.ms.values())
+    assert parts.ratio[FLOOR] == Spread(1.0, 1.0, 1.0)
+    # A poll is its two statements, round by round.
+    assert parts.ms[POLL].high <= parts.ms[LOCKS].high + parts.ms[SESSIONS].high + 1e-9
 
 
 def test_pgbench_ran_every_arm_and_read_its_latencies(results: Results) -> None:

@@ -1,0 +1,152 @@
+"""Where a lockwatch poll's server time goes: the floor, and what each piece
+of lockwatch's two statements adds to it, measured in the same rounds.
+
+A poll runs two statements: the locks (``advisory_locks.sql``: every advisory
+lock of ``pg_locks`` as arrays in one row) and the sessions behind them
+(``lock_sessions.sql``). Between the floor (``SELECT count(*) FROM
+pg_locks``) and the lock statement sit two steps that tell what costs what:
+the floor's rows filtered to advisory locks, and one array of their keys
+(the least any answer that names each lock can send). Every statement runs
+prepared on one connection of a role of their own, in an order that turns
+from round to round, and pg_stat_statements tells them apart by a trailing
+comment that names each (it keeps the text a statement first came with), so
+each ratio to the floor is taken within one round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench.poll_cost import COUNT_SQL, WARMUP, Spread
+from bench.server import PARTS_ROLE, BenchServer
+from lockwatch.sample.activity import QUERY_CHARS
+from lockwatch.sample.locks import advisory_locks_query, lock_sessions_query
+from lockwatch.sample.session import WORK_MEM
+
+ADVISORY = " FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory'"
+KEYS = "(l.classid::pg_catalog.int8 << 32) | l.objid::pg_catalog.int8"
+# The parts, in the order they are shown; the last two are a poll's statements.
+FLOOR, ROWS, ONE_ARRAY, LOCKS, SESSIONS = (
+    "the floor",
+    "advisory rows only",
+    "one array (the keys)",
+    "lock statement",
+    "sessions statement",
+)
+PARTS = (FLOOR, ROWS, ONE_ARRAY, LOCKS, SESSIONS)
+POLL = "a poll (both statements)"
+MARK = "\n-- bench part: "  # the trailing comment pg_stat_statements keeps
+
+
+@dataclass(frozen=True, slots=True)
+class ServerParts:
+    locks: int
+    rounds: int
+    ms: dict[str, Spread]  # server ms of each part (and of a poll), per round
+    ratio: dict[str, Spread]  # each to the floor of the same round
+
+
+def _statements(server_version: int) -> dict[str, bytes]:
+    bare = {
+        FLOOR: COUNT_SQL.encode(),
+        ROWS: f"SELECT pg_catalog.count(*){ADVISORY}".encode(),
+        ONE_ARRAY: f"SELECT pg_catalog.array_agg({KEYS}){ADVISORY}".encode(),
+        LOCKS: advisory_locks_query(server_version),
+        SESSIONS: lock_sessions_query(),
+    }
+    return {part: text + (MARK + part).encode() for part, text in bare.items()}
+
+
+def _spent(server: BenchServer, marks: dict[str, str]) -> dict[str, float]:
+    """Total server ms so far of each part, found by its trailing comment."""
+    exec_time = "total_exec_time" if server.cluster.major_version >= 13 else "total_time"
+    query = sql.SQL(
+        "SELECT s.query, s.{} FROM pg_stat_statements AS s"
+        " JOIN pg_catalog.pg_roles AS r ON r.oid = s.userid WHERE r.rolname = %s"
+    ).format(sql.Identifier(exec_time))
+    rows = server.admin.execute(query, (PARTS_ROLE,)).fetchall()
+    found = {part: 0.0 for part in marks}
+    for text, total in rows:
+        for part, mark in marks.items():
+            if str(text).endswith(mark):
+                found[part] += float(total)
+    return found
+
+
+def measure_parts(server: BenchServer, rounds: int) -> ServerParts:
+    """``rounds`` rounds of every part, on the locks ``server`` holds now."""
+    with psycopg.connect(
+        server.dsn(PARTS_ROLE), autocommit=True, options=f"-c work_mem={WORK_MEM}"
+    ) as conn:
+        statements = _statements(conn.info.server_version)
+        holders = conn.execute(
+            "SELECT array_agg(DISTINCT pid) FROM pg_catalog.pg_locks WHERE locktype = 'advisory'"
+        ).fetchone()
+        params: dict[str, Any] = {"pids": (holders or [None])[0] or [], "query_chars": QUERY_CHARS}
+        marks = {part: MARK + part for part in PARTS}
+        per_round: dict[str, list[float]] = {part: [] for part in (*PARTS, POLL)}
+        for round_ in range(-WARMUP, rounds):
+            turn = round_ % len(PARTS)
+            order = PARTS[turn:] + PARTS[:turn]
+            before = _spent(server, marks)
+            for part in order:
+                args = params if part == SESSIONS else None
+                conn.execute(statements[part], args, prepare=True, binary=True).fetchall()
+            if round_ < 0:
+                continue
+            after = _spent(server, marks)
+            for part in PARTS:
+                per_round[part].append(after[part] - before[part])
+            per_round[POLL].append(per_round[LOCKS][-1] + per_round[SESSIONS][-1])
+    floor = per_round[FLOOR]
+    return ServerParts(
+        locks=server.locks_held,
+        rounds=rounds,
+        ms={part: Spread.of(values) for part, values in per_round.items()},
+        ratio={
+            part: Spread.of([v / f for v, f in zip(values, floor, strict=True)])
+            for part, values in per_round.items()
+        },
+    )
+
+
+def main(argv: list[str]) -> None:
+    """``python -m bench.server_parts``: only these rounds, printed (nothing is written)."""
+    from bench.report import parts_section  # bench.report imports bench.run, which imports this
+
+    parser = argparse.ArgumentParser(prog="python -m bench.server_parts", description=__doc__)
+    parser.add_argument("--locks", default="100,1000,10000,50000", help="advisory locks held")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds at each N")
+    args = parser.parse_args(argv)
+    sizes = tuple(int(part.replace("_", "")) for part in args.locks.split(","))
+    started, clock = datetime.now(UTC), time.monotonic()
+    found: list[ServerParts] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="lockwatch-bench-server-parts-") as workdir,
+        BenchServer(Path(workdir)) as server,
+    ):
+        for locks in sizes:
+            print(f"holding {locks:,} advisory locks", file=sys.stderr, flush=True)
+            server.hold_locks(locks)
+            found.append(measure_parts(server, args.rounds))
+        version = server.version
+    command = " ".join(["python -m bench.server_parts", *argv])
+    print(
+        f"Measured {started:%Y-%m-%d %H:%M} UTC with `{command}` in "
+        f"{time.monotonic() - clock:.0f}s: PostgreSQL {version}.\n"
+    )
+    print("\n".join(parts_section(tuple(found))))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
