@@ -52,6 +52,8 @@ COUNT_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks"
 # not of reporting thousands of findings.
 QUIET = LockSettings(max_hold=86400.0, orphan_after=86400.0)
 WARMUP = 2
+CHANGED_POLLS = 5  # polls after a change, at each N (they go lock by lock)
+CHURN_KEY = 10**12  # the changing lock's keys, far from the held ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,8 @@ class FloorCost:
     # lockwatch's CPU per poll (this process, time.process_time), and its parts.
     cpu_ms: Spread
     split_ms: dict[str, float]  # medians: sample, hold tracking, detect, the rest
+    # lockwatch's CPU for a poll after one lock was let go and another taken.
+    changed_cpu_ms: Spread
 
 
 SPLIT = ("sample", "hold tracking", "detect", "ledger, incidents, publish")
@@ -171,6 +175,23 @@ class CpuSplit:
         parts[SPLIT[-1]] = max(cpu * 1000 - sum(parts.values()), 0.0)
         parts[GC] = self.collecting * 1000
         return wall * 1000, cpu * 1000, parts
+
+
+def _changed_polls(server: BenchServer, runner: TargetRunner, split: CpuSplit) -> list[float]:
+    """lockwatch's CPU ms for polls each after one lock changed: a session of
+    its own lets go of the key it held and takes the next one."""
+    with psycopg.connect(server.dsn(), autocommit=True, application_name="bench-churn") as churn:
+        churn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (CHURN_KEY,))
+        split.poll(runner)  # the churning session's first sighting
+        cpu = []
+        for n in range(1, CHANGED_POLLS + 1):
+            churn.execute(
+                "SELECT pg_catalog.pg_advisory_unlock(%s), pg_catalog.pg_advisory_lock(%s)",
+                (CHURN_KEY + n - 1, CHURN_KEY + n),
+            )
+            cpu.append(split.poll(runner)[1])
+    runner.poll_once()  # the churning session gone, as the next rounds expect
+    return cpu
 
 
 def _timed_query(conn: psycopg.Connection[tuple[Any, ...]], query: str) -> float:
@@ -237,6 +258,7 @@ def measure(
                     if after.calls < 1:
                         raise RuntimeError(f"pg_stat_statements counted nothing of {role}")
                     spent[role].append(after.exec_ms)
+        changed = _changed_polls(server, runner, split)
     finally:
         runner.close()
         for conn in conns.values():
@@ -265,6 +287,7 @@ def measure(
         server_join_ratio=ratios(spent, JOIN_ROLE),
         cpu_ms=Spread.of(cpu),
         split_ms={part: statistics.median(values) for part, values in parts.items()},
+        changed_cpu_ms=Spread.of(changed),
     )
     return cost, ExporterCost(
         locks=server.locks_held,

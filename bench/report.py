@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import daemon, documents, pgbench
 from bench.detection import GRACE, NOT_YET
-from bench.poll_cost import GC, SPLIT, FloorCost, Spread
+from bench.poll_cost import CHANGED_POLLS, GC, SPLIT, FloorCost, Spread
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
 from bench.server_parts import FLOOR, PARTS, POLL, ServerParts
@@ -127,12 +127,19 @@ def cost_section(results: Results) -> list[str]:
         "over the same rounds, and the median of each part: the sampler (psycopg decoding "
         "the answer, comparing it with the last one), hold tracking, the lock detectors, and "
         "the rest of the poll (ledger, incidents, the other monitors, the board); the "
-        "cyclic garbage collector's share of all of them (gc.callbacks) last.",
+        "cyclic garbage collector's share of all of them (gc.callbacks); last, the CPU of "
+        f"{CHANGED_POLLS} polls each after one lock changed (a session of its own let go of "
+        "a key and took another), which go lock by lock.",
         "",
         *table(
-            ["locks", "CPU ms per poll", *SPLIT, GC],
+            ["locks", "CPU ms per poll", *SPLIT, GC, "CPU ms, one lock changed"],
             (
-                [f"{c.locks:,}", spread(c.cpu_ms), *(ms(c.split_ms[p]) for p in (*SPLIT, GC))]
+                [
+                    f"{c.locks:,}",
+                    spread(c.cpu_ms),
+                    *(ms(c.split_ms[p]) for p in (*SPLIT, GC)),
+                    spread(c.changed_cpu_ms),
+                ]
                 for c in costs
             ),
         ),

@@ -8,7 +8,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import islice
+from itertools import compress, islice
+from operator import attrgetter
 from typing import NamedTuple
 
 # The states of a session that runs no SQL right now.
@@ -236,13 +237,25 @@ class LockSummary:
 
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
+        # Column by column through C (map, filter, compress): a poll that
+        # changed one lock of 50,000 sums them all up again.
+        pids = tuple(map(_PID, locks))
+        granted = tuple(map(_GRANTED, locks))
         return cls(
             locks,
-            min((lock.first_seen for lock in locks if lock.first_seen is not None), default=None),
-            any(not lock.granted or lock.prepared is not None for lock in locks),
-            frozenset(lock.pid for lock in locks),
-            frozenset(lock.pid for lock in locks if lock.granted and lock.session_level),
+            min(filter(None, map(_FIRST_SEEN, locks)), default=None),
+            not all(granted) or any(map(_PREPARED, locks)),
+            frozenset(pids),
+            # Of the granted locks, those whose session_level is true.
+            frozenset(
+                compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
+            ),
         )
+
+
+_PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (
+    attrgetter(name) for name in ("pid", "granted", "first_seen", "prepared", "session_level")
+)
 
 
 class KeyRows(NamedTuple):

@@ -11,7 +11,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
-from typing import Any
+from itertools import compress, repeat
+from operator import attrgetter, is_
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -159,6 +161,10 @@ def decode_locks(
     owners = arrays["owners"]
     if owners is None:
         return decoded
+    if arrays["waitstarts"] is None and not arrays.get("prepared"):
+        held = _decode_held(owners, arrays["keys"], backends, known)
+        if held is not None:
+            return held
     waitstarts = iter(arrays["waitstarts"] or ())
     vxids = iter(arrays.get("prepared") or ())
     for owner, key in zip(owners, arrays["keys"], strict=True):
@@ -181,6 +187,33 @@ def decode_locks(
             lock = _lock(backend.database, pid, key, flags, wait_start)
         decoded[raw] = lock
     return decoded
+
+
+def _decode_held(
+    owners: list[int],
+    keys: list[int],
+    backends: Mapping[int, Backend],
+    known: Mapping[LockRow, AdvisoryLock],
+) -> dict[LockRow, AdvisoryLock] | None:
+    """``decode_locks`` when no lock waits or is a prepared transaction's,
+    column by column through C (zip, map, compress) with Python only for the
+    locks not in ``known``: a poll that changed one lock of 50,000 looks up
+    the others without a Python step each. None when a session is missing
+    (its locks are left out, lock by lock)."""
+    start_of = {}  # each owner's session's backend_start: one per pid and flags
+    for owner in set(owners):
+        backend = backends.get(owner >> FLAG_BITS)
+        if backend is None:
+            return None
+        start_of[owner] = backend.backend_start
+    raws = list(zip(owners, map(start_of.__getitem__, owners), keys, repeat(None)))
+    found: list[AdvisoryLock | None] = list(map(known.get, raws))
+    for at in compress(range(len(raws)), map(is_, found, repeat(None))):
+        owner, _, key, _ = raws[at]
+        pid = owner >> FLAG_BITS
+        # An advisory lock lives in the database its session is connected to.
+        found[at] = _lock(backends[pid].database, pid, key, owner & FLAG_MASK)
+    return dict(zip(raws, cast(list[AdvisoryLock], found), strict=True))
 
 
 class LockDecoder:
@@ -425,7 +458,7 @@ class AdvisoryLockReader:
             # The same answer is the same tuple again: the hold tracker
             # then knows at a glance that no lock changed.
             self._locks = tuple(locks.values())
-            self._waiting = any(not lock.granted for lock in self._locks)
+            self._waiting = not all(map(attrgetter("granted"), self._locks))
         return RawSample(
             self.session.server_version,
             self._locks,

@@ -121,3 +121,42 @@ def test_the_incremental_path_finds_what_a_rebuild_finds(polls: list[Poll]) -> N
         assert incremental.dump(now) == rebuilt.dump(now)
         summary = LockSnapshot("t", now, 180000, ours, summary=LockSummary.of(ours))
         assert summary.lock_summary() == LockSummary.of(theirs)
+
+
+@st.composite
+def churning_polls(draw: st.DrawFn) -> list[Poll]:
+    """Many held locks, a few of them let go of and others taken between
+    polls (some in the same order, some not), the sessions now and then in
+    another transaction: the polls a job queue's server answers."""
+    rows = {(pid, 0, key, 0) for pid in PIDS for key in range(1, 40)}
+    polls: list[Poll] = []
+    now = NOW
+    xacts = dict.fromkeys(PIDS, 1)
+    for _ in range(draw(st.integers(2, 6))):
+        now += timedelta(seconds=draw(st.sampled_from((1.0, 1.0, 45.0))))
+        gone = draw(st.sets(st.sampled_from(sorted(rows)), max_size=3))
+        new = draw(
+            st.sets(st.tuples(st.sampled_from(PIDS), st.just(1), st.integers(1, 9)), max_size=3)
+        )
+        rows = (rows - gone) | {(*row, 0) for row in new}
+        pid = draw(st.sampled_from(PIDS))
+        xacts[pid] = draw(st.sampled_from((xacts[pid], xacts[pid] + 1)))
+        order = sorted(rows, reverse=draw(st.booleans()))
+        sessions = {p: session(p, "idle in transaction", 1, xacts[p]) for p in PIDS}
+        polls.append((now, lock_arrays(order), sessions))
+    return polls
+
+
+@settings(max_examples=200, deadline=None)
+@given(churning_polls())
+def test_a_few_locks_changing_among_many_find_what_a_rebuild_finds(polls: list[Poll]) -> None:
+    decoder = LockDecoder()
+    incremental, rebuilt = HoldTracker(GAP), HoldTracker(GAP)
+    for now, arrays, sessions in polls:
+        given_locks = tuple(decoded(decoder, arrays, sessions).values())
+        copies = tuple(replace(lock) for lock in decode_locks(arrays, sessions).values())
+        assert incremental.observe(given_locks, sessions, now, read_at=now) == rebuilt.observe(
+            copies, sessions, now, read_at=now
+        )
+        assert (incremental.ended, incremental.began) == (rebuilt.ended, rebuilt.began)
+        assert incremental.dump(now) == rebuilt.dump(now)
