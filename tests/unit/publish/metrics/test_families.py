@@ -47,7 +47,7 @@ label_names = st.lists(
     unique=True,
     max_size=4,
 )
-label_values = st.text(max_size=12) | st.sampled_from(('"', "\\", "\n", "\udcff", "", "x"))
+label_values = st.text(max_size=12) | st.sampled_from(('"', "\\", "\n", "\udcff", "", "{0}", "}x{"))
 numbers = (
     st.integers(-(10**12), 10**12)
     | st.floats(allow_nan=True, allow_infinity=True)
