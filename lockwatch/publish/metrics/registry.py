@@ -225,8 +225,8 @@ def _finding_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Itera
         for finding in view.findings:
             combination = (finding.kind.value, finding.severity.value)
             tally[combination] = tally.get(combination, 0) + 1
-        for kind, severity in COMBINATIONS:
-            counts.add((target, kind, severity), tally.get((kind, severity), 0))
+        for combination in COMBINATIONS:
+            counts.add((target, *combination), tally.get(combination, 0))
         shown = _finding_series(view.findings)
         for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
             active.add((target, *labels), 1.0)
