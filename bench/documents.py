@@ -13,8 +13,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from prometheus_client import generate_latest
-
 from bench import daemon
 from bench.daemon import PATHS, Documents, LockwatchProcess, measure_documents, target_config
 from bench.process import samples
@@ -25,7 +23,7 @@ from lockwatch.publish.api.encode import render_json
 from lockwatch.publish.api.locks import Page as LocksPage
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.http import LOCKS_LIMIT
-from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.status.history import CHART_WINDOW
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.targets import Target
@@ -176,7 +174,7 @@ def render_costs(targets: int, locks: int) -> list[RenderCost]:
     clock = Clock()
     board = Board(monotonic=clock)
     later = NOW + timedelta(seconds=1)
-    registry = build_registry(board, clock=lambda: later)
+    metrics = Metrics(board, clock=lambda: later)
     page = StatusPage(board, clock=lambda: later)
     views = [synthetic_view(f"t{n:03d}" if targets > 1 else "bench", locks) for n in range(targets)]
     # An hour of polls behind the page's charts.
@@ -185,7 +183,7 @@ def render_costs(targets: int, locks: int) -> list[RenderCost]:
         for view in views:
             board.publish(view)
     return [
-        _render_cost(board, "/metrics", lambda: generate_latest(registry)),
+        _render_cost(board, "/metrics", lambda: metrics.render()[0]),
         _render_cost(board, "/", lambda: page.render().encode()),
         _render_cost(
             board,

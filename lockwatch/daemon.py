@@ -22,8 +22,6 @@ from dataclasses import replace
 from http import HTTPStatus
 from types import FrameType
 
-from prometheus_client import CollectorRegistry
-
 from lockwatch.config.reader import ConfigError
 from lockwatch.fleet import Fleet
 from lockwatch.notify.election import open_election
@@ -31,7 +29,7 @@ from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
 from lockwatch.publish.metrics.lateness import LatenessCollector
-from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.runner import (
     STOP_GRACE,
@@ -154,10 +152,10 @@ class Daemon:
         self.job_store = open_job_store(settings)
         self.runners = [self._runner(target) for target in settings.targets]
         self.scheduler = PollScheduler()
-        self.registry = self._registry()
+        self.metrics = self._metrics()
         self.http = HttpServer(
             self.board,
-            self.registry,
+            self.metrics,
             settings.listen,
             self._stale_after(self.runners),
             web=settings.web,
@@ -186,13 +184,13 @@ class Daemon:
             election=open_election(settings, self.fleet.shard),
         )
 
-    def _registry(self) -> CollectorRegistry:
+    def _metrics(self) -> Metrics:
         """What /metrics renders: the board, how late polls start, the notifier."""
-        registry = build_registry(self.board)
-        registry.register(LatenessCollector(self.scheduler.lateness))
+        metrics = Metrics(self.board)
+        metrics.registry.register(LatenessCollector(self.scheduler.lateness))
         if self.alerts is not None:
-            registry.register(self.alerts.collector())
-        return registry
+            metrics.registry.register(self.alerts.collector())
+        return metrics
 
     def _runner(self, target: Target) -> TargetRunner:
         runner = TargetRunner(
@@ -220,7 +218,7 @@ class Daemon:
         return f"watching {len(self.runners)} target(s)"
 
     def start(self) -> None:
-        self.registry.register(FleetCollector(self.fleet.status))
+        self.metrics.registry.register(FleetCollector(self.fleet.status))
         self.http.start()
         host, port = self.http.address
         log.info(

@@ -19,9 +19,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
-
 from lockwatch.publish.api.encode import json_safe, render_json, utc_now
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.incidents import (
@@ -36,7 +33,7 @@ from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.api.sd import sd_document
 from lockwatch.publish.auth import BasicAuth
 from lockwatch.publish.bodies import BodyRefusedError, read_body
-from lockwatch.publish.metrics.registry import BoardCollector
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.renders import Answer, Renders
@@ -226,7 +223,7 @@ class HttpServer:
     def __init__(
         self,
         board: Board,
-        registry: CollectorRegistry,
+        metrics: Metrics,
         listen: str,
         stale_after: float,
         clock: Callable[[], datetime] = utc_now,
@@ -238,7 +235,7 @@ class HttpServer:
     ) -> None:
         self._board = board
         self.request_deadline = request_deadline
-        self._registry = registry
+        self._metrics = metrics
         # The first address is settings.listen; more come from --web.listen-address.
         self._listens = (listen, *also_listen)
         for address in self._listens:
@@ -385,8 +382,12 @@ class HttpServer:
         if path == "/api/v1/sd":
             groups = sd_document(self._board, self._own_address(request), self.telemetry_path)
             return Answer(HTTPStatus.OK, JSON, render_json(groups))
-        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        return Answer(HTTPStatus.OK, content_type, encoder(self._scraped(query)))
+        # With ?target= (a probe from /api/v1/sd) that target's series only.
+        only = parse_qs(query).get("target")
+        body, content_type = self._metrics.render(
+            request.headers.get("Accept", ""), only[0] if only else None
+        )
+        return Answer(HTTPStatus.OK, content_type, body)
 
     def _json(self, document: Callable[[], Mapping[str, Any]]) -> Answer:
         return Answer(HTTPStatus.OK, JSON, render_json(document()))
@@ -394,16 +395,6 @@ class HttpServer:
     def _page(self, refresh: bool) -> Answer:
         page = self._status_page.render(refresh=refresh).encode("utf-8")
         return Answer(HTTPStatus.OK, HTML, page, (("Content-Security-Policy", PAGE_POLICY),))
-
-    def _scraped(self, query: str) -> CollectorRegistry:
-        """The whole registry, or with ``?target=`` (a probe from /api/v1/sd)
-        that target's series only."""
-        only = parse_qs(query).get("target")
-        if not only:
-            return self._registry
-        registry = CollectorRegistry()
-        registry.register(BoardCollector(self._board, self._clock, only=only[0]))
-        return registry
 
     def _own_address(self, request: _Handler) -> str:
         """host:port as the client reached lockwatch (its Host header), else the bound one."""

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import generate_latest
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.notify.message import alert_name, runbook_url
 from lockwatch.publish.metrics.incidents import INCIDENT_SERIES_CAP
 from tests.fixtures.incident_values import incident, session_root
+from tests.fixtures.metrics import metrics_of
 from tests.fixtures.notify import finding
 from tests.fixtures.paths import ROOT
 from tests.fixtures.prometheus import binary
 from tests.fixtures.snapshots import held, snapshot
-from tests.unit.publish.metrics.test_registry import polled, registry_of
+from tests.unit.publish.metrics.test_registry import polled
 
 ALERTS = ROOT / "alerts"
 RULES = ALERTS / "lockwatch.rules.yml"
@@ -111,7 +111,7 @@ def test_promtool_accepts_the_incident_metrics_whatever_the_clients_named_themse
     hostile = session_root(app='w"orker\n{x="1"} \\ \udcff' + "y" * 300)
     many = [incident([finding()], id=f"i{n}") for n in range(INCIDENT_SERIES_CAP + 3)]
     view = replace(polled(snapshot(held(42, 1234))), incidents=(incident(root=hostile), *many))
-    body = generate_latest(registry_of(view))
+    body = metrics_of(view).render()[0]
     result = subprocess.run(
         [binary("promtool"), "check", "metrics"],
         input=body,

@@ -15,7 +15,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
@@ -23,7 +22,7 @@ from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import LockKey
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
-from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.fields import Learned
 from lockwatch.settings.locks import Learning, LockRole, LockSettings, NamedLock
@@ -182,7 +181,7 @@ def test_the_histograms_pass_promtool_and_their_series_stay_bounded(pg: PgDataba
             watched.poll()
     finally:
         watched.runner.close()
-    exposition = generate_latest(build_registry(watched.board))
+    exposition, _ = Metrics(watched.board).render()
     checked = promtool_check_metrics(exposition)
     assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
     families = {f.name: f for f in text_string_to_metric_families(exposition.decode())}

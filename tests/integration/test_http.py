@@ -17,16 +17,22 @@ from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.locks import LockKey
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.publish.http import HttpServer
-from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.evidence import evidence_of
 from tests.fixtures.incident_values import incident, session_root
+from tests.fixtures.metrics import openmetrics_families
 from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 
 STALE_AFTER = 30.0
+# What Prometheus 2 asks a target for.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;q=0.5,application/openmetrics-text;"
+    "version=0.0.1;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
 TIMEOUT = 5.0
 
 
@@ -87,7 +93,7 @@ def running() -> Iterator[Running]:
     board = Board(monotonic=clock)
     server = HttpServer(
         board,
-        build_registry(board, clock=lambda: NOW),
+        Metrics(board, clock=lambda: NOW),
         "127.0.0.1:0",
         STALE_AFTER,
         clock=lambda: NOW,
@@ -111,15 +117,28 @@ def test_it_serves_metrics_in_the_text_exposition_format(running: Running) -> No
 
 
 def test_it_serves_openmetrics_to_scrapers_that_ask_for_it(running: Running) -> None:
-    response = requests.get(
-        running.url("/metrics"),
-        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
-        timeout=TIMEOUT,
-    )
+    running.board.publish(polled_view())
+    running.board.publish(polled_view('odd "target"\n\\'))
+    scraped = {}
+    for path in ("/metrics", f"/metrics?target={TARGET}"):
+        response = requests.get(
+            running.url(path), headers={"Accept": PROMETHEUS_ACCEPT}, timeout=TIMEOUT
+        )
+        assert response.status_code == 200
+        assert response.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert response.text.endswith("# EOF\n")
+        # prometheus_client's OpenMetrics parser is strict (counters, escaping, # EOF).
+        scraped[path] = {f.name: f for f in openmetrics_families(response.text)}
 
-    assert response.status_code == 200
-    assert response.headers["Content-Type"].startswith("application/openmetrics-text")
-    assert response.text.endswith("# EOF\n")
+    whole, probe = scraped["/metrics"], scraped[f"/metrics?target={TARGET}"]
+    polls = {s.labels["target"]: (s.name, s.value) for s in whole["lockwatch_polls"].samples}
+    assert polls == {
+        TARGET: ("lockwatch_polls_total", 3),
+        'odd "target"\n\\': ("lockwatch_polls_total", 3),
+    }
+    assert "process_cpu_seconds" in whole and "lockwatch_build" in whole
+    assert [s.labels for s in probe["lockwatch_polls"].samples] == [{"target": TARGET}]
+    assert "process_cpu_seconds" not in probe
 
 
 def test_it_serves_findings_and_locks_as_json(running: Running) -> None:
@@ -242,7 +261,7 @@ def test_it_logs_requests_at_debug_instead_of_writing_to_stderr(
 
 def test_stop_closes_the_socket() -> None:
     board = Board()
-    server = HttpServer(board, build_registry(board), "127.0.0.1:0", STALE_AFTER)
+    server = HttpServer(board, Metrics(board), "127.0.0.1:0", STALE_AFTER)
     server.start()
     address = server.address
     threads = threading.active_count()
@@ -259,7 +278,7 @@ def test_it_listens_on_names_and_bracketed_ipv6_addresses(listen: str) -> None:
     if listen.startswith("[") and not _has_ipv6_loopback():
         pytest.skip("this machine has no IPv6 loopback")
     board = Board()
-    server = HttpServer(board, build_registry(board), listen, STALE_AFTER)
+    server = HttpServer(board, Metrics(board), listen, STALE_AFTER)
     server.start()
     try:
         host, port = server.address
@@ -276,7 +295,7 @@ def test_it_listens_on_names_and_bracketed_ipv6_addresses(listen: str) -> None:
 def test_it_rejects_a_bad_listen_address_clearly(listen: str) -> None:
     board = Board()
     with pytest.raises(ValueError, match=r"host:port|brackets|port must be|not a host"):
-        HttpServer(board, build_registry(board), listen, STALE_AFTER)
+        HttpServer(board, Metrics(board), listen, STALE_AFTER)
 
 
 def test_a_busy_port_fails_with_the_address_in_the_error() -> None:
@@ -285,7 +304,7 @@ def test_a_busy_port_fails_with_the_address_in_the_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         listen = f"127.0.0.1:{taken.getsockname()[1]}"
-        server = HttpServer(board, build_registry(board), listen, STALE_AFTER)
+        server = HttpServer(board, Metrics(board), listen, STALE_AFTER)
 
         with pytest.raises(OSError, match=listen):
             server.start()
@@ -321,9 +340,7 @@ def _has_ipv6_loopback() -> bool:
 
 def test_a_client_that_trickles_its_request_is_cut_off_at_the_deadline() -> None:
     board = Board()
-    server = HttpServer(
-        board, build_registry(board), "127.0.0.1:0", STALE_AFTER, request_deadline=1.0
-    )
+    server = HttpServer(board, Metrics(board), "127.0.0.1:0", STALE_AFTER, request_deadline=1.0)
     server.start()
     host, port = server.address
     try:

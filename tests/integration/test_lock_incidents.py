@@ -25,7 +25,7 @@ from lockwatch.demo.scenarios import OrphanIncident
 from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.locks import LockKey
-from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.locks import read_advisory_locks
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
@@ -33,6 +33,7 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
+from tests.fixtures.metrics import scraped
 from tests.fixtures.postgres import (
     MONITOR_PASSWORD,
     PgDatabase,
@@ -364,7 +365,7 @@ def test_it_keeps_monitoring_and_counts_failed_saves_when_the_state_dir_is_unwri
     assert view.up
     assert kinds(view.findings) == {"lock_held_too_long"}
     assert view.state_write_errors_total == 2
-    registry = build_registry(board)
+    registry = scraped(Metrics(board))
     assert registry.get_sample_value("lockwatch_state_write_errors_total", {"target": "main"}) == 2
 
 

@@ -21,7 +21,7 @@ import requests
 from lockwatch.demo.scenarios import Blackhole
 from lockwatch.model.jobs import RunStatus
 from lockwatch.publish.http import HttpServer
-from lockwatch.publish.metrics.registry import build_registry
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import MAX_BODY, TOKEN_HEADER, PingReceiver
 from lockwatch.state.board import Board
 from lockwatch.state.jobstore import SqliteJobStore
@@ -216,7 +216,7 @@ def test_exec_reports_a_missing_command_as_127() -> None:
 @pytest.fixture
 def ping_server(receiver: PingReceiver) -> Iterator[str]:
     board = Board()
-    server = HttpServer(board, build_registry(board), "127.0.0.1:0", 60.0)
+    server = HttpServer(board, Metrics(board), "127.0.0.1:0", 60.0)
     server.pings = receiver
     server.start()
     host, port = server.address

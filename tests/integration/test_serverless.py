@@ -12,19 +12,19 @@ from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from prometheus_client import CollectorRegistry
 
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.views import TargetView
-from lockwatch.publish.metrics.registry import BoardCollector
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.serverless import SleepSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from tests.fixtures.metrics import scraped
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -96,8 +96,7 @@ def test_an_idle_serverless_server_is_left_to_sleep_and_shown_asleep(
             message="lockwatch lets the idle server sleep",
         )
         polls_then = len(views.after(0))
-        registry = CollectorRegistry()
-        registry.register(BoardCollector(board))
+        registry = scraped(Metrics(board))
         assert registry.get_sample_value("lockwatch_target_asleep", {"target": "neon"}) == 1.0
         assert registry.get_sample_value("lockwatch_up", {"target": "neon"}) == 1.0
         assert "asleep" in StatusPage(board).render()

@@ -76,14 +76,13 @@ def _group(
     rows: KeyRows, settings: LockSettings, now: datetime, held: HeldLocks | None
 ) -> LockGroup:
     named = settings.named_lock(rows.database, rows.key, held)
-    holders = tuple(lock for lock in rows.locks if lock.granted)
-    waiters = tuple(lock for lock in rows.locks if not lock.granted)
-    holds = [s for s in (_age(now, lock.first_seen) for lock in holders) if s is not None]
-    waits = [
-        s
-        for s in (_age(now, lock.wait_start or lock.first_seen) for lock in waiters)
-        if s is not None
-    ]
+    if rows.waiters:
+        holders = tuple([lock for lock in rows.locks if lock.granted])
+        waiters = tuple([lock for lock in rows.locks if not lock.granted])
+        starts = [lock.wait_start or lock.first_seen for lock in waiters]
+        longest_wait = _age(now, min([s for s in starts if s is not None], default=None))
+    else:  # most keys: held, nobody waiting
+        holders, waiters, longest_wait = rows.locks, (), None
     return LockGroup(
         database=rows.database,
         key=rows.key,
@@ -91,8 +90,9 @@ def _group(
         ignored=settings.ignored(rows.database, rows.key),
         holders=holders,
         waiters=waiters,
-        hold_seconds=max(holds, default=None),
-        longest_wait_seconds=max(waits, default=None),
+        # The longest hold is the earliest holder's, which the table keeps.
+        hold_seconds=_age(now, rows.first_held),
+        longest_wait_seconds=longest_wait,
     )
 
 
@@ -119,9 +119,10 @@ def lock_groups(
     With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
     ``held`` names the locks the queue libraries hold on purpose.
     """
-    chosen = _chosen(snapshot.lock_table(), configured_keys(settings), now, top)
-    if top is not None:
-        # The configured keys join the others where their order puts them.
+    configured = configured_keys(settings)
+    chosen = _chosen(snapshot.lock_table(), configured, now, top)
+    if top is not None and configured:
+        # The configured keys join the others (already in order) where their order puts them.
         chosen.sort(key=lambda rows: _rows_order(rows, now))
     return [_group(rows, settings, now, held) for rows in chosen[skip:]]
 

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lockwatch.model.discovery import FleetStatus
-from lockwatch.publish.metrics.families import add, gauge
+from lockwatch.text import printable
+
+
+def gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=labels)
+
+
+def add(family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float) -> None:
+    # A source's name comes from the config (a file path, a URL): made encodable.
+    family.add_metric([printable(label) for label in labels], value)
 
 
 def fleet_metrics(status: FleetStatus) -> Iterator[Metric]:

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import Metric
-
 from lockwatch.model.findings import Severity
 from lockwatch.model.incident_text import ROOT_LABELS, measures, root_labels
 from lockwatch.model.views import TargetView
-from lockwatch.publish.metrics.families import add, gauge
+from lockwatch.publish.metrics.families import Exposition, Family
 
 # Open incidents exported one series each, per target, worst first; the rest
 # are counted. One session holding thousands of locks is still one incident.
 INCIDENT_SERIES_CAP = 50
 
 
-def incident_metrics(views: tuple[TargetView, ...]) -> Iterator[Metric]:
-    counts = gauge(
+def incident_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    counts = scrape.gauge(
         "lockwatch_incidents",
         "Open incidents by severity; every severity is present, 0 when none.",
         ["target", "severity"],
@@ -29,13 +27,13 @@ def incident_metrics(views: tuple[TargetView, ...]) -> Iterator[Metric]:
         for incident in view.incidents:
             tally[incident.severity] += 1
         for severity, count in tally.items():
-            add(counts, [view.target.name, severity.value], count)
+            counts.add((view.target.name, severity.value), count)
     yield counts
-    yield from _incident_series(views)
+    yield from _incident_series(views, scrape)
 
 
-def _incident_series(views: tuple[TargetView, ...]) -> Iterator[Metric]:
-    active = gauge(
+def _incident_series(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    active = scrape.gauge(
         "lockwatch_incident_active",
         f"1 for each open incident (at most {INCIDENT_SERIES_CAP} per target, worst first), "
         "labelled with its id, its root's fingerprint and kind, its leading finding kind, "
@@ -43,33 +41,33 @@ def _incident_series(views: tuple[TargetView, ...]) -> Iterator[Metric]:
         ["target", *ROOT_LABELS],
     )
     per_incident = ["target", "incident"]
-    hold = gauge(
+    hold = scrape.gauge(
         "lockwatch_incident_hold_seconds",
         "The longest the incident's root holder has held one of its locks; absent "
         "without a holder.",
         per_incident,
     )
-    idle = gauge(
+    idle = scrape.gauge(
         "lockwatch_incident_holder_idle_seconds",
         "How long the incident's root holder has run no SQL; absent while it is busy.",
         per_incident,
     )
-    waiters = gauge(
+    waiters = scrape.gauge(
         "lockwatch_incident_waiters",
         "Sessions waiting on the incident's root now.",
         per_incident,
     )
-    waited = gauge(
+    waited = scrape.gauge(
         "lockwatch_incident_waiter_seconds",
         "Seconds sessions have spent waiting on the incident's root so far, summed.",
         per_incident,
     )
-    locks = gauge(
+    locks = scrape.gauge(
         "lockwatch_incident_locks_held",
         "The most locks the incident's root has held at once.",
         per_incident,
     )
-    dropped = gauge(
+    dropped = scrape.gauge(
         "lockwatch_incident_series_dropped",
         "Open incidents left out of lockwatch_incident_active by the per-target cap.",
         ["target"],
@@ -77,15 +75,15 @@ def _incident_series(views: tuple[TargetView, ...]) -> Iterator[Metric]:
     for view in views:
         target = view.target.name
         for incident in view.incidents[:INCIDENT_SERIES_CAP]:
-            add(active, [target, *root_labels(incident).values()], 1.0)
-            series = [target, incident.id]
+            active.add((target, *root_labels(incident).values()), 1.0)
+            series = (target, incident.id)
             facts = measures(incident)
             if facts.hold_seconds is not None:
-                add(hold, series, facts.hold_seconds)
+                hold.add(series, facts.hold_seconds)
             if facts.idle_seconds is not None:
-                add(idle, series, facts.idle_seconds)
-            add(waiters, series, incident.waiters)
-            add(waited, series, incident.impact.waiter_seconds)
-            add(locks, series, incident.impact.locks_held)
-        add(dropped, [target], max(0, len(view.incidents) - INCIDENT_SERIES_CAP))
+                idle.add(series, facts.idle_seconds)
+            waiters.add(series, incident.waiters)
+            waited.add(series, incident.impact.waiter_seconds)
+            locks.add(series, incident.impact.locks_held)
+        dropped.add((target,), max(0, len(view.incidents) - INCIDENT_SERIES_CAP))
     yield from (active, hold, idle, waiters, waited, locks, dropped)

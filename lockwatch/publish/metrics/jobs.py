@@ -8,48 +8,44 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
-
 from lockwatch.model.views import TargetView
-from lockwatch.publish.metrics.families import add, gauge
+from lockwatch.publish.metrics.families import Exposition, Family
 
 
-def job_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
+def job_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
     labels = ["target", "job_name"]
-    starts = CounterMetricFamily(
-        "lockwatch_job_starts",
-        "Starts of the job lockwatch has seen since it started.",
-        labels=labels,
+    starts = scrape.counter(
+        "lockwatch_job_starts", "Starts of the job lockwatch has seen since it started.", labels
     )
-    duplicates = CounterMetricFamily(
+    duplicates = scrape.counter(
         "lockwatch_job_duplicate_starts",
         "Starts for a run key that had started already (the job ran twice).",
-        labels=labels,
+        labels,
     )
-    running = gauge(
+    running = scrape.gauge(
         "lockwatch_job_runs_in_progress", "Runs of the job started and not finished.", labels
     )
-    last_start = gauge(
+    last_start = scrape.gauge(
         "lockwatch_job_last_start_timestamp_seconds", "Unix time of the job's latest start.", labels
     )
-    last_success = gauge(
+    last_success = scrape.gauge(
         "lockwatch_job_last_success_timestamp_seconds",
         "Unix time the job last finished successfully; absent until it has.",
         labels,
     )
-    last_duration = gauge(
+    last_duration = scrape.gauge(
         "lockwatch_job_last_duration_seconds", "How long the job's last finished run took.", labels
     )
     for view in views:
         for job in view.jobs:
-            names = [view.target.name, job.name]
-            add(starts, names, job.starts_total)
-            add(duplicates, names, job.duplicate_starts_total)
-            add(running, names, job.running)
+            names = (view.target.name, job.name)
+            starts.add(names, job.starts_total)
+            duplicates.add(names, job.duplicate_starts_total)
+            running.add(names, job.running)
             if job.last_start is not None:
-                add(last_start, names, job.last_start.timestamp())
+                last_start.add(names, job.last_start.timestamp())
             if job.last_success is not None:
-                add(last_success, names, job.last_success.timestamp())
+                last_success.add(names, job.last_success.timestamp())
             if job.last_duration is not None:
-                add(last_duration, names, job.last_duration)
+                last_duration.add(names, job.last_duration)
     yield from (starts, duplicates, running, last_start, last_success, last_duration)

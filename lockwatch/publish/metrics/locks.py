@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import HistogramMetricFamily, Metric
-
 from lockwatch.model.evidence import Evidence
 from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHistory
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import LockGroup
+from lockwatch.publish.metrics.families import Exposition, Histogram
 from lockwatch.settings.locks import LockSettings
 from lockwatch.text import one_line, printable
 
@@ -69,21 +68,21 @@ def history_label(history: KeyHistory, settings: LockSettings) -> str:
     return history.lock
 
 
-def history_metrics(views: tuple[TargetView, ...]) -> Iterator[Metric]:
+def history_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Histogram]:
     """The completed holds and waits of every key with a history (named,
     catalogued, the top N), and of all other keys as one ``(other keys)``."""
     labels = ["target", "database", "lock"]
-    holds = HistogramMetricFamily(
+    holds = scrape.histogram(
         "lockwatch_advisory_lock_hold_duration_seconds",
         "Completed holds of the lock, from the first to the last poll that saw them "
         "(within one poll interval either way; a hold seen by one poll only counts as 0).",
-        labels=labels,
+        labels,
     )
-    waits = HistogramMetricFamily(
+    waits = scrape.histogram(
         "lockwatch_advisory_lock_wait_duration_seconds",
         "Completed waits for the lock (granted or given up), from the first to the last "
         "poll that saw them waiting.",
-        labels=labels,
+        labels,
     )
     for view in views:
         seen: set[tuple[str, str]] = set()
@@ -92,16 +91,16 @@ def history_metrics(views: tuple[TargetView, ...]) -> Iterator[Metric]:
             if series in seen:
                 continue  # a name equal to another key's rendering: the first wins
             seen.add(series)
-            values = [printable(v) for v in (view.target.name, *series)]
+            values = (view.target.name, *series)
             _observe(holds, values, history.holds)
             _observe(waits, values, history.waits)
     yield from (holds, waits)
 
 
-def _observe(family: HistogramMetricFamily, labels: list[str], stats: DurationStats | None) -> None:
+def _observe(family: Histogram, labels: tuple[str, ...], stats: DurationStats | None) -> None:
     if stats is None:
         return
     buckets = [
         (f"{bound:g}", count) for bound, count in zip(HISTOGRAM_BUCKETS, stats.buckets, strict=True)
     ]
-    family.add_metric(labels, [*buckets, ("+Inf", stats.count)], stats.total)
+    family.add(labels, [*buckets, ("+Inf", stats.count)], stats.total)

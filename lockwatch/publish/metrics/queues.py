@@ -9,100 +9,100 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
-
 from lockwatch.model.evidence import SESSION_STATES
 from lockwatch.model.views import TargetView
-from lockwatch.publish.metrics.families import add, gauge
+from lockwatch.publish.metrics.families import Exposition, Family
 
 WAITS_PER_GROUP = 5  # locks exported per worker group, most waiting sessions first
 
 
-def source_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
-    up = gauge(
+def source_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
+    up = scrape.gauge(
         "lockwatch_source_up",
         "1 if the last attempt to sample the target's source (a queue, a worker group, "
         "the workers' sessions) succeeded, 0 if it failed or waits for the database.",
         ["target", "source"],
     )
-    errors = CounterMetricFamily(
+    errors = scrape.counter(
         "lockwatch_source_errors",
         "Attempts to sample the source that failed.",
-        labels=["target", "source"],
+        ["target", "source"],
     )
     for view in views:
         for health in view.sources:
-            labels = [view.target.name, health.name]
-            add(up, labels, 1.0 if health.up else 0.0)
-            add(errors, labels, health.errors_total)
+            labels = (view.target.name, health.name)
+            up.add(labels, 1.0 if health.up else 0.0)
+            errors.add(labels, health.errors_total)
     yield from (up, errors)
 
 
-def queue_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
+def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
     labels = ["target", "queue"]
-    depth = gauge("lockwatch_queue_depth", "Items waiting in the queue at the last sample.", labels)
-    oldest = gauge(
+    depth = scrape.gauge(
+        "lockwatch_queue_depth", "Items waiting in the queue at the last sample.", labels
+    )
+    oldest = scrape.gauge(
         "lockwatch_queue_oldest_age_seconds",
         "Age of the oldest waiting item; absent when the source does not tell.",
         labels,
     )
-    in_flight = gauge(
+    in_flight = scrape.gauge(
         "lockwatch_queue_in_flight",
         "Items taken by a worker and not finished; absent when the source does not tell.",
         labels,
     )
-    growth = gauge(
+    growth = scrape.gauge(
         "lockwatch_queue_growth_per_second",
         "Least-squares slope of the depth over the queue's window (negative: draining).",
         labels,
     )
-    completed = CounterMetricFamily(
+    completed = scrape.counter(
         "lockwatch_queue_completed",
         "Finished items as the source counts them; absent when it does not. A drop "
         "(finished rows cleaned up) reads as a counter reset.",
-        labels=labels,
+        labels,
     )
     for view in views:
         for queue in view.queues:
-            series = [view.target.name, queue.name]
+            series = (view.target.name, queue.name)
             latest = queue.latest
             if latest is None:
                 continue  # never sampled: 0 would claim an empty queue
-            add(depth, series, latest.depth)
+            depth.add(series, latest.depth)
             if latest.oldest_age_seconds is not None:
-                add(oldest, series, latest.oldest_age_seconds)
+                oldest.add(series, latest.oldest_age_seconds)
             if latest.in_flight is not None:
-                add(in_flight, series, latest.in_flight)
+                in_flight.add(series, latest.in_flight)
             if latest.completed_total is not None:
-                add(completed, series, latest.completed_total)
+                completed.add(series, latest.completed_total)
             if queue.growth_per_second is not None:
-                add(growth, series, queue.growth_per_second)
+                growth.add(series, queue.growth_per_second)
     yield from (depth, oldest, in_flight, growth, completed)
 
 
-def worker_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
+def worker_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
     labels = ["target", "group"]
-    cpu = CounterMetricFamily(
+    cpu = scrape.counter(
         "lockwatch_worker_cpu_seconds",
         "CPU seconds used by the worker group's processes (with their children), as "
         "a counter that survives restarts of the workers.",
-        labels=labels,
+        labels,
     )
-    processes = gauge(
+    processes = scrape.gauge(
         "lockwatch_worker_processes", "Processes in the worker group at the last sample.", labels
     )
-    cores = gauge(
+    cores = scrape.gauge(
         "lockwatch_worker_cpu_cores",
         "Average cores the worker group used over its window (the longest of its queues').",
         labels,
     )
-    sessions = gauge(
+    sessions = scrape.gauge(
         "lockwatch_worker_sessions",
         "The group's database sessions by state: active (running SQL), waiting_lock "
         "(waiting on a lock), idle, idle_in_transaction, other.",
         [*labels, "state"],
     )
-    waiting = gauge(
+    waiting = scrape.gauge(
         "lockwatch_worker_sessions_waiting_on_lock",
         f"The group's sessions waiting on each advisory lock (at most {WAITS_PER_GROUP} "
         "locks per group, most waiters first).",
@@ -110,16 +110,16 @@ def worker_metrics(views: Iterable[TargetView]) -> Iterator[Metric]:
     )
     for view in views:
         for group in view.workers:
-            series = [view.target.name, group.name]
+            series = (view.target.name, group.name)
             if group.latest is not None:
-                add(cpu, series, group.latest.cpu_seconds)
+                cpu.add(series, group.latest.cpu_seconds)
                 if group.latest.processes is not None:
-                    add(processes, series, group.latest.processes)
+                    processes.add(series, group.latest.processes)
             if group.cpu_cores is not None:
-                add(cores, series, group.cpu_cores)
+                cores.add(series, group.cpu_cores)
             if group.sessions is not None:
                 for state in SESSION_STATES:
-                    add(sessions, [*series, state], group.sessions.get(state, 0))
+                    sessions.add((*series, state), group.sessions.get(state, 0))
             for wait in group.waiting_on[:WAITS_PER_GROUP]:
-                add(waiting, [*series, wait.database, wait.lock], wait.sessions)
+                waiting.add((*series, wait.database, wait.lock), wait.sessions)
     yield from (cpu, processes, cores, sessions, waiting)

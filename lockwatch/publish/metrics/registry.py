@@ -1,3 +1,7 @@
+"""What ``/metrics`` answers: the board's series, which lockwatch writes itself
+(``families.py``), then prometheus_client's collectors (process_*, the build
+info, and what the daemon registers: poll lateness, the notifier, the fleet)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -6,8 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Info, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.exposition import choose_encoder
 
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject, subject_label
@@ -15,13 +18,12 @@ from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
-from lockwatch.publish.metrics.families import add, gauge
+from lockwatch.publish.metrics.families import Exposition, Family, Format, Histogram
 from lockwatch.publish.metrics.incidents import incident_metrics
 from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
-from lockwatch.text import printable
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.
@@ -31,189 +33,207 @@ SUBJECT_FIELDS = tuple(f.name for f in dataclasses.fields(Subject))
 SUBJECT_LABELS = tuple(subject_label(name) for name in SUBJECT_FIELDS)
 
 
-# Every (kind, severity) lockwatch_findings has a series of, per target.
-COMBINATIONS = tuple((kind, severity) for kind in FindingKind for severity in Severity)
+# Every (kind, severity) lockwatch_findings has a series of, per target, as
+# label values: worked out once, not 17,100 times a scrape at 300 targets.
+COMBINATIONS = tuple((kind.value, severity.value) for kind in FindingKind for severity in Severity)
 
 
 # Active findings exported one series each, per target; the rest are counted.
 FINDING_SERIES_CAP = 100
 
 
-class BoardCollector(Collector):
-    """Renders the board's latest state as fresh metric families at each scrape."""
+class Metrics:
+    """What /metrics answers, in the format the scraper asks for."""
 
-    def __init__(
-        self, board: Board, clock: Callable[[], datetime] = utc_now, only: str | None = None
-    ) -> None:
+    def __init__(self, board: Board, clock: Callable[[], datetime] = utc_now) -> None:
         self._board = board
         self._clock = clock
-        self._only = only  # one target's series (a per-target scrape), or all
+        # The process_* metrics of exporters (CPU, memory, open files, start
+        # time) and the build info; the daemon registers its own collectors here.
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        build = Info(
+            "lockwatch_build", "The lockwatch build that is running.", registry=self.registry
+        )
+        build.info({"version": lockwatch.__version__, "python_version": platform.python_version()})
 
-    def collect(self) -> Iterator[Metric]:
-        now = self._clock()
+    def render(self, accept: str = "", target: str | None = None) -> tuple[bytes, str]:
+        """The exposition and its content type, negotiated from ``accept`` as
+        prometheus_client does (OpenMetrics when asked for, else text 0.0.4).
+        With ``target`` (a probe from /api/v1/sd) that target's series only."""
+        encoder, content_type = choose_encoder(accept)
+        scrape = Exposition(Format.of(content_type))
         views = self._board.views()
-        if self._only is not None:
-            views = tuple(view for view in views if view.target.name == self._only)
-        yield from self._poll_metrics(views)
-        yield from self._lock_metrics(views, now)
-        yield from history_metrics(views)
-        yield from self._finding_metrics(views)
-        yield from incident_metrics(views)
-        yield from source_metrics(views)
-        yield from queue_metrics(views)
-        yield from worker_metrics(views)
-        yield from job_metrics(views)
+        if target is not None:
+            views = tuple(view for view in views if view.target.name == target)
+        board = scrape.text(board_families(views, self._clock(), scrape)).encode("utf-8")
+        rest = scrape.form.end.encode("utf-8") if target is not None else encoder(self.registry)
+        return board + rest, content_type
 
-    def _poll_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
-        up = gauge(
-            "lockwatch_up",
-            "1 if the last poll of the target succeeded, 0 if it failed or none finished yet.",
-            ["target"],
-        )
-        duration = gauge(
-            "lockwatch_last_poll_duration_seconds",
-            "How long the last successful poll of the target took.",
-            ["target"],
-        )
-        polls = CounterMetricFamily(
-            "lockwatch_polls_total", "Polls of the target, successful or not.", labels=["target"]
-        )
-        errors = CounterMetricFamily(
-            "lockwatch_poll_errors_total", "Polls of the target that failed.", labels=["target"]
-        )
-        state_errors = CounterMetricFamily(
-            "lockwatch_state_write_errors_total",
-            "Saves of the target's hold times and findings to the state dir that failed; "
-            "while this grows, a restart forgets them.",
-            labels=["target"],
-        )
-        last_success = gauge(
-            "lockwatch_last_successful_poll_timestamp_seconds",
-            "Unix time of the last successful poll of the target; absent until one succeeded.",
-            ["target"],
-        )
-        sees = gauge(
-            "lockwatch_target_can_see_sessions",
-            "1 if lockwatch's role sees every session's activity (it has pg_monitor), 0 if "
-            "other roles' sessions are hidden from it; absent until a poll succeeded.",
-            ["target"],
-        )
-        asleep = gauge(
-            "lockwatch_target_asleep",
-            "1 while lockwatch lets a serverless target sleep (its session closed, looking "
-            "again every sleep.interval), else 0.",
-            ["target"],
-        )
-        for view in views:
-            target = [view.target.name]
-            add(up, target, 1.0 if view.up else 0.0)
-            add(asleep, target, 0.0 if view.asleep_since is None else 1.0)
-            add(polls, target, view.polls_total)
-            add(errors, target, view.poll_errors_total)
-            add(state_errors, target, view.state_write_errors_total)
-            snapshot = None if view.status is None else view.status.snapshot
-            if snapshot is not None:
-                add(duration, target, snapshot.poll_seconds)
-            if snapshot is not None and snapshot.visibility is not None:
-                add(sees, target, 1.0 if snapshot.visibility.sees_all_sessions else 0.0)
-            if view.last_success is not None:
-                add(last_success, target, view.last_success.timestamp())
-        yield from (up, asleep, duration, polls, errors, state_errors, last_success, sees)
 
-    def _lock_metrics(self, views: tuple[TargetView, ...], now: datetime) -> Iterator[Metric]:
-        counts = gauge(
-            "lockwatch_advisory_locks",
-            "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
-            "not counting ignored keys.",
-            ["target", "database", "state"],
-        )
-        labels = ["target", "database", "lock"]
-        hold = gauge(
-            "lockwatch_advisory_lock_hold_seconds",
-            "Seconds the lock has been held, measured from when lockwatch first saw it "
-            "granted, or from an idle holder's last state change, which came after the "
-            "grant (PostgreSQL records no grant time); 0 when nobody holds it. "
-            "Named locks, plus the longest-held other keys up to top_n per target.",
-            labels,
-        )
-        waiters = gauge(
-            "lockwatch_advisory_lock_waiters",
-            "Sessions waiting for the lock.",
-            labels,
-        )
-        longest_wait = gauge(
-            "lockwatch_advisory_lock_longest_wait_seconds",
-            "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
-            labels,
-        )
-        for view in views:
-            snapshot = None if view.status is None else view.status.snapshot
-            if snapshot is None:
-                # Without a poll result nothing is known; 0 would claim "not held".
+def board_families(
+    views: tuple[TargetView, ...], now: datetime, scrape: Exposition
+) -> Iterator[Family | Histogram]:
+    """The board's latest state as fresh metric families, at each scrape."""
+    yield from _poll_metrics(views, scrape)
+    yield from _lock_metrics(views, now, scrape)
+    yield from history_metrics(views, scrape)
+    yield from _finding_metrics(views, scrape)
+    yield from incident_metrics(views, scrape)
+    yield from source_metrics(views, scrape)
+    yield from queue_metrics(views, scrape)
+    yield from worker_metrics(views, scrape)
+    yield from job_metrics(views, scrape)
+
+
+def _poll_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    up = scrape.gauge(
+        "lockwatch_up",
+        "1 if the last poll of the target succeeded, 0 if it failed or none finished yet.",
+        ["target"],
+    )
+    duration = scrape.gauge(
+        "lockwatch_last_poll_duration_seconds",
+        "How long the last successful poll of the target took.",
+        ["target"],
+    )
+    polls = scrape.counter(
+        "lockwatch_polls_total", "Polls of the target, successful or not.", ["target"]
+    )
+    errors = scrape.counter(
+        "lockwatch_poll_errors_total", "Polls of the target that failed.", ["target"]
+    )
+    state_errors = scrape.counter(
+        "lockwatch_state_write_errors_total",
+        "Saves of the target's hold times and findings to the state dir that failed; "
+        "while this grows, a restart forgets them.",
+        ["target"],
+    )
+    last_success = scrape.gauge(
+        "lockwatch_last_successful_poll_timestamp_seconds",
+        "Unix time of the last successful poll of the target; absent until one succeeded.",
+        ["target"],
+    )
+    sees = scrape.gauge(
+        "lockwatch_target_can_see_sessions",
+        "1 if lockwatch's role sees every session's activity (it has pg_monitor), 0 if "
+        "other roles' sessions are hidden from it; absent until a poll succeeded.",
+        ["target"],
+    )
+    asleep = scrape.gauge(
+        "lockwatch_target_asleep",
+        "1 while lockwatch lets a serverless target sleep (its session closed, looking "
+        "again every sleep.interval), else 0.",
+        ["target"],
+    )
+    for view in views:
+        target = (view.target.name,)
+        up.add(target, 1.0 if view.up else 0.0)
+        asleep.add(target, 0.0 if view.asleep_since is None else 1.0)
+        polls.add(target, view.polls_total)
+        errors.add(target, view.poll_errors_total)
+        state_errors.add(target, view.state_write_errors_total)
+        snapshot = None if view.status is None else view.status.snapshot
+        if snapshot is not None:
+            duration.add(target, snapshot.poll_seconds)
+        if snapshot is not None and snapshot.visibility is not None:
+            sees.add(target, 1.0 if snapshot.visibility.sees_all_sessions else 0.0)
+        if view.last_success is not None:
+            last_success.add(target, view.last_success.timestamp())
+    yield from (up, asleep, duration, polls, errors, state_errors, last_success, sees)
+
+
+def _lock_metrics(
+    views: tuple[TargetView, ...], now: datetime, scrape: Exposition
+) -> Iterator[Family]:
+    counts = scrape.gauge(
+        "lockwatch_advisory_locks",
+        "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
+        "not counting ignored keys.",
+        ["target", "database", "state"],
+    )
+    labels = ["target", "database", "lock"]
+    hold = scrape.gauge(
+        "lockwatch_advisory_lock_hold_seconds",
+        "Seconds the lock has been held, measured from when lockwatch first saw it "
+        "granted, or from an idle holder's last state change, which came after the "
+        "grant (PostgreSQL records no grant time); 0 when nobody holds it. "
+        "Named locks, plus the longest-held other keys up to top_n per target.",
+        labels,
+    )
+    waiters = scrape.gauge(
+        "lockwatch_advisory_lock_waiters",
+        "Sessions waiting for the lock.",
+        labels,
+    )
+    longest_wait = scrape.gauge(
+        "lockwatch_advisory_lock_longest_wait_seconds",
+        "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
+        labels,
+    )
+    for view in views:
+        snapshot = None if view.status is None else view.status.snapshot
+        if snapshot is None:
+            # Without a poll result nothing is known; 0 would claim "not held".
+            continue
+        target = view.target.name
+        settings = view.target.locks
+        for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
+            counts.add((target, database, "held"), held)
+            counts.add((target, database, "waiting"), waiting)
+        groups = lock_groups(snapshot, settings, now, top=settings.top_n)
+        for database, lock, exported in exported_locks(groups, settings):
+            series = (target, database, lock)
+            if exported is None:
+                hold.add(series, 0.0)
+                waiters.add(series, 0)
+                longest_wait.add(series, 0.0)
                 continue
-            target = view.target.name
-            settings = view.target.locks
-            for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
-                add(counts, [target, database, "held"], held)
-                add(counts, [target, database, "waiting"], waiting)
-            groups = lock_groups(snapshot, settings, now, top=settings.top_n)
-            for database, lock, exported in exported_locks(groups, settings):
-                series = [printable(value) for value in (target, database, lock)]
-                if exported is None:
-                    hold.add_metric(series, 0.0)
-                    waiters.add_metric(series, 0)
-                    longest_wait.add_metric(series, 0.0)
-                    continue
-                hold.add_metric(series, exported.hold_seconds or 0.0)
-                waiters.add_metric(series, len(exported.waiters))
-                longest_wait.add_metric(series, exported.longest_wait_seconds or 0.0)
-        yield from (counts, hold, waiters, longest_wait)
+            hold.add(series, exported.hold_seconds or 0.0)
+            waiters.add(series, len(exported.waiters))
+            longest_wait.add(series, exported.longest_wait_seconds or 0.0)
+    yield from (counts, hold, waiters, longest_wait)
 
-    def _finding_metrics(self, views: tuple[TargetView, ...]) -> Iterator[Metric]:
-        counts = gauge(
-            "lockwatch_findings",
-            "Active findings by kind and severity; every combination is present, 0 when none.",
-            ["target", "kind", "severity"],
-        )
-        active = gauge(
-            "lockwatch_finding_active",
-            f"1 for each active finding (at most {FINDING_SERIES_CAP} per target, "
-            "most severe and oldest first).",
-            ["target", "kind", *SUBJECT_LABELS],
-        )
-        info = gauge(
-            "lockwatch_finding_info",
-            "1 for each series of lockwatch_finding_active, with the finding's severity and "
-            'its holder ("pid 1234 (app from 10.0.0.5)", empty when it names none) for alert '
-            "messages. Alert on this without the holder label: a new holder is a new series.",
-            ["target", "kind", *SUBJECT_LABELS, "severity", "holder"],
-        )
-        dropped = gauge(
-            "lockwatch_finding_series_dropped",
-            "Active findings left out of lockwatch_finding_active by the per-target cap.",
-            ["target"],
-        )
-        for view in views:
-            target = view.target.name
-            tally: dict[tuple[FindingKind, Severity], int] = {}
-            for finding in view.findings:
-                tally[finding.kind, finding.severity] = (
-                    tally.get((finding.kind, finding.severity), 0) + 1
-                )
-            # Every combination, 300 targets' worth at each scrape: the kind and
-            # severity values are lockwatch's own, only the target's is made printable.
-            label = printable(target)
-            for kind, severity in COMBINATIONS:
-                counts.add_metric(
-                    [label, kind.value, severity.value], tally.get((kind, severity), 0)
-                )
-            shown = _finding_series(view.findings)
-            for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
-                add(active, [target, *labels], 1.0)
-                details = [finding.severity.value, holder_label(finding.evidence)]
-                add(info, [target, *labels, *details], 1.0)
-            add(dropped, [target], max(0, len(shown) - FINDING_SERIES_CAP))
-        yield from (counts, active, info, dropped)
+
+def _finding_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    counts = scrape.gauge(
+        "lockwatch_findings",
+        "Active findings by kind and severity; every combination is present, 0 when none.",
+        ["target", "kind", "severity"],
+    )
+    active = scrape.gauge(
+        "lockwatch_finding_active",
+        f"1 for each active finding (at most {FINDING_SERIES_CAP} per target, "
+        "most severe and oldest first).",
+        ["target", "kind", *SUBJECT_LABELS],
+    )
+    info = scrape.gauge(
+        "lockwatch_finding_info",
+        "1 for each series of lockwatch_finding_active, with the finding's severity and "
+        'its holder ("pid 1234 (app from 10.0.0.5)", empty when it names none) for alert '
+        "messages. Alert on this without the holder label: a new holder is a new series.",
+        ["target", "kind", *SUBJECT_LABELS, "severity", "holder"],
+    )
+    dropped = scrape.gauge(
+        "lockwatch_finding_series_dropped",
+        "Active findings left out of lockwatch_finding_active by the per-target cap.",
+        ["target"],
+    )
+    for view in views:
+        target = view.target.name
+        tally: dict[tuple[str, str], int] = {}
+        for finding in view.findings:
+            combination = (finding.kind.value, finding.severity.value)
+            tally[combination] = tally.get(combination, 0) + 1
+        for combination in COMBINATIONS:
+            counts.add((target, *combination), tally.get(combination, 0))
+        shown = _finding_series(view.findings)
+        for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
+            active.add((target, *labels), 1.0)
+            details = (finding.severity.value, holder_label(finding.evidence))
+            info.add((target, *labels, *details), 1.0)
+        dropped.add((target,), max(0, len(shown) - FINDING_SERIES_CAP))
+    yield from (counts, active, info, dropped)
 
 
 def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, ...], Finding]:
@@ -225,14 +245,3 @@ def _finding_series(findings: Iterable[Finding]) -> dict[tuple[str, ...], Findin
         labels = (finding.kind.value, *(getattr(subject, name) or "" for name in SUBJECT_FIELDS))
         series.setdefault(labels, finding)
     return series
-
-
-def build_registry(board: Board, clock: Callable[[], datetime] = utc_now) -> CollectorRegistry:
-    """lockwatch's own registry: the board collector, the build info and the
-    process_* metrics of exporters (CPU, memory, open files, start time)."""
-    registry = CollectorRegistry()
-    registry.register(BoardCollector(board, clock))
-    ProcessCollector(registry=registry)
-    build = Info("lockwatch_build", "The lockwatch build that is running.", registry=registry)
-    build.info({"version": lockwatch.__version__, "python_version": platform.python_version()})
-    return registry

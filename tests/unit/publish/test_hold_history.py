@@ -12,11 +12,11 @@ from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHi
 from lockwatch.model.locks import LockKey
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.publish.api.locks import history_text, locks_document
-from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.locks import Learning, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, snapshot
 
 NAMED = NamedLock("webhook-delivery", LockKey.bigint(42))
@@ -43,9 +43,7 @@ def view() -> TargetView:
 
 
 def registry() -> CollectorRegistry:
-    board = Board()
-    board.publish(view())
-    return build_registry(board, clock=lambda: NOW)
+    return scraped(metrics_of(view()))
 
 
 def test_each_key_with_a_history_is_one_histogram_series_named_like_its_lock() -> None:

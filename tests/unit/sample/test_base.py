@@ -18,13 +18,13 @@ from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSa
 from lockwatch.model.views import SourceHealth, TargetView
 from lockwatch.monitors.base import MonitorResult, PollContext, Stateless
 from lockwatch.publish.api.queues import queues_document
-from lockwatch.publish.metrics.registry import build_registry
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner, TargetUnavailableError
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as, evidence_of
+from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.postgres import free_port
 from tests.fixtures.snapshots import NOW, TARGET, ago
 
@@ -179,9 +179,7 @@ def polled_view() -> TargetView:
 
 
 def registry_of(view: TargetView) -> CollectorRegistry:
-    board = Board()
-    board.publish(view)
-    return build_registry(board, clock=lambda: NOW)
+    return scraped(metrics_of(view))
 
 
 def test_queues_workers_and_sources_are_exported_with_labels_from_the_config() -> None:

@@ -3,37 +3,33 @@ the notifier's own counters."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client import CollectorRegistry
 
 from lockwatch.model.findings import Finding
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.notify.service import AlertNotifier
-from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
+from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS
 from lockwatch.settings.notify import NotifySettings, SlackChannel, WebhookChannel
 from lockwatch.settings.targets import Target
-from lockwatch.state.board import Board
+from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.snapshots import NOW, TARGET, snapshot
 
 
 def registry_of(findings: list[Finding]) -> CollectorRegistry:
-    board = Board()
-    board.publish(
-        TargetView(
-            target=Target(TARGET, "host=db"),
-            status=TargetStatus(TARGET, NOW, snapshot()),
-            findings=tuple(findings),
-        )
+    """/metrics of a target with these findings, as prometheus_client's parser reads it."""
+    view = TargetView(
+        target=Target(TARGET, "host=db"),
+        status=TargetStatus(TARGET, NOW, snapshot()),
+        findings=tuple(findings),
     )
-    return build_registry(board, clock=lambda: NOW)
+    return scraped(metrics_of(view))
 
 
 def samples(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:
-    text = generate_latest(registry).decode("utf-8")
     return [
         sample.labels
-        for family in text_string_to_metric_families(text)
+        for family in registry.collect()
         for sample in family.samples
         if sample.name == name
     ]

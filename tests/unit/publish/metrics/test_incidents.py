@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockwatch.model.findings import Severity
@@ -14,6 +13,7 @@ from lockwatch.model.incidents import Incident
 from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.incidents import INCIDENT_SERIES_CAP
 from tests.fixtures.incident_values import incident, session_root
+from tests.fixtures.metrics import exposition, metrics_of
 from tests.fixtures.notify import finding
 from tests.fixtures.snapshots import TARGET, held, snapshot
 from tests.unit.publish.metrics.test_registry import polled, registry_of, series
@@ -82,8 +82,7 @@ def test_incident_series_are_capped_per_target_and_the_rest_counted() -> None:
 
 def test_a_hostile_application_name_is_one_bounded_label_that_still_parses() -> None:
     root = session_root(app=HOSTILE_APP)
-    registry = registry_of(with_incidents(incident(root=root)))
-    text = generate_latest(registry).decode("utf-8")
+    text = exposition(metrics_of(with_incidents(incident(root=root))))
     parsed = [
         sample.labels["application"]
         for family in text_string_to_metric_families(text)

@@ -5,18 +5,19 @@ from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.locks import LockKey, LockSnapshot, SessionVisibility
 from lockwatch.model.views import TargetStatus, TargetView
-from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, build_registry
+from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, Metrics
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.evidence import lock_evidence
+from tests.fixtures.metrics import exposition, metrics_of, scraped
 from tests.fixtures.snapshots import (
     NOW,
     TARGET,
@@ -58,10 +59,8 @@ def polled(
 
 
 def registry_of(*views: TargetView) -> CollectorRegistry:
-    board = Board()
-    for view in views:
-        board.publish(view)
-    return build_registry(board, clock=lambda: NOW)
+    """/metrics of a board with these views, as prometheus_client's parser reads it."""
+    return scraped(metrics_of(*views))
 
 
 def series(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:
@@ -126,7 +125,7 @@ def test_it_reports_a_target_down_when_its_last_poll_failed_and_claims_nothing_a
 def test_it_reports_a_registered_target_down_before_its_first_poll() -> None:
     board = Board()
     board.register(target())
-    registry = build_registry(board, clock=lambda: NOW)
+    registry = scraped(Metrics(board, clock=lambda: NOW))
 
     assert registry.get_sample_value("lockwatch_up", {"target": TARGET}) == 0
     assert registry.get_sample_value("lockwatch_polls_total", {"target": TARGET}) == 0
@@ -178,7 +177,7 @@ def test_it_measures_holds_from_first_sight_and_waits_from_wait_start() -> None:
 def test_it_keeps_the_hold_time_growing_between_polls() -> None:
     board = Board()
     board.publish(polled(snapshot(held((7, 13), 1234, held_for=100))))
-    registry = build_registry(board, clock=lambda: NOW + timedelta(seconds=15))
+    registry = scraped(Metrics(board, clock=lambda: NOW + timedelta(seconds=15)))
 
     assert (
         registry.get_sample_value("lockwatch_advisory_lock_hold_seconds", lock_labels("7,13"))
@@ -267,9 +266,8 @@ def test_hostile_database_and_application_names_still_give_valid_exposition() ->
         held(42, 1234, held_for=30, database=hostile_db),
         backends=[backend(1234, 'evil"} 1\nlockwatch_up{target="x"} 1', query="DROP\udcfe")],
     )
-    registry = registry_of(polled(snap), polled(snapshot(), name='ta"rget\n'))
+    text = exposition(metrics_of(polled(snap), polled(snapshot(), name='ta"rget\n')))
 
-    text = generate_latest(registry).decode("utf-8")
     families = {f.name: f for f in text_string_to_metric_families(text)}
     holds = families["lockwatch_advisory_lock_hold_seconds"].samples
     assert [s.labels["database"] for s in holds] == ['pay"ments\\\n}\\udcff']
@@ -282,10 +280,8 @@ def test_hostile_database_and_application_names_still_give_valid_exposition() ->
 @given(lock_snapshots())
 def test_no_client_value_becomes_a_label_and_series_stay_bounded(snap: LockSnapshot) -> None:
     locks = LockSettings(top_n=2, named=(NamedLock("leader", LockKey.bigint(1)),))
-    registry = registry_of(polled(snap, locks))
+    registry = registry_of(polled(snap, locks))  # parsed: the exposition is valid
 
-    text = generate_latest(registry).decode("utf-8")
-    list(text_string_to_metric_families(text))
     hold_series = series(registry, "lockwatch_advisory_lock_hold_seconds")
     assert len(hold_series) <= 2 + 2  # the named lock in up to two databases, plus top_n
     allowed = {
