@@ -38,6 +38,7 @@ from bench.server import (
     ROLES,
     BenchServer,
 )
+from lockwatch.daemon import settle_garbage_collector
 from lockwatch.monitors import locks as lock_monitor
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.session import WORK_MEM
@@ -112,8 +113,10 @@ class FloorCost:
     # lockwatch's CPU per poll (this process, time.process_time), and its parts.
     cpu_ms: Spread
     split_ms: dict[str, float]  # medians: sample, hold tracking, detect, the rest
-    # lockwatch's CPU for a poll after one lock was let go and another taken.
+    # lockwatch's CPU for a poll after one lock was let go and another taken,
+    # and the cyclic GC's share of it.
     changed_cpu_ms: Spread
+    changed_gc_ms: Spread
 
 
 SPLIT = ("sample", "hold tracking", "detect", "ledger, incidents, publish")
@@ -177,9 +180,12 @@ class CpuSplit:
         return wall * 1000, cpu * 1000, parts
 
 
-def _changed_polls(server: BenchServer, runner: TargetRunner, split: CpuSplit) -> list[float]:
-    """lockwatch's CPU ms for polls each after one lock changed: a session of
-    its own lets go of the key it held and takes the next one."""
+def _changed_polls(
+    server: BenchServer, runner: TargetRunner, split: CpuSplit
+) -> list[tuple[float, float]]:
+    """lockwatch's CPU ms, and the GC's, for polls each after one lock
+    changed: a session of its own lets go of the key it held and takes the
+    next one."""
     with psycopg.connect(server.dsn(), autocommit=True, application_name="bench-churn") as churn:
         churn.execute("SELECT pg_catalog.pg_advisory_lock(%s)", (CHURN_KEY,))
         split.poll(runner)  # the churning session's first sighting
@@ -189,7 +195,8 @@ def _changed_polls(server: BenchServer, runner: TargetRunner, split: CpuSplit) -
                 "SELECT pg_catalog.pg_advisory_unlock(%s), pg_catalog.pg_advisory_lock(%s)",
                 (CHURN_KEY + n - 1, CHURN_KEY + n),
             )
-            cpu.append(split.poll(runner)[1])
+            _, spent, parts = split.poll(runner)
+            cpu.append((spent, parts[GC]))
     runner.poll_once()  # the churning session gone, as the next rounds expect
     return cpu
 
@@ -222,6 +229,8 @@ def measure(
         for role in (FLOOR_ROLE, JOIN_ROLE)
     }
     queries = {FLOOR_ROLE: COUNT_SQL, JOIN_ROLE: FLOOR_SQL}
+    # The garbage collector as the daemon sets it before its first poll.
+    settle_garbage_collector()
     split = CpuSplit()
     wall: dict[str, list[float]] = {role: [] for role in ROLES}
     spent: dict[str, list[float]] = {role: [] for role in ROLES}
@@ -287,7 +296,8 @@ def measure(
         server_join_ratio=ratios(spent, JOIN_ROLE),
         cpu_ms=Spread.of(cpu),
         split_ms={part: statistics.median(values) for part, values in parts.items()},
-        changed_cpu_ms=Spread.of(changed),
+        changed_cpu_ms=Spread.of([spent for spent, _ in changed]),
+        changed_gc_ms=Spread.of([collecting for _, collecting in changed]),
     )
     return cost, ExporterCost(
         locks=server.locks_held,

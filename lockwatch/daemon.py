@@ -88,14 +88,25 @@ def log_transitions(transitions: Transitions) -> None:
         )
 
 
+# The cyclic collector's thresholds (youngest generation, then collections
+# before the next older one is): a poll that changed one lock of 50,000 makes
+# some 150,000 objects (the new answer's rows, the documents' lock table) that
+# live until the next change, and under Python's (700, 10, 10) the collector
+# walked them over and over, a third of such a poll's CPU (docs/benchmarks.md).
+# lockwatch makes few reference cycles; the garbage they leave waits longer.
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
 def settle_garbage_collector() -> None:
     """Move what startup made (modules, settings, the HTTP server: some
     70,000 objects) out of the cyclic collector's sight before the first poll.
     They live as long as the process, and each full collection would walk
     them again for nothing: 19-38 ms a time on the benchmark's machine,
-    0.001 ms after ``gc.freeze()`` (docs/benchmarks.md)."""
+    0.001 ms after ``gc.freeze()`` (docs/benchmarks.md). Then collect less
+    often (``GC_THRESHOLDS``)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def pinged_jobs(settings: Settings) -> set[str]:

@@ -13,7 +13,7 @@ from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import findings_document
-from lockwatch.sample.locks import decode_locks
+from lockwatch.sample.lock_rows import decode_locks
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from tests.fixtures.evidence import evidence_as

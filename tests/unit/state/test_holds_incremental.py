@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch.model.locks import AdvisoryLock, Backend, LockSnapshot, LockSummary
-from lockwatch.sample.locks import LockDecoder, decode_locks
+from lockwatch.sample.lock_rows import LockDecoder, decode_locks
 from lockwatch.state.holds import HoldTracker
 from tests.fixtures.snapshots import NOW, backend, lock_arrays
 

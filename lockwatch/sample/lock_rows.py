@@ -1,0 +1,187 @@
+"""The answer of advisory_locks.sql as locks: its arrays decoded, and a
+memory of the last poll's answer that makes an unchanged one cost no work per
+lock, and a changed one no Python step per lock it already knew."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from itertools import compress, repeat
+from operator import is_
+from typing import Any, cast
+
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
+
+# Bits of the flags in the ``owners`` array of advisory_locks.sql.
+PAIR_KEY, SHARED, WAITING = 1, 2, 4
+
+
+# One element of advisory_locks.sql's arrays, with the session it belongs to:
+# (owner, backend_start, key, wait_start); a prepared transaction's lock has
+# its transaction's time in place of backend_start.
+LockRow = tuple[int, datetime | None, int, datetime | None]
+# The columns of advisory_locks.sql's row that say which locks there are.
+LOCK_COLUMNS = ("owners", "keys", "waitstarts", "prepared")
+FLAG_BITS = 3  # an owner is pid << FLAG_BITS | flags
+FLAG_MASK = (1 << FLAG_BITS) - 1
+HALF = 0xFFFFFFFF  # a key's low half: objid (a pair's key2)
+
+
+def decode_locks(
+    arrays: Mapping[str, Any],
+    backends: Mapping[int, Backend],
+    known: Mapping[LockRow, AdvisoryLock] | None = None,
+    prepared: Mapping[str, PreparedXact] | None = None,
+) -> dict[LockRow, AdvisoryLock]:
+    """The locks in advisory_locks.sql's row, by the raw values they came from.
+
+    Locks of a pid missing from ``backends`` are left out: the session ended
+    between the two queries, and its locks with it; so are locks with no pid
+    whose prepared transaction is missing from ``prepared`` (by
+    virtualtransaction). A lock found in ``known`` (the previous poll's
+    answer) is that same object again, so that most of a poll over many
+    long-held locks costs one lookup per lock.
+    """
+    known = known or {}
+    prepared = prepared or {}
+    decoded: dict[LockRow, AdvisoryLock] = {}
+    owners = arrays["owners"]
+    if owners is None:
+        return decoded
+    if arrays["waitstarts"] is None and not arrays.get("prepared"):
+        held = _decode_held(owners, arrays["keys"], backends, known)
+        if held is not None:
+            return held
+    waitstarts = iter(arrays["waitstarts"] or ())
+    vxids = iter(arrays.get("prepared") or ())
+    for owner, key in zip(owners, arrays["keys"], strict=True):
+        pid, flags = owner >> FLAG_BITS, owner & FLAG_MASK
+        wait_start = next(waitstarts, None) if flags & WAITING else None
+        if not pid:
+            xact = prepared.get(next(vxids, ""))
+            if xact is not None:
+                raw: LockRow = (owner, xact.prepared, key, None)
+                unowned = _lock(xact.database, 0, key, flags)
+                decoded[raw] = replace(unowned, prepared=xact)
+            continue
+        backend = backends.get(pid)
+        if backend is None:
+            continue
+        raw = (owner, backend.backend_start, key, wait_start)
+        lock = known.get(raw)
+        if lock is None:
+            # An advisory lock lives in the database its session is connected to.
+            lock = _lock(backend.database, pid, key, flags, wait_start)
+        decoded[raw] = lock
+    return decoded
+
+
+def _decode_held(
+    owners: list[int],
+    keys: list[int],
+    backends: Mapping[int, Backend],
+    known: Mapping[LockRow, AdvisoryLock],
+) -> dict[LockRow, AdvisoryLock] | None:
+    """``decode_locks`` when no lock waits or is a prepared transaction's,
+    column by column through C (zip, map, compress) with Python only for the
+    locks not in ``known``: a poll that changed one lock of 50,000 looks up
+    the others without a Python step each. None when a session is missing
+    (its locks are left out, lock by lock)."""
+    start_of = {}  # each owner's session's backend_start: one per pid and flags
+    for owner in set(owners):
+        backend = backends.get(owner >> FLAG_BITS)
+        if backend is None:
+            return None
+        start_of[owner] = backend.backend_start
+    raws = list(zip(owners, map(start_of.__getitem__, owners), keys, repeat(None)))
+    found: list[AdvisoryLock | None] = list(map(known.get, raws))
+    for at in compress(range(len(raws)), map(is_, found, repeat(None))):
+        owner, _, key, _ = raws[at]
+        pid = owner >> FLAG_BITS
+        # An advisory lock lives in the database its session is connected to.
+        found[at] = _lock(backends[pid].database, pid, key, owner & FLAG_MASK)
+    return dict(zip(raws, cast(list[AdvisoryLock], found), strict=True))
+
+
+class LockDecoder:
+    """``decode_locks`` with a memory of the last poll's row.
+
+    When the arrays come back equal to the last poll's (one comparison of
+    lists, in C) and every session behind them is the same session in the
+    same database, the answer is the last one again, the very same dict of
+    the very same locks: a quiet poll costs no Python work per lock. Anything
+    else, or a lock of a prepared transaction (its age moves), decodes the
+    row as ``decode_locks`` does, reusing the locks seen unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.locks: dict[LockRow, AdvisoryLock] = {}
+        self._columns: tuple[Any, ...] | None = None
+        self._owners: dict[int, tuple[datetime | None, str | None]] = {}
+        # The owners array last asked about, the equal one its pids were
+        # taken from, and those pids.
+        self._asked: list[int] | None = None
+        self._owner_array: list[int] | None = None
+        self._pids: frozenset[int] = frozenset()
+
+    def pids(self, arrays: Mapping[str, Any]) -> frozenset[int]:
+        """The pids of the sessions behind ``arrays`` (a prepared
+        transaction's locks have none). An owners array equal to the last one
+        has the same pids, and stands for it in ``decode``'s comparison, which
+        then sees the very same list."""
+        owners = arrays["owners"] or []
+        if owners is not self._asked:
+            self._asked = owners
+            if owners != self._owner_array:
+                self._owner_array = owners
+                pids = {owner >> FLAG_BITS for owner in owners}
+                pids.discard(0)  # the locks of prepared transactions
+                self._pids = frozenset(pids)
+        return self._pids
+
+    def decode(
+        self,
+        arrays: Mapping[str, Any],
+        backends: Mapping[int, Backend],
+        prepared: Mapping[str, PreparedXact] | None = None,
+    ) -> dict[LockRow, AdvisoryLock]:
+        """The locks of ``arrays``."""
+        pids = self.pids(arrays)
+        columns = (self._owner_array, *(arrays.get(name) for name in LOCK_COLUMNS[1:]))
+        owners = {
+            pid: (backend.backend_start, backend.database)
+            for pid in pids
+            if (backend := backends.get(pid)) is not None
+        }
+        if prepared or columns != self._columns or owners != self._owners:
+            self.locks = decode_locks(arrays, backends, self.locks, prepared)
+            self._columns = None if prepared else columns
+            self._owners = owners
+        return self.locks
+
+    def nothing(self) -> dict[LockRow, AdvisoryLock]:
+        """No advisory lock at all. Remembered as such: the same locks coming
+        back at the next poll are decoded again, not taken for the answer
+        before this one."""
+        if self.locks or self._columns is not None:
+            self.locks, self._columns, self._owners = {}, None, {}
+        return self.locks
+
+
+def _lock(
+    database: str | None,
+    pid: int,
+    key: int,
+    flags: int,
+    wait_start: datetime | None = None,
+) -> AdvisoryLock:
+    return AdvisoryLock(
+        database=database or "",
+        # The key's halves as pg_locks shows them: classid high, objid low.
+        key=LockKey.from_pg_locks(key >> 32 & HALF, key & HALF, 2 if flags & PAIR_KEY else 1),
+        mode="ShareLock" if flags & SHARED else "ExclusiveLock",
+        granted=not flags & WAITING,
+        pid=pid,
+        wait_start=wait_start,
+    )

@@ -1,0 +1,19 @@
+"""The daemon settles the cyclic garbage collector before its first poll."""
+
+from __future__ import annotations
+
+import gc
+
+from lockwatch.daemon import GC_THRESHOLDS, settle_garbage_collector
+
+
+def test_startup_objects_are_frozen_and_collections_come_less_often() -> None:
+    before = gc.get_threshold()
+    try:
+        settle_garbage_collector()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert GC_THRESHOLDS[0] > before[0]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
