@@ -37,6 +37,8 @@ from bench.server import (
     LOCKWATCH_ROLE,
     ROLES,
     BenchServer,
+    holding,
+    lock_sizes,
 )
 from lockwatch.daemon import settle_garbage_collector
 from lockwatch.monitors import locks as lock_monitor
@@ -319,12 +321,13 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.poll_cost", description=__doc__)
     parser.add_argument(
         "--locks",
-        default=",".join(map(str, defaults.locks)),
+        type=lock_sizes,
+        default=defaults.locks,
         help="advisory locks held, e.g. 100,1000,10000,50000",
     )
     parser.add_argument("--polls", type=int, default=defaults.polls, help="rounds at each N")
     args = parser.parse_args(argv)
-    sizes = tuple(int(part.replace("_", "")) for part in args.locks.split(","))
+    sizes = args.locks
     started, clock = datetime.now(UTC), time.monotonic()
     costs: list[FloorCost] = []
     with (
@@ -333,9 +336,7 @@ def main(argv: list[str]) -> None:
         PostgresExporter(server, Path(workdir)) as exporter,
     ):
         version = server.version
-        for locks in sizes:
-            print(f"holding {locks:,} advisory locks", file=sys.stderr, flush=True)
-            server.hold_locks(locks)
+        for _ in holding(server, sizes):
             costs.append(measure(server, exporter, args.polls)[0])
     seconds = time.monotonic() - clock
     command = " ".join(["python -m bench.poll_cost", *argv])

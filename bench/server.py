@@ -3,7 +3,8 @@ and idle sessions holding as many advisory locks as a measurement needs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,16 @@ class BenchServer:
     def spent_since(self, before: Mapping[str, StatementTotals]) -> dict[str, StatementTotals]:
         """What each party's role ran since ``before`` (a ``statement_totals()``)."""
         return {role: now.since(before[role]) for role, now in self.statement_totals().items()}
+
+
+def lock_sizes(text: str) -> tuple[int, ...]:
+    """A ``--locks`` argument: numbers of locks, comma-separated (``1_000`` too)."""
+    return tuple(int(part.replace("_", "")) for part in text.split(","))
+
+
+def holding(server: BenchServer, sizes: Sequence[int]) -> Iterator[int]:
+    """Each number of advisory locks in turn, held on ``server`` (and said on stderr)."""
+    for locks in sizes:
+        print(f"holding {locks:,} advisory locks", file=sys.stderr, flush=True)
+        server.hold_locks(locks)
+        yield locks

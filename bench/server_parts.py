@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql
 
 from bench.poll_cost import COUNT_SQL, WARMUP, Spread
-from bench.server import PARTS_ROLE, BenchServer
+from bench.server import PARTS_ROLE, BenchServer, holding, lock_sizes
 from lockwatch.sample.activity import QUERY_CHARS
 from lockwatch.sample.locks import advisory_locks_query, lock_sessions_query
 from lockwatch.sample.session import WORK_MEM
@@ -125,19 +125,19 @@ def main(argv: list[str]) -> None:
     from bench.report import parts_section  # bench.report imports bench.run, which imports this
 
     parser = argparse.ArgumentParser(prog="python -m bench.server_parts", description=__doc__)
-    parser.add_argument("--locks", default="100,1000,10000,50000", help="advisory locks held")
+    parser.add_argument(
+        "--locks", type=lock_sizes, default=(100, 1_000, 10_000, 50_000), help="locks held"
+    )
     parser.add_argument("--rounds", type=int, default=20, help="rounds at each N")
     args = parser.parse_args(argv)
-    sizes = tuple(int(part.replace("_", "")) for part in args.locks.split(","))
+    sizes = args.locks
     started, clock = datetime.now(UTC), time.monotonic()
     found: list[ServerParts] = []
     with (
         tempfile.TemporaryDirectory(prefix="lockwatch-bench-server-parts-") as workdir,
         BenchServer(Path(workdir)) as server,
     ):
-        for locks in sizes:
-            print(f"holding {locks:,} advisory locks", file=sys.stderr, flush=True)
-            server.hold_locks(locks)
+        for _ in holding(server, sizes):
             found.append(measure_parts(server, args.rounds))
         version = server.version
     command = " ".join(["python -m bench.server_parts", *argv])
