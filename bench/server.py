@@ -143,17 +143,23 @@ class BenchServer:
         self._holders = []
         self.locks_held = 0
 
+    @property
+    def exec_time(self) -> sql.Identifier:
+        """pg_stat_statements' column of execution time: total_exec_time is
+        PostgreSQL 13's name for 12's total_time."""
+        return sql.Identifier(
+            "total_exec_time" if self.cluster.major_version >= 13 else "total_time"
+        )
+
     def statement_totals(self) -> Mapping[str, StatementTotals]:
         """pg_stat_statements' calls and execution time so far, per party's role."""
-        # total_exec_time is PostgreSQL 13's name for 12's total_time.
-        exec_time = "total_exec_time" if self.cluster.major_version >= 13 else "total_time"
         query = sql.SQL(
             "SELECT r.rolname, coalesce(sum(s.calls), 0)::bigint,"
             " coalesce(sum(s.{}), 0)::float8"
             " FROM pg_catalog.pg_roles AS r"
             " LEFT JOIN pg_stat_statements AS s ON s.userid = r.oid"
             " WHERE r.rolname = ANY(%s) GROUP BY r.rolname"
-        ).format(sql.Identifier(exec_time))
+        ).format(self.exec_time)
         rows = self.admin.execute(query, (list(ROLES),)).fetchall()
         return {name: StatementTotals(int(calls), float(ms)) for name, calls, ms in rows}
 

@@ -69,11 +69,10 @@ def _statements(server_version: int) -> dict[str, bytes]:
 
 def _spent(server: BenchServer, marks: dict[str, str]) -> dict[str, float]:
     """Total server ms so far of each part, found by its trailing comment."""
-    exec_time = "total_exec_time" if server.cluster.major_version >= 13 else "total_time"
     query = sql.SQL(
         "SELECT s.query, s.{} FROM pg_stat_statements AS s"
         " JOIN pg_catalog.pg_roles AS r ON r.oid = s.userid WHERE r.rolname = %s"
-    ).format(sql.Identifier(exec_time))
+    ).format(server.exec_time)
     rows = server.admin.execute(query, (PARTS_ROLE,)).fetchall()
     found = {part: 0.0 for part in marks}
     for text, total in rows:

@@ -100,7 +100,7 @@ class HoldTracker:
         bridged = last_seen is not None and now - last_seen <= timedelta(
             seconds=self.continuity_gap
         )
-        if bridged and locks is self._given and self._same_transactions(backends):
+        if bridged and locks is self._given and not self._moved_on(backends):
             # What the loop below would find lock by lock: each one unchanged.
             self.ended, self.began = [], []
             self._observed_at = now
@@ -202,14 +202,10 @@ class HoldTracker:
         self._note_start(key, hold)
         return hold
 
-    def _same_transactions(self, backends: Mapping[int, Backend]) -> bool:
-        """Whether every hold that may be a transaction's is still in the
-        transaction it was seen in (``_unchanged`` for all of them at once)."""
-        return not self._moved_on(backends)
-
     def _moved_on(self, backends: Mapping[int, Backend]) -> frozenset[int]:
         """The pids of holds that may be a transaction's whose session is gone
-        or in another transaction than the one they were seen in."""
+        or in another transaction than the one they were seen in (none: every
+        such hold is ``_unchanged``, all of them at once)."""
         return frozenset(
             pid
             for pid, xact in self._in_xact
