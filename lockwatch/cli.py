@@ -301,8 +301,10 @@ def check_config(config_file: Path, shards: int | None) -> None:
     )
     from lockwatch.commands.doctor import pooled_dsn_hints
     from lockwatch.commands.serverless import serverless_hints
+    from lockwatch.settings.servers import server_notes
 
-    for hint in pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets):
+    hints = pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets)
+    for hint in hints + server_notes(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
     if shards is not None:
         from lockwatch.commands.fleet import shard_lines
