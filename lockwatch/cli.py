@@ -415,14 +415,25 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
 
 
 @main.command("export")
-@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd"]))
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd", "runbooks", "config"]))
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False), required=False)
 @click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
-def export_command(what: str, directory: Path, force: bool) -> None:
-    """Write the bundled Prometheus alert rules, Grafana dashboard or systemd unit into DIRECTORY."""
-    from lockwatch.commands.export import ExportError, export
+def export_command(what: str, directory: Path | None, force: bool) -> None:
+    """Write the bundled Prometheus alert rules, Grafana dashboard, systemd unit,
+    runbooks or example config into DIRECTORY.
 
+    Without DIRECTORY, `lockwatch export config` prints the annotated example
+    config (every key, with its default) to start a config file from:
+    lockwatch export config > lockwatch.yml
+    """
+    from lockwatch.commands.export import ExportError, example_config, export
+
+    if directory is None and what != "config":
+        raise click.UsageError(f"export {what} needs a DIRECTORY to write into")
     try:
+        if directory is None:
+            click.echo(example_config(), nl=False)
+            return
         written = export(what, directory, force=force)
     except (ExportError, OSError) as exc:
         click.echo(f"lockwatch: {exc}", err=True)
