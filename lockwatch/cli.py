@@ -411,7 +411,9 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
         click.echo(f"lockwatch demo: {problem}", err=True)
         sys.exit(1)
     setup_logging(log_level)
-    sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen))
+    source = click.get_current_context().get_parameter_source("listen")
+    given = source is not click.core.ParameterSource.DEFAULT
+    sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen, listen_given=given))
 
 
 @main.command("export")
