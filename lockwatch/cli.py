@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
+from lockwatch.commands.export import export_command
 from lockwatch.commands.incidents import incidents
 from lockwatch.commands.params import DURATION, LISTEN, SHARD, required_config
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
@@ -416,34 +417,6 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
     sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen, listen_given=given))
 
 
-@main.command("export")
-@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd", "runbooks", "config"]))
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False), required=False)
-@click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
-def export_command(what: str, directory: Path | None, force: bool) -> None:
-    """Write the bundled Prometheus alert rules, Grafana dashboard, systemd unit,
-    runbooks or example config into DIRECTORY.
-
-    Without DIRECTORY, `lockwatch export config` prints the annotated example
-    config (every key, with its default) to start a config file from:
-    lockwatch export config > lockwatch.yml
-    """
-    from lockwatch.commands.export import ExportError, example_config, export
-
-    if directory is None and what != "config":
-        raise click.UsageError(f"export {what} needs a DIRECTORY to write into")
-    try:
-        if directory is None:
-            click.echo(example_config(), nl=False)
-            return
-        written = export(what, directory, force=force)
-    except (ExportError, OSError) as exc:
-        click.echo(f"lockwatch: {exc}", err=True)
-        sys.exit(1)
-    for path in written:
-        click.echo(str(path))
-
-
 @main.command("exec", context_settings={"ignore_unknown_options": True})
 @click.option("--job", required=True, help="The job's name, as configured under jobs.")
 @click.option(
@@ -509,3 +482,4 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
 
 
 main.add_command(incidents)
+main.add_command(export_command)

@@ -7,9 +7,12 @@ example config, printed, to start a config file from.
 from __future__ import annotations
 
 import fnmatch
+import sys
 from collections.abc import Iterator
 from importlib.resources.abc import Traversable
 from pathlib import Path
+
+import click
 
 from lockwatch.util.bundled import BundleMissingError, bundle_root, bundled_doc
 
@@ -89,3 +92,29 @@ def export(what: str, destination: Path, *, force: bool = False) -> list[Path]:
         path.write_bytes(content)
         written.append(path)
     return written
+
+
+@click.command("export")
+@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd", "runbooks", "config"]))
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False), required=False)
+@click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
+def export_command(what: str, directory: Path | None, force: bool) -> None:
+    """Write the bundled Prometheus alert rules, Grafana dashboard, systemd unit,
+    runbooks or example config into DIRECTORY.
+
+    Without DIRECTORY, `lockwatch export config` prints the annotated example
+    config (every key, with its default) to start a config file from:
+    lockwatch export config > lockwatch.yml
+    """
+    if directory is None and what != "config":
+        raise click.UsageError(f"export {what} needs a DIRECTORY to write into")
+    try:
+        if directory is None:
+            click.echo(example_config(), nl=False)
+            return
+        written = export(what, directory, force=force)
+    except (ExportError, OSError) as exc:
+        click.echo(f"lockwatch: {exc}", err=True)
+        sys.exit(1)
+    for path in written:
+        click.echo(str(path))

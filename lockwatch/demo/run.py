@@ -44,7 +44,7 @@ from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.queues import Queue, QueueThresholds, SqlQueueSource, WorkerGroup
 from lockwatch.settings.targets import Settings, Target, parse_listen
 from lockwatch.state.ledger import Transitions
-from lockwatch.text import format_duration, one_line
+from lockwatch.text import client_address, format_duration, one_line
 
 DEMO_DATABASE = "lockwatch_demo"
 # Marks the database as the demo's own: only one with this comment is dropped.
@@ -130,7 +130,8 @@ def demo_settings(dsn: str, listen: str) -> Settings:
 def _holder_line(holder: HolderFacts | LockHolderFacts, held: float | None) -> str:
     line = (
         f"  holder  pid {holder.pid} {one_line(holder.application_name or '-')}"
-        f" from {holder.client_addr or 'local socket'}, {holder.state}"
+        f" from {client_address(holder.client_addr, holder.client_port, holder.client_hostname)},"
+        f" {holder.state}"
         f" for {format_duration(holder.state_seconds or 0)},"
     )
     if held is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import Impact, Incident, IncidentRoot, RootKind
-from lockwatch.text import format_duration, one_line, printable
+from lockwatch.text import client_address, format_duration, one_line, printable
 
 SHOWN_FINDINGS = 5  # findings listed per incident; the API has them all
 LABEL_LIMIT = 80  # characters of a label value from a database client
@@ -95,7 +95,8 @@ def root_text(root: IncidentRoot) -> str:
     'queue webhooks on main'
     """
     if root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND) and root.pid is not None:
-        names = (root.application_name or "-", root.client_addr or "local socket")
+        where = client_address(root.client_addr, root.client_port, root.client_hostname)
+        names = (root.application_name or "-", where)
         return " · ".join((f"pid {root.pid}", *(one_line(n, LABEL_LIMIT) for n in names)))
     if root.kind is RootKind.PREPARED:
         return f"prepared transaction {root.gid or '-'}"
