@@ -77,6 +77,14 @@ def _held_too_long(
     )
 
 
+def waited_text(longest: Waiter) -> str:
+    """How long the longest waiter has waited, or that nobody knows: a
+    one-shot look on PostgreSQL before 14 has no ``waitstart`` to date it."""
+    if longest.started is None:
+        return "for how long unknown (no waitstart before PostgreSQL 14)"
+    return f"longest {format_duration(longest.waited)}"
+
+
 def _convoy(
     group: KeyGroup, settings: LockSettings, snapshot: LockSnapshot, now: datetime
 ) -> Draft | None:
@@ -99,7 +107,7 @@ def _convoy(
             holder_text = f"holder {who(holder, addr=False)}{and_more(others)} {doing(holder)}"
         return (
             f"{len(group.waiters)} sessions wait on lock {group.label()} in "
-            f"{one_line(group.database)}, longest {format_duration(longest.waited)}; "
+            f"{one_line(group.database)}, {waited_text(longest)}; "
             f"{holder_text}"
         )
 
@@ -364,8 +372,10 @@ def detect_locks(
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
+    # With pgbouncer's console read, SHOW SERVERS decides: no guess is used.
+    inferred = inferred if pooler is None else None
     pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
-    pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
+    pooled.update(known_pooled(pooler, snapshot))
     caps: dict[FindingKind, Cap] = {}
     leaders: list[KeyGroup] = []
     pooling = _Pooling(pooler, pooled, inferred)
