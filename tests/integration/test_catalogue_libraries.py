@@ -55,11 +55,17 @@ class NodeWorker:
     """A script in tests/npm-libraries (or a library's own command, by its
     path), its output lines counted."""
 
-    def __init__(self, script: str | Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        script: str | Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        node: str | Path = "node",
+    ) -> None:
         need_libraries()
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            ["node", str(SCRIPTS / script), *args],
+            [str(node), str(SCRIPTS / script), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
