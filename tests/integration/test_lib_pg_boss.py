@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from typing import Any
 
 import pytest
 
@@ -150,7 +149,9 @@ def test_all_workers_killed_while_the_producer_stays_up_leaves_a_stuck_job(
         assert producer.process.poll() is None  # the producer's sessions never hid it
         # A replacement worker starts: the job stays its dead worker's.
         boss.start("worker")
-        assert evidence_as(stuck_finding(runner), StuckJobsEvidence).job_ids == (job,)
+        again = stuck_finding(runner)
+        assert again is not None
+        assert evidence_as(again, StuckJobsEvidence).job_ids == (job,)
     finally:
         runner.close()
 
@@ -199,7 +200,3 @@ def test_an_unknown_older_schema_is_refused_in_words(pg: PgDatabase, boss: Boss)
         assert "pg-boss schema version 20 is older than lockwatch reads" in down.summary
     finally:
         runner.close()
-
-
-def rows(pg: PgDatabase, query: str) -> list[Any]:
-    return list(pg.connect().execute(query))
