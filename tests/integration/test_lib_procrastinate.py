@@ -19,7 +19,7 @@ import pytest
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import StuckJobsEvidence
-from lockwatch.model.findings import FindingKind
+from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
@@ -65,6 +65,9 @@ class Worker:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.append(line.strip())
+
+    def started(self) -> bool:
+        return "started" in self.lines
 
     def job(self) -> str:
         line = wait_until(
@@ -120,7 +123,7 @@ def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
         admin.execute(f"GRANT SELECT ON {table} TO {MONITOR_USER}")
     workers.extend(Worker(pg) for _ in range(3))
     for worker in workers:
-        wait_until(lambda w=worker: "started" in w.lines, timeout=60, message=f"{worker.lines}")
+        wait_until(worker.started, timeout=60, message=f"{worker.lines}")
     defer(pg, 3)
     jobs = [w.job() for w in workers]
     target = Target(
@@ -132,7 +135,7 @@ def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
         workers[0].process.kill()
         killed = time.monotonic()
 
-        def stuck() -> object:
+        def stuck() -> list[Finding]:
             view = runner.poll_once()
             found = [f for f in view.findings if f.kind is FindingKind.JOB_STUCK_RUNNING]
             assert len(view.findings) == len(found), [f.summary for f in view.findings]
