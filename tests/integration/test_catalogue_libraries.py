@@ -445,13 +445,13 @@ def test_a_long_node_pg_migrate_migration_is_said_as_one_and_never_orphaned(
         for _ in range(5):
             migrating()
         admin.execute("INSERT INTO gate_open VALUES (1)")
-        for each in (first, second):
-            assert each.process.wait(timeout=60) == 0, each.lines
+        for deploy_run in (first, second):
+            assert deploy_run.process.wait(timeout=60) == 0, deploy_run.lines
         assert admin.execute("SELECT count(*) FROM pgmigrations").fetchone() == (1,)
         assert runner.poll_once().findings == ()
     finally:
         admin.execute("INSERT INTO gate_open VALUES (1)")
-        for each in (first, second):
-            if each is not None:
-                each.stop()
+        for started in (first, second):
+            if started is not None:
+                started.stop()
         runner.close()
