@@ -49,7 +49,7 @@ from lockwatch.text import client_address, format_duration, one_line
 DEMO_DATABASE = "lockwatch_demo"
 # Marks the database as the demo's own: only one with this comment is dropped.
 DEMO_COMMENT = "created by lockwatch demo; dropped when it ends"
-INSTALL_DEMO = "pip install 'pg-lockwatch[demo]'"
+INSTALL_DEMO = "pip install 'pg-lockwatch[demo]' (from a checkout: pip install '.[demo]')"
 
 
 class DemoError(Exception):
