@@ -32,29 +32,35 @@ def _host(host: str) -> str:
         return host
 
 
-def server_address(dsn: str) -> str:
-    """The server a DSN names, as host:port, the loopback names as one.
+def server_and_database(dsn: str) -> tuple[str, str | None]:
+    """The server a DSN names, as host:port (the loopback names as one), and
+    its database (None when it names none: the server then takes the user's
+    name, or the client's defaults).
 
-    >>> server_address("postgresql://u@localhost/app") == server_address("host=127.0.0.1 port=5432")
-    True
-    >>> server_address("postgresql://db:6432/app")
-    'db:6432'
+    >>> server_and_database("postgresql://u@localhost/app")
+    ('loopback:5432', 'app')
+    >>> server_and_database("host=db port=6432")
+    ('db:6432', None)
     """
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
-        return dsn
-    return f"{_host(str(parts.get('host') or ''))}:{parts.get('port') or 5432}"
+        return dsn, None
+    database = parts.get("dbname")
+    address = f"{_host(str(parts.get('host') or ''))}:{parts.get('port') or 5432}"
+    return address, None if database is None else str(database)
+
+
+def server_address(dsn: str) -> str:
+    """
+    >>> server_address("postgresql://u@localhost/app") == server_address("host=127.0.0.1 port=5432")
+    True
+    """
+    return server_and_database(dsn)[0]
 
 
 def dsn_database(dsn: str) -> str | None:
-    """The database a DSN names; None when it names none (the server then
-    takes the user's name, or the client's defaults)."""
-    try:
-        database = psycopg.conninfo.conninfo_to_dict(dsn).get("dbname")
-    except psycopg.ProgrammingError:
-        return None
-    return None if database is None else str(database)
+    return server_and_database(dsn)[1]
 
 
 def servers_shared(targets: Sequence[Target]) -> list[tuple[str, tuple[Target, ...]]]:

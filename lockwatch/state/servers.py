@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from lockwatch.model.servers import (
     WHOLE_SERVER,
@@ -24,7 +25,7 @@ from lockwatch.model.servers import (
     ServerPlace,
     lock_scope,
 )
-from lockwatch.settings.servers import dsn_database, server_address
+from lockwatch.settings.servers import server_and_database
 from lockwatch.settings.targets import Target
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class ServerMap:
         self._order: dict[str, int] = {}
         self._places: dict[str, ServerPlace] = {}
         self._by_address: dict[str, set[str]] = {}
-        self._by_system: dict[int, set[str]] = {}
+        self._by_system: dict[int | None, set[str]] = {}  # None: not known
         self._generation = 0
         self.arrange(targets)
 
@@ -53,9 +54,7 @@ class ServerMap:
         with self._lock:
             places: dict[str, ServerPlace] = {}
             for target in targets:
-                place = ServerPlace(
-                    target.name, server_address(target.dsn), dsn_database(target.dsn)
-                )
+                place = ServerPlace(target.name, *_where(target.dsn))
                 old = self._places.get(target.name)
                 if old is not None and (old.address, old.database) == (
                     place.address,
@@ -75,9 +74,7 @@ class ServerMap:
         self._by_address, self._by_system = {}, {}
         for place in self._places.values():
             self._by_address.setdefault(place.address, set()).add(place.name)
-            system = None if place.identity is None else place.identity.system_identifier
-            if system is not None:
-                self._by_system.setdefault(system, set()).add(place.name)
+            self._by_system.setdefault(_system(place), set()).add(place.name)
         self._generation += 1
 
     def _update(self, name: str, identity: ServerIdentity | None, failed: bool) -> None:
@@ -86,9 +83,14 @@ class ServerMap:
             if place is None:
                 return
             changed = replace(place, identity=identity or place.identity, failed=failed)
-            if changed != place:
-                self._places[name] = changed
-                self._index()
+            if changed == place:
+                return
+            # One place moves in the index: a fleet connecting at start costs
+            # each connection a step, not a rebuild.
+            self._by_system.get(_system(place), set()).discard(name)
+            self._by_system.setdefault(_system(changed), set()).add(name)
+            self._places[name] = changed
+            self._generation += 1
 
     def _renew(self, name: str, seen: datetime) -> None:
         with self._lock:
@@ -110,6 +112,7 @@ class ServerMap:
             near = set(self._by_address.get(me.address, ()))
             if me.identity.system_identifier is not None:
                 near |= self._by_system.get(me.identity.system_identifier, set())
+            near.add(name)
             places = [self._places[other] for other in sorted(near, key=self._order.__getitem__)]
             return (self._generation, lock_scope(places, me))
 
@@ -118,6 +121,17 @@ class ServerMap:
         with self._lock:
             names = list(self._places)
         return {name: self.scope(name, None)[1] for name in names}
+
+
+@lru_cache(maxsize=65536)
+def _where(dsn: str) -> tuple[str, str | None]:
+    """The server and database a DSN names: parsed once, for a fleet's
+    reloads and discoveries apply the same DSNs again and again."""
+    return server_and_database(dsn)
+
+
+def _system(place: ServerPlace) -> int | None:
+    return None if place.identity is None else place.identity.system_identifier
 
 
 class ServerSeat:
