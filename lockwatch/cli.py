@@ -13,6 +13,7 @@ import click
 
 from lockwatch import __version__
 from lockwatch.commands.incidents import incidents
+from lockwatch.commands.mcp_server import mcp_command
 from lockwatch.commands.params import DURATION, LISTEN, SHARD, required_config
 from lockwatch.commands.terminate import terminate
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
@@ -494,5 +495,5 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
     sys.exit(diagnosis.exit_code)
 
 
-for command in (incidents, terminate):
+for command in (incidents, terminate, mcp_command):
     main.add_command(command)
