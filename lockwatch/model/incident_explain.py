@@ -27,6 +27,8 @@ _MEANING = {
     FindingKind.LOCK_POOLED_SESSION: "a session-level lock sits on a backend a transaction "
     "pooler lends to other clients: it is anybody's and nobody's",
     FindingKind.LOCK_UNEXPECTED_HOLDER: "the lock is held by a session it was not meant for",
+    FindingKind.LOCK_MIGRATION_RUNNING: "a schema migration holds its tool's lock for long: "
+    "deploys wait on it; let it finish",
     FindingKind.LEADER_LOCK_MISSING: "nobody holds the leader lock: the leader's work is not done",
     FindingKind.LEADER_LOCK_CHURN: "the leader lock changes hands too often",
     FindingKind.QUEUE_GROWING: "work arrives faster than it is done",
