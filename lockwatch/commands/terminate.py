@@ -14,8 +14,8 @@ incident's timeline and in its log. The exit code says which outcome it was
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 import socket
 import sys
 import uuid
@@ -47,12 +47,15 @@ def find_incident(settings: Settings, incident_id: str) -> Incident | None:
 
 
 def actor(role: str | None) -> Actor:
-    """Who runs this: the OS user, the one sudo was run by, the host."""
+    """Who runs this: the OS user by the effective uid (not $USER, which anyone
+    sets), the one sudo says ran it when that made root, the host."""
+    uid = os.geteuid()
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid {os.geteuid()}"
-    return Actor(user, os.environ.get("SUDO_USER") or None, socket.gethostname(), role)
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = f"uid {uid}"
+    sudo = os.environ.get("SUDO_USER") if uid == 0 else None
+    return Actor(user, sudo or None, socket.gethostname(), role)
 
 
 class Attempt:

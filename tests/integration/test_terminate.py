@@ -157,6 +157,13 @@ def test_a_hung_holder_is_ended_only_after_yes_and_the_timeline_says_who(
     hung = holder(server, sessions, 4201)
     pid = hung.info.backend_pid
     incident = incident_of(daemon, "main", pid)
+    for path in (
+        f"/api/v1/incidents/{incident['id']}",
+        f"/api/v1/incidents/{incident['id']}/terminate",
+    ):
+        asked = requests.post(f"{daemon.base}{path}", json={"yes": True}, timeout=5)
+        assert asked.status_code >= 400  # no HTTP endpoint can end anything
+    assert alive(server, pid)
     command = [sys.executable, "-m", "lockwatch", "terminate", "-c", str(daemon.config)]
     dry = subprocess.run(
         [*command, incident["id"]], check=False, capture_output=True, text=True, timeout=60
