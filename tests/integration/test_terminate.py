@@ -12,7 +12,9 @@ NULL to it) and ``weak`` (pg_read_all_stats only)."""
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -173,8 +175,14 @@ def test_a_hung_holder_is_ended_only_after_yes_and_the_timeline_says_who(
     assert "it has no open transaction: nothing is rolled back" in dry.stdout
     assert f"pg_terminate_backend({pid})" in dry.stdout
     assert alive(server, pid), "a dry run ended the holder"
+    as_alice = {**os.environ, "SUDO_USER": "alice"}  # sudo lockwatch terminate, run by alice
     done = subprocess.run(
-        [*command, incident["id"], "--yes"], check=False, capture_output=True, text=True, timeout=60
+        [*command, incident["id"], "--yes"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=as_alice,
     )
     assert done.returncode == 0, done.stderr
     assert f"done: pid {pid}" in done.stdout
@@ -182,7 +190,8 @@ def test_a_hung_holder_is_ended_only_after_yes_and_the_timeline_says_who(
     with psycopg.connect(server.dsn(), autocommit=True) as other:
         assert other.execute("SELECT pg_try_advisory_lock(4201)").fetchone() == (True,)
     (action,) = actions_on_timeline(daemon, incident["id"], 1)
-    assert action.startswith("terminate done: pid") and "role act_main" in action
+    assert action.startswith("terminate done: pid")
+    assert action.endswith("by alice (as root) on " + socket.gethostname() + ", role act_main")
     for output in (dry.stdout + dry.stderr, done.stdout + done.stderr, daemon.log(whole=True)):
         assert ONCALL_PASSWORD not in output
     state = Path(str(daemon.config)).parent / "state"
