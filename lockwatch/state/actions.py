@@ -21,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -150,9 +151,17 @@ def _record(line: bytes, path: Path) -> ActionRecord | None:
 
 def take_actions(inbox: ActionInbox, book: IncidentBook, history: IncidentHistory | None) -> int:
     """Put what ``lockwatch terminate`` appended since the last poll on the
-    incidents' timelines (an open one, a recently resolved one, or one in the
-    history) and in the log; how many entries were read."""
+    incidents' timelines and in the log; how many entries were read."""
     records = inbox.take()
+    note_actions(records, book, history)
+    return len(records)
+
+
+def note_actions(
+    records: Iterable[ActionRecord], book: IncidentBook, history: IncidentHistory | None
+) -> None:
+    """Each record on its incident's timeline (an open one, a recently resolved
+    one, or one in the history) and in the log."""
     for record in records:
         event = TimelineEvent(record.at, EventKind.ACTION, record.timeline_detail())
         noted = record.target == book.target and book.note_event(record.incident, event)
@@ -168,4 +177,3 @@ def take_actions(inbox: ActionInbox, book: IncidentBook, history: IncidentHistor
             "" if noted else " (no longer kept)",
             event.detail,
         )
-    return len(records)
