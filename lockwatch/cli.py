@@ -14,7 +14,9 @@ import click
 from lockwatch import __version__
 from lockwatch.commands.export import export_command
 from lockwatch.commands.incidents import incidents
+from lockwatch.commands.mcp_server import mcp_command
 from lockwatch.commands.params import DURATION, LISTEN, SHARD, required_config
+from lockwatch.commands.terminate import terminate
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
@@ -481,5 +483,5 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
     sys.exit(diagnosis.exit_code)
 
 
-main.add_command(incidents)
-main.add_command(export_command)
+for command in (incidents, export_command, terminate, mcp_command):
+    main.add_command(command)

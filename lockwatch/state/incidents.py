@@ -80,6 +80,15 @@ def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
     return events[:TIMELINE_FIRST] + events[-(TIMELINE_LIMIT - TIMELINE_FIRST) :]
 
 
+def with_event(incident: Incident, event: TimelineEvent) -> Incident:
+    """``incident`` with ``event`` on its timeline in time order (bounded), once."""
+    if event in incident.timeline:
+        return incident
+    timeline = list(incident.timeline)
+    bisect.insort_right(timeline, event, key=_at)
+    return replace(incident, timeline=tuple(_bounded(timeline)))
+
+
 @dataclass
 class _Record:
     """An open incident and what the book remembers to tell its story."""
@@ -105,9 +114,7 @@ class _Record:
     ) -> None:
         # In time order: an event dated back (when the holder went idle) goes
         # before what was noted since; equal times keep the order they came in.
-        timeline = list(self.incident.timeline)
-        bisect.insort_right(timeline, TimelineEvent(at, event, detail, kind, value), key=_at)
-        self.incident = replace(self.incident, timeline=tuple(_bounded(timeline)))
+        self.incident = with_event(self.incident, TimelineEvent(at, event, detail, kind, value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,22 +421,25 @@ class IncidentBook:
     # -- the notifier's notes ---------------------------------------------------
 
     def note_notified(self, incident_id: str, channel: str, at: datetime) -> bool:
-        """Put a notification on the incident's timeline; False for an id the
-        book does not know (any more)."""
+        """Put a notification on the incident's timeline (``note_event``)."""
+        return self.note_event(incident_id, TimelineEvent(at, EventKind.NOTIFIED, channel))
+
+    def note_event(self, incident_id: str, event: TimelineEvent) -> bool:
+        """Put what was done about an incident from outside a poll (a message
+        sent, an action taken) on its timeline, once; False for an id the book
+        does not know (any more)."""
         with self._lock:
             for record in self._open.values():
                 if record.incident.id == incident_id:
-                    record.note(at, EventKind.NOTIFIED, channel)
+                    record.incident = with_event(record.incident, event)
                     return True
             for index, incident in enumerate(self._recent):
                 if incident.id == incident_id:
-                    event = TimelineEvent(at, EventKind.NOTIFIED, channel)
-                    timeline = tuple(_bounded([*incident.timeline, event]))
-                    self._recent[index] = updated = replace(incident, timeline=timeline)
+                    self._recent[index] = updated = with_event(incident, event)
                     break
             else:
                 return False
-        if self.on_resolved is not None:
+        if self.on_resolved is not None and updated is not incident:
             self.on_resolved(updated)
         return True
 
