@@ -21,8 +21,9 @@ import requests
 
 from lockwatch.config.peek import ConfigPlaces
 from lockwatch.model.incidents import Incident
-from lockwatch.settings.targets import DEFAULT_LISTEN, parse_listen
-from lockwatch.state.incident_history import FileHistory
+from lockwatch.settings.incidents import HistoryStore
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
+from lockwatch.state.incident_history import FileHistory, open_history
 from lockwatch.state.incident_json import load_incident
 from lockwatch.state.statefile import StateStore
 
@@ -179,3 +180,31 @@ def find_incidents(
         "under systemd, /var/lib/lockwatch)"
     )
     raise CannotLookError("; ".join(tried))
+
+
+def known_incidents(settings: Settings) -> list[Incident]:
+    """Every incident the daemon run with ``settings`` keeps, for a command
+    that has the whole config (``terminate``): what it saved in its state dir
+    (the resolved ones in its history, which win over a stale open copy, from
+    the pings' store when the config keeps them there), else what its API
+    answers at the config's address; none when neither can be read."""
+    history = None
+    if settings.incidents.history is HistoryStore.PINGS and settings.pings.store_dsn:
+        history = open_history(settings)
+    try:
+        known: dict[str, Incident] = {}
+        if history is not None:
+            known = {incident.id: incident for incident in history.resolved()}
+        if settings.state_dir is not None:
+            found = from_state_dir(settings.state_dir)
+        else:
+            https = settings.web is not None and settings.web.tls
+            found = from_daemon(daemon_url(settings.listen, https))
+    except CannotLookError:
+        return list(known.values())
+    finally:
+        if history is not None:
+            history.close()
+    for incident in found.incidents:
+        known.setdefault(incident.id, incident)
+    return list(known.values())
