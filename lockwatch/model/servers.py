@@ -7,6 +7,8 @@ judged once: each target judges the locks of its own database, and the first
 target of the server (in the config's order) also those of every database no
 other target of that server names. A target alone on its server therefore
 sees the whole server, as it always has; queues and jobs stay each target's.
+Two targets of one database each judge it, as configured (a second role,
+other budgets): check-config says they will tell each of its locks twice.
 
 Targets are recognised as one server when they connect: the same
 ``system_identifier`` (pg_control_system()) and the same postmaster start
@@ -43,7 +45,6 @@ class ScopeKind(enum.Enum):
     WHOLE = "whole"  # every database of the server
     OWN = "own"  # the session's own database only
     EXCEPT = "except"  # every database but ``LockScope.skip``
-    NOTHING = "nothing"  # no lock: another target judges this database
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +54,7 @@ class LockScope:
     kind: ScopeKind = ScopeKind.WHOLE
     # EXCEPT: the databases left out, each with the target that judges it, sorted
     skip: tuple[tuple[str, str], ...] = ()
-    # OWN: the target judging the server's other databases; NOTHING: this database's
+    # OWN: the target judging the server's other databases
     judge: str | None = None
 
     @property
@@ -78,9 +79,7 @@ class LockScope:
                 f"database {database} and every database no other target of its server "
                 f"names ({told})"
             )
-        if self.kind is ScopeKind.OWN:
-            return f"database {database} only (target {self.judge} judges the other databases of its server)"
-        return f"no database (target {self.judge} judges database {database} of the same server)"
+        return f"database {database} only (target {self.judge} judges the other databases of its server)"
 
 
 WHOLE_SERVER = LockScope()
@@ -154,7 +153,9 @@ def _database(place: ServerPlace) -> str | None:
 
 def lock_scope(places: Sequence[ServerPlace], me: ServerPlace) -> LockScope:
     """What ``me`` (connected) judges among ``places`` (every target, in the
-    config's order, ``me`` among them)."""
+    config's order, ``me`` among them). A target always judges its own
+    database: two targets of one database (a second role, other budgets)
+    each judge it, as configured, and check-config says so."""
     assert me.identity is not None
     mine = me.identity.database
     owner: str | None = None  # the first target of the server, when not ``me``
@@ -166,9 +167,7 @@ def lock_scope(places: Sequence[ServerPlace], me: ServerPlace) -> LockScope:
         owner = owner or place.name
         if database is not None:
             judges.setdefault(database, place.name)
-    if judges.get(mine, me.name) != me.name:
-        return LockScope(ScopeKind.NOTHING, judge=judges[mine])
     if owner != me.name:
         return LockScope(ScopeKind.OWN, judge=owner)
-    skip = tuple(sorted((db, name) for db, name in judges.items() if name != me.name))
+    skip = tuple(sorted((db, name) for db, name in judges.items() if db != mine))
     return LockScope(ScopeKind.EXCEPT, skip) if skip else WHOLE_SERVER

@@ -118,7 +118,6 @@ _SCOPES = {
         "\n  AND l.database <> ALL (ARRAY(SELECT d.oid FROM pg_catalog.pg_database AS d"
         " WHERE d.datname = ANY (%(skip)s::pg_catalog.text[])))"
     ),
-    ScopeKind.NOTHING: "\n  AND false",
 }
 
 

@@ -98,7 +98,7 @@ def server_notes(targets: Sequence[Target]) -> list[str]:
             if judged[_database(target)] != target.name:
                 notes.append(
                     f"targets {judged[_database(target)]} and {target.name} both read database "
-                    f"{_database(target)} of {address}: {target.name} judges no advisory lock "
-                    f"(its queues and jobs still run); give it another database, or remove it"
+                    f"{_database(target)} of {address}: each judges its advisory locks, so each "
+                    "is told twice; remove one unless that is what you want"
                 )
     return notes

@@ -9,6 +9,7 @@ repository: ``lockwatch export config`` is where their config file starts
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -209,15 +210,21 @@ def test_the_installed_lockwatch_prints_an_example_config_that_check_config_acce
     assert printed == (ROOT / "docs" / "lockwatch.example.yml").read_text()
     config = tmp_path / "lockwatch.yml"
     config.write_text(printed)
-    # Its variables set, and the files its *_file keys name in place:
+    # Its variables set, and the files its *_file keys name in place, each
+    # with what its name says it holds:
     credentials = tmp_path / "credentials"
     credentials.mkdir()
-    (credentials / "reports-dsn").write_text("host=db dbname=reports user=lockwatch\n")
-    (credentials / "pgbouncer-admin-dsn").write_text("host=db port=6432 dbname=pgbouncer\n")
-    (credentials / "telegram-token").write_text("123456:token\n")
-    for url in ("slack-webhook-url", "alert-webhook-url"):
-        (credentials / url).write_text("https://example.invalid/hook\n")
-    (credentials / "ping-token").write_text("a-long-random-ping-token\n")
+    values = (line.split(" #")[0] for line in printed.splitlines())
+    named = {
+        n for line in values for n in re.findall(r"^[^#]*CREDENTIALS_DIRECTORY\}/([\w.-]+)", line)
+    }
+    for name in named:
+        held = "host=db dbname=reports user=lockwatch"
+        if name.endswith("-url"):
+            held = "https://example.invalid/hook"
+        elif "token" in name or "password" in name:
+            held = "a-long-random-secret-of-" + name
+        (credentials / name).write_text(held + "\n")
     env = {
         "PATH": os.environ["PATH"],
         "ORDERS_DSN": "postgresql://lockwatch@db:5432/orders",

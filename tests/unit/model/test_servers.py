@@ -61,10 +61,10 @@ def test_two_databases_of_one_server_are_judged_once_each_and_the_rest_by_the_fi
     assert lock_scope([app, app2], app2) == LockScope(ScopeKind.OWN, judge="app")
 
 
-def test_a_second_target_of_the_same_database_judges_nothing() -> None:
+def test_two_targets_of_one_database_each_judge_it_as_configured() -> None:
     first, second = place("first", "app"), place("second", "app")
     assert lock_scope([first, second], first) == WHOLE_SERVER
-    assert lock_scope([first, second], second) == LockScope(ScopeKind.NOTHING, judge="first")
+    assert lock_scope([first, second], second) == LockScope(ScopeKind.OWN, judge="first")
 
 
 def test_a_replica_shares_its_primarys_identifier_but_not_its_start_and_is_another_server() -> None:
@@ -110,11 +110,12 @@ _SERVERS = {1: {"a", "b", "c"}, 2: {"a", "d"}}
         max_size=8,
     )
 )
-def test_every_database_of_every_server_is_judged_by_one_connected_target_at_most(
+def test_every_database_of_every_server_is_judged_once_unless_named_twice(
     targets: list[tuple[int, str, bool]],
 ) -> None:
     """With every target connected, each database of a watched server is read
-    by exactly one target; with some not yet connected, never by two."""
+    by the targets that name it, or (named by none) by the server's first
+    target alone; with some not yet connected, never by one more."""
     places = [
         ServerPlace(f"t{i}", f"s{system}:5432", database, identity(system, database))
         if connected
@@ -125,11 +126,14 @@ def test_every_database_of_every_server_is_judged_by_one_connected_target_at_mos
     for system, databases in _SERVERS.items():
         here = [p for p in places if p.address == f"s{system}:5432" and p.identity is not None]
         readers = {p.name: covered(lock_scope(places, p), str(p.database), databases) for p in here}
+        named = {p.name for p in here if p.database}
         for database in databases:
-            judges = [name for name, read in readers.items() if database in read]
-            assert len(judges) <= 1, (database, judges)
+            judges = {name for name, read in readers.items() if database in read}
+            naming = {p.name for p in here if p.database == database}
+            assert judges <= (naming or {p.name for p in here}), (database, judges)
+            assert len(judges) <= max(1, len(naming)), (database, judges)
             if here and len(here) == len([p for p in places if p.address == f"s{system}:5432"]):
-                assert len(judges) == 1, (database, readers)
+                assert judges == (naming or {here[0].name}), (database, readers, named)
 
 
 def test_check_config_says_which_target_judges_which_database_of_a_shared_server() -> None:
@@ -145,4 +149,5 @@ def test_check_config_says_which_target_judges_which_database_of_a_shared_server
     assert "those of every other database by app, the first" in first
     assert "system_identifier" in first
     assert duplicate.startswith("targets app2 and again both read database app2")
+    assert "each judges its advisory locks, so each is told twice" in duplicate
     assert server_notes(targets[3:]) == []
