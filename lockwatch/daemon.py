@@ -33,11 +33,9 @@ from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.runner import (
     STOP_GRACE,
-    Clock,
     TargetRunner,
     TransitionListener,
     start_spread,
-    utc_now,
 )
 from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.sharding import Shard
@@ -48,6 +46,7 @@ from lockwatch.state.incident_registry import IncidentRegistry
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
+from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.sdnotify import Notifier
 
 log = logging.getLogger(__name__)

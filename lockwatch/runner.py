@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.targets import (
@@ -46,16 +46,12 @@ from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
 from lockwatch.state.statefile import StateStore
+from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 TransitionListener = Callable[[Transitions], None]
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def build_monitors(
@@ -63,6 +59,7 @@ def build_monitors(
     session: TargetSession,
     jobs: Sequence[JobSpec] = (),
     job_store: JobStore | None = None,
+    clock: Clock = utc_now,
 ) -> tuple[Monitor, ...]:
     """Everything a target samples, its locks first."""
     monitors: list[Monitor] = [LockMonitor(target, session)]
@@ -70,7 +67,7 @@ def build_monitors(
         monitors.append(QueueMonitor(target))
     own_jobs = [job for job in jobs if job.target == target.name]
     if own_jobs:
-        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=utc_now()))
+        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=clock()))
     return tuple(monitors)
 
 
@@ -130,7 +127,9 @@ class TargetRunner:
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
         )
-        self.monitors = build_monitors(self.target, self.session, self.jobs, self.job_store)
+        self.monitors = build_monitors(
+            self.target, self.session, self.jobs, self.job_store, self.clock
+        )
         self.ledger = FindingLedger(self.target.name)
         self.incidents = IncidentBook(
             self.target.name, on_resolved=None if self.history is None else self.history.add

@@ -31,10 +31,10 @@ from lockwatch.notify.am_alerts import Alert, AlertBook, Push, notify_test_alert
 from lockwatch.notify.message import Message
 from lockwatch.notify.transports import Transport, TransportError, transport_timeouts
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
+from lockwatch.util.clock import Clock
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 # (target, incident id, channel, when): as the notifier's OnNotified
 OnNotified = Callable[[str, str, str, datetime], None]
 TICK = 1.0  # seconds between looks at `for` deadlines

@@ -24,7 +24,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +42,14 @@ from lockwatch.settings.notify import SEND_MARGIN, AlertmanagerChannel, Channel,
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.pgstore import StoreError
 from lockwatch.state.statefile import StateStore
+from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 # (target, incident id, channel, when): a message about the incident went out.
 OnNotified = Callable[[str, str, str, datetime], None]
 TICK = 1.0  # seconds between looks at `for` and repeat deadlines
 MAX_OUTBOX = 1000  # messages kept per channel while its receiver is away
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from lockwatch.publish.api.encode import json_safe, render_json, utc_now
+from lockwatch.publish.api.encode import json_safe, render_json
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.incidents import (
     IncidentQuery,
@@ -43,6 +43,7 @@ from lockwatch.settings.web import WebConfig
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.text import printable
+from lockwatch.util.clock import utc_now
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ from lockwatch.cli import main
 from lockwatch.model.incidents import IncidentChanges
 from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.am_alerts import TEST_ALERT_NAME
-from lockwatch.notify.service import AlertNotifier, Backoff, utc_now
+from lockwatch.notify.service import AlertNotifier, Backoff
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings, Route
 from lockwatch.state.ledger import Transitions
+from lockwatch.util.clock import utc_now
 from tests.fixtures.incident_values import incident
 from tests.fixtures.notify import finding
 from tests.fixtures.postgres import wait_until

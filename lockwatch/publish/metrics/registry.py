@@ -15,7 +15,6 @@ from prometheus_client.exposition import choose_encoder
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject, subject_label
 from lockwatch.model.views import TargetView
-from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.families import Exposition, Family, Format, Histogram
@@ -24,6 +23,7 @@ from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
+from lockwatch.util.clock import utc_now
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.

@@ -10,7 +10,6 @@ import lockwatch
 from lockwatch.model.incidents import SEVERITY_RANK, Incident
 from lockwatch.model.locks import HIDDEN
 from lockwatch.model.views import TargetView
-from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
@@ -32,6 +31,7 @@ from lockwatch.publish.status.locks import (
 )
 from lockwatch.state.board import Board
 from lockwatch.text import iso_utc
+from lockwatch.util.clock import utc_now
 
 REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
 
