@@ -41,6 +41,7 @@ def _telemetry_path(ctx: click.Context, param: click.Parameter, value: str) -> s
 RESERVED_PATHS = (
     "/",
     "/healthz",
+    "/runbooks",
     *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs", "sd")),
 )
 

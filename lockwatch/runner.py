@@ -26,7 +26,7 @@ from lockwatch.detect.targets import (
     detect_transaction_pooled,
 )
 from lockwatch.model.findings import Finding, FindingKind, Subject
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
+from lockwatch.model.incident_text import RUNBOOKS_PATH
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
@@ -119,7 +119,7 @@ class TargetRunner:
     # lockwatch's own intervals: hold times follow it when the wall clock jumps.
     monotonic: Callable[[], float] = time.monotonic
     history: IncidentHistory | None = None  # where resolved incidents are kept
-    runbooks: str = DEFAULT_RUNBOOKS  # the base of the next steps' runbook links
+    runbooks: str = RUNBOOKS_PATH  # the base of the next steps' runbook links
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -132,7 +132,9 @@ class TargetRunner:
         )
         self.ledger = FindingLedger(self.target.name)
         self.incidents = IncidentBook(
-            self.target.name, on_resolved=None if self.history is None else self.history.add
+            self.target.name,
+            on_resolved=None if self.history is None else self.history.add,
+            runbooks=self.runbooks,
         )
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
@@ -211,7 +213,7 @@ class TargetRunner:
         )
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         previous = self.incidents.finding_roots()
-        roots = tell_incidents(transitions.active, status.snapshot, self.runbooks, previous)
+        roots = tell_incidents(transitions.active, status.snapshot, previous)
         ending = self.incidents.ending(roots)
         alive = live_sessions(self.session, ending) if ending and status.up else None
         changes = self.incidents.update(roots, status.checked_at, self.monotonic(), alive)
@@ -458,6 +460,7 @@ class TargetRunner:
                 monitor.take_over(previous[type(monitor)])
         self.ledger = old.ledger
         self.incidents = old.incidents
+        self.incidents.runbooks = self.runbooks
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at

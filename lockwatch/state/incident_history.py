@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from lockwatch.model.evidence.json_form import JsonObject, JsonValue
-from lockwatch.model.incidents import Incident, incident_json
+from lockwatch.model.incidents import Incident, incident_json, load_incident
 from lockwatch.settings.incidents import DEFAULT_RETENTION, HistoryStore
 from lockwatch.settings.targets import Settings
-from lockwatch.state.incident_json import load_incident
 from lockwatch.state.pgstore import StoreConnection, StoreError
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lockwatch.model.findings import FindingKind
-from lockwatch.notify.message import alert_name, runbook_url
+from lockwatch.model.incident_text import alert_name
 from lockwatch.publish.metrics.incidents import INCIDENT_SERIES_CAP
 from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.metrics import metrics_of

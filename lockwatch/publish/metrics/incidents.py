@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from lockwatch.model.findings import Severity
-from lockwatch.model.incident_text import ROOT_LABELS, measures, root_labels
+from lockwatch.model.incident_text import ROOT_LABELS, holder_measures, root_labels
 from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import Exposition, Family
 
@@ -77,7 +77,7 @@ def _incident_series(views: tuple[TargetView, ...], scrape: Exposition) -> Itera
         for incident in view.incidents[:INCIDENT_SERIES_CAP]:
             active.add((target, *root_labels(incident).values()), 1.0)
             series = (target, incident.id)
-            facts = measures(incident)
+            facts = holder_measures(incident.root, incident.findings)
             if facts.hold_seconds is not None:
                 hold.add(series, facts.hold_seconds)
             if facts.idle_seconds is not None:

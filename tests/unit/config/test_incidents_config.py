@@ -6,18 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from lockwatch.config.load import load_settings
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
 from lockwatch.settings.incidents import HistoryStore
 from tests.unit.config.test_loader import minimal, problems_of, write
 
 
-def test_without_the_section_runbooks_are_the_installed_version_s_and_14_days_are_kept(
+def test_without_the_section_runbooks_are_lockwatch_s_own_and_14_days_are_kept(
     tmp_path: Path,
 ) -> None:
     settings = load_settings(write(tmp_path, minimal()), {})
     kept = settings.incidents
-    assert kept.runbooks == DEFAULT_RUNBOOKS
-    assert "/blob/v" in DEFAULT_RUNBOOKS and "/blob/main/" not in DEFAULT_RUNBOOKS
+    # the runbooks this lockwatch serves, where its listen address reaches it
+    assert settings.runbooks == f"http://{settings.listen}/runbooks"
+    assert "github" not in settings.runbooks
     assert (kept.retention, kept.max_kept, kept.history) == (
         14 * 86400,
         1000,
@@ -30,8 +30,9 @@ def test_the_section_sets_each_of_them(tmp_path: Path) -> None:
         "incidents:\n  runbook_base_url: https://wiki.example/runbooks\n"
         "  retention: 48h\n  max_kept: 10\n  history: pings\n"
     )
-    kept = load_settings(write(tmp_path, minimal(top_extra=section)), {}).incidents
-    assert kept.runbooks == "https://wiki.example/runbooks"
+    settings = load_settings(write(tmp_path, minimal(top_extra=section)), {})
+    kept = settings.incidents
+    assert settings.runbooks == "https://wiki.example/runbooks"
     assert (kept.retention, kept.max_kept, kept.history) == (48 * 3600, 10, HistoryStore.PINGS)
 
 
