@@ -18,7 +18,7 @@ from lockwatch.config.load import ConfigError, load_settings, settings_from_flag
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
 from lockwatch.settings.sharding import Shard
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, check_external_url
 from lockwatch.settings.web import WebConfig, WebConfigError
 
 EXIT_BAD_CONFIG = 2
@@ -44,6 +44,13 @@ RESERVED_PATHS = (
     "/runbooks",
     *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs", "sd")),
 )
+
+
+def _external_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    problem = None if value is None else check_external_url(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
 
 
 def _env(name: str) -> dict[str, Any]:
@@ -121,6 +128,15 @@ def main() -> None:
     callback=_telemetry_path,
     help="Path of the Prometheus metrics.",
 )
+@click.option(
+    "--web.external-url",
+    "external_url",
+    default=None,
+    callback=_external_url,
+    **_env("WEB_EXTERNAL_URL"),
+    help="The URL under which lockwatch is reached (behind a proxy, say), for the links in "
+    "alerts, messages and logs [default: from the listen address].",
+)
 @click.option("--interval", type=DURATION, default=None, help="Poll interval [default: 10s].")
 @click.option(
     "--max-hold", type=DURATION, default=None, help="Hold time budget of any lock [default: 5m]."
@@ -191,6 +207,7 @@ def run(
     dsn: str | None,
     listen: tuple[str, ...],
     telemetry_path: str,
+    external_url: str | None,
     interval: float | None,
     max_hold: float | None,
     orphan_after: float | None,
@@ -221,6 +238,8 @@ def run(
             "convoy_waiters": convoy_waiters,
         },
     )
+    if external_url is not None:  # the flag wins over the config's, at a reload too
+        settings, reload = _with_external_url(settings, reload, external_url)
     setup_logging(log_level, log_format)
     from lockwatch.daemon import Daemon
 
@@ -237,6 +256,16 @@ def run(
     except OSError as exc:
         click.echo(f"lockwatch: {exc}", err=True)
         sys.exit(1)
+
+
+def _with_external_url(
+    settings: Settings, reload: Callable[[], Settings] | None, url: str
+) -> tuple[Settings, Callable[[], Settings] | None]:
+    def reread() -> Settings:
+        assert reload is not None
+        return replace(reload(), external_url=url)
+
+    return replace(settings, external_url=url), None if reload is None else reread
 
 
 def _run_settings(

@@ -29,6 +29,7 @@ from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
+from lockwatch.publish.metrics.incidents import WebLinks
 from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import PingReceiver
@@ -195,7 +196,8 @@ class Daemon:
 
     def _metrics(self) -> Metrics:
         """What /metrics renders: the board, how late polls start, the notifier."""
-        metrics = Metrics(self.board)
+        web = WebLinks(self.settings.web_url, self.settings.runbooks)
+        metrics = Metrics(self.board, web=web)
         metrics.registry.register(LatenessCollector(self.scheduler.lateness))
         if self.alerts is not None:
             metrics.registry.register(self.alerts.collector())

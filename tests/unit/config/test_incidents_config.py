@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from lockwatch.cli import main
 from lockwatch.config.load import load_settings
 from lockwatch.settings.incidents import HistoryStore
 from tests.unit.config.test_loader import minimal, problems_of, write
@@ -44,3 +47,19 @@ def test_each_mistake_is_told_with_its_path(tmp_path: Path) -> None:
     said = {problem.path: problem.message for problem in problems}
     assert set(said) == {"incidents.runbook_base_url", "incidents.max_kept", "incidents.history"}
     assert "did you mean 'pings'" in said["incidents.history"]
+
+
+def test_external_url_makes_every_link_absolute_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    section = "external_url: https://ops.example/lockwatch/\n"
+    settings = load_settings(write(tmp_path, minimal(top_extra=section)), {})
+    assert settings.web_url == "https://ops.example/lockwatch"
+    assert settings.runbooks == "https://ops.example/lockwatch/runbooks"
+    (problem,) = problems_of(write(tmp_path, minimal(top_extra="external_url: ops.example\n")))
+    assert problem.path == "external_url" and "http:// or https://" in problem.message
+
+
+def test_the_external_url_flag_is_checked_before_anything_runs() -> None:
+    result = CliRunner().invoke(
+        main, ["run", "--dsn", "postgresql://127.0.0.1:1/x", "--web.external-url", "ops:1"]
+    )
+    assert result.exit_code == 2 and "--web.external-url" in result.output
