@@ -44,7 +44,7 @@ HOLDING = (RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED)
 # The labels an open incident's alert carries, the same in lockwatch_incident_active
 # and in the webhook payload of lockwatch's own notifications. ``kind`` is the
 # leading kind (it names the alert); ``job_name``, as Prometheus owns ``job``;
-# ``lock``, ``database``, ``application`` and ``holder`` as the incident opened.
+# ``lock``, ``database``, ``queue``, ``application`` and ``holder`` as it opened.
 ROOT_LABELS = (
     *("incident", "fingerprint", "root", "kind", "severity", "database", "lock", "queue"),
     *("job_name", "source", "pid", "application", "holder"),
@@ -232,11 +232,13 @@ def naming(root: IncidentRoot, findings: Sequence[Finding], lead: FindingKind) -
     about = held_locks([lead_finding(findings, lead), *findings])
     database, lock = about[0] if about else (root.database or "", root.lock or "")
     holding = root.kind in HOLDING
+    stalled = next((f.subject.queue for f in findings if f.subject.queue), None) or ""
     return Naming(
         holder=root_text(root) if holding else "",
         application=one_line(root.application_name or "", LABEL_LIMIT) if holding else "",
         database=database,
         lock=lock,
+        queue=one_line(stalled, LABEL_LIMIT) if holding else "",
     )
 
 
@@ -268,6 +270,7 @@ def root_labels(incident: Incident) -> dict[str, str]:
         "severity": incident.severity.value,
         "database": named.database or root.database or "",
         "lock": named.lock or root.lock or "",
+        "queue": named.queue or root.queue or "",
         "application": named.application or root.application_name or "",
         "holder": named.holder,
     }

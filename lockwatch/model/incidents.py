@@ -163,9 +163,10 @@ class Naming:
     holder: str = ""  # the root holder as people know it: "pid 7023 · worker-4 · 10.0.0.5"
     application: str = ""  # the holder's application name when it opened
     database: str = ""
-    lock: str = (
-        ""  # the key it is about, by its name: "webhook-delivery (42)"; the first of several
-    )
+    # the key it is about, by its configured or catalogued name, "webhook-delivery (42)";
+    # the first of several
+    lock: str = ""
+    queue: str = ""  # the queue a holder's incident stalls, when it opened with the stall
 
 
 @dataclass(frozen=True, slots=True)
