@@ -13,12 +13,19 @@ import click
 
 from lockwatch import __version__
 from lockwatch.commands.incidents import incidents
-from lockwatch.commands.params import DURATION, LISTEN, SHARD, required_config
+from lockwatch.commands.params import (
+    DURATION,
+    EXTERNAL_URL,
+    LISTEN,
+    SHARD,
+    TELEMETRY_PATH,
+    required_config,
+)
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
 from lockwatch.settings.sharding import Shard
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, check_external_url
+from lockwatch.settings.targets import DEFAULT_LISTEN, Settings
 from lockwatch.settings.web import WebConfig, WebConfigError
 
 EXIT_BAD_CONFIG = 2
@@ -28,29 +35,6 @@ LISTEN_HELP = (
     "HOST:PORT to serve /metrics, the API and the status page on; repeatable. "
     "IPv6 hosts go in brackets; :PORT means every interface, IPv4 and IPv6."
 )
-
-
-def _telemetry_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not value.startswith("/") or value in RESERVED_PATHS:
-        raise click.BadParameter(
-            f"must start with / and not be one of {', '.join(RESERVED_PATHS)}, got {value!r}"
-        )
-    return value
-
-
-RESERVED_PATHS = (
-    "/",
-    "/healthz",
-    "/runbooks",
-    *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs", "sd")),
-)
-
-
-def _external_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    problem = None if value is None else check_external_url(value)
-    if problem is not None:
-        raise click.BadParameter(problem)
-    return value
 
 
 def _env(name: str) -> dict[str, Any]:
@@ -64,15 +48,15 @@ def _settings_from_file(
     state_dir: Path | None,
     web: WebConfig | None = None,
     replica: str | None = None,
+    external_url: str | None = None,
 ) -> Settings:
     settings = load_settings(path, replica=replica)
-    if listen is None and state_dir is None and web is None:
-        return settings
     return replace(
         settings,
         listen=listen or settings.listen,
         state_dir=state_dir or settings.state_dir,
         web=web or settings.web,
+        external_url=external_url or settings.external_url,
     )
 
 
@@ -125,17 +109,15 @@ def main() -> None:
     default="/metrics",
     show_default=True,
     **_env("WEB_TELEMETRY_PATH"),
-    callback=_telemetry_path,
+    type=TELEMETRY_PATH,
     help="Path of the Prometheus metrics.",
 )
 @click.option(
     "--web.external-url",
     "external_url",
-    default=None,
-    callback=_external_url,
+    type=EXTERNAL_URL,
     **_env("WEB_EXTERNAL_URL"),
-    help="The URL under which lockwatch is reached (behind a proxy, say), for the links in "
-    "alerts, messages and logs [default: from the listen address].",
+    help="Where lockwatch is reached, for the links it gives [default: its listen address].",
 )
 @click.option("--interval", type=DURATION, default=None, help="Poll interval [default: 10s].")
 @click.option(
@@ -230,7 +212,7 @@ def run(
         listen[0] if listen else None,
         web_config,
         state_dir,
-        replica,
+        (replica, external_url),
         {
             "interval": interval,
             "max_hold": max_hold,
@@ -238,8 +220,6 @@ def run(
             "convoy_waiters": convoy_waiters,
         },
     )
-    if external_url is not None:  # the flag wins over the config's, at a reload too
-        settings, reload = _with_external_url(settings, reload, external_url)
     setup_logging(log_level, log_format)
     from lockwatch.daemon import Daemon
 
@@ -258,23 +238,13 @@ def run(
         sys.exit(1)
 
 
-def _with_external_url(
-    settings: Settings, reload: Callable[[], Settings] | None, url: str
-) -> tuple[Settings, Callable[[], Settings] | None]:
-    def reread() -> Settings:
-        assert reload is not None
-        return replace(reload(), external_url=url)
-
-    return replace(settings, external_url=url), None if reload is None else reread
-
-
 def _run_settings(
     config_file: Path | None,
     dsn: str | None,
     listen: str | None,
     web_config: Path | None,
     state_dir: Path | None,
-    replica: str | None,
+    names: tuple[str | None, str | None],  # --replica, --web.external-url
     lock_flags: dict[str, Any],
 ) -> tuple[Settings, Callable[[], Settings] | None]:
     """The settings ``run`` starts with, and how SIGHUP reads them again."""
@@ -290,11 +260,10 @@ def _run_settings(
         raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
     # SIGHUP reads the file again, and the flags still win over it.
     web = _web_config(web_config) if web_config is not None else None
+    replica, external_url = names
     reload: Callable[[], Settings] | None = None
     if config_file is not None:
-        reload = functools.partial(
-            _settings_from_file, config_file, listen, state_dir, web, replica
-        )
+        reload = functools.partial(_settings_from_file, config_file, listen, state_dir, web, *names)
     try:
         if reload is not None:
             settings = reload()
@@ -303,6 +272,7 @@ def _run_settings(
             settings = settings_from_flags(dsn=dsn, state_dir=state_dir, **lock_flags)
             # As with a config file, the flag's port may be 0: any free port.
             settings = replace(settings, listen=listen or settings.listen, web=web, replica=replica)
+            settings = replace(settings, external_url=external_url)
     except ConfigError as exc:
         _fail_config(exc)
     return settings, reload

@@ -75,7 +75,6 @@ def config_of(tmp_path: Path, port: int, pg: PgDatabase) -> Path:
     )
     with config.open("a") as more:
         more.write(
-            f"external_url: http://lockwatch.test:{port}/\n"
             "pings: {token: '${LOCKWATCH_PING_TOKEN}'}\n"
             "jobs:\n"
             "  - name: nightly\n"
@@ -114,7 +113,8 @@ def test_the_bundled_alerts_name_key_database_and_holder_in_a_real_prometheus(
         config_of(tmp_path, port, pg),
         tmp_path / "lockwatch.log",
         port,
-        env={"LOCKWATCH_PING_TOKEN": TOKEN},
+        # --web.external-url, as a container would set it
+        env={"LOCKWATCH_PING_TOKEN": TOKEN, "LOCKWATCH_WEB_EXTERNAL_URL": f"{base}/"},
     )
     convoy = ConvoyIncident(pg.admin_dsn, waiters=2)
     with pg.connect() as admin:
