@@ -13,6 +13,7 @@ import click
 
 from lockwatch import __version__
 from lockwatch.commands.incidents import incidents
+from lockwatch.commands.mcp_server import mcp_command
 from lockwatch.commands.params import (
     DURATION,
     EXTERNAL_URL,
@@ -21,6 +22,7 @@ from lockwatch.commands.params import (
     TELEMETRY_PATH,
     required_config,
 )
+from lockwatch.commands.terminate import terminate
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
@@ -493,4 +495,5 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
     sys.exit(diagnosis.exit_code)
 
 
-main.add_command(incidents)
+for command in (incidents, terminate, mcp_command):
+    main.add_command(command)

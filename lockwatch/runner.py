@@ -40,6 +40,7 @@ from lockwatch.sample.session import TargetSession
 from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
+from lockwatch.state.actions import ActionInbox, take_actions
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.state.incidents import IncidentBook
@@ -136,6 +137,8 @@ class TargetRunner:
             on_resolved=None if self.history is None else self.history.add,
             runbooks=self.runbooks,
         )
+        # What lockwatch terminate did, from the state dir onto the incidents' timelines.
+        self.actions = ActionInbox(self.store.directory, self.target.name)
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
@@ -162,6 +165,7 @@ class TargetRunner:
             self.ledger.load(document.get("findings") or [])
             # A state file of an older lockwatch has none: they open afresh.
             self.incidents.load(document.get("incidents") or [])
+            self.actions.load(document.get("actions"))
         except Exception as exc:  # a state file is never a reason not to start
             self.store.discard(self.target.name, f"cannot be restored: {type(exc).__name__}")
             self.ledger = FindingLedger(self.target.name)
@@ -216,6 +220,7 @@ class TargetRunner:
         roots = tell_incidents(transitions.active, status.snapshot, previous)
         ending = self.incidents.ending(roots)
         alive = live_sessions(self.session, ending) if ending and status.up else None
+        take_actions(self.actions, self.incidents, self.history)
         changes = self.incidents.update(roots, status.checked_at, self.monotonic(), alive)
         transitions = replace(transitions, incidents=changes)
         view = replace(self._next_view(status, transitions), asleep_since=self._rest(status))
@@ -340,6 +345,7 @@ class TargetRunner:
         """Save when something changed or a monitor asks; False if a save failed."""
         if self.store.directory is None:
             return True
+        changed = changed or self.actions.unsaved  # the actions read, with what they noted
         if not (changed or any(m.save_due(now, self._saved_at) for m in self.monitors)):
             return True
         durable = changed or self.lock_monitor.tracker.changed_since_dump()  # else a refresh
@@ -348,9 +354,11 @@ class TargetRunner:
             document.update(monitor.save(now))
         document["findings"] = self.ledger.dump()
         document["incidents"] = self.incidents.dump()
+        document["actions"] = self.actions.dump()
         saved = self.store.save(self.target.name, document, durable=durable)
         if saved:
             self._saved_at = now
+            self.actions.saved()
         return saved
 
     # -- schedule -----------------------------------------------------------
@@ -461,6 +469,7 @@ class TargetRunner:
         self.ledger = old.ledger
         self.incidents = old.incidents
         self.incidents.runbooks = self.runbooks
+        self.actions = old.actions
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at

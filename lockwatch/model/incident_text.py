@@ -57,6 +57,7 @@ PAST = {
     FindingKind.LOCK_ORPHANED: "was held by an idle session",
     FindingKind.LOCK_POOLED_SESSION: "was held on a transaction-pooled backend",
     FindingKind.LOCK_UNEXPECTED_HOLDER: "was held by a session that should not hold it",
+    FindingKind.LOCK_MIGRATION_RUNNING: "was held by a migration past its budget",
     FindingKind.LEADER_LOCK_MISSING: "had no holder",
     FindingKind.LEADER_LOCK_CHURN: "kept changing hands",
     FindingKind.QUEUE_GROWING: "kept growing",

@@ -110,6 +110,7 @@ class EventKind(enum.StrEnum):
     QUEUE_STALLED = "queue_stalled"  # the queue stopped completing
     BACKEND_REUSED = "backend_reused"  # the holder's backend went to another pooled client
     NOTIFIED = "notified"  # a message went out (its channel in the detail)
+    ACTION = "action"  # lockwatch terminate acted or refused (what, who, why in the detail)
     RESOLVED = "resolved"
 
 

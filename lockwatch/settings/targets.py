@@ -14,6 +14,7 @@ import psycopg
 import psycopg.conninfo
 from pydantic import Field
 
+from lockwatch.settings.actions import ActionSettings
 from lockwatch.settings.fields import (
     INHERITED,
     INTERNAL,
@@ -138,6 +139,8 @@ class Target(Section):
     # A compute that suspends when idle: lockwatch lets it sleep (``sleep``).
     serverless: Flag = False
     sleep: SleepSettings = field(default_factory=SleepSettings)
+    # what lockwatch terminate connects with (defaults: may set it for every target)
+    actions: Annotated[ActionSettings, INHERITED] = field(default_factory=ActionSettings)
     # the target source it was discovered by (None: from targets:) and its labels
     discovered: Annotated[Text | None, INTERNAL] = None
     labels: Annotated[tuple[tuple[str, str], ...], INTERNAL] = ()

@@ -11,13 +11,13 @@ the timelines of resolved incidents keep them across a restart.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from lockwatch.model.incidents import EventKind, Incident, TimelineEvent
-from lockwatch.state.incidents import bounded_timeline
+from lockwatch.state.incidents import with_event
 from lockwatch.state.statefile import StateStore
 
 INCIDENTS_KEPT = 1000  # incidents whose deliveries are kept, the latest told
@@ -92,9 +92,7 @@ class Deliveries:
     def joined(self, incident: Incident) -> Incident:
         """``incident`` with its deliveries in its timeline, as ``notified``
         events in time order (the timeline's bound applies to the whole)."""
-        told = self.of(incident.id)
-        if not told:
-            return incident
-        events = [TimelineEvent(d.at, EventKind.NOTIFIED, d.channel) for d in told]
-        timeline = sorted((*incident.timeline, *events), key=lambda event: event.at)
-        return replace(incident, timeline=tuple(bounded_timeline(timeline)))
+        for delivery in self.of(incident.id):
+            event = TimelineEvent(delivery.at, EventKind.NOTIFIED, delivery.channel)
+            incident = with_event(incident, event)
+        return incident

@@ -77,10 +77,19 @@ def _at(event: TimelineEvent) -> datetime:
     return event.at
 
 
-def bounded_timeline(events: list[TimelineEvent]) -> list[TimelineEvent]:
+def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
     if len(events) <= TIMELINE_LIMIT:
         return events
     return events[:TIMELINE_FIRST] + events[-(TIMELINE_LIMIT - TIMELINE_FIRST) :]
+
+
+def with_event(incident: Incident, event: TimelineEvent) -> Incident:
+    """``incident`` with ``event`` on its timeline in time order (bounded), once."""
+    if event in incident.timeline:
+        return incident
+    timeline = list(incident.timeline)
+    bisect.insort_right(timeline, event, key=_at)
+    return replace(incident, timeline=tuple(_bounded(timeline)))
 
 
 @dataclass
@@ -108,9 +117,7 @@ class _Record:
     ) -> None:
         # In time order: an event dated back (when the holder went idle) goes
         # before what was noted since; equal times keep the order they came in.
-        timeline = list(self.incident.timeline)
-        bisect.insort_right(timeline, TimelineEvent(at, event, detail, kind, value), key=_at)
-        self.incident = replace(self.incident, timeline=tuple(bounded_timeline(timeline)))
+        self.incident = with_event(self.incident, TimelineEvent(at, event, detail, kind, value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +412,25 @@ class IncidentBook:
         incident = replace(incident, title=resolved_title(incident))
         self._recent = [incident, *self._recent][:RECENT_RESOLVED]
         return incident
+
+    def note_event(self, incident_id: str, event: TimelineEvent) -> bool:
+        """Put what was done about an incident from outside a poll (a message
+        sent, an action taken) on its timeline, once; False for an id the book
+        does not know (any more)."""
+        with self._lock:
+            for record in self._open.values():
+                if record.incident.id == incident_id:
+                    record.incident = with_event(record.incident, event)
+                    return True
+            for index, incident in enumerate(self._recent):
+                if incident.id == incident_id:
+                    self._recent[index] = updated = with_event(incident, event)
+                    break
+            else:
+                return False
+        if self.on_resolved is not None and updated is not incident:
+            self.on_resolved(updated)
+        return True
 
     # -- the state file ----------------------------------------------------------
 

@@ -140,7 +140,7 @@ def names(cls: type, *, without: tuple[str, ...] = ()) -> set[str]:
 
 SECTIONS = {
     "": names(Settings, without=("source", "web", "target_defaults")) | {"web_config", "defaults"},
-    "defaults": {"interval", "connect_timeout", "statement_timeout", "locks", "queues"},
+    "defaults": {"interval", "connect_timeout", "statement_timeout", "locks", "queues", "actions"},
     "defaults.locks": names(LockSettings, without=("named",)),
     "targets[0]": names(Target, without=("discovered", "labels")) | {"dsn_file"},
     "targets[0].locks": names(LockSettings),
@@ -151,7 +151,7 @@ SECTIONS = {
     | {"addresses"},
     "targets[0].queues[0]": names(Queue, without=("source", "thresholds"))
     | names(QueueThresholds)
-    | names(SqlQueueSource, without=("query", "params"))
+    | names(SqlQueueSource, without=("query", "params", "schema"))
     | names(RedisQueueSource, without=("url", "keys", "layout"))
     | {"sql", "redis", "key", "queue"},
     "targets[0].workers[0]": names(WorkerGroup, without=("cpu",))
