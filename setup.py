@@ -1,11 +1,9 @@
-"""Build hook: the wheel carries the alert rules, the Grafana dashboard, the
-systemd unit and the docs an operator needs without the repository (the
-annotated example config, the runbooks) inside the package, as
-``lockwatch/bundled/{alerts,grafana,systemd,docs}``.
+"""Build hook: the wheel carries the alert rules, the Grafana dashboard and the
+systemd unit inside the package, as ``lockwatch/bundled/{alerts,grafana,systemd}``.
 
 The repository keeps them at the top level (their one source of truth);
-``lockwatch/util/bundled.py`` finds them in either place. Everything else about
-the build is declared in pyproject.toml.
+``lockwatch export`` finds them in either place. Everything else about the
+build is declared in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 BUNDLED = ("alerts", "grafana", "systemd")
-# Of docs/, only these (its pictures and design notes stay in the repository).
-BUNDLED_DOCS = ("lockwatch.example.yml", "runbooks.md")
 
 
 class BuildPyWithBundles(build_py):
@@ -38,12 +34,6 @@ class BuildPyWithBundles(build_py):
                 dirs_exist_ok=True,
                 ignore=shutil.ignore_patterns("__pycache__", ".*"),
             )
-        docs = Path(self.build_lib, "lockwatch", "bundled", "docs")
-        docs.mkdir(parents=True, exist_ok=True)
-        for name in BUNDLED_DOCS:
-            if not (root / "docs" / name).is_file():
-                raise SystemExit(f"setup.py: docs/{name} is missing; the wheel must carry it")
-            shutil.copyfile(root / "docs" / name, docs / name)
 
 
 setup(cmdclass={"build_py": BuildPyWithBundles})

@@ -20,11 +20,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import requests
 
 from lockwatch.config.peek import ConfigPlaces
-from lockwatch.model.incidents import Incident
+from lockwatch.model.incidents import Incident, load_incident
 from lockwatch.settings.incidents import HistoryStore
 from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
 from lockwatch.state.incident_history import FileHistory, open_history
-from lockwatch.state.incident_json import load_incident
 from lockwatch.state.statefile import StateStore
 
 API_TIMEOUT = 5.0  # seconds per request to the daemon

@@ -2,11 +2,12 @@
 dashboard, the systemd unit, and the docs an operator needs without the
 repository (the annotated example config, the runbooks).
 
-A wheel carries them inside the package (``lockwatch/bundled/``, copied there
-at build time by ``setup.py``); a source checkout, editable installs
-included, reads the repository's own top-level directories, so each file has
-one source of truth. The status page's ``/runbooks`` and ``lockwatch export``
-both read them here.
+A wheel carries the first three inside the package (``lockwatch/bundled/``,
+copied there at build time by ``setup.py``); a source checkout, editable
+installs included, reads the repository's own top-level directories. The docs
+are ``lockwatch/docs/``: symbolic links to the repository's ``docs/`` files in
+a checkout, the files themselves in a wheel (package data). Each file has one
+source of truth.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-# Of docs/, a wheel carries only these (its pictures and design notes stay in
-# the repository); setup.py copies the same list.
+# Of docs/, the package carries only these (its pictures and design notes stay
+# in the repository): lockwatch/docs/ links to them.
 BUNDLED_DOCS = ("lockwatch.example.yml", "runbooks.md")
 _CHECKOUT = Path(__file__).resolve().parents[2]  # lockwatch/util/bundled.py -> the checkout
 
@@ -28,6 +29,8 @@ class BundleMissingError(LookupError):
 def bundle_root(directory: str) -> Traversable:
     """Where a bundled directory (alerts, grafana, systemd, docs) is, in the
     package or in the checkout."""
+    if directory == "docs":
+        return resources.files("lockwatch") / "docs"
     packaged = resources.files("lockwatch") / "bundled" / directory
     if packaged.is_dir():
         return packaged

@@ -33,8 +33,10 @@ BUNDLED = {
     "lockwatch/bundled/alerts/lockwatch.rules.yml": ROOT / "alerts" / "lockwatch.rules.yml",
     "lockwatch/bundled/grafana/lockwatch.json": ROOT / "grafana" / "lockwatch.json",
     "lockwatch/bundled/systemd/lockwatch.service": ROOT / "systemd" / "lockwatch.service",
-    "lockwatch/bundled/docs/lockwatch.example.yml": ROOT / "docs" / "lockwatch.example.yml",
-    "lockwatch/bundled/docs/runbooks.md": ROOT / "docs" / "runbooks.md",
+    # /runbooks serves it, export config prints it (symbolic links in the
+    # checkout, files in the wheel)
+    "lockwatch/docs/runbooks.md": ROOT / "docs" / "runbooks.md",
+    "lockwatch/docs/lockwatch.example.yml": ROOT / "docs" / "lockwatch.example.yml",
 }
 
 
@@ -155,8 +157,8 @@ def test_the_wheel_carries_the_rules_dashboard_unit_and_sql(dist: Path) -> None:
             assert archive.read(name) == source.read_bytes(), name
     assert "lockwatch/sample/sql/advisory_locks.sql" in names
     assert "lockwatch/py.typed" in names
-    carried = {n for n in names if n.startswith("lockwatch/bundled/docs/")}
-    assert carried == {f"lockwatch/bundled/docs/{name}" for name in BUNDLED_DOCS}
+    carried = {n for n in names if n.startswith("lockwatch/docs/")}
+    assert carried == {f"lockwatch/docs/{name}" for name in BUNDLED_DOCS}
 
 
 def test_the_sdist_carries_the_top_level_directories(dist: Path) -> None:
@@ -165,7 +167,7 @@ def test_the_sdist_carries_the_top_level_directories(dist: Path) -> None:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"setup.py", "alerts/lockwatch.rules.yml", "grafana/lockwatch.json"} <= names
     assert "systemd/lockwatch.service" in names
-    assert {f"docs/{name}" for name in BUNDLED_DOCS} <= names
+    assert {f"lockwatch/docs/{name}" for name in BUNDLED_DOCS} <= names
 
 
 def test_the_installed_lockwatch_runs_and_exports_from_its_own_files(
