@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.targets import (
@@ -26,7 +26,7 @@ from lockwatch.detect.targets import (
     detect_transaction_pooled,
 )
 from lockwatch.model.findings import Finding, FindingKind, Subject
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
+from lockwatch.model.incident_text import RUNBOOKS_PATH
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
@@ -47,16 +47,12 @@ from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
 from lockwatch.state.statefile import StateStore
+from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 TransitionListener = Callable[[Transitions], None]
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def build_monitors(
@@ -64,6 +60,7 @@ def build_monitors(
     session: TargetSession,
     jobs: Sequence[JobSpec] = (),
     job_store: JobStore | None = None,
+    clock: Clock = utc_now,
 ) -> tuple[Monitor, ...]:
     """Everything a target samples, its locks first."""
     monitors: list[Monitor] = [LockMonitor(target, session)]
@@ -71,7 +68,7 @@ def build_monitors(
         monitors.append(QueueMonitor(target))
     own_jobs = [job for job in jobs if job.target == target.name]
     if own_jobs:
-        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=utc_now()))
+        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=clock()))
     return tuple(monitors)
 
 
@@ -123,7 +120,7 @@ class TargetRunner:
     # lockwatch's own intervals: hold times follow it when the wall clock jumps.
     monotonic: Callable[[], float] = time.monotonic
     history: IncidentHistory | None = None  # where resolved incidents are kept
-    runbooks: str = DEFAULT_RUNBOOKS  # the base of the next steps' runbook links
+    runbooks: str = RUNBOOKS_PATH  # the base of the next steps' runbook links
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -131,10 +128,14 @@ class TargetRunner:
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
         )
-        self.monitors = build_monitors(self.target, self.session, self.jobs, self.job_store)
+        self.monitors = build_monitors(
+            self.target, self.session, self.jobs, self.job_store, self.clock
+        )
         self.ledger = FindingLedger(self.target.name)
         self.incidents = IncidentBook(
-            self.target.name, on_resolved=None if self.history is None else self.history.add
+            self.target.name,
+            on_resolved=None if self.history is None else self.history.add,
+            runbooks=self.runbooks,
         )
         # What lockwatch terminate did, from the state dir onto the incidents' timelines.
         self.actions = ActionInbox(self.store.directory, self.target.name)
@@ -216,7 +217,7 @@ class TargetRunner:
         )
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         previous = self.incidents.finding_roots()
-        roots = tell_incidents(transitions.active, status.snapshot, self.runbooks, previous)
+        roots = tell_incidents(transitions.active, status.snapshot, previous)
         ending = self.incidents.ending(roots)
         alive = live_sessions(self.session, ending) if ending and status.up else None
         take_actions(self.actions, self.incidents, self.history)
@@ -467,6 +468,7 @@ class TargetRunner:
                 monitor.take_over(previous[type(monitor)])
         self.ledger = old.ledger
         self.incidents = old.incidents
+        self.incidents.runbooks = self.runbooks
         self.actions = old.actions
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since

@@ -13,7 +13,7 @@ from typing import Any
 
 from lockwatch.commands.api_client import ApiClient, ApiError
 from lockwatch.model.incident_explain import explain
-from lockwatch.state.incident_json import load_incident
+from lockwatch.model.incidents import load_incident
 
 TREE_DEPTH = 8  # levels of waiters below a holder shown; deeper is counted
 SessionNode = dict[str, Any]

@@ -270,7 +270,8 @@ def test_an_unknown_key_far_from_any_known_one_lists_the_choices(tmp_path: Path)
 
     assert problem.path == "colour"
     assert (
-        "expected one of: auth_modules, defaults, incidents, jobs, listen, notify, pings, replica, "
+        "expected one of: auth_modules, defaults, external_url, incidents, jobs, listen, notify, "
+        "pings, replica, "
         "shard, state_dir, target_sources, targets" in problem.message
     )
 
