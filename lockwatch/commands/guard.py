@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwatch.model.actions import ActionKind, Verdict
-from lockwatch.model.evidence import HolderFacts, LockEvidence, PooledLockEvidence, PreparedFacts
+from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts
 from lockwatch.model.incidents import Incident, RootKind
-from lockwatch.model.remediation import client_cost, state_cost
+from lockwatch.model.remediation import client_cost, linked_client, state_cost
 from lockwatch.text import iso_utc, one_line
 
 HOLDING = (RootKind.SESSION, RootKind.POOLED_BACKEND)
@@ -267,15 +267,6 @@ def _freed(look: Look) -> str:
     return locks + (f" and the {waiting} session(s) waiting on them go on" if waiting else "")
 
 
-def _linked_client(incident: Incident) -> str | None:
-    for finding in incident.findings:
-        evidence = finding.evidence
-        if isinstance(evidence, PooledLockEvidence) and evidence.linked_client is not None:
-            client = evidence.linked_client
-            return f"{client.addr or 'local'}:{client.port} {client.application_name or ''}".strip()
-    return None
-
-
 def cost(incident: Incident, action: ActionKind, look: Look) -> str:
     """What acting costs, following the root's state now."""
     if action is ActionKind.ROLLBACK_PREPARED:
@@ -299,6 +290,6 @@ def cost(incident: Incident, action: ActionKind, look: Look) -> str:
         )
     xact = session.xact_seconds if session is not None else None
     pooled = incident.root.kind is RootKind.POOLED_BACKEND
-    client = _linked_client(incident) if pooled else None
+    client = linked_client(incident.findings) if pooled else None
     said = f"{state_cost(state, xact)}; {client_cost(pooled, one_line(client) if client else None)}"
     return f"{said}; {_freed(look)}"

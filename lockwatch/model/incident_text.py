@@ -171,6 +171,7 @@ class Measures:
     idle_seconds: float | None = None  # how long it has run no SQL, while idle
     idle_state: str | None = None  # ``idle``, ``idle in transaction``
     query: str | None = None  # its last query
+    holder: HolderFacts | None = None  # as a finding saw it: its state, its transaction
 
 
 def _is_root(holder: HolderFacts, root: IncidentRoot) -> bool:
@@ -186,17 +187,19 @@ def holder_measures(root: IncidentRoot, findings: Sequence[Finding]) -> Measures
         return Measures()
     hold = idle = None
     state = query = None
+    seen: HolderFacts | None = None
     for finding in findings:
         for holder in finding.evidence.named_holders:
             if not isinstance(holder, HolderFacts) or not _is_root(holder, root):
                 continue
+            seen = seen or holder
             query = query or holder.query
             if holder.held_seconds:
                 hold = max(hold or 0.0, holder.held_seconds)
             seconds = holder.state_seconds if holder.state in IDLE_STATES else None
             if seconds is not None and (idle is None or seconds > idle):
                 idle, state = seconds, holder.state
-    return Measures(hold, idle, state, query)
+    return Measures(hold, idle, state, query, seen)
 
 
 # -- what it is about ------------------------------------------------------------------

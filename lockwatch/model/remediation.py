@@ -17,8 +17,11 @@ locks checked.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
+from lockwatch.model.evidence import PooledLockEvidence
+from lockwatch.model.findings import Finding
 from lockwatch.text import format_duration
 
 # What each outcome of ``terminate_sql`` begins with (the runbooks and their
@@ -47,37 +50,36 @@ def terminate_sql(pid: int, backend_start: datetime) -> str:
     ``backend_start``; its one row says what happened.
 
     >>> from datetime import UTC
-    >>> print(terminate_sql(7023, datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)))
+    >>> start = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
+    >>> for part in terminate_sql(7023, start).split(" WHEN "):
+    ...     print(part[:90].rstrip())
     SELECT CASE
-      WHEN a.pid IS NULL THEN 'gone: no session has pid 7023 now: nothing to end'
-      WHEN a.backend_start IS NULL THEN 'hidden: your role cannot see when pid 7023 started: nothing done (GRANT pg_read_all_stats, or pg_monitor, to it)'
-      WHEN a.backend_start <> '2026-12-01T12:00:00.250000+00:00' THEN 'reused: pid 7023 is another session now, started ' || a.backend_start || ': nothing done'
-      WHEN NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted) THEN 'released: pid 7023 holds no advisory lock now: nothing done'
-      WHEN pg_terminate_backend(a.pid) THEN 'terminated: pid 7023 is ending; its locks go free'
-      ELSE 'not signalled: pid 7023 ended meanwhile'
-    END AS outcome
-    FROM (VALUES (7023)) AS root (pid)
-    LEFT JOIN pg_stat_activity a ON a.pid = root.pid;
+    a.pid IS NULL THEN 'gone: no session has pid 7023 now: nothing to end'
+    a.backend_start IS NULL THEN 'hidden: your role cannot see when pid 7023 started: nothing
+    a.backend_start <> '2026-12-01T12:00:00.250000+00:00' THEN 'reused: pid 7023 is another se
+    NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.g
+    pg_terminate_backend(a.pid) THEN 'terminated: pid 7023 is ending; its locks go free' ELSE
     """
     # Printed for a person, never run by lockwatch; the pid is an int and the
     # one text value is quoted by sql_literal. CASE tries its branches in
     # order, so pg_terminate_backend (volatile) runs only past every guard.
     pid = int(pid)
     start = sql_literal(backend_start.isoformat())
-    return "\n".join(
+    # One line, as every surface shows an incident's SQL (a log line, an alert).
+    return " ".join(
         (
             "SELECT CASE",
-            f"  WHEN a.pid IS NULL THEN 'gone: no session has pid {pid} now: nothing to end'",
-            f"  WHEN a.backend_start IS NULL THEN 'hidden: your role cannot see when pid {pid} "
+            f"WHEN a.pid IS NULL THEN 'gone: no session has pid {pid} now: nothing to end'",
+            f"WHEN a.backend_start IS NULL THEN 'hidden: your role cannot see when pid {pid} "
             "started: nothing done (GRANT pg_read_all_stats, or pg_monitor, to it)'",
-            f"  WHEN a.backend_start <> {start} THEN 'reused: pid {pid} is another session now, "
+            f"WHEN a.backend_start <> {start} THEN 'reused: pid {pid} is another session now, "
             "started ' || a.backend_start || ': nothing done'",
-            "  WHEN NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = "
+            "WHEN NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = "
             f"'advisory' AND l.granted) THEN 'released: pid {pid} holds no advisory lock now: "
             "nothing done'",
-            f"  WHEN pg_terminate_backend(a.pid) THEN 'terminated: pid {pid} is ending; its locks "
+            f"WHEN pg_terminate_backend(a.pid) THEN 'terminated: pid {pid} is ending; its locks "
             "go free'",
-            f"  ELSE 'not signalled: pid {pid} ended meanwhile'",
+            f"ELSE 'not signalled: pid {pid} ended meanwhile'",
             "END AS outcome",
             f"FROM (VALUES ({pid})) AS root (pid)",
             "LEFT JOIN pg_stat_activity a ON a.pid = root.pid;",
@@ -111,6 +113,17 @@ def state_cost(state: str | None, xact_seconds: float | None = None) -> str:
     if state == "idle":
         return "it has no open transaction: nothing is rolled back"
     return "its state is not seen: if it is in a transaction, that transaction is rolled back"
+
+
+def linked_client(findings: Sequence[Finding]) -> str | None:
+    """The client pgbouncer linked to a pooled holder's backend at lockwatch's
+    last look (``addr:port application``); None: none, or not pooled."""
+    for finding in findings:
+        evidence = finding.evidence
+        if isinstance(evidence, PooledLockEvidence) and evidence.linked_client is not None:
+            client = evidence.linked_client
+            return f"{client.addr or 'local'}:{client.port} {client.application_name or ''}".strip()
+    return None
 
 
 def client_cost(pooled: bool, linked_client: str | None) -> str:
