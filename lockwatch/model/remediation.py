@@ -7,7 +7,8 @@ says in its one row which of the things that look alike happened: the session
 ended, it is gone already, its pid went to another session, the role running
 it cannot see the session's start (PostgreSQL shows another role's
 ``backend_start`` as NULL without ``pg_read_all_stats``, so no guard could
-match), or it no longer holds an advisory lock. Nothing is signalled unless
+match), or it holds no lock any more (its own transaction's virtualxid aside: one that
+blocks a migration on a table lock is ended too). Nothing is signalled unless
 the pid is still the session that started at the incident's
 ``backend_start``, checked in the same statement that signals it. A role that
 may not signal the session gets PostgreSQL's own error. ``lockwatch terminate
@@ -57,7 +58,7 @@ def terminate_sql(pid: int, backend_start: datetime) -> str:
     a.pid IS NULL THEN 'gone: no session has pid 7023 now: nothing to end'
     a.backend_start IS NULL THEN 'hidden: your role cannot see when pid 7023 started: nothing
     a.backend_start <> '2026-12-01T12:00:00.250000+00:00' THEN 'reused: pid 7023 is another se
-    NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.g
+    NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND l.locktype <> 'vi
     pg_terminate_backend(a.pid) THEN 'terminated: pid 7023 is ending; its locks go free' ELSE
     """
     # Printed for a person, never run by lockwatch; the pid is an int and the
@@ -74,9 +75,9 @@ def terminate_sql(pid: int, backend_start: datetime) -> str:
             "started: nothing done (GRANT pg_read_all_stats, or pg_monitor, to it)'",
             f"WHEN a.backend_start <> {start} THEN 'reused: pid {pid} is another session now, "
             "started ' || a.backend_start || ': nothing done'",
-            "WHEN NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = "
-            f"'advisory' AND l.granted) THEN 'released: pid {pid} holds no advisory lock now: "
-            "nothing done'",
+            "WHEN NOT EXISTS (SELECT FROM pg_locks l WHERE l.pid = a.pid AND l.granted AND "
+            f"l.locktype <> 'virtualxid') THEN 'released: pid {pid} holds no lock now: nothing "
+            "done'",
             f"WHEN pg_terminate_backend(a.pid) THEN 'terminated: pid {pid} is ending; its locks "
             "go free'",
             f"ELSE 'not signalled: pid {pid} ended meanwhile'",

@@ -166,5 +166,5 @@ def test_a_session_that_let_go_of_its_locks_is_left_alone(
     assert start is not None
     done.execute("SELECT pg_advisory_unlock_all()")
     outcome = run_as(server, "oncall", terminate_sql(pid, start))
-    assert outcome == f"released: pid {pid} holds no advisory lock now: nothing done"
+    assert outcome == f"released: pid {pid} holds no lock now: nothing done"
     assert alive(done)
