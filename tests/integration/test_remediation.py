@@ -66,6 +66,14 @@ def holder(server: PidNamespaceServer, sessions: list[Session], key: int) -> Ses
     return session
 
 
+def guarded(server: PidNamespaceServer, sessions: list[Session], key: int) -> tuple[Session, str]:
+    """A holder of ``key``, and the guarded statement that ends it."""
+    hung = holder(server, sessions, key)
+    start = started(server, hung.info.backend_pid)
+    assert start is not None
+    return hung, terminate_sql(hung.info.backend_pid, start)
+
+
 def started(server: PidNamespaceServer, pid: int) -> datetime | None:
     """The session's backend_start, as lockwatch's pg_monitor role reads it."""
     with psycopg.connect(server.dsn(), autocommit=True) as admin:
@@ -97,11 +105,9 @@ def test_the_roles_the_runbooks_name_end_the_holder_and_nobody_else(
 ) -> None:
     bystander = holder(server, sessions, 3301)
     for role, key in (("oncall", 3302), ("oncall_monitor", 3303)):
-        hung = holder(server, sessions, key)
+        hung, statement = guarded(server, sessions, key)
         pid = hung.info.backend_pid
-        start = started(server, pid)
-        assert start is not None
-        outcome = run_as(server, role, terminate_sql(pid, start))
+        outcome = run_as(server, role, statement)
         assert outcome == f"terminated: pid {pid} is ending; its locks go free"
         wait_until(lambda: started(server, pid) is None, message=f"pid {pid} ended")  # noqa: B023
     assert alive(bystander)
@@ -110,11 +116,9 @@ def test_the_roles_the_runbooks_name_end_the_holder_and_nobody_else(
 def test_a_role_without_pg_read_all_stats_is_told_it_cannot_see_the_session(
     server: PidNamespaceServer, sessions: list[Session]
 ) -> None:
-    hung = holder(server, sessions, 3304)
+    hung, statement = guarded(server, sessions, 3304)
     pid = hung.info.backend_pid
-    start = started(server, pid)
-    assert start is not None
-    outcome = run_as(server, "signal_only", terminate_sql(pid, start))
+    outcome = run_as(server, "signal_only", statement)
     assert outcome.startswith(f"hidden: your role cannot see when pid {pid} started")
     assert "pg_read_all_stats" in outcome
     assert alive(hung)
@@ -123,23 +127,17 @@ def test_a_role_without_pg_read_all_stats_is_told_it_cannot_see_the_session(
 def test_a_role_without_pg_signal_backend_gets_an_error_and_ends_nothing(
     server: PidNamespaceServer, sessions: list[Session]
 ) -> None:
-    hung = holder(server, sessions, 3305)
-    pid = hung.info.backend_pid
-    start = started(server, pid)
-    assert start is not None
+    hung, statement = guarded(server, sessions, 3305)
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        run_as(server, "stats_only", terminate_sql(pid, start))
+        run_as(server, "stats_only", statement)
     assert alive(hung)
 
 
 def test_a_pid_given_to_another_session_is_told_apart_from_one_gone(
     server: PidNamespaceServer, sessions: list[Session]
 ) -> None:
-    hung = holder(server, sessions, 3306)
+    hung, statement = guarded(server, sessions, 3306)
     pid = hung.info.backend_pid
-    start = started(server, pid)
-    assert start is not None
-    statement = terminate_sql(pid, start)
     hung.close()
     wait_until(lambda: started(server, pid) is None, message=f"pid {pid} ended")
     assert (
@@ -160,11 +158,9 @@ def test_a_pid_given_to_another_session_is_told_apart_from_one_gone(
 def test_a_session_that_let_go_of_its_locks_is_left_alone(
     server: PidNamespaceServer, sessions: list[Session]
 ) -> None:
-    done = holder(server, sessions, 3308)
+    done, statement = guarded(server, sessions, 3308)
     pid = done.info.backend_pid
-    start = started(server, pid)
-    assert start is not None
     done.execute("SELECT pg_advisory_unlock_all()")
-    outcome = run_as(server, "oncall", terminate_sql(pid, start))
+    outcome = run_as(server, "oncall", statement)
     assert outcome == f"released: pid {pid} holds no lock now: nothing done"
     assert alive(done)

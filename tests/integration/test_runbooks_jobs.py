@@ -13,7 +13,6 @@ job_too_long, job_failed, job_missed, target_down, target_privileges_missing."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -29,7 +28,6 @@ import psycopg
 import pytest
 import requests
 
-from lockwatch.demo.pgbinaries import debian_bin_dirs
 from lockwatch.demo.pgcluster import LocalCluster, free_port
 from lockwatch.demo.scenarios import (
     WEBHOOK_JOBS_DDL,
@@ -38,10 +36,17 @@ from lockwatch.demo.scenarios import (
     Receiver,
     webhook_queue_sql,
 )
-from tests.fixtures.paths import ROOT, WORKLOADS
-from tests.fixtures.postgres import DEBIAN_VERSION, MONITOR_PASSWORD, MONITOR_USER, wait_until
+from tests.fixtures.paths import ROOT
+from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
 from tests.fixtures.processes import LockwatchProcess
-from tests.fixtures.runbooks import Runbook
+from tests.fixtures.runbooks import (
+    ONCALL_PASSWORD,
+    Runbook,
+    debian_cluster,
+    json_values,
+    session_alive,
+)
+from tests.integration.test_queue_stall import Workers
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -66,7 +71,6 @@ STEPS = (
     ("target_privileges_missing", "role"),
     ("target_privileges_missing", "fix"),
 )
-ONCALL_PASSWORD = "oncall-" + MONITOR_PASSWORD[3:15]
 DOWN_PASSWORD = "pw-" + secrets.token_hex(8)  # the one in lockwatch's DSN for target down
 BLIND_PASSWORD = "pw-" + secrets.token_hex(8)
 TOKEN = "ping-" + secrets.token_hex(12)
@@ -76,9 +80,7 @@ WINDOW = 6.0
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalCluster]:
-    bin_dir = debian_bin_dirs().get(DEBIAN_VERSION)
-    assert bin_dir is not None, "scripts/bootstrap installs Debian's PostgreSQL 15"
-    with LocalCluster(bin_dir) as server:
+    with debian_cluster() as server:
         server.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
         server.create_password_role("lw_blind", BLIND_PASSWORD)
         server.create_password_role("lw_down", "not-" + DOWN_PASSWORD)
@@ -183,23 +185,6 @@ def watched(server: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> I
         daemon.stop()
 
 
-def json_values(text: str) -> list[Any]:
-    decoder, values, at = json.JSONDecoder(), [], 0
-    text = text.strip()
-    while at < len(text):
-        value, at = decoder.raw_decode(text, at)
-        values.append(value)
-        while at < len(text) and text[at].isspace():
-            at += 1
-    return values
-
-
-def alive(server: LocalCluster, pid: int) -> bool:
-    with psycopg.connect(server.dsn(), autocommit=True) as admin:
-        found = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
-        return found.fetchone() is not None
-
-
 class Runs:
     """Jobs run under ``lockwatch exec``, as cron would, stopped at the test's end."""
 
@@ -235,35 +220,9 @@ def runs(watched: Watched) -> Iterator[Runs]:
     started.stop()
 
 
-class Workers:
-    """Seed 002's webhook worker processes, stopped at the test's end."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, dsn: str, name: str) -> None:
-        self.procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKLOADS / "webhook_worker.py"), name, TAG],
-                env={**os.environ, "WEBHOOK_DSN": dsn, "PYTHONPATH": str(ROOT)},
-                stdin=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,  # the holder's, once ended, is its lost connection
-            )
-        )
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # the one stuck in its delivery ignores SIGTERM, as in the seed
-                proc.wait(timeout=10)
-
-
 @pytest.fixture
 def workers() -> Iterator[Workers]:
+    """Seed 002's webhook worker processes (test_queue_stall's), stopped at the test's end."""
     started = Workers()
     yield started
     started.stop()
@@ -294,7 +253,7 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
     producer = Producer(server.dsn(), 4.0, lambda n: blackhole.url if n == 8 else receiver.url)
     try:
         for number in range(1, 7):
-            workers.start(server.dsn(user="app"), f"webhook-worker-{number}")
+            workers.start(server.dsn(user="app"), f"webhook-worker-{number}", TAG)
         producer.start()
         wait_until(lambda: blackhole.accepted, message="a worker takes the poisoned job")
         wait_until(lambda: watched.findings("queue_stalled"), timeout=60, message="stalled")
@@ -330,7 +289,7 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
         others = worker_sessions(server) - {holder}
         dry, act = book.sh("queue_stalled", "stop", incident=incident["id"])
         assert dry.code == 0 and act.code == 0, (dry, act)
-        wait_until(lambda: not alive(server, holder), message="the holder ended")
+        wait_until(lambda: not session_alive(server, holder), message="the holder ended")
         wait_until(lambda: not watched.findings("queue_stalled"), timeout=60, message="drained")
         assert others <= worker_sessions(server), "the other workers go on"
     finally:

@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from lockwatch.demo.pgbinaries import debian_bin_dirs
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
@@ -26,13 +25,12 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.postgres import (
-    DEBIAN_VERSION,
     MONITOR_PASSWORD,
     MONITOR_USER,
     PgDatabase,
     wait_until,
 )
-from tests.fixtures.runbooks import Runbook
+from tests.fixtures.runbooks import ONCALL_PASSWORD, Runbook, debian_cluster
 from tests.integration.test_catalogue_libraries import (
     Workers,
     grant_graphile_worker,
@@ -51,14 +49,11 @@ STEPS = (
     ("job_stuck_running", "graphile-unlock"),
     ("job_rescued_while_running", "pg-boss"),
 )
-ONCALL_PASSWORD = "oncall-" + MONITOR_PASSWORD[3:15]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalCluster]:
-    bin_dir = debian_bin_dirs().get(DEBIAN_VERSION)
-    assert bin_dir is not None, "scripts/bootstrap installs Debian's PostgreSQL 15"
-    with LocalCluster(bin_dir) as server:
+    with debian_cluster() as server:
         server.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
         yield server
 

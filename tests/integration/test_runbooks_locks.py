@@ -12,7 +12,6 @@ blocks of *Tools used below* and *Incidents and their next step*."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -24,11 +23,9 @@ import psycopg
 import pytest
 import requests
 
-from lockwatch.demo.pgbinaries import debian_bin_dirs
 from lockwatch.demo.pgcluster import LocalCluster, free_port
 from lockwatch.demo.scenarios import Blackhole
 from tests.fixtures.postgres import (
-    DEBIAN_VERSION,
     MONITOR_PASSWORD,
     MONITOR_USER,
     Background,
@@ -37,7 +34,16 @@ from tests.fixtures.postgres import (
     wait_until,
 )
 from tests.fixtures.processes import LockwatchProcess
-from tests.fixtures.runbooks import Ran, Runbook, fill, runbook_steps
+from tests.fixtures.runbooks import (
+    ONCALL_PASSWORD,
+    Ran,
+    Runbook,
+    debian_cluster,
+    fill,
+    json_values,
+    runbook_steps,
+    session_alive,
+)
 
 pytestmark = pytest.mark.pg
 
@@ -66,7 +72,6 @@ STEPS = (
     ("lock_migration_running", "confirm"),
     ("lock_migration_running", "blocker"),
 )
-ONCALL_PASSWORD = "oncall-" + MONITOR_PASSWORD[3:15]
 PRISMA_KEY = 72707369  # Prisma Migrate's, in every database (the catalogue)
 Session = psycopg.Connection[tuple[Any, ...]]
 # The application's own settings, which an orphan of its sessions lives by.
@@ -92,9 +97,7 @@ LOCKS = """\
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalCluster]:
-    bin_dir = debian_bin_dirs().get(DEBIAN_VERSION)
-    assert bin_dir is not None, "scripts/bootstrap installs Debian's PostgreSQL 15"
-    with LocalCluster(bin_dir, settings={"max_prepared_transactions": "2"}) as server:
+    with debian_cluster({"max_prepared_transactions": "2"}) as server:
         server.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
         with psycopg.connect(server.dsn(), autocommit=True) as admin:
             admin.execute("CREATE ROLE app LOGIN")
@@ -183,25 +186,8 @@ def resolved(book: Runbook, incident: dict[str, Any]) -> bool:
     )
 
 
-def alive(server: LocalCluster, pid: int) -> bool:
-    with psycopg.connect(server.dsn(), autocommit=True) as admin:
-        found = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
-        return found.fetchone() is not None
-
-
 def answers(session: Session) -> bool:
     return session.execute("SELECT 1").fetchone() == (1,)
-
-
-def json_values(text: str) -> list[Any]:
-    """jq's output: one JSON value after another."""
-    decoder, values, at = json.JSONDecoder(), [], 0
-    while at < len(text.rstrip()):
-        value, at = decoder.raw_decode(text, at)
-        values.append(value)
-        while at < len(text) and text[at].isspace():
-            at += 1
-    return values
 
 
 def ended(book: Runbook, server: LocalCluster, runbook: str, incident: dict[str, Any]) -> list[Ran]:
@@ -210,7 +196,7 @@ def ended(book: Runbook, server: LocalCluster, runbook: str, incident: dict[str,
     assert dry.code == 0 and "dry run: nothing was done" in dry.out, dry
     assert act.code == 0 and "done: " in act.out, act
     pid = incident["root"]["pid"]
-    wait_until(lambda: not alive(server, pid), message=f"pid {pid} ended")
+    wait_until(lambda: not session_alive(server, pid), message=f"pid {pid} ended")
     wait_until(lambda: resolved(book, incident), message=f"{incident['id']} resolved")
     return [dry, act]
 
@@ -262,7 +248,7 @@ def test_a_lock_held_too_long_is_confirmed_and_its_holder_ended_by_the_steps(
     assert f"lockwatch terminate {two['id']} -c FILE" in two["next_step"]["action"]
     dry, act = runbook.sh("incidents", "terminate-command", incident=two["id"])
     assert (dry.code, act.code) == (0, 0), (dry, act)
-    wait_until(lambda: not alive(server, root["pid"]), message="the second holder ended")
+    wait_until(lambda: not session_alive(server, root["pid"]), message="the second holder ended")
     (outcome,) = runbook.sql(
         "incidents", "terminate", pid=root["pid"], backend_start=root["backend_start"]
     )

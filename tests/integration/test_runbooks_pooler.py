@@ -21,12 +21,11 @@ import pytest
 import requests
 from psycopg import sql
 
-from lockwatch.demo.pgbinaries import debian_bin_dirs
 from lockwatch.demo.pgcluster import LocalCluster, free_port
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
-from tests.fixtures.postgres import DEBIAN_VERSION, MONITOR_PASSWORD, MONITOR_USER, wait_until
+from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
 from tests.fixtures.processes import LockwatchProcess
-from tests.fixtures.runbooks import Runbook
+from tests.fixtures.runbooks import ONCALL_PASSWORD, Runbook, debian_cluster, session_alive
 
 pytestmark = pytest.mark.pg
 
@@ -37,16 +36,13 @@ STEPS = (
     ("target_transaction_pooled", "confirm"),
     ("target_transaction_pooled", "fix"),
 )
-ONCALL_PASSWORD = "oncall-" + MONITOR_PASSWORD[3:15]
 Session = psycopg.Connection[tuple[Any, ...]]
 WATCHING = ("console", "no_console")  # the targets that watch the server directly
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalCluster]:
-    bin_dir = debian_bin_dirs().get(DEBIAN_VERSION)
-    assert bin_dir is not None, "scripts/bootstrap installs Debian's PostgreSQL 15"
-    with LocalCluster(bin_dir) as server:
+    with debian_cluster() as server:
         server.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
         with psycopg.connect(server.dsn(), autocommit=True) as admin:
             for role in ("app", "scheduler", STATS_USER):
@@ -151,12 +147,6 @@ def psql_rows(out: str) -> list[dict[str, str]]:
     ]
 
 
-def alive(server: LocalCluster, pid: int) -> bool:
-    with psycopg.connect(server.dsn(), autocommit=True) as admin:
-        found = admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
-        return found.fetchone() is not None
-
-
 def test_the_pooled_runbook_ends_the_pooled_backend_and_never_a_direct_session(
     server: LocalCluster, bouncer: PgBouncer, watched: Watched, sessions: list[Session]
 ) -> None:
@@ -220,7 +210,7 @@ def test_the_pooled_runbook_ends_the_pooled_backend_and_never_a_direct_session(
     dry, act = book.sh("lock_pooled_session", "stop", incident=told["console"]["id"])
     assert dry.code == 0 and "a pooler's server connection" in dry.out, dry
     assert act.code == 0 and "done: " in act.out, act
-    wait_until(lambda: not alive(server, pooled_pid), message="the pooled backend ended")
+    wait_until(lambda: not session_alive(server, pooled_pid), message="the pooled backend ended")
     wait_until(lambda: not of_pid(watched, pooled_pid), message="its incidents resolved")
     (again,) = book.sh("lock_pooled_session", "list")
     assert again.out.strip() == ""
