@@ -29,6 +29,10 @@ from lockwatch.text import format_duration
 # tests read them): the word before the colon.
 OUTCOMES = ("terminated", "gone", "hidden", "reused", "released", "not signalled")
 GUARD_ROLES = "pg_signal_backend and pg_read_all_stats (or pg_monitor)"
+# Characters of a next step's SQL every surface shows whole (it must run as
+# printed): lockwatch's own statement, whose one client value, a gid, PostgreSQL
+# bounds to 200 bytes.
+SQL_LIMIT = 1500
 IN_TRANSACTION = frozenset({"idle in transaction", "idle in transaction (aborted)"})
 
 
