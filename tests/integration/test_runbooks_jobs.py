@@ -362,9 +362,9 @@ def test_two_runs_at_once_one_stopped_and_a_duplicate_start_confirmed(
     wait_until(lambda: not run_pid(watched, "job_overlap", "overlap"), message="one run left")
     assert first.poll() is None, "the run kept goes on"
 
-    for _ in range(2):
-        done = runs.start("dup", "true", run_key="2026-12-01")
-        done.communicate(timeout=60)
+    # Two schedulers run the same night's job.
+    for twice in [runs.start("dup", "true", run_key="2026-12-01") for _ in range(2)]:
+        twice.communicate(timeout=60)
     wait_until(lambda: watched.findings("job_duplicate_start"), message="the duplicate start")
     evidence, doctor = book.sh("job_duplicate_start", "confirm")
     (told_dup,) = json_values(evidence.out)
