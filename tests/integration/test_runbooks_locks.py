@@ -342,7 +342,9 @@ def test_orphans_live_by_their_roles_settings_and_are_ended_as_their_state_costs
     second = incident_of(runbook, "lock_orphaned", in_transaction.info.backend_pid)
 
     (snapshot,) = runbook.sh("lock_orphaned", "confirm")
-    assert re.search(rf"pid {idle.info.backend_pid} sweeper from 127\.0\.0\.1:\d+, idle for", snapshot.out)
+    assert re.search(
+        rf"pid {idle.info.backend_pid} sweeper from 127\.0\.0\.1:\d+, idle for", snapshot.out
+    )
     assert "last query: SELECT pg_try_advisory_lock(4102)" in snapshot.out
     pid = in_transaction.info.backend_pid
     assert re.search(
