@@ -159,7 +159,16 @@ def _convoy(
 
     def opened() -> tuple[str, str] | None:
         found = probe.api("/api/v1/incidents?state=open")["incidents"]
-        convoy = [i for i in found if i["root"]["pid"] == pid and i["waiters"] == 2]
+        # Open with both its findings: the convoy fires first, the long hold
+        # once max_hold has passed, a poll or more later on a busy machine.
+        kinds = {"lock_convoy", "lock_held_too_long"}
+        convoy = [
+            i
+            for i in found
+            if i["root"]["pid"] == pid
+            and i["waiters"] == 2
+            and {f["kind"] for f in i["findings"]} >= kinds
+        ]
         down = [i for i in found if i["target"] == "gone"]
         return (convoy[0]["id"], down[0]["id"]) if convoy and down else None
 

@@ -282,7 +282,7 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
         assert facts["pid"] == holder and facts["state"] == "idle"
         assert facts["application_name"].startswith("webhook-worker-")
         assert re.search(
-            rf"pid {holder} webhook-worker-\d from 127\.0\.0\.1, idle for", snapshot.out
+            rf"pid {holder} webhook-worker-\d from 127\.0\.0\.1:\d+, idle for", snapshot.out
         )
         assert "lock 42: 5 session(s) waiting" in snapshot.out
 
