@@ -382,10 +382,15 @@ class HttpServer:
         if path == "/api/v1/sd":
             groups = sd_document(self._board, self._own_address(request), self.telemetry_path)
             return Answer(HTTPStatus.OK, JSON, render_json(groups))
-        # With ?target= (a probe from /api/v1/sd) that target's series only.
-        only = parse_qs(query).get("target")
+        # With ?target= (a probe from /api/v1/sd) that target's series only;
+        # ?detail=full: every series of every target, quiet or not.
+        params = parse_qs(query)
+        only = params.get("target")
+        detail = params.get("detail", [])
+        if any(value != "full" for value in detail):
+            return Answer(HTTPStatus.BAD_REQUEST, TEXT, b"detail takes one value: full\n")
         body, content_type = self._metrics.render(
-            request.headers.get("Accept", ""), only[0] if only else None
+            request.headers.get("Accept", ""), only[0] if only else None, detail=bool(detail)
         )
         return Answer(HTTPStatus.OK, content_type, body)
 
