@@ -97,11 +97,21 @@ def problems(view: TargetView) -> list[Finding]:
     """What lockwatch's lock detectors find in the snapshot, with the target's
     settings (its names, budgets and ignores). Hold times start at first
     sight, as at lockwatch's first poll: an idle holder's at least since its
-    session went idle."""
+    session went idle. Waits the server does not date (before PostgreSQL 14)
+    are judged by their count alone: one look cannot tell how long they were."""
     snapshot = view.status.snapshot if view.status else None
     if snapshot is None:
         return []
-    return detect_locks(snapshot, view.target.locks, snapshot.taken_at)
+    settings = view.target.locks
+    if undated_waits(snapshot):
+        settings = replace(settings, convoy_wait=0.0)
+    return detect_locks(snapshot, settings, snapshot.taken_at)
+
+
+def undated_waits(snapshot: LockSnapshot) -> bool:
+    """Whether the snapshot has waiters whose wait began at a time nobody
+    knows: ``pg_locks.waitstart`` is PostgreSQL 14's."""
+    return any(not lock.granted and lock.wait_start is None for lock in snapshot.locks)
 
 
 def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
@@ -119,6 +129,12 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
     if raw.read_at is not None:  # the server's timestamps, on our clock
         raw = raw.moved(now - raw.read_at)
     locks = HoldTracker(continuity_gap=0).observe(raw.locks, raw.backends, now, raw.read_at)
+    # A one-shot look first sees every waiter now: that dates no wait, so a
+    # wait the server does not date (no waitstart before 14) stays undated.
+    locks = tuple(
+        lock if lock.granted or lock.wait_start else replace(lock, first_seen=None)
+        for lock in locks
+    )
     snapshot = LockSnapshot(
         target.name,
         now,
@@ -210,10 +226,13 @@ def _waiters(
     now = snapshot.taken_at
     waiters.sort(key=lambda lock: (lock.wait_start or lock.first_seen or now, lock.pid))
     first = waiters[0]
-    longest = format_duration((now - (first.wait_start or first.first_seen or now)).total_seconds())
-    lines = [
-        f"  lock {_title(view, database, key)}: {len(waiters)} session(s) waiting, longest {longest}:"
-    ]
+    started = first.wait_start or first.first_seen
+    longest = (
+        f"longest {format_duration((now - started).total_seconds())}"
+        if started is not None
+        else "for how long unknown (PostgreSQL before 14 does not date waits)"
+    )
+    lines = [f"  lock {_title(view, database, key)}: {len(waiters)} session(s) waiting, {longest}:"]
     lines += [
         f"    {_who(snapshot.backends.get(w.pid), w.pid)}, {w.mode}" for w in waiters[:KEYS_LISTED]
     ]

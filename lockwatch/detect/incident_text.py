@@ -42,6 +42,13 @@ POOLED_FIX = (
     "give session-level advisory locks a direct DSN to PostgreSQL (or a pgbouncer pool in "
     "session mode); to free the lock now, end the backend holding it"
 )
+# A migration's session is doing the lock's own work: ending it leaves the
+# migration half applied (all of it, where the tool runs it in one transaction).
+MIGRATION_STEP = (
+    "let the migration finish: see what it runs (its query) and, if it waits on a lock, "
+    "what holds that lock (the chain), and end that instead; hold further deploys until it "
+    "is done; do not end the migration's session"
+)
 _JOB_ACTIONS = {
     FindingKind.JOB_DUPLICATE_START: "make its runs exclusive per run key (a unique constraint "
     "on the run key), then look at who started the second run",
@@ -179,6 +186,8 @@ def _holder_step(root: IncidentRoot, findings: Sequence[Finding], runbook: str) 
             ROLLBACK_PREPARED_COST,
             runbook,
         )
+    if any(f.kind is FindingKind.LOCK_MIGRATION_RUNNING for f in findings):
+        return NextStep(MIGRATION_STEP, None, None, runbook)
     pooled = root.kind is RootKind.POOLED_BACKEND or any(
         isinstance(f.evidence, PooledLockEvidence) for f in findings
     )

@@ -222,6 +222,14 @@ def and_more(count: int) -> str:
     return f" and {count} more" if count else ""
 
 
+def waited_text(longest: Waiter) -> str:
+    """How long the longest waiter has waited, or that nobody knows: a
+    one-shot look on PostgreSQL before 14 has no ``waitstart`` to date it."""
+    if longest.started is None:
+        return "for how long unknown (no waitstart before PostgreSQL 14)"
+    return f"longest {format_duration(longest.waited)}"
+
+
 def waiting_text(group: KeyGroup) -> str:
     return f"; {len(group.waiters)} waiting" if group.waiters else ""
 

@@ -27,9 +27,11 @@ from lockwatch.detect.lock_groups import (
     budgets,
     doing,
     lock_evidence,
+    waited_text,
     waiting_text,
     who,
 )
+from lockwatch.detect.migrations import migration_lock, migration_running
 from lockwatch.detect.pooler import known_pooled, pooled_session
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
@@ -48,6 +50,8 @@ def _held_too_long(
     holder = max(group.holders, key=lambda h: (h.held, -h.lock.pid), default=None)
     if budget is None or holder is None or holder.held <= budget:
         return None
+    if migration_lock(group, settings) is not None:
+        return None  # a long migration is its own finding (migration_running)
     assert holder.lock.first_seen is not None  # a positive hold has a start
 
     @functools.cache
@@ -99,7 +103,7 @@ def _convoy(
             holder_text = f"holder {who(holder, addr=False)}{and_more(others)} {doing(holder)}"
         return (
             f"{len(group.waiters)} sessions wait on lock {group.label()} in "
-            f"{one_line(group.database)}, longest {format_duration(longest.waited)}; "
+            f"{one_line(group.database)}, {waited_text(longest)}; "
             f"{holder_text}"
         )
 
@@ -114,7 +118,9 @@ def _convoy(
     )
 
 
-def orphaned_since(holder: Holder, orphan_after: float) -> datetime | None:
+def orphaned_since(
+    holder: Holder, orphan_after: float, *, own_work: bool = False
+) -> datetime | None:
     """When the holder's lock became an orphan, or None if it is not one.
 
     An orphan is held by a session that has left it behind: idle (running no
@@ -122,7 +128,8 @@ def orphaned_since(holder: Holder, orphan_after: float) -> datetime | None:
     has started other statements since lockwatch first saw it, so that the
     statement that took it is long finished (a pooled client that the pool
     keeps lending to other work, never idle for long). Both only grow truer
-    while the same session holds the lock: it fires once per hold.
+    while the same session holds the lock: it fires once per hold. With
+    ``own_work`` (a migration's lock) only idleness makes an orphan.
     """
     after = timedelta(seconds=orphan_after)
     first_seen = holder.lock.first_seen
@@ -138,7 +145,8 @@ def orphaned_since(holder: Holder, orphan_after: float) -> datetime | None:
     if holder.idle is not None and holder.idle > orphan_after and backend.state_change:
         return backend.state_change + after
     if (
-        first_seen is not None
+        not own_work
+        and first_seen is not None
         and holder.held > orphan_after
         and backend.query_start is not None
         and backend.query_start > first_seen
@@ -153,7 +161,9 @@ def _orphaned(
     _, orphan_after = budgets(group, settings)
     if orphan_after is None:
         return None
-    orphans = [(h, since) for h in group.holders if (since := orphaned_since(h, orphan_after))]
+    own_work = migration_lock(group, settings) is not None
+    orphan = functools.partial(orphaned_since, orphan_after=orphan_after, own_work=own_work)
+    orphans = [(h, since) for h in group.holders if (since := orphan(h))]
     if not orphans:
         return None
     holder, since = min(orphans, key=lambda pair: (pair[1], -pair[0].lock.pid))
@@ -339,7 +349,7 @@ def _made(evidence: LockEvidence) -> LockEvidence:
     return evidence
 
 
-_CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder)
+_CHECKS = (_held_too_long, _convoy, _orphaned, _unexpected_holder, migration_running)
 
 
 def detect_locks(
@@ -364,8 +374,10 @@ def detect_locks(
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
     """
+    # With pgbouncer's console read, SHOW SERVERS decides: no guess is used.
+    inferred = inferred if pooler is None else None
     pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
-    pooled.update(known_pooled(pooler, snapshot))  # pgbouncer's word over a guess
+    pooled.update(known_pooled(pooler, snapshot))
     caps: dict[FindingKind, Cap] = {}
     leaders: list[KeyGroup] = []
     pooling = _Pooling(pooler, pooled, inferred)

@@ -90,8 +90,6 @@ class PoolMemory:
     names: Mapping[Identity, str] = field(default_factory=dict)
     # Backends found pooled, with how, while they hold session locks.
     pooled: Mapping[Identity, str] = field(default_factory=dict)
-    # Client addresses of those backends: a pooler's, whose other backends are its too.
-    poolers: frozenset[str | None] = frozenset()
 
 
 def known_pooled(pooler: PoolerSnapshot | None, snapshot: LockSnapshot) -> dict[int, PooledBackend]:
@@ -115,17 +113,16 @@ def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int
     hands one server connection to many clients sets each one's on it in
     turn. So a backend holding a session advisory lock whose application_name
     changed since the last poll, the lock held all along, serves several
-    clients: pooled. Its client address is then the pooler's, and other
-    backends from there that hold session locks are pooled too. (Its query
-    changing proves nothing: any busy session runs one statement after
-    another.) Once found, a backend stays pooled while it holds session locks,
-    and its address keeps marking the pooler's backends after that.
+    clients: likely pooled. Each backend is judged by its own history only:
+    other backends from the same client address may be direct sessions on
+    the pooler's host, and calling them pooled would hide their names and
+    send their owners the pooled runbook. (Its query changing proves
+    nothing: any busy session runs one statement after another.) Once found,
+    a backend stays pooled while it holds session locks.
     """
     names: dict[Identity, str] = {}
     pooled: dict[Identity, str] = {}
-    poolers = set(previous.poolers)
-    holding = snapshot.lock_summary().session_holders
-    for pid in sorted(holding):
+    for pid in sorted(snapshot.lock_summary().session_holders):
         backend = snapshot.backends.get(pid)
         if backend is None:
             continue
@@ -139,16 +136,8 @@ def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int
                 f"its application_name changed from '{one_line(before)}' to "
                 f"'{one_line(backend.application_name)}' while it held a session lock"
             )
-            poolers.add(backend.client_addr)
-    for pid in sorted(holding):
-        backend = snapshot.backends.get(pid)
-        if backend is not None and backend.client_addr in poolers:
-            where = one_line(backend.client_addr) if backend.client_addr else "local socket"
-            pooled.setdefault(
-                (pid, backend.backend_start), f"its client address {where} is a pooler's"
-            )
     found = {pid: how for (pid, _), how in pooled.items()}
-    return found, PoolMemory(names, pooled, frozenset(poolers))
+    return found, PoolMemory(names, pooled)
 
 
 def _inferred_draft(

@@ -67,6 +67,8 @@ class FindingKind(enum.StrEnum):
     LOCK_UNEXPECTED_HOLDER = ("lock_unexpected_holder", Family.LOCKS)
     LEADER_LOCK_MISSING = ("leader_lock_missing", Family.LOCKS)
     LEADER_LOCK_CHURN = ("leader_lock_churn", Family.LOCKS)
+    # A migration tool's lock held past its budget while its session migrates.
+    LOCK_MIGRATION_RUNNING = ("lock_migration_running", Family.LOCKS)
     QUEUE_GROWING = ("queue_growing", Family.QUEUES)
     QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
     # A queue library's job: the queue monitor reads it with the queue's preset.
@@ -167,6 +169,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.LOCK_UNEXPECTED_HOLDER: _LOCK_FAMILIES,
     FindingKind.LEADER_LOCK_MISSING: _LOCK_FAMILIES,
     FindingKind.LEADER_LOCK_CHURN: (ChurnEvidence, OverflowEvidence),
+    FindingKind.LOCK_MIGRATION_RUNNING: _LOCK_FAMILIES,
     FindingKind.QUEUE_GROWING: (QueueEvidence,),
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),

@@ -8,14 +8,17 @@ say what to change instead of a metric that silently reads 0.
 from __future__ import annotations
 
 import decimal
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.model.queues import QueueJobRun, QueueSample, RunningJobs, StuckJobs
-from lockwatch.sample.base import SampleContext, SampleError
-from lockwatch.settings.queues import Queue, SqlQueueSource
+from lockwatch.sample.base import Database, SampleContext, SampleError
+from lockwatch.settings.queues import LibrarySchema, Queue, SqlQueueSource
+
+log = logging.getLogger(__name__)
 
 REQUIRED = "depth"
 # Jobs marked running whose worker session is gone: how many, the ids of the
@@ -172,20 +175,66 @@ def readings_from_rows(
     return readings
 
 
+def schema_query(schema: LibrarySchema, version: int) -> tuple[str, str | None]:
+    """The query for the library's schema ``version``, and what to say of a
+    version newer than any lockwatch knows (read as the latest it knows).
+    Raises SampleError for one older than any it reads.
+
+    >>> from lockwatch.settings.queues import SchemaRelease
+    >>> s = LibrarySchema("lib", "", (SchemaRelease(1, 2, "lib 1", "Q1"), SchemaRelease(3, 5, "lib 2", "Q2")))
+    >>> schema_query(s, 4)
+    ('Q2', None)
+    >>> schema_query(s, 9)[1]
+    'lib schema version 9 is newer than lockwatch knows (up to 5, lib 2): read as 5'
+    """
+    for each in schema.ranges:
+        if each.first <= version <= each.last:
+            return each.query, None
+    latest, oldest = schema.ranges[-1], schema.ranges[0]
+    if version > latest.last:
+        return latest.query, (
+            f"{schema.library} schema version {version} is newer than lockwatch knows "
+            f"(up to {latest.last}, {latest.releases}): read as {latest.last}"
+        )
+    known = ", ".join(f"{r.first}-{r.last} ({r.releases})" for r in schema.ranges)
+    raise SampleError(
+        f"{schema.library} schema version {version} is older than lockwatch reads "
+        f"(from {oldest.first}; known: {known}): upgrade {schema.library} or watch "
+        "this queue with your own sql"
+    )
+
+
 class SqlQueueSampler:
-    """One queue entry's query, on the target's session."""
+    """One queue entry's query, on the target's session; a preset's library
+    read by its installed schema's version, asked at each poll (one row)."""
 
     def __init__(self, queue: Queue) -> None:
         assert isinstance(queue.source, SqlQueueSource)
         self.queue = queue
         self.spec = queue.source
+        self._told: str | None = None  # the last unknown-version note logged
+
+    def _query(self, db: Database) -> str:
+        schema = self.spec.schema
+        if schema is None:
+            return self.spec.query
+        rows = db.query(schema.version_query)
+        version = rows[0].get("version") if rows else None
+        if not isinstance(version, int):
+            raise SampleError(f"{schema.library}: no schema version found (is it installed?)")
+        query, note = schema_query(schema, version)
+        if note is not None and note != self._told:
+            log.warning("queue %s: %s", self.queue.name, note)
+        self._told = note
+        return query
 
     def sample(self, context: SampleContext) -> dict[str, QueueSample]:
         db = context.database()
         try:
-            rows = db.query(self.spec.query, self.spec.params or None)
+            rows = db.query(self._query(db), self.spec.params or None)
         except SampleError as exc:
-            raise type(exc)(f"queue {self.queue.name}: {exc}") from None
+            note = f" ({self._told})" if self._told else ""
+            raise type(exc)(f"queue {self.queue.name}: {exc}{note}") from None
         return readings_from_rows(self.queue, rows, context.now)
 
     def close(self) -> None:

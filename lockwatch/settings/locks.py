@@ -221,6 +221,13 @@ class LockSettings(Section):
     def static_orphan_after(self) -> float:
         return fixed(self.orphan_after, DEFAULT_ORPHAN_AFTER)
 
+    def catalogue_entry(self, database: str, key: LockKey) -> KnownLock | None:
+        """The catalogue's word on the key (when on), unless a named lock in
+        the config covers it."""
+        if not self.catalogue or self._configured(database, key) is not None:
+            return None
+        return identify(database, key, self.catalogue_skip)
+
     def catalogued(self, database: str, key: LockKey) -> bool:
         """The catalogue (when on) names the key: a library's own lock."""
         return self.catalogue and identify(database, key, self.catalogue_skip) is not None

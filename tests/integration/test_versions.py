@@ -133,6 +133,33 @@ def test_a_convoy_behind_an_idle_holder(
         call.join()
 
 
+def test_snapshot_sees_a_convoy_by_its_count_where_waits_are_not_dated(
+    pg_version_db: PgDatabase,
+) -> None:
+    """``lockwatch snapshot`` is one look: before 14 the server dates no wait,
+    so it says the waiters are there, not how long (never "0s"), and judges
+    the convoy by its count; from 14 on, by the server's waitstart."""
+    pg = pg_version_db
+    holder = pg.connect("webhook-worker-1")
+    holder.execute("SELECT pg_advisory_lock(42)")
+    queued = [queue_on_lock(pg.connect(f"webhook-worker-{n}"), 42) for n in range(2, 5)]
+    wait_until(lambda: waiting(pg, 3), message="three workers queued on 42")
+    result = CliRunner().invoke(main, ["snapshot", "--dsn", pg.monitor_dsn])
+    if pg.major_version < 14:
+        assert result.exit_code == 1, result.output
+        assert "3 session(s) waiting, for how long unknown" in result.output
+        assert "lock_convoy [critical]: 3 sessions wait on lock 42" in result.output
+        assert "for how long unknown (no waitstart before PostgreSQL 14)" in result.output
+        assert "longest 0s" not in result.output
+    else:
+        # The default convoy_wait is 5 s: dated waits this young are not one yet.
+        assert "3 session(s) waiting, longest " in result.output
+        assert "unknown" not in result.output
+    holder.close()
+    for call in queued:
+        call.join()
+
+
 def test_an_orphan_left_on_a_pooled_client_connection(
     pg_version_db: PgDatabase, runners: list[TargetRunner]
 ) -> None:

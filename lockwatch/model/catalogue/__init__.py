@@ -17,12 +17,15 @@ from lockwatch.model.locks import LockKey
 
 class Purpose(enum.StrEnum):
     """What a library holds a key for. Every catalogue entry so far is a
-    migration or maintenance mutex. Per-job locks and liveness locks are keyed
+    migration lock or a maintenance mutex. Per-job locks and liveness locks are keyed
     on row ids the database name cannot tell: a queue preset that knows the
     rows names them (``sample/held_locks.py``), and they are never paged as
     held too long or orphaned while their row says so."""
 
     MUTEX = "mutex"  # held for a short critical section; a queue behind it is a stuck deploy
+    # Held by a migration tool around its migrations, which run on the same
+    # session: statements under it are the lock's own work, not other work.
+    MIGRATION = "migration"
     JOB = "job"  # held by a worker's session while it runs one job (good_job, Que)
     LIVENESS = "liveness"  # held by a process for its whole life (good_job's processes)
 

@@ -40,7 +40,7 @@ KEY = history_key()
 
 ENTRY = CatalogueEntry(
     library="flyway",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=lambda database: KEY,
     label="Flyway migrations",
     source="flyway PostgreSQLAdvisoryLockTemplate.java, PostgreSQLConnection.java (9.x-11.x)",

@@ -27,7 +27,7 @@ def migrate_key(database: str, schema: str = DEFAULT_SCHEMA, table: str = DEFAUL
 
 ENTRY = CatalogueEntry(
     library="golang-migrate",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=migrate_key,
     label="golang-migrate on db {database}",
     source="golang-migrate/migrate v4 database/util.go, database/postgres/postgres.go",

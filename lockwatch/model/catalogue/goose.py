@@ -14,7 +14,7 @@ KEY = LockKey.bigint(5887940537704921958)
 
 ENTRY = CatalogueEntry(
     library="goose",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=lambda database: KEY,
     label="goose migrations",
     source="pressly/goose v3 lock/postgres.go (DefaultLockID)",

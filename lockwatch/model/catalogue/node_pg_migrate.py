@@ -15,7 +15,7 @@ KEY = LockKey.bigint(7241865325823964)
 
 ENTRY = CatalogueEntry(
     library="node-pg-migrate",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=lambda database: KEY,
     label="node-pg-migrate",
     source="node-pg-migrate 9.0.0 src/runner.ts (PG_MIGRATE_LOCK_ID)",

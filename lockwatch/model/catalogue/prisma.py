@@ -17,7 +17,7 @@ MIGRATE_KEY = LockKey.bigint(72707369)
 
 ENTRY = CatalogueEntry(
     library="prisma",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=lambda database: MIGRATE_KEY,
     label="Prisma Migrate",
     source="prisma-engines schema-engine/.../flavour/postgres.rs (Prisma 6.x/7.x)",

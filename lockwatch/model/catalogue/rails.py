@@ -27,7 +27,7 @@ def migrator_key(database: str) -> LockKey:
 
 ENTRY = CatalogueEntry(
     library="rails",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=migrator_key,
     label="Rails migrations on db {database}",
     source="rails activerecord/lib/active_record/migration.rb (7.x)",

@@ -22,7 +22,7 @@ def migrate_key(database: str) -> LockKey:
 
 ENTRY = CatalogueEntry(
     library="sqlx",
-    purpose=Purpose.MUTEX,
+    purpose=Purpose.MIGRATION,
     key_of=migrate_key,
     label="SQLx migrations on db {database}",
     source="launchbadge/sqlx sqlx-postgres/src/migrate.rs (generate_lock_id)",

@@ -37,6 +37,14 @@ class LinkedClientFacts:
     connect_time: str | None
 
 
+# How sure a lock_pooled_session is: pgbouncer's word, or one backend's own history.
+KNOWN_POOLED = "certain: pgbouncer's SHOW SERVERS lists the backend in a shared pool"
+INFERRED_POOLED = (
+    "likely, not certain: told from this backend's own history without a pooler's "
+    "admin console (a direct client that renames itself looks the same)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PooledLockEvidence(LockEvidence):
     pool: PoolFacts | None  # None: inferred, no pooler console was read
@@ -45,6 +53,8 @@ class PooledLockEvidence(LockEvidence):
     # How the backend was found pooled from PostgreSQL's view alone (a pooler
     # without an admin console); None: from pgbouncer's SHOW SERVERS.
     inferred: str | None = field(default=None, kw_only=True)
+    # How sure lockwatch is that the backend is pooled, in words.
+    certainty: str = field(default=KNOWN_POOLED, kw_only=True)
 
     @classmethod
     def of(
@@ -63,4 +73,5 @@ class PooledLockEvidence(LockEvidence):
             server_connection=server_connection,
             linked_client=linked_client,
             inferred=inferred,
+            certainty=KNOWN_POOLED if inferred is None else INFERRED_POOLED,
         )

@@ -16,7 +16,12 @@ from importlib import resources
 import redis
 
 from lockwatch.model.queues import QueueSample
-from lockwatch.settings.queues import RedisQueueSource, SqlQueueSource
+from lockwatch.settings.queues import (
+    LibrarySchema,
+    RedisQueueSource,
+    SchemaRelease,
+    SqlQueueSource,
+)
 
 # How one queue of a library's Redis layout reads: the client, the queue's
 # name as the library spells it, and the time of the reading.
@@ -33,11 +38,23 @@ class SqlPreset:
     # Beside it too: the library's advisory locks held now on purpose (per-job
     # and liveness locks), as rows of database, key, name and purpose.
     held_locks_file: str | None = None
+    # A library whose tables change between releases: the query of its schema
+    # version, and (first, last, releases, sql file) per range of versions,
+    # oldest first; sql_file is then the latest range's.
+    version_sql: str | None = None
+    schema_ranges: tuple[tuple[int, int, str, str], ...] = ()
 
     needs_redis = False
 
     def source(self, *, queue: str | None, redis_url: str | None, timeout: float) -> SqlQueueSource:
-        return SqlQueueSource(_sql(self.sql_file), params={"queue": queue})
+        schema = None
+        if self.version_sql is not None:
+            ranges = tuple(
+                SchemaRelease(first, last, releases, _sql(name))
+                for first, last, releases, name in self.schema_ranges
+            )
+            schema = LibrarySchema(self.name, self.version_sql, ranges)
+        return SqlQueueSource(_sql(self.sql_file), params={"queue": queue}, schema=schema)
 
     def held_locks_query(self) -> str | None:
         return None if self.held_locks_file is None else _sql(self.held_locks_file)

@@ -1,40 +1,69 @@
--- pg-boss 10 (PostgreSQL): its pgboss.job table (partitioned per queue) and
--- pgboss.archive, one queue or every queue when %(queue)s is NULL.
--- Waiting: created or retry and due (start_after); running: active;
--- completions: finished rows still in job or archive (pg-boss deletes them
--- after its retention, which only lowers the count: no progress).
--- Stuck: active jobs no session of pg-boss (application_name 'pgboss', its
--- default) could have taken: every such session connected after the job
--- started (10 s of slack for a pool that connects as it fetches). pg-boss
--- records no worker per job, so a dead worker is seen once no session of its
--- time is left (a restart, a deploy, the last worker gone); pg-boss itself
--- expires the job only after its expire_in (15 minutes by default).
--- Running, one by one (running_jobs, the latest 200 started): each active
--- job with its retry_count, the pgboss sessions that were there when it
--- started (who may be running it), and whether its previous attempt was ended
--- by a timeout rather than by its handler: pg-boss's worker gives up on a
--- handler after expire_in ("handler execution exceeded <n>ms", src/manager.js
--- resolveWithinSeconds, then fail) and its maintenance fails jobs active past
--- expire_in ("job failed by timeout in active state", plans.js
--- failJobsByTimeout); neither stops the handler, so a retry can start while it
--- still runs. live_workers: the pgboss sessions now.
--- Schema: pg-boss 10.4.2 src/plans.js (create, createQueue, fetchNextJob).
--- Needs SELECT on pgboss.job and pgboss.archive.
+-- pg-boss 12.38 and later (schema versions 44-46; PostgreSQL): its pgboss.job
+-- table and pgboss.instance, one queue or every queue when %(queue)s is NULL.
+-- Each PgBoss object registers an instance row (plans.js createTableInstance):
+-- its own application_name ('pgboss:<id>'), a heartbeat every
+-- heartbeat_seconds, stopped_on when stopped, and per work() call the queue
+-- it works and the jobs it has in hand (workers[].queue, .active).
+-- Liveness is judged per instance, never per "any pg-boss session": an
+-- instance is alive while not stopped, within pg-boss's own three beats
+-- (INSTANCE_QUIET_BEATS), and either beating on time or connected under its
+-- name (a killed process's sessions end at once, so it is dead as soon as it
+-- misses a beat; a live worker that polls keeps a session between beats).
+-- A job's workers are the instances that work its queue and lived when it
+-- started; a send-only producer works no queue, so it never keeps a dead
+-- worker's job alive. Stuck: an active job whose workers are all dead (ids
+-- known), plus, per dead instance that crashed (never stopped), the jobs of
+-- the queue it had in hand at its last beat that are still active and
+-- started while it lived (counted: which of them was its own is not told).
+-- Waiting, running and completions as pg_boss_11.sql.
+-- Schema: pg-boss 12.38.0 dist/plans.js (createTableInstance, createTableJob,
+-- fetchNextJob, INSTANCE_QUIET_BEATS). Needs SELECT on pgboss.job and
+-- pgboss.instance.
 WITH jobs AS (
     SELECT * FROM pgboss.job AS j
     WHERE %(queue)s::text IS NULL OR j.name = %(queue)s::text
-), sessions AS (
-    SELECT format('pid %%s (pgboss, connected %%s)', a.pid,
-                  to_char(a.backend_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')) AS name,
-           a.backend_start
-    FROM pg_catalog.pg_stat_activity AS a
-    WHERE a.datname = current_database() AND a.application_name = 'pgboss'
-), stuck AS (
+), instances AS (
+    SELECT i.id, i.started_on, i.heartbeat_on, i.stopped_on, i.workers,
+           i.heartbeat_seconds * interval '1 second' AS beat,
+           format('instance %%s (pid %%s on %%s)', left(i.id::text, 8), i.pid, i.host) AS name,
+           i.stopped_on IS NULL
+             AND i.heartbeat_on >= now() - 3 * i.heartbeat_seconds * interval '1 second'
+             AND (i.heartbeat_on >= now() - (i.heartbeat_seconds + 5) * interval '1 second'
+                  OR EXISTS (
+                      SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+                      WHERE a.datname = current_database()
+                        AND a.application_name = i.application_name)) AS alive
+    FROM pgboss.instance AS i
+), takers AS (
+    -- Who may have taken each active job: instances working its queue, alive at its start.
+    SELECT j.id AS job_id, i.id AS instance_id, i.name, i.alive
+    FROM jobs AS j JOIN instances AS i
+      ON i.workers @> jsonb_build_array(jsonb_build_object('queue', j.name))
+     AND i.started_on <= j.started_on
+     AND j.started_on <= i.heartbeat_on + i.beat + interval '5 seconds'
+    WHERE j.state = 'active'
+), orphaned AS (
     SELECT j.id, j.started_on FROM jobs AS j
     WHERE j.state = 'active'
-      AND NOT EXISTS (
-          SELECT 1 FROM sessions AS s WHERE s.backend_start <= j.started_on + interval '10 seconds'
-      )
+      AND EXISTS (SELECT 1 FROM takers AS t WHERE t.job_id = j.id)
+      AND NOT EXISTS (SELECT 1 FROM takers AS t WHERE t.job_id = j.id AND t.alive)
+), crashed AS (
+    -- Per crashed instance and queue: jobs in hand at its last beat, still active.
+    SELECT LEAST(
+               COALESCE((SELECT sum((w->>'active')::int) FROM jsonb_array_elements(i.workers) AS w
+                         WHERE w->>'queue' = q.name), 0),
+               count(j.id)) AS held,
+           min(j.started_on) AS since
+    FROM instances AS i
+    CROSS JOIN LATERAL (SELECT DISTINCT w->>'queue' AS name
+                        FROM jsonb_array_elements(i.workers) AS w) AS q
+    LEFT JOIN jobs AS j
+      ON j.name = q.name AND j.state = 'active'
+     AND j.started_on BETWEEN i.started_on AND i.heartbeat_on
+     AND j.id NOT IN (SELECT id FROM orphaned)
+    WHERE NOT i.alive AND i.stopped_on IS NULL
+      AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
+    GROUP BY i.id, i.workers, q.name
 ), running AS (
     SELECT j.id, j.retry_count, j.started_on, j.output FROM jobs AS j
     WHERE j.state = 'active' ORDER BY j.started_on DESC LIMIT 200
@@ -43,26 +72,27 @@ SELECT count(*) FILTER (
            WHERE j.state IN ('created', 'retry') AND j.start_after <= now()
        ) AS depth,
        count(*) FILTER (WHERE j.state = 'active') AS in_flight,
-       count(*) FILTER (WHERE j.state IN ('completed', 'failed', 'cancelled'))
-         + (SELECT count(*) FROM pgboss.archive AS a
-            WHERE %(queue)s::text IS NULL OR a.name = %(queue)s::text) AS completed_total,
+       count(*) FILTER (WHERE j.state IN ('completed', 'failed', 'cancelled')) AS completed_total,
        EXTRACT(epoch FROM now() - min(j.start_after) FILTER (
            WHERE j.state IN ('created', 'retry') AND j.start_after <= now()
        )) AS oldest_age_seconds,
-       (SELECT count(*) FROM stuck) AS stuck_count,
+       (SELECT count(*) FROM orphaned) + (SELECT COALESCE(sum(held), 0) FROM crashed) AS stuck_count,
        (SELECT array_agg(s.id::text ORDER BY s.started_on)
-        FROM (SELECT * FROM stuck ORDER BY started_on LIMIT 20) AS s) AS stuck_job_ids,
-       (SELECT min(started_on) FROM stuck) AS stuck_since,
+        FROM (SELECT * FROM orphaned ORDER BY started_on LIMIT 20) AS s) AS stuck_job_ids,
+       LEAST((SELECT min(started_on) FROM orphaned),
+             (SELECT min(since) FROM crashed WHERE held > 0)) AS stuck_since,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object(
             'id', r.id::text,
             'attempt', r.retry_count,
             'started_at', r.started_on,
-            'workers', (SELECT COALESCE(jsonb_agg(s.name ORDER BY s.name), '[]'::jsonb)
-                        FROM sessions AS s
-                        WHERE s.backend_start <= r.started_on + interval '10 seconds'),
+            'workers', (SELECT COALESCE(jsonb_agg(t.name ORDER BY t.name), '[]'::jsonb)
+                        FROM takers AS t WHERE t.job_id = r.id),
             'rescued', r.retry_count > 0 AND (
-                r.output->>'message' = 'job failed by timeout in active state'
-                OR r.output->>'message' LIKE 'handler execution exceeded %%ms')
+                COALESCE(r.output->>'message', r.output->'value'->>'message')
+                    IN ('job timed out', 'job heartbeat timeout')
+                OR COALESCE(r.output->>'message', r.output->'value'->>'message')
+                    LIKE 'handler execution exceeded %%')
         ) ORDER BY r.started_on DESC), '[]'::jsonb) FROM running AS r) AS running_jobs,
-       (SELECT COALESCE(array_agg(s.name ORDER BY s.name), '{}') FROM sessions AS s) AS live_workers
+       (SELECT COALESCE(array_agg(i.name ORDER BY i.name), '{}') FROM instances AS i
+        WHERE i.alive AND jsonb_array_length(i.workers) > 0) AS live_workers
 FROM jobs AS j

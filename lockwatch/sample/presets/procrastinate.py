@@ -1,6 +1,6 @@
-"""procrastinate (PostgreSQL): its ``procrastinate_jobs`` table in the target's
+"""procrastinate 3 (PostgreSQL): its ``procrastinate_jobs`` table in the target's
 own database, one queue or every queue. Needs SELECT on procrastinate_jobs and
-procrastinate_events."""
+procrastinate_events and procrastinate_workers."""
 
 from __future__ import annotations
 

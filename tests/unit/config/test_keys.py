@@ -151,7 +151,7 @@ SECTIONS = {
     | {"addresses"},
     "targets[0].queues[0]": names(Queue, without=("source", "thresholds"))
     | names(QueueThresholds)
-    | names(SqlQueueSource, without=("query", "params"))
+    | names(SqlQueueSource, without=("query", "params", "schema"))
     | names(RedisQueueSource, without=("url", "keys", "layout"))
     | {"sql", "redis", "key", "queue"},
     "targets[0].workers[0]": names(WorkerGroup, without=("cpu",))

