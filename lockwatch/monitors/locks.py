@@ -105,6 +105,7 @@ class LockMonitor:
             poll_seconds=raw.seconds,
             visibility=self.reader.session.visibility,
             summary=self._summary,
+            server_seconds=raw.server_seconds,
         )
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
         history, timeouts = self.history.keys, self._timeouts()

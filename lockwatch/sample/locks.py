@@ -20,6 +20,7 @@ from psycopg import sql
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
 from lockwatch.sample.lock_rows import LockDecoder, LockRow
+from lockwatch.sample.server_time import PollServerTime
 from lockwatch.sample.session import TargetSession
 
 MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
@@ -38,6 +39,8 @@ class RawSample:
     # Whether any lock may be a wait (False: the server said none is, and
     # moving the locks' timestamps has nothing to move).
     waiting: bool = True
+    # lockwatch's server time per poll, from pg_stat_statements (None: not known).
+    server_seconds: float | None = None
 
     def moved(self, offset: timedelta, known: MovedBackends | None = None) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
@@ -262,6 +265,7 @@ class AdvisoryLockReader:
         self._waiting = False  # and whether any of them waits
         self._expected: tuple[int, ...] = ()  # and the pids of their sessions
         self._sessions = SessionRows()  # and those sessions' rows
+        self.server_time = PollServerTime()
 
     def read(self) -> RawSample:
         """One reading on the connected session. Raises SampleError."""
@@ -280,6 +284,7 @@ class AdvisoryLockReader:
             )
         self._expected = tuple(backends)
         self._sessions.keep(backends)
+        server_seconds = self.server_time.after_poll(self.session)
         if locks is not known:
             # The same answer is the same tuple again: the hold tracker
             # then knows at a glance that no lock changed.
@@ -292,6 +297,7 @@ class AdvisoryLockReader:
             time.perf_counter() - started,
             read_at,
             waiting=self._waiting,
+            server_seconds=server_seconds,
         )
 
 

@@ -90,6 +90,7 @@ def board_families(
     without ``detail``, a quiet target's series that say nothing moved are
     left out."""
     yield from _poll_metrics(views, scrape)
+    yield from _cost_metrics(views, scrape)
     yield from _lock_metrics(views, now, scrape, detail)
     yield from history_metrics(views, scrape)
     yield from _finding_metrics(views, scrape, detail)
@@ -104,11 +105,6 @@ def _poll_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
     up = scrape.gauge(
         "lockwatch_up",
         "1 if the last poll of the target succeeded, 0 if it failed or none finished yet.",
-        ["target"],
-    )
-    duration = scrape.gauge(
-        "lockwatch_last_poll_duration_seconds",
-        "How long the last successful poll of the target took.",
         ["target"],
     )
     polls = scrape.counter(
@@ -148,13 +144,35 @@ def _poll_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
         errors.add(target, view.poll_errors_total)
         state_errors.add(target, view.state_write_errors_total)
         snapshot = None if view.status is None else view.status.snapshot
-        if snapshot is not None:
-            duration.add(target, snapshot.poll_seconds)
         if snapshot is not None and snapshot.visibility is not None:
             sees.add(target, 1.0 if snapshot.visibility.sees_all_sessions else 0.0)
         if view.last_success is not None:
             last_success.add(target, view.last_success.timestamp())
-    yield from (up, asleep, duration, polls, errors, state_errors, last_success, sees)
+    yield from (up, asleep, polls, errors, state_errors, last_success, sees)
+
+
+def _cost_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    """What the last poll of each target took: its time, and the server's."""
+    duration = scrape.gauge(
+        "lockwatch_last_poll_duration_seconds",
+        "How long the last successful poll of the target took.",
+        ["target"],
+    )
+    server = scrape.gauge(
+        "lockwatch_poll_server_seconds",
+        "The target's server time per poll of lockwatch, over the last minute: the "
+        "execution time pg_stat_statements counts for lockwatch's role in the target's "
+        "database. Absent where pg_stat_statements is not installed (lockwatch's log says so).",
+        ["target"],
+    )
+    for view in views:
+        snapshot = None if view.status is None else view.status.snapshot
+        if snapshot is None:
+            continue
+        duration.add((view.target.name,), snapshot.poll_seconds)
+        if snapshot.server_seconds is not None:
+            server.add((view.target.name,), snapshot.server_seconds)
+    yield from (duration, server)
 
 
 # The unnamed keys a quiet target exports without ``detail``: its longest-held.

@@ -347,3 +347,12 @@ def test_it_says_whether_the_role_can_see_every_session_once_a_poll_said() -> No
         labels = {"target": TARGET}
         assert registry.get_sample_value("lockwatch_target_can_see_sessions", labels) == value
     assert series(registry_of(polled(snapshot())), "lockwatch_target_can_see_sessions") == []
+
+
+def test_it_exports_the_server_time_of_a_poll_only_where_it_is_known() -> None:
+    known = polled(replace(snapshot(), server_seconds=0.0125))
+    unknown = polled(snapshot(), name="other")
+    registry = registry_of(known, unknown)
+
+    assert series(registry, "lockwatch_poll_server_seconds") == [{"target": TARGET}]
+    assert registry.get_sample_value("lockwatch_poll_server_seconds", {"target": TARGET}) == 0.0125
