@@ -38,8 +38,12 @@ LOCKWATCH_SLOW = "lockwatch 10 s"
 EXPORTER = "postgres_exporter 1 s"
 FLOOR = "the floor 1 s"
 LOCKWATCH_SQL = "lockwatch's SQL 1 s"
+LOCKWATCH_NICE = "lockwatch 1 s nice 10"
 ARMS = (NONE, LOCKWATCH, LOCKWATCH_SLOW, EXPORTER, FLOOR)
-EVERY_ARM = (*ARMS, LOCKWATCH_SQL)
+# Arms that tell where lockwatch's cost comes from, on request: its SQL with
+# no process of its own, and its process at a lower CPU priority.
+EVERY_ARM = (*ARMS, LOCKWATCH_SQL, LOCKWATCH_NICE)
+NICE = 10
 INTERVAL = 1.0
 SLOW_INTERVAL = 10.0
 # Whose statements are a monitor's, in pg_stat_activity and pg_stat_statements
@@ -47,6 +51,7 @@ SLOW_INTERVAL = 10.0
 ROLES = {
     LOCKWATCH: LOCKWATCH_ROLE,
     LOCKWATCH_SLOW: LOCKWATCH_ROLE,
+    LOCKWATCH_NICE: LOCKWATCH_ROLE,
     EXPORTER: EXPORTER_ROLE,
     FLOOR: FLOOR_ROLE,
     LOCKWATCH_SQL: PARTS_ROLE,
@@ -217,11 +222,13 @@ def watchers(
         for arm in arms:
             if arm == NONE:
                 found[arm] = Nobody()
-            elif arm in (LOCKWATCH, LOCKWATCH_SLOW):
-                every = INTERVAL if arm == LOCKWATCH else SLOW_INTERVAL
+            elif arm in (LOCKWATCH, LOCKWATCH_SLOW, LOCKWATCH_NICE):
+                every = SLOW_INTERVAL if arm == LOCKWATCH_SLOW else INTERVAL
                 target = target_config("bench", server.dsn(LOCKWATCH_ROLE), every)
-                name = f"impact-lockwatch-{every:g}s"
-                daemon = stack.enter_context(LockwatchProcess([target], workdir, name))
+                nice = NICE if arm == LOCKWATCH_NICE else 0
+                name = f"impact-lockwatch-{every:g}s-nice{nice}"
+                daemon = LockwatchProcess([target], workdir, name, nice=nice)
+                stack.enter_context(daemon)
                 stack.callback(daemon.psutil.send_signal, signal.SIGCONT)
                 found[arm] = Paused(daemon)
             elif arm == EXPORTER:

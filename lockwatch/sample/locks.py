@@ -19,7 +19,7 @@ from psycopg import sql
 
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
-from lockwatch.sample.lock_rows import LockDecoder, LockRow
+from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor
 from lockwatch.sample.server_time import PollServerTime
 from lockwatch.sample.session import TargetSession
 
@@ -230,7 +230,9 @@ def read_advisory_locks(
         return cursor.execute(lock_sessions_query(), params, prepare=prepare, binary=True)
 
     with conn.pipeline():
-        arrays = conn.execute(advisory_locks_query(server_version), prepare=prepare, binary=True)
+        arrays = lock_cursor(conn).execute(
+            advisory_locks_query(server_version), prepare=prepare, binary=True
+        )
         guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
     if row is None or row["owners"] is None:
