@@ -407,6 +407,8 @@ class LockSnapshot:
     summary: LockSummary | None = field(default=None, compare=False, repr=False)
     # lockwatch's own server time per poll, from pg_stat_statements (None: not known).
     server_seconds: float | None = None
+    # The server's sessions waiting on the lock manager as the locks were read.
+    lock_manager_waits: int | None = None
 
     def lock_summary(self) -> LockSummary:
         if self.summary is not None and self.summary.locks is self.locks:

@@ -106,6 +106,7 @@ class LockMonitor:
             visibility=self.reader.session.visibility,
             summary=self._summary,
             server_seconds=raw.server_seconds,
+            lock_manager_waits=raw.lock_manager_waits,
         )
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
         history, timeouts = self.history.keys, self._timeouts()

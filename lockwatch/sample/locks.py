@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -41,6 +41,8 @@ class RawSample:
     waiting: bool = True
     # lockwatch's server time per poll, from pg_stat_statements (None: not known).
     server_seconds: float | None = None
+    # The server's sessions waiting on the lock manager as the locks were read.
+    lock_manager_waits: int | None = None
 
     def moved(self, offset: timedelta, known: MovedBackends | None = None) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
@@ -199,6 +201,15 @@ def _chains(
     return {pid: sessions[pid] for pid in sorted(keep)}
 
 
+class LockRead(NamedTuple):
+    """What one reading of the advisory locks found."""
+
+    locks: dict[LockRow, AdvisoryLock]
+    backends: dict[int, Backend]  # the sessions behind them, and their blockers
+    read_at: datetime | None  # the server's time as it read the locks
+    lock_manager_waits: int | None  # sessions waiting on LWLock:LockManager then
+
+
 def read_advisory_locks(
     conn: psycopg.Connection[dict[str, Any]],
     server_version: int,
@@ -207,9 +218,10 @@ def read_advisory_locks(
     *,
     prepare: bool = True,
     seen: SessionRows | None = None,
-) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend], datetime | None]:
+) -> LockRead:
     """Every advisory lock and the sessions behind them (and their blockers),
-    and the server's time as it read the locks.
+    the server's time as it read the locks, and how many of its sessions
+    waited on the lock manager.
 
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
@@ -235,8 +247,10 @@ def read_advisory_locks(
         )
         guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
-    if row is None or row["owners"] is None:
-        return decoder.nothing(), {}, row["read_at"] if row else None
+    if row is None:
+        return LockRead(decoder.nothing(), {}, None, None)
+    if row["owners"] is None:
+        return LockRead(decoder.nothing(), {}, row["read_at"], row["lock_manager_waits"])
     pids = decoder.pids(row)
 
     def fetch(wanted: Collection[int]) -> dict[int, Backend]:
@@ -250,9 +264,10 @@ def read_advisory_locks(
     prepared = _prepared(conn, row["prepared"])
     locks = decoder.decode(row, backends, prepared)
     # No array of waits: nobody waits, and no waiter's blockers need filling.
-    if row["waitstarts"] is None:
-        return locks, dict(backends), row["read_at"]
-    return locks, advisory_blockers(locks.values(), backends), row["read_at"]
+    filled = (
+        dict(backends) if row["waitstarts"] is None else advisory_blockers(locks.values(), backends)
+    )
+    return LockRead(locks, filled, row["read_at"], row["lock_manager_waits"])
 
 
 class AdvisoryLockReader:
@@ -276,7 +291,7 @@ class AdvisoryLockReader:
         # worth reusing, and the next poll reconnects.
         with self.session.step(keep_open=False) as conn:
             known = self._decoder.locks
-            locks, backends, read_at = read_advisory_locks(
+            locks, backends, read_at, lock_manager_waits = read_advisory_locks(
                 conn,
                 self.session.server_version,
                 self._decoder,
@@ -300,6 +315,7 @@ class AdvisoryLockReader:
             read_at,
             waiting=self._waiting,
             server_seconds=server_seconds,
+            lock_manager_waits=lock_manager_waits,
         )
 
 

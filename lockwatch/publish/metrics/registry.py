@@ -32,6 +32,7 @@ from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
+from lockwatch.state.pace import REASONS as SKIP_REASONS
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.
@@ -91,6 +92,7 @@ def board_families(
     left out."""
     yield from _poll_metrics(views, scrape)
     yield from _cost_metrics(views, scrape)
+    yield from _pace_metrics(views, scrape)
     yield from _lock_metrics(views, now, scrape, detail)
     yield from history_metrics(views, scrape)
     yield from _finding_metrics(views, scrape, detail)
@@ -173,6 +175,31 @@ def _cost_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
         if snapshot.server_seconds is not None:
             server.add((view.target.name,), snapshot.server_seconds)
     yield from (duration, server)
+
+
+def _pace_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    """How often each target is polled, and the slots of its interval left out."""
+    pace = scrape.gauge(
+        "lockwatch_poll_interval_seconds",
+        "Seconds between the target's polls now: its interval, or up to four times it "
+        "while its server's sessions wait on the lock manager (LWLock:LockManager), which "
+        "every poll's read of pg_locks makes them wait on longer.",
+        ["target"],
+    )
+    skipped = scrape.counter(
+        "lockwatch_poll_slots_skipped",
+        "Slots of the target's interval not polled: reason=contended while the pace was "
+        "slowed for a contended lock manager, reason=overran after a poll that took "
+        "longer than the interval.",
+        ["target", "reason"],
+    )
+    for view in views:
+        target = view.target.name
+        if view.poll_interval is not None:
+            pace.add((target,), view.poll_interval)
+        for reason in SKIP_REASONS:
+            skipped.add((target, reason), view.slots_skipped.get(reason, 0))
+    yield from (pace, skipped)
 
 
 # The unnamed keys a quiet target exports without ``detail``: its longest-held.

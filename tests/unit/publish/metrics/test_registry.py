@@ -333,6 +333,7 @@ def test_no_client_value_becomes_a_label_and_series_stay_bounded(snap: LockSnaps
         "severity",
         "version",
         "python_version",
+        "reason",  # why poll slots were skipped: two fixed values
     }
     for metric in registry.collect():
         for sample in metric.samples:
@@ -356,3 +357,13 @@ def test_it_exports_the_server_time_of_a_poll_only_where_it_is_known() -> None:
 
     assert series(registry, "lockwatch_poll_server_seconds") == [{"target": TARGET}]
     assert registry.get_sample_value("lockwatch_poll_server_seconds", {"target": TARGET}) == 0.0125
+
+
+def test_it_exports_the_pace_of_the_polls_and_the_slots_left_out() -> None:
+    slowed = replace(polled(snapshot()), poll_interval=4.0, slots_skipped={"contended": 6})
+    registry = registry_of(slowed)
+
+    assert registry.get_sample_value("lockwatch_poll_interval_seconds", {"target": TARGET}) == 4.0
+    skipped = "lockwatch_poll_slots_skipped_total"
+    assert registry.get_sample_value(skipped, {"target": TARGET, "reason": "contended"}) == 6
+    assert registry.get_sample_value(skipped, {"target": TARGET, "reason": "overran"}) == 0
