@@ -125,17 +125,27 @@ def targets_table(cells: Sequence[CellRun]) -> list[str]:
     )
 
 
+# Other processes' CPU (% of the machine) past which a run says it was busy.
+BUSY_PERCENT = 10.0
+
+
 def load_line(cells: Sequence[CellRun]) -> str:
     rounds = [arm for run in cells for arms in run.rounds for arm in arms]
     if not rounds:
         return ""
     load = Spread.of([r.load.load1 for r in rounds])
     others = Spread.of([r.load.others_percent for r in rounds])
-    return (
+    line = (
         f"The machine: load average {load.median:.1f} [{load.low:.1f}-{load.high:.1f}] "
         f"over the arms, other processes' CPU {others.median:.0f} % "
         f"[{others.low:.0f}-{others.high:.0f} %] of its cores."
     )
+    if others.median > BUSY_PERCENT:
+        line += (
+            " It was busy: other work took CPU from pgbench and the monitors alike, and the "
+            "ratios' ranges say as much about that work as about the monitors."
+        )
+    return line
 
 
 def describe(cells: Sequence[CellRun]) -> str:
