@@ -13,7 +13,16 @@ import click
 
 from lockwatch import __version__
 from lockwatch.commands.incidents import incidents
-from lockwatch.commands.params import DURATION, LISTEN, SHARD, required_config
+from lockwatch.commands.mcp_server import mcp_command
+from lockwatch.commands.params import (
+    DURATION,
+    EXTERNAL_URL,
+    LISTEN,
+    SHARD,
+    TELEMETRY_PATH,
+    required_config,
+)
+from lockwatch.commands.terminate import terminate
 from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
 from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
@@ -30,21 +39,6 @@ LISTEN_HELP = (
 )
 
 
-def _telemetry_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if not value.startswith("/") or value in RESERVED_PATHS:
-        raise click.BadParameter(
-            f"must start with / and not be one of {', '.join(RESERVED_PATHS)}, got {value!r}"
-        )
-    return value
-
-
-RESERVED_PATHS = (
-    "/",
-    "/healthz",
-    *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs", "sd")),
-)
-
-
 def _env(name: str) -> dict[str, Any]:
     """The option's environment variable, shown in --help: for containers."""
     return {"envvar": f"LOCKWATCH_{name}", "show_envvar": True}
@@ -56,15 +50,15 @@ def _settings_from_file(
     state_dir: Path | None,
     web: WebConfig | None = None,
     replica: str | None = None,
+    external_url: str | None = None,
 ) -> Settings:
     settings = load_settings(path, replica=replica)
-    if listen is None and state_dir is None and web is None:
-        return settings
     return replace(
         settings,
         listen=listen or settings.listen,
         state_dir=state_dir or settings.state_dir,
         web=web or settings.web,
+        external_url=external_url or settings.external_url,
     )
 
 
@@ -117,8 +111,15 @@ def main() -> None:
     default="/metrics",
     show_default=True,
     **_env("WEB_TELEMETRY_PATH"),
-    callback=_telemetry_path,
+    type=TELEMETRY_PATH,
     help="Path of the Prometheus metrics.",
+)
+@click.option(
+    "--web.external-url",
+    "external_url",
+    type=EXTERNAL_URL,
+    **_env("WEB_EXTERNAL_URL"),
+    help="Where lockwatch is reached, for the links it gives [default: its listen address].",
 )
 @click.option("--interval", type=DURATION, default=None, help="Poll interval [default: 10s].")
 @click.option(
@@ -190,6 +191,7 @@ def run(
     dsn: str | None,
     listen: tuple[str, ...],
     telemetry_path: str,
+    external_url: str | None,
     interval: float | None,
     max_hold: float | None,
     orphan_after: float | None,
@@ -212,7 +214,7 @@ def run(
         listen[0] if listen else None,
         web_config,
         state_dir,
-        replica,
+        (replica, external_url),
         {
             "interval": interval,
             "max_hold": max_hold,
@@ -244,7 +246,7 @@ def _run_settings(
     listen: str | None,
     web_config: Path | None,
     state_dir: Path | None,
-    replica: str | None,
+    names: tuple[str | None, str | None],  # --replica, --web.external-url
     lock_flags: dict[str, Any],
 ) -> tuple[Settings, Callable[[], Settings] | None]:
     """The settings ``run`` starts with, and how SIGHUP reads them again."""
@@ -260,11 +262,10 @@ def _run_settings(
         raise click.UsageError("give a config file (-c lockwatch.yml) or a database (--dsn DSN)")
     # SIGHUP reads the file again, and the flags still win over it.
     web = _web_config(web_config) if web_config is not None else None
+    replica, external_url = names
     reload: Callable[[], Settings] | None = None
     if config_file is not None:
-        reload = functools.partial(
-            _settings_from_file, config_file, listen, state_dir, web, replica
-        )
+        reload = functools.partial(_settings_from_file, config_file, listen, state_dir, web, *names)
     try:
         if reload is not None:
             settings = reload()
@@ -273,6 +274,7 @@ def _run_settings(
             settings = settings_from_flags(dsn=dsn, state_dir=state_dir, **lock_flags)
             # As with a config file, the flag's port may be 0: any free port.
             settings = replace(settings, listen=listen or settings.listen, web=web, replica=replica)
+            settings = replace(settings, external_url=external_url)
     except ConfigError as exc:
         _fail_config(exc)
     return settings, reload
@@ -493,4 +495,5 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
     sys.exit(diagnosis.exit_code)
 
 
-main.add_command(incidents)
+for command in (incidents, terminate, mcp_command):
+    main.add_command(command)

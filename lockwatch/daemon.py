@@ -24,30 +24,31 @@ from types import FrameType
 
 from lockwatch.config.reader import ConfigError
 from lockwatch.fleet import Fleet
+from lockwatch.model.incident_text import log_event
 from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
+from lockwatch.publish.metrics.incidents import WebLinks
 from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.runner import (
     STOP_GRACE,
-    Clock,
     TargetRunner,
     TransitionListener,
     start_spread,
-    utc_now,
 )
 from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import open_history
-from lockwatch.state.incident_registry import IncidentRegistry
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
+from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.sdnotify import Notifier
 
 log = logging.getLogger(__name__)
@@ -80,17 +81,14 @@ def log_transitions(transitions: Transitions) -> None:
             finding.summary,
         )
     told = transitions.incidents
-    for incident in told.opened:
-        log.warning(
-            "incident %s opened [%s] %s: %s",
-            *(incident.id, incident.severity.value, incident.target, incident.title),
-        )
-    for incident in told.resolved:
-        log.info(
-            "incident %s resolved (%s) %s: %s; %.0f waiter-seconds, at most %d waiting",
-            *(incident.id, incident.resolution, incident.target, incident.title),
-            *(incident.impact.waiter_seconds, incident.impact.max_waiters),
-        )
+    for moment, incidents, level in (
+        ("opened", told.opened, logging.WARNING),
+        ("worse", told.worsened, logging.WARNING),
+        ("resolved", told.resolved, logging.INFO),
+    ):
+        for incident in incidents:
+            line, fields = log_event(incident, moment)
+            log.log(level, "%s", line, extra={"fields": fields})
 
 
 # The cyclic collector's thresholds (youngest generation, then collections
@@ -154,8 +152,8 @@ class Daemon:
         self.stop_event = threading.Event()
         self._clock = clock
         self._listeners = listeners
-        # Every target's incidents (the notifier notes what it sent), and the resolved ones.
-        self.incidents = IncidentRegistry()
+        # What the notifier delivered (the page and the API join it to incidents).
+        self.deliveries = Deliveries(settings.state_dir)
         self.history = open_history(settings)
         self.alerts = self._alert_notifier(settings, clock)
         if self.alerts is not None:
@@ -179,6 +177,7 @@ class Daemon:
             telemetry_path=telemetry_path,
         )
         self.http.incidents = self.history
+        self.http.deliveries = self.deliveries
         if self.job_store is not None:
             self.http.pings = PingReceiver(
                 jobs=pinged_jobs(settings), token=settings.pings.token, store=self.job_store
@@ -193,16 +192,17 @@ class Daemon:
             settings.notify,
             settings.state_dir,
             targets=[target.name for target in settings.targets],
-            external_url=f"{settings.web.scheme if settings.web else 'http'}://{settings.listen}/",
+            external_url=f"{settings.web_url}/",
             clock=clock,
-            on_notified=self.incidents.note_notified,  # onto the incident's timeline
+            deliveries=self.deliveries,
             # replicas of this shard: one sender, elected in the shared store
             election=open_election(settings, self.fleet.shard),
         )
 
     def _metrics(self) -> Metrics:
         """What /metrics renders: the board, how late polls start, the notifier."""
-        metrics = Metrics(self.board)
+        web = WebLinks(self.settings.web_url, self.settings.runbooks)
+        metrics = Metrics(self.board, web=web)
         metrics.registry.register(LatenessCollector(self.scheduler.lateness))
         if self.alerts is not None:
             metrics.registry.register(self.alerts.collector())
@@ -218,9 +218,8 @@ class Daemon:
             jobs=self.settings.jobs,
             job_store=self.job_store,
             history=self.history,
-            runbooks=self.settings.incidents.runbooks,
+            runbooks=self.settings.runbooks,
         )
-        self.incidents.register(runner.incidents)
         return runner
 
     @staticmethod
@@ -368,7 +367,6 @@ class Daemon:
             runner = self._runner(target)
             if previous is not None:
                 runner.take_over(previous)
-                self.incidents.register(runner.incidents)
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start(self.scheduler)
@@ -438,7 +436,6 @@ class Daemon:
             return
         runner.stop()
         self.board.forget(runner.target.name)
-        self.incidents.forget(runner.target.name)
         self._parked[runner.target.name] = (runner, time.monotonic())
 
     def _retire(self, runner: TargetRunner) -> None:
@@ -451,7 +448,6 @@ class Daemon:
         transitions = runner.ledger.update(())
         incidents = runner.incidents.update((), self._clock(), time.monotonic())
         transitions = replace(transitions, incidents=incidents)
-        self.incidents.forget(name)
         for listener in self._listeners:
             try:
                 listener(transitions)

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwatch.model.discovery import FleetStatus, SourceHealth, TargetGroup
-from lockwatch.runner import utc_now
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.discovery import FileSd, HttpSd, open_source
 from lockwatch.settings.discovery import discovered_targets
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.sources import TargetSource
 from lockwatch.settings.targets import Settings, Target
+from lockwatch.util.clock import utc_now
 
 log = logging.getLogger(__name__)
 

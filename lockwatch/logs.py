@@ -47,6 +47,11 @@ def _fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str
         "logger": record.name,
         "msg": record.getMessage(),
     }
+    # An event's own facts (an incident's id, next step, runbook) as fields of
+    # their own, after the message that says them too: for a collector to query.
+    own = getattr(record, "fields", None)
+    if isinstance(own, dict):
+        fields.update((str(k), str(v)) for k, v in own.items() if k not in fields)
     if record.exc_info:
         fields["error"] = formatter.formatException(record.exc_info)
     return fields

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.targets import (
@@ -26,7 +26,7 @@ from lockwatch.detect.targets import (
     detect_transaction_pooled,
 )
 from lockwatch.model.findings import Finding, FindingKind, Subject
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
+from lockwatch.model.incident_text import RUNBOOKS_PATH
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
@@ -40,6 +40,7 @@ from lockwatch.sample.session import TargetSession
 from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
+from lockwatch.state.actions import ActionInbox, take_actions
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.state.incidents import IncidentBook
@@ -47,16 +48,12 @@ from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
 from lockwatch.state.pace import CONTENDED_REASON, OVERRAN, PollPace
 from lockwatch.state.statefile import StateStore
+from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 TransitionListener = Callable[[Transitions], None]
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def build_monitors(
@@ -64,6 +61,7 @@ def build_monitors(
     session: TargetSession,
     jobs: Sequence[JobSpec] = (),
     job_store: JobStore | None = None,
+    clock: Clock = utc_now,
 ) -> tuple[Monitor, ...]:
     """Everything a target samples, its locks first."""
     monitors: list[Monitor] = [LockMonitor(target, session)]
@@ -71,7 +69,7 @@ def build_monitors(
         monitors.append(QueueMonitor(target))
     own_jobs = [job for job in jobs if job.target == target.name]
     if own_jobs:
-        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=utc_now()))
+        monitors.append(JobMonitor(target, own_jobs, job_store, started_at=clock()))
     return tuple(monitors)
 
 
@@ -123,7 +121,7 @@ class TargetRunner:
     # lockwatch's own intervals: hold times follow it when the wall clock jumps.
     monotonic: Callable[[], float] = time.monotonic
     history: IncidentHistory | None = None  # where resolved incidents are kept
-    runbooks: str = DEFAULT_RUNBOOKS  # the base of the next steps' runbook links
+    runbooks: str = RUNBOOKS_PATH  # the base of the next steps' runbook links
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
@@ -131,11 +129,17 @@ class TargetRunner:
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
         )
-        self.monitors = build_monitors(self.target, self.session, self.jobs, self.job_store)
+        self.monitors = build_monitors(
+            self.target, self.session, self.jobs, self.job_store, self.clock
+        )
         self.ledger = FindingLedger(self.target.name)
         self.incidents = IncidentBook(
-            self.target.name, on_resolved=None if self.history is None else self.history.add
+            self.target.name,
+            on_resolved=None if self.history is None else self.history.add,
+            runbooks=self.runbooks,
         )
+        # What lockwatch terminate did, from the state dir onto the incidents' timelines.
+        self.actions = ActionInbox(self.store.directory, self.target.name)
         # Monotonic time the scheduled poll running now (or last) was due; how
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
@@ -164,6 +168,7 @@ class TargetRunner:
             self.ledger.load(document.get("findings") or [])
             # A state file of an older lockwatch has none: they open afresh.
             self.incidents.load(document.get("incidents") or [])
+            self.actions.load(document.get("actions"))
         except Exception as exc:  # a state file is never a reason not to start
             self.store.discard(self.target.name, f"cannot be restored: {type(exc).__name__}")
             self.ledger = FindingLedger(self.target.name)
@@ -219,9 +224,10 @@ class TargetRunner:
         )
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
         previous = self.incidents.finding_roots()
-        roots = tell_incidents(transitions.active, status.snapshot, self.runbooks, previous)
+        roots = tell_incidents(transitions.active, status.snapshot, previous)
         ending = self.incidents.ending(roots)
         alive = live_sessions(self.session, ending) if ending and status.up else None
+        take_actions(self.actions, self.incidents, self.history)
         changes = self.incidents.update(roots, status.checked_at, self.monotonic(), alive)
         transitions = replace(transitions, incidents=changes)
         view = replace(self._next_view(status, transitions), asleep_since=self._rest(status))
@@ -348,6 +354,7 @@ class TargetRunner:
         """Save when something changed or a monitor asks; False if a save failed."""
         if self.store.directory is None:
             return True
+        changed = changed or self.actions.unsaved  # the actions read, with what they noted
         if not (changed or any(m.save_due(now, self._saved_at) for m in self.monitors)):
             return True
         durable = changed or self.lock_monitor.tracker.changed_since_dump()  # else a refresh
@@ -356,9 +363,11 @@ class TargetRunner:
             document.update(monitor.save(now))
         document["findings"] = self.ledger.dump()
         document["incidents"] = self.incidents.dump()
+        document["actions"] = self.actions.dump()
         saved = self.store.save(self.target.name, document, durable=durable)
         if saved:
             self._saved_at = now
+            self.actions.saved()
         return saved
 
     # -- schedule -----------------------------------------------------------
@@ -476,6 +485,8 @@ class TargetRunner:
                 monitor.take_over(previous[type(monitor)])
         self.ledger = old.ledger
         self.incidents = old.incidents
+        self.incidents.runbooks = self.runbooks
+        self.actions = old.actions
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at

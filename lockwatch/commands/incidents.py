@@ -14,7 +14,7 @@ import click
 
 from lockwatch.commands.params import required_config
 from lockwatch.config.load import ConfigError, load_settings
-from lockwatch.model.incidents import Incident, IncidentState, incident_json
+from lockwatch.model.incidents import Incident, IncidentState, incident_json, load_incident
 from lockwatch.publish.api.encode import json_safe
 from lockwatch.publish.api.incidents import (
     IncidentQuery,
@@ -26,7 +26,6 @@ from lockwatch.publish.api.incidents import (
 from lockwatch.settings.incidents import HistoryStore
 from lockwatch.settings.targets import Settings
 from lockwatch.state.incident_history import open_history
-from lockwatch.state.incident_json import load_incident
 from lockwatch.state.statefile import StateStore
 from lockwatch.text import format_duration, iso_utc, one_line
 

@@ -10,7 +10,7 @@ import click
 
 from lockwatch.settings.fields import parse_duration
 from lockwatch.settings.sharding import Shard, parse_shard
-from lockwatch.settings.targets import parse_listen
+from lockwatch.settings.targets import check_external_url, parse_listen
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 
@@ -32,6 +32,47 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
 
 
 DURATION = Duration()
+
+
+class ExternalUrl(click.ParamType):  # type: ignore[type-arg]
+    """``--web.external-url``: an http(s) URL with a host, without ?query or #fragment."""
+
+    name = "url"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        problem = check_external_url(str(value))
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return str(value)
+
+
+EXTERNAL_URL = ExternalUrl()
+
+# What the HTTP server answers itself: no telemetry path may hide one.
+RESERVED_PATHS = (
+    "/",
+    "/healthz",
+    "/runbooks",
+    *(f"/api/v1/{n}" for n in ("findings", "locks", "queues", "jobs", "sd")),
+)
+
+
+class TelemetryPath(click.ParamType):  # type: ignore[type-arg]
+    """``--web.telemetry-path``: starts with /, and is none of the reserved paths."""
+
+    name = "path"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if not str(value).startswith("/") or value in RESERVED_PATHS:
+            self.fail(
+                f"must start with / and not be one of {', '.join(RESERVED_PATHS)}, got {value!r}",
+                param,
+                ctx,
+            )
+        return str(value)
+
+
+TELEMETRY_PATH = TelemetryPath()
 
 
 class ListenAddress(click.ParamType):  # type: ignore[type-arg]

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from lockwatch.detect.incident_text import incident_title, next_step
 from lockwatch.model.evidence import (
     HolderFacts,
     LockEvidence,
@@ -257,26 +256,17 @@ def waiters_in(findings: Iterable[Finding]) -> int:
 def tell_incidents(
     findings: Sequence[Finding],
     snapshot: LockSnapshot | None,
-    runbooks: str,
     previous: Mapping[FindingIdentity, IncidentRoot] | None = None,
 ) -> list[RootGroup]:
-    """One poll's findings as root causes, each with its title and next step:
-    what the incident book folds into incidents (``previous``: its
-    ``finding_roots()``, the roots findings were told with last poll)."""
+    """One poll's findings as root causes, with what each holding root holds
+    and who waits on it: what the incident book folds into incidents (and
+    words, ``model/incident_text.py``). ``previous``: its ``finding_roots()``,
+    the roots findings were told with last poll."""
     grouped = group_findings(findings, previous)
     loads = root_loads([group.root for group in grouped], snapshot)
     told = []
     for group in grouped:
         load = loads.get(group.root.identity)
         waiters = load.waiters if load is not None else waiters_in(group.findings)
-        told.append(
-            RootGroup(
-                group.root,
-                group.findings,
-                incident_title(group.root, group.findings, load, waiters),
-                next_step(group.root, group.findings, runbooks),
-                waiters,
-                load,
-            )
-        )
+        told.append(RootGroup(group.root, group.findings, waiters, load))
     return told

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
 from lockwatch.model.evidence import (
     ChurnEvidence,
@@ -27,7 +29,13 @@ from lockwatch.model.evidence import (
     TargetDownEvidence,
     TransactionPooledEvidence,
 )
-from lockwatch.model.evidence.json_form import JsonObject, object_json, to_json
+from lockwatch.model.evidence.json_form import (
+    JsonObject,
+    JsonShapeError,
+    from_json,
+    object_json,
+    to_json,
+)
 
 
 class Severity(enum.StrEnum):
@@ -202,3 +210,50 @@ def finding_json(finding: Finding) -> JsonObject:
         "summary": finding.summary,
         "evidence": evidence_json(finding),
     }
+
+
+def load_finding(entry: Any) -> Finding | None:
+    """The finding ``finding_json`` made, or None when ``entry`` is not one.
+
+    Evidence of an older shape is read as far as it goes: related findings
+    that cannot be read (an older file names them by kind alone) are left
+    out, and a finding whose evidence cannot be read is dropped, to fire
+    again if it is still true."""
+    try:
+        since = datetime.fromisoformat(entry["since"])
+        if since.tzinfo is None:
+            # cannot be ordered against the findings the detectors make
+            return None
+        kind = FindingKind(entry["kind"])
+        facts = dict(entry["evidence"])
+        links = facts.pop("related", [])
+        return Finding(
+            kind=kind,
+            target=str(entry["target"]),
+            subject=from_json(Subject, entry["subject"]),
+            severity=Severity(entry["severity"]),
+            since=since,
+            summary=str(entry["summary"]),
+            evidence=read_evidence(kind, facts),
+            related=_related(links),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def read_evidence(kind: FindingKind, facts: object) -> Evidence:
+    """The evidence ``kind`` carries, from its JSON; JsonShapeError when it is none of it."""
+    for family in EVIDENCE_FAMILIES[kind]:
+        try:
+            return from_json(family, facts)
+        except JsonShapeError:
+            continue
+    raise JsonShapeError(f"the evidence is of no family {kind.value} carries")
+
+
+def _related(links: object) -> tuple[Related, ...]:
+    readable = []
+    for link in links if isinstance(links, list) else ():
+        with contextlib.suppress(JsonShapeError):
+            readable.append(from_json(Related, link))
+    return tuple(readable)

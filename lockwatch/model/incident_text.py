@@ -1,89 +1,146 @@
-"""An incident told to people: the words the notifier and the status page share.
-
-Each surface formats these lines its own way (Telegram HTML, Slack mrkdwn, a
-status-page card), so an incident reads the same everywhere. Values that came
-from database clients are returned as they are; every surface escapes them
-for its format.
-"""
+"""An incident's words, in one place: its leading kind, the alert and runbook
+that kind names, its title (open, then resolved in the past tense), its root
+and holder, what its alert is about, the lines below its title and its log
+line (``model/next_step.py`` words what to do, from the same leading kind).
+The incident book words each incident with these; the status page, the
+notifications, the log and the alerts read them here, so none can disagree.
+Values from database clients are made one line and bounded here, and escaped
+by each surface for its own format."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lockwatch.model.findings import FindingKind
-from lockwatch.model.incidents import Impact, Incident, IncidentRoot, RootKind
+from lockwatch.model.evidence import (
+    HolderFacts,
+    LockEvidence,
+    OverflowEvidence,
+    QueueStallEvidence,
+    TargetDownEvidence,
+)
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.incidents import (
+    SEVERITY_RANK,
+    Impact,
+    Incident,
+    IncidentRoot,
+    Naming,
+    Resolution,
+    RootKind,
+    RootLoad,
+)
+from lockwatch.model.locks import IDLE_STATES
 from lockwatch.text import format_duration, one_line, printable
 
 SHOWN_FINDINGS = 5  # findings listed per incident; the API has them all
 LABEL_LIMIT = 80  # characters of a label value from a database client
+TITLE_LIMIT = 300  # characters of a finding's summary in a title: never the cause cut
+# lockwatch's own runbooks, relative: the daemon gives the book its absolute
+# base instead (``Settings.runbooks``), from its external URL.
+RUNBOOKS_PATH = "/runbooks"
+HOLDING = (RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED)
 
 # The labels an open incident's alert carries, the same in lockwatch_incident_active
 # and in the webhook payload of lockwatch's own notifications. ``kind`` is the
-# leading kind (it names the alert); ``job_name``, as Prometheus owns ``job``.
+# leading kind (it names the alert); ``job_name``, as Prometheus owns ``job``;
+# ``lock``, ``database``, ``queue``, ``application`` and ``holder`` as it opened.
 ROOT_LABELS = (
-    "incident",
-    "fingerprint",
-    "root",
-    "kind",
-    "severity",
-    "database",
-    "lock",
-    "queue",
-    "job_name",
-    "source",
-    "pid",
-    "application",
+    *("incident", "fingerprint", "root", "kind", "severity", "database", "lock", "queue"),
+    *("job_name", "source", "pid", "application", "holder"),
 )
 
+# What a resolved incident of a root that holds nothing was, by its leading kind.
+PAST = {
+    FindingKind.LOCK_HELD_TOO_LONG: "was held past its budget",
+    FindingKind.LOCK_CONVOY: "had sessions queued on it",
+    FindingKind.LOCK_ORPHANED: "was held by an idle session",
+    FindingKind.LOCK_POOLED_SESSION: "was held on a transaction-pooled backend",
+    FindingKind.LOCK_UNEXPECTED_HOLDER: "was held by a session that should not hold it",
+    FindingKind.LOCK_MIGRATION_RUNNING: "was held by a migration past its budget",
+    FindingKind.LEADER_LOCK_MISSING: "had no holder",
+    FindingKind.LEADER_LOCK_CHURN: "kept changing hands",
+    FindingKind.QUEUE_GROWING: "kept growing",
+    FindingKind.QUEUE_STALLED: "was stalled",
+    FindingKind.JOB_STUCK_RUNNING: "had jobs marked running whose worker was gone",
+    FindingKind.JOB_RESCUED_WHILE_RUNNING: "started a rescued job again while its first "
+    "worker lived",
+    FindingKind.JOB_DUPLICATE_START: "started more than once for one run",
+    FindingKind.JOB_OVERLAP: "had two runs going at once",
+    FindingKind.JOB_MISSED: "missed a scheduled run",
+    FindingKind.JOB_TOO_LONG: "ran longer than allowed",
+    FindingKind.JOB_FAILED: "failed",
+    FindingKind.TARGET_DOWN: "could not be sampled",
+    FindingKind.TARGET_TRANSACTION_POOLED: "was read through a transaction pooler",
+    FindingKind.TARGET_PRIVILEGES_MISSING: "was read by a role without pg_monitor",
+}
+ENDED = {
+    Resolution.RELEASED: "it let go",
+    Resolution.SESSION_ENDED: "its session ended",
+    Resolution.TARGET_BACK: "it answered again",
+    Resolution.CLEARED: "it cleared",
+}
+_KIND_RANK = {kind: rank for rank, kind in enumerate(FindingKind)}
 
-@dataclass(frozen=True, slots=True)
-class Said:
-    """One line of an incident for people: a label, its text, and whether the
-    text is code (SQL) to be shown verbatim."""
 
-    label: str
-    text: str
-    code: bool = False
+# -- the leading kind, its alert and its runbook ----------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Measures:
-    """The numbers an alert description and a card show about a holder's
-    incident, read from its findings' evidence; None when no finding says."""
+def _rank(finding: Finding) -> tuple[int, int]:
+    return SEVERITY_RANK[finding.severity], _KIND_RANK[finding.kind]
 
-    hold_seconds: float | None = None  # the longest the root holder has held a lock
-    idle_seconds: float | None = None  # how long the root holder has run no SQL
-    waiters: int | None = None  # sessions waiting behind it now
-    query: str | None = None  # the root holder's last query
+
+def leading(findings: Sequence[Finding]) -> Finding:
+    """The finding that leads: the most severe, then the kind declared first."""
+    return min(findings, key=_rank)
+
+
+def opening_kinds(findings: Sequence[Finding]) -> tuple[FindingKind, ...]:
+    """The kinds of the findings an incident opens with, the leading one first
+    (it names the incident for as long as it is open), then the others by rank."""
+    return tuple(dict.fromkeys(f.kind for f in sorted(findings, key=_rank)))
 
 
 def lead_kind(incident: Incident) -> FindingKind:
-    """The kind that opened the incident: it names its alert and runbook for
-    as long as it is open, whatever joins later."""
-    if incident.kinds:
-        return incident.kinds[0]
-    return incident.findings[0].kind
+    """The kind that opened the incident: it names its title, alert and runbook
+    for as long as it is open, whatever joins later."""
+    return incident.kinds[0] if incident.kinds else leading(incident.findings).kind
 
 
-def root_labels(incident: Incident) -> dict[str, str]:
-    """The incident's labels by ROOT_LABELS, "" where unused; values from database
-    clients on one bounded, encodable line."""
-    root = incident.root
-    values = {
-        "incident": incident.id,
-        "fingerprint": incident.fingerprint,
-        "root": root.kind.value,
-        "kind": lead_kind(incident).value,
-        "severity": incident.severity.value,
-        "database": root.database or "",
-        "lock": root.lock or "",
-        "queue": root.queue or "",
-        "job_name": root.job or "",
-        "source": root.source or "",
-        "pid": "" if root.pid is None else str(root.pid),
-        "application": root.application_name or "",
-    }
-    return {name: printable(one_line(values[name], LABEL_LIMIT)) for name in ROOT_LABELS}
+def lead_finding(findings: Sequence[Finding], lead: FindingKind) -> Finding:
+    """A finding of the leading kind (it may have ended: then the one leading now)."""
+    return next((f for f in findings if f.kind is lead), None) or leading(findings)
+
+
+def alert_name(kind: str) -> str:
+    """The alert an incident led by a finding kind raises, the same name in the
+    bundled Prometheus rules, lockwatch's own notifications and the runbooks.
+
+    >>> alert_name("lock_held_too_long")
+    'LockwatchLockHeldTooLong'
+    """
+    return "Lockwatch" + "".join(part.capitalize() for part in kind.split("_"))
+
+
+def runbook_link(base: str, kind: str) -> str:
+    """The runbook section of ``kind``: its alert's name, lower-cased, as the
+    anchor (the one every link to the runbooks is made by).
+
+    >>> runbook_link("https://lockwatch.example/runbooks", "lock_convoy")
+    'https://lockwatch.example/runbooks#lockwatchlockconvoy'
+    """
+    return f"{base}#{alert_name(kind).lower()}"
+
+
+# -- the root and its holder -------------------------------------------------------
+
+
+def holder_text(root: IncidentRoot) -> str:
+    """The root holder in a title: its pid and application, or its gid."""
+    if root.kind is RootKind.PREPARED:
+        return f"prepared transaction {one_line(root.gid)}"
+    name = f" {one_line(root.application_name)}" if root.application_name else ""
+    return f"pid {root.pid}{name}"
 
 
 def root_text(root: IncidentRoot) -> str:
@@ -98,11 +155,249 @@ def root_text(root: IncidentRoot) -> str:
         names = (root.application_name or "-", root.client_addr or "local socket")
         return " · ".join((f"pid {root.pid}", *(one_line(n, LABEL_LIMIT) for n in names)))
     if root.kind is RootKind.PREPARED:
-        return f"prepared transaction {root.gid or '-'}"
+        return f"prepared transaction {one_line(root.gid or '-', LABEL_LIMIT)}"
     for word, value in (("queue", root.queue), ("job", root.job), ("lock", root.lock)):
         if value:
             return f"{word} {value} on {root.target}"
     return f"target {root.target}" + (f" ({root.source})" if root.source else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Measures:
+    """The root holder's numbers, read from the findings' evidence (the longest
+    any of them saw); None when no finding says."""
+
+    hold_seconds: float | None = None  # the longest the root holder has held a lock
+    idle_seconds: float | None = None  # how long it has run no SQL, while idle
+    idle_state: str | None = None  # ``idle``, ``idle in transaction``
+    query: str | None = None  # its last query
+
+
+def _is_root(holder: HolderFacts, root: IncidentRoot) -> bool:
+    if root.kind is RootKind.PREPARED:
+        return holder.prepared is not None and holder.prepared.gid == root.gid
+    return holder.pid == root.pid and holder.prepared is None
+
+
+def holder_measures(root: IncidentRoot, findings: Sequence[Finding]) -> Measures:
+    """The one scan for the root holder in the findings' evidence: its hold,
+    idle time and state, and last query. A root that holds nothing has none."""
+    if root.kind not in HOLDING:
+        return Measures()
+    hold = idle = None
+    state = query = None
+    for finding in findings:
+        for holder in finding.evidence.named_holders:
+            if not isinstance(holder, HolderFacts) or not _is_root(holder, root):
+                continue
+            query = query or holder.query
+            if holder.held_seconds:
+                hold = max(hold or 0.0, holder.held_seconds)
+            seconds = holder.state_seconds if holder.state in IDLE_STATES else None
+            if seconds is not None and (idle is None or seconds > idle):
+                idle, state = seconds, holder.state
+    return Measures(hold, idle, state, query)
+
+
+# -- what it is about ------------------------------------------------------------------
+
+
+def _lock_label(evidence: LockEvidence) -> str:
+    key = one_line(evidence.key)
+    return f"{one_line(evidence.name)} ({key})" if evidence.name else key
+
+
+def held_locks(findings: Sequence[Finding]) -> list[tuple[str, str]]:
+    """(database, lock) of the locks the findings blame a holder for, in their
+    order, each once: keys by their configured or catalogued name."""
+    held: dict[tuple[str, str], None] = {}
+    for finding in findings:
+        evidence = finding.evidence
+        if isinstance(evidence, LockEvidence) and evidence.holder_pid is not None:
+            held[(one_line(evidence.database or ""), _lock_label(evidence))] = None
+        elif isinstance(evidence, QueueStallEvidence) and evidence.lock is not None:
+            chain = evidence.lock
+            named = chain.lock != chain.key
+            label = f"{one_line(chain.lock)} ({one_line(chain.key)})" if named else chain.key
+            held[(one_line(chain.database), one_line(label))] = None
+        elif isinstance(evidence, OverflowEvidence):
+            for lock in evidence.locks:
+                database, _, key = lock.partition("/")
+                held[(one_line(database), one_line(key))] = None
+    return list(held)
+
+
+def naming(root: IncidentRoot, findings: Sequence[Finding], lead: FindingKind) -> Naming:
+    """What an incident opening with ``findings`` names for as long as it is
+    open: its holder, and the lock of its leading finding (or the first it holds)."""
+    about = held_locks([lead_finding(findings, lead), *findings])
+    database, lock = about[0] if about else (root.database or "", root.lock or "")
+    holding = root.kind in HOLDING
+    stalled = next((f.subject.queue for f in findings if f.subject.queue), None) or ""
+    return Naming(
+        holder=root_text(root) if holding else "",
+        application=one_line(root.application_name or "", LABEL_LIMIT) if holding else "",
+        database=database,
+        lock=lock,
+        queue=one_line(stalled, LABEL_LIMIT) if holding else "",
+    )
+
+
+def identity_labels(root: IncidentRoot) -> dict[str, str]:
+    """The parts that name the root (``IncidentRoot.identity``) as labels, ""
+    where unused: what every replica gives the same root."""
+    values = {
+        "database": root.database or "",
+        "lock": root.lock or "",
+        "queue": root.queue or "",
+        "job_name": root.job or "",
+        "source": root.source or "",
+        "pid": "" if root.pid is None else str(root.pid),
+    }
+    return {name: printable(one_line(value, LABEL_LIMIT)) for name, value in values.items()}
+
+
+def root_labels(incident: Incident) -> dict[str, str]:
+    """The incident's labels by ROOT_LABELS, "" where unused; the lock, database,
+    application and holder as it opened (an alert's labels must not move while
+    it fires), values from database clients on one bounded, encodable line."""
+    root, named = incident.root, incident.naming
+    values = {
+        **identity_labels(root),
+        "incident": incident.id,
+        "fingerprint": incident.fingerprint,
+        "root": root.kind.value,
+        "kind": lead_kind(incident).value,
+        "severity": incident.severity.value,
+        "database": named.database or root.database or "",
+        "lock": named.lock or root.lock or "",
+        "queue": named.queue or root.queue or "",
+        "application": named.application or root.application_name or "",
+        "holder": named.holder,
+    }
+    return {name: printable(one_line(values[name], LABEL_LIMIT)) for name in ROOT_LABELS}
+
+
+# -- titles ----------------------------------------------------------------------------
+
+
+def _holds_text(findings: Sequence[Finding], load: RootLoad | None) -> str:
+    labels = [lock for _, lock in held_locks(sorted(findings, key=_rank))]
+    count = load.locks_held if load is not None else len(labels)
+    if not labels:
+        return f"holds {count} advisory locks" if count else "holds advisory locks"
+    return f"holds {count} locks ({labels[0]}, …)" if count > 1 else f"holds {labels[0]}"
+
+
+def _holder_title(
+    root: IncidentRoot, findings: Sequence[Finding], load: RootLoad | None, waiters: int
+) -> str:
+    parts = [f"{holder_text(root)} {_holds_text(findings, load)}"]
+    facts = holder_measures(root, findings)
+    if facts.idle_state is not None and facts.idle_seconds is not None:
+        parts.append(f"{one_line(facts.idle_state)} {format_duration(facts.idle_seconds)}")
+    if waiters:
+        parts.append(f"{waiters} waiting")
+    kinds = {f.kind for f in findings}
+    if FindingKind.LOCK_POOLED_SESSION in kinds:
+        parts.append("on a transaction-pooled backend")
+    if FindingKind.LOCK_UNEXPECTED_HOLDER in kinds:
+        parts.append("not an allowed holder")
+    parts.extend(
+        f"queue {one_line(f.subject.queue)} stalled"
+        for f in findings
+        if f.kind is FindingKind.QUEUE_STALLED
+    )
+    return ", ".join(parts)
+
+
+def root_words(root: IncidentRoot) -> str:
+    """What a title calls a root that holds nothing: ``queue webhooks``."""
+    for word, value in (("queue", root.queue), ("job", root.job), ("lock", root.lock)):
+        if value:
+            return f"{word} {one_line(value)}"
+    source = f" source {one_line(root.source)}" if root.source else ""
+    return f"target {one_line(root.target)}{source}"
+
+
+def cause_first(error: str) -> tuple[str, str]:
+    """A driver's error as (cause, where): the cause is its last clause, what
+    a person reads first; the rest says where it happened.
+
+    >>> cause_first('db:5432/app: connection to server at "db", port 5432 failed: Connection refused')
+    ('Connection refused', 'db:5432/app: connection to server at "db", port 5432 failed')
+    >>> cause_first("no snapshot")
+    ('no snapshot', '')
+    """
+    line = one_line(error, 10 * TITLE_LIMIT)
+    where, colon, cause = line.rpartition(": ")
+    if not colon or not cause.strip():
+        return line, ""
+    return cause.strip(), where.strip()
+
+
+def incident_title(
+    root: IncidentRoot,
+    findings: Sequence[Finding],
+    load: RootLoad | None,
+    waiters: int,
+    lead: FindingKind,
+) -> str:
+    """One line naming the root first, then what matters most about it: for a
+    holder what it holds and who waits, else its leading finding's summary
+    (which names the root already, so it is not said twice), a target's error
+    with its cause first. Nothing a person needs is cut."""
+    if root.kind in HOLDING:
+        return _holder_title(root, findings, load, waiters)
+    finding = lead_finding(findings, lead)
+    evidence = finding.evidence
+    if isinstance(evidence, TargetDownEvidence):
+        cause, where = cause_first(evidence.error)
+        at = f" ({one_line(where, TITLE_LIMIT)})" if where else ""
+        return f"{root_words(root)} down: {one_line(cause, TITLE_LIMIT)}{at}"
+    summary = one_line(finding.summary, TITLE_LIMIT)
+    words = root_words(root)
+    return summary if words in summary else f"{words}: {summary}"
+
+
+def _lasted(incident: Incident) -> str:
+    end = incident.resolved_at or incident.updated_at
+    return format_duration(max(0.0, (end - incident.opened_at).total_seconds()))
+
+
+def resolved_title(incident: Incident) -> str:
+    """What the incident was and how it ended, in the past tense, for its
+    resolution and its card once resolved."""
+    root, impact, named = incident.root, incident.impact, incident.naming
+    ended = ENDED.get(incident.resolution or Resolution.CLEARED, "it cleared")
+    if root.kind in HOLDING:
+        lock = named.lock or (incident.locks[0] if incident.locks else "")
+        held = lock or "advisory locks"
+        if impact.locks_held > 1:
+            held = f"{impact.locks_held} locks" + (f" ({lock}, …)" if lock else "")
+        waited = f", at most {impact.max_waiters} waiting" if impact.max_waiters else ""
+        return f"{holder_text(root)} held {held}{waited}; {ended} after {_lasted(incident)}"
+    lead = lead_kind(incident)
+    said = f"{root_words(root)} {PAST[lead]}"
+    errors = [f.evidence for f in incident.findings if isinstance(f.evidence, TargetDownEvidence)]
+    if errors:
+        said += f" ({one_line(cause_first(errors[0].error)[0], TITLE_LIMIT)})"
+    if impact.max_backlog:
+        said += f" (backlog up to {impact.max_backlog})"
+    return f"{said}; {ended} after {_lasted(incident)}"
+
+
+# -- the lines below the title -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """One line of an incident for people: a label, its text, and whether the
+    text is code (SQL) to be shown verbatim."""
+
+    label: str
+    text: str
+    code: bool = False
 
 
 def impact_text(impact: Impact) -> str | None:
@@ -128,23 +423,6 @@ def impact_text(impact: Impact) -> str | None:
     return " · ".join(parts) or None
 
 
-def measures(incident: Incident) -> Measures:
-    """The root holder's hold and idle time and its waiters, from the
-    evidence of the incident's findings (the longest any of them saw)."""
-    hold: float | None = None
-    idle: float | None = None
-    query: str | None = None
-    for finding in incident.findings:
-        for holder in finding.evidence.named_holders:
-            if incident.root.pid is not None and holder.pid != incident.root.pid:
-                continue
-            query = query or holder.query
-            hold = max(hold or 0.0, holder.held_seconds or 0.0) or hold
-            if holder.state and holder.state.startswith("idle") and holder.state_seconds:
-                idle = max(idle or 0.0, holder.state_seconds)
-    return Measures(hold, idle, incident.waiters or None, query)
-
-
 def more_findings(incident: Incident, shown: int) -> int:
     """How many of the incident's findings are not among the first ``shown``."""
     return max(incident.finding_count, len(incident.findings)) - min(shown, len(incident.findings))
@@ -156,11 +434,11 @@ def incident_lines(incident: Incident) -> list[Said]:
     is open, the next step with its SQL and what running it costs. Once resolved,
     the numbers are those of its worst moment."""
     said = [Said("root", root_text(incident.root))]
-    facts = measures(incident)
+    facts = holder_measures(incident.root, incident.findings)
     numbers = [
         f"held {format_duration(facts.hold_seconds)}" if facts.hold_seconds else "",
         f"idle {format_duration(facts.idle_seconds)}" if facts.idle_seconds else "",
-        f"{facts.waiters} waiting now" if facts.waiters and incident.open else "",
+        f"{incident.waiters} waiting now" if incident.waiters and incident.open else "",
     ]
     if any(numbers):
         said.append(
@@ -185,3 +463,35 @@ def incident_lines(incident: Incident) -> list[Said]:
     if step.cost:
         said.append(Said("cost", step.cost))
     return said
+
+
+# -- the log -----------------------------------------------------------------------------
+
+
+def log_event(incident: Incident, moment: str) -> tuple[str, dict[str, str]]:
+    """An incident's log event at ``moment`` (opened, worse, resolved): one
+    line with its id, title, next step (while open) and runbook, and the same
+    facts as fields for the logfmt and json formats."""
+    step = incident.next_step
+    fields = {
+        "incident": incident.id,
+        "target": incident.target,
+        "kind": lead_kind(incident).value,
+        "severity": incident.severity.value,
+    }
+    said = [f"incident {incident.id} {moment} [{incident.severity.value}] {incident.target}: "]
+    said.append(one_line(incident.title, 2 * TITLE_LIMIT))
+    if incident.open:
+        fields["next_step"] = step.action
+        said.append(f"; next step: {step.action}")
+        if step.sql:
+            fields["sql"] = step.sql
+            said.append(f" ({step.sql})")
+    else:
+        impact = impact_text(incident.impact)
+        if impact:
+            fields["impact"] = impact
+            said.append(f"; {impact}")
+    fields["runbook"] = step.runbook
+    said.append(f"; runbook: {step.runbook}")
+    return "".join(said), fields

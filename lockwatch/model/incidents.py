@@ -15,25 +15,12 @@ import enum
 import hashlib
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Protocol
+from typing import Any
 
-from lockwatch import __version__
-from lockwatch.model.evidence.json_form import JsonObject, to_json
-from lockwatch.model.findings import Finding, FindingKind, Severity, finding_json
+from lockwatch.model.evidence.json_form import JsonObject, JsonShapeError, from_json, to_json
+from lockwatch.model.findings import Finding, FindingKind, Severity, finding_json, load_finding
 
-# The runbooks of the installed version (its tag, not main, so a link says what
-# this version does); ``incidents.runbook_base_url`` points elsewhere.
-DEFAULT_RUNBOOKS = f"https://github.com/lockwatch/lockwatch/blob/v{__version__}/docs/runbooks.md"
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
-
-
-def runbook_link(base: str, kind: FindingKind) -> str:
-    """The runbook section of ``kind``: its alert's name, lower-cased, as the anchor.
-
-    >>> runbook_link("https://x/runbooks.md", FindingKind.LOCK_CONVOY)
-    'https://x/runbooks.md#lockwatchlockconvoy'
-    """
-    return f"{base}#lockwatch{kind.value.replace('_', '')}"
 
 
 class RootKind(enum.StrEnum):
@@ -123,6 +110,7 @@ class EventKind(enum.StrEnum):
     QUEUE_STALLED = "queue_stalled"  # the queue stopped completing
     BACKEND_REUSED = "backend_reused"  # the holder's backend went to another pooled client
     NOTIFIED = "notified"  # a message went out (its channel in the detail)
+    ACTION = "action"  # lockwatch terminate acted or refused (what, who, why in the detail)
     RESOLVED = "resolved"
 
 
@@ -167,6 +155,22 @@ class NextStep:
 
 
 @dataclass(frozen=True, slots=True)
+class Naming:
+    """How an incident's alert names what it is about, fixed when it opens: an
+    alert whose labels change ends and fires again, so these stay put while it
+    is open (``model/incident_text.naming`` words them). Values from database
+    clients, one line each; "" where the root has none."""
+
+    holder: str = ""  # the root holder as people know it: "pid 7023 · worker-4 · 10.0.0.5"
+    application: str = ""  # the holder's application name when it opened
+    database: str = ""
+    # the key it is about, by its configured or catalogued name, "webhook-delivery (42)";
+    # the first of several
+    lock: str = ""
+    queue: str = ""  # the queue a holder's incident stalls, when it opened with the stall
+
+
+@dataclass(frozen=True, slots=True)
 class Incident:
     """One root cause with the findings it explains, its story and its cost."""
 
@@ -191,6 +195,7 @@ class Incident:
     # ``database/lock``, and how many it holds in all.
     locks: tuple[str, ...] = ()
     waiters: int = 0  # sessions waiting on it now (0 once resolved)
+    naming: Naming = Naming()  # what its alert names, as it opened
 
     @property
     def open(self) -> bool:
@@ -212,11 +217,47 @@ def incident_json(incident: Incident, findings: int | None = None) -> JsonObject
     return document
 
 
-class IncidentNotes(Protocol):
-    """Where a notifier says it told people about an incident: the incident's
-    timeline gets a ``notified`` event. Thread-safe; an unknown id is ignored."""
+def _moment(value: Any) -> datetime:
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is None:
+        raise ValueError("a moment without its zone")
+    return moment
 
-    def note_notified(self, target: str, incident_id: str, channel: str, at: datetime) -> None: ...
+
+def load_incident(entry: Any) -> Incident | None:
+    """The incident ``incident_json`` made, or None when ``entry`` is not one:
+    the state file's open incidents, the history's resolved ones, ``lockwatch
+    incidents``. A finding of it that cannot be read any more is left out."""
+    try:
+        resolved_at, resolution = entry["resolved_at"], entry["resolution"]
+        naming = entry.get("naming")
+        return Incident(
+            id=str(entry["id"]),
+            fingerprint=str(entry["fingerprint"]),
+            target=str(entry["target"]),
+            root=from_json(IncidentRoot, entry["root"]),
+            title=str(entry["title"]),
+            severity=Severity(entry["severity"]),
+            state=IncidentState(entry["state"]),
+            opened_at=_moment(entry["opened_at"]),
+            updated_at=_moment(entry["updated_at"]),
+            resolved_at=None if resolved_at is None else _moment(resolved_at),
+            resolution=None if resolution is None else Resolution(resolution),
+            kinds=tuple(FindingKind(kind) for kind in entry["kinds"]),
+            findings=tuple(
+                f for item in entry["findings"] if (f := load_finding(item)) is not None
+            ),
+            finding_count=int(entry["finding_count"]),
+            timeline=tuple(from_json(TimelineEvent, event) for event in entry["timeline"]),
+            impact=from_json(Impact, entry["impact"]),
+            next_step=from_json(NextStep, entry["next_step"]),
+            locks=tuple(str(lock) for lock in entry.get("locks", ())),
+            waiters=int(entry.get("waiters", 0)),
+            # an incident saved by an older lockwatch names nothing more than its root
+            naming=Naming() if naming is None else from_json(Naming, naming),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError, JsonShapeError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,13 +271,11 @@ class RootLoad:
 
 @dataclass(frozen=True, slots=True)
 class RootGroup:
-    """One poll's findings of one root, told (``detect/incidents.py`` makes
-    them; the incident book folds them into incidents)."""
+    """One poll's findings of one root (``detect/incidents.py`` groups them;
+    the incident book folds them into incidents and words them)."""
 
     root: IncidentRoot
     findings: tuple[Finding, ...]
-    title: str
-    next_step: NextStep
     waiters: int  # sessions waiting on the root now
     load: RootLoad | None = None  # None: not a holder, or no snapshot to count in
 

@@ -17,36 +17,26 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import requests
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from lockwatch.model.incidents import Incident
 from lockwatch.notify.am_alerts import Alert, AlertBook, Push, notify_test_alert
+from lockwatch.notify.inbox import Backoff, Inbox
 from lockwatch.notify.message import Message
 from lockwatch.notify.transports import Transport, TransportError, transport_timeouts
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
+from lockwatch.state.deliveries import Deliveries
+from lockwatch.util.clock import Clock
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
-# (target, incident id, channel, when): as the notifier's OnNotified
-OnNotified = Callable[[str, str, str, datetime], None]
 TICK = 1.0  # seconds between looks at `for` deadlines
-
-
-class Delays(Protocol):
-    """How long to wait before pushing again after a failure (the notifier's Backoff)."""
-
-    @property
-    def max_retry_after(self) -> float: ...
-
-    def delay(self, attempts: int, rng: random.Random) -> float: ...
 
 
 def host_port(url: str) -> str:
@@ -136,20 +126,17 @@ class AlertmanagerWorker:
         settings: NotifySettings,
         *,
         clock: Clock,
-        backoff: Delays,
+        backoff: Backoff,
         session: requests.Session | None = None,
-        on_notified: OnNotified | None = None,
+        deliveries: Deliveries | None = None,
     ) -> None:
         self.channel = channel
-        self.on_notified = on_notified
+        self.deliveries = deliveries
         self.clock = clock
         self.backoff = backoff
         self.book = AlertBook(channel, settings)
         self._rng = random.SystemRandom()  # jitter only
-        self._lock = threading.Lock()
-        self._latest: dict[str, tuple[Incident, ...]] = {}
-        self._resolved: dict[str, Incident] = {}
-        self._offered: set[str] = set()  # targets polled since the book's last update
+        self._lock = threading.Lock()  # the book's: each Alertmanager's thread reads it
         self._stop = threading.Event()
         self._refusals: set[str] = set()
         self.peers = [
@@ -159,6 +146,7 @@ class AlertmanagerWorker:
             )
             for url in channel.urls
         ]
+        self.inbox = Inbox(self._wake_all)
 
     @property
     def name(self) -> str:
@@ -181,17 +169,7 @@ class AlertmanagerWorker:
     def pending(self) -> int:
         return self.book.untold
 
-    # -- from the poll threads ------------------------------------------------
-
-    def offer(
-        self, target: str, active: tuple[Incident, ...], resolved: tuple[Incident, ...] = ()
-    ) -> None:
-        """The incidents open on ``target`` after its latest poll, and those it
-        resolved; never blocks on I/O."""
-        with self._lock:
-            self._latest[target] = active
-            self._resolved.update((incident.id, incident) for incident in resolved)
-            self._offered.add(target)
+    def _wake_all(self) -> None:
         for peer in self.peers:
             peer.wake.set()
 
@@ -267,27 +245,19 @@ class AlertmanagerWorker:
         return TICK
 
     def _tell_notified(self, alerts: list[Alert], at: datetime) -> None:
-        """The first Alertmanager took these alerts: their incidents' timelines say so."""
-        on_notified = self.on_notified
-        if on_notified is None:
+        """The first Alertmanager took these alerts: the deliveries say so."""
+        if self.deliveries is None:
             return
         for alert in alerts:
-            try:
-                on_notified(alert.target, alert.incident, self.name, at)
-            except Exception:  # the timeline is worth less than the pushes
-                log.exception("notify %s: recording the push on its incident failed", self.name)
+            self.deliveries.record(alert.target, alert.incident, self.name, at)
 
     def _refresh(self, now: datetime) -> None:
         """The book brought up to the latest polls of the targets polled since,
         and of those with an incident whose ``for`` passed (whichever thread
         comes first does it)."""
-        targets = self._offered | set(self.book.due_targets(now))
-        if not targets:
-            return
-        self._offered = set()
-        resolved, self._resolved = self._resolved, {}
-        for target in targets:
-            self.book.update(target, self._latest.get(target, ()), resolved, now)
+        mail = self.inbox.take()
+        for target in mail.offered | set(self.book.due_targets(now)):
+            self.book.update(target, mail.latest.get(target, ()), mail.resolved, now)
 
     def _wait(self, peer: _Peer, now: datetime) -> float:
         if peer.retry_at is not None:
@@ -312,10 +282,7 @@ class AlertmanagerWorker:
                 )
             return TICK
         peer.attempts += 1
-        if exc.retry_after is not None:
-            delay = min(max(exc.retry_after, 0.0), self.backoff.max_retry_after)
-        else:
-            delay = self.backoff.delay(peer.attempts, self._rng)
+        delay = self.backoff.after(peer.attempts, exc.retry_after, self._rng)
         peer.retry_at = push.at + timedelta(seconds=delay)
         if reason != peer.failing:
             log.warning(

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lockwatch.model.findings import Severity
-from lockwatch.model.incident_text import incident_lines, lead_kind, root_labels
+from lockwatch.model.incident_text import identity_labels, incident_lines, lead_kind, root_labels
 from lockwatch.model.incidents import Incident, RootKind
 from lockwatch.notify.outbox import due
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
@@ -84,7 +84,7 @@ def incident_labels(incident: Incident, static: Mapping[str, str] = {}) -> dict[
     root and severity. A pooled backend is the session it is (pgbouncer's view of
     it may show on one replica's poll and not on another's). Empty ones are left
     out; ``static`` ones (the channel's ``labels``) never replace lockwatch's own."""
-    said = root_labels(incident)
+    said = identity_labels(incident.root)
     kind = RootKind.SESSION if incident.root.kind is RootKind.POOLED_BACKEND else incident.root.kind
     labels = {name: value for name, value in static.items() if name not in OWN_LABELS}
     labels.update(

@@ -11,9 +11,9 @@ import requests
 
 from lockwatch.notify.alertmanager import push_test_alert
 from lockwatch.notify.message import Message
-from lockwatch.notify.service import Clock, utc_now
 from lockwatch.notify.transports import TransportError, make_transport
 from lockwatch.settings.notify import AlertmanagerChannel, Channel, NotifySettings
+from lockwatch.util.clock import Clock, utc_now
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,26 +22,6 @@ from lockwatch.model.incident_text import (
 )
 from lockwatch.model.incidents import Incident
 
-RUNBOOKS = "https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md"
-
-
-def alert_name(kind: str) -> str:
-    """The alert an incident led by a finding kind raises, the same name in the
-    bundled Prometheus rules and in lockwatch's own notifications.
-
-    >>> alert_name("lock_held_too_long")
-    'LockwatchLockHeldTooLong'
-    """
-    return "Lockwatch" + "".join(part.capitalize() for part in kind.split("_"))
-
-
-def runbook_url(alert: str) -> str:
-    """
-    >>> runbook_url("LockwatchLockConvoy")
-    'https://github.com/lockwatch/lockwatch/blob/main/docs/runbooks.md#lockwatchlockconvoy'
-    """
-    return f"{RUNBOOKS}#{alert.lower()}"
-
 
 class Headline(enum.StrEnum):
     """Why a message about an incident goes out."""

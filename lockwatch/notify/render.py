@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lockwatch.model.incident_text import Said
-from lockwatch.notify.message import Headline, Message, Notice, alert_name
+from lockwatch.model.incident_text import Said, alert_name
+from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
 
 TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 units

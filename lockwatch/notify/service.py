@@ -6,7 +6,8 @@ channel's thread decides what is due, keeps it in its outbox in the state dir, a
 delivers it, retrying transient failures with backoff and jitter and
 honouring a receiver's ``retry_after``. A receiver that hangs delays only its
 own channel, and never a poll. Each delivered message is reported through
-``on_notified`` (the incident's timeline records it).
+``deliveries``, the notifier's own record (the page and the API join it to
+the incident's timeline).
 
 With an :class:`~lockwatch.notify.election.Election` (replicas of a shard),
 only the elected sender evaluates and delivers, and a channel's state lives in
@@ -22,61 +23,33 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Collection
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import requests
 from prometheus_client.registry import Collector
 
-from lockwatch.model.incidents import Incident
 from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.election import Election
+from lockwatch.notify.inbox import DEFAULT_BACKOFF, Backoff, Inbox
 from lockwatch.notify.message import Message
 from lockwatch.notify.metrics import NotifierCollector
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.transports import Transport, TransportError, make_transport
 from lockwatch.settings.notify import SEND_MARGIN, AlertmanagerChannel, Channel, NotifySettings
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.pgstore import StoreError
 from lockwatch.state.statefile import StateStore
+from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
-# (target, incident id, channel, when): a message about the incident went out.
-OnNotified = Callable[[str, str, str, datetime], None]
 TICK = 1.0  # seconds between looks at `for` and repeat deadlines
 MAX_OUTBOX = 1000  # messages kept per channel while its receiver is away
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Delays between delivery attempts: exponential with jitter, capped."""
-
-    first: float = 1.0
-    factor: float = 2.0
-    cap: float = 300.0
-    give_up_after: float = 86400.0  # seconds a message may stay undeliverable
-    max_retry_after: float = 3600.0  # a receiver's own delay is honoured up to this
-
-    def delay(self, attempts: int, rng: random.Random) -> float:
-        """Seconds before attempt ``attempts + 1``: half to all of the exponential step.
-
-        >>> Backoff().delay(1, random.Random(1)) <= 1.0, Backoff().delay(20, random.Random(1)) <= 300
-        (True, True)
-        """
-        step = min(self.cap, self.first * self.factor ** max(attempts - 1, 0))
-        return step * (0.5 + rng.random() / 2)
-
-
-DEFAULT_BACKOFF = Backoff()
 
 
 class ChannelWorker:
@@ -92,14 +65,14 @@ class ChannelWorker:
         clock: Clock = utc_now,
         backoff: Backoff = DEFAULT_BACKOFF,
         targets: Collection[str] = (),
-        on_notified: OnNotified | None = None,
+        deliveries: Deliveries | None = None,
         election: Election | None = None,
     ) -> None:
         self.channel = channel
         self.election = election
         self._term: int | None = None  # the lease token the state was read under
         self._unsaved = False  # the state holds what the shared store refused
-        self.on_notified = on_notified
+        self.deliveries = deliveries
         self.settings = settings
         self.transport = transport
         self.store = store
@@ -109,10 +82,8 @@ class ChannelWorker:
         self.failed_total = 0  # given up: refused for good, or undeliverable too long
         self.errors_total = 0  # attempts that failed and will be retried
         self._rng = random.SystemRandom()  # jitter only; any source will do
-        self._latest: dict[str, tuple[Incident, ...]] = {}
-        self._resolved: dict[str, Incident] = {}  # by id, until the next step tells them
-        self._lock = threading.Lock()
         self._wake = threading.Event()
+        self.inbox = Inbox(self._wake.set)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing: str | None = None  # the last transient error, until a success
@@ -158,7 +129,7 @@ class ChannelWorker:
             if told.notice.target not in targets
         )
         for target, count in sorted(removed.items()):
-            self._latest[target] = ()
+            self.inbox.close_target(target)
             log.warning(
                 "notify %s: target %s is no longer configured; its %d announced "
                 "incident(s) are told resolved",
@@ -166,18 +137,6 @@ class ChannelWorker:
                 target,
                 count,
             )
-
-    # -- from the poll threads ------------------------------------------------
-
-    def offer(
-        self, target: str, active: tuple[Incident, ...], resolved: tuple[Incident, ...] = ()
-    ) -> None:
-        """The incidents open on ``target`` after its latest poll, and those it
-        resolved; never blocks on I/O."""
-        with self._lock:
-            self._latest[target] = active
-            self._resolved.update((incident.id, incident) for incident in resolved)
-        self._wake.set()
 
     # -- the worker thread --------------------------------------------------
 
@@ -212,9 +171,8 @@ class ChannelWorker:
         if self.election is not None and not self._leading():
             return TICK
         now = self.clock()
-        with self._lock:
-            latest = dict(self._latest)
-            resolved, self._resolved = self._resolved, {}
+        mail = self.inbox.take()
+        latest, resolved = mail.latest, mail.resolved
         active = [incident for incidents in latest.values() for incident in incidents]
         before = self.state.announced
         announced, messages = evaluate(
@@ -243,13 +201,7 @@ class ChannelWorker:
             if self._term is not None:
                 self._term, self.state = None, ChannelState()  # the next sender's now
             # What resolved meanwhile, kept for a takeover to tell its final state.
-            horizon = self.clock() - timedelta(seconds=2 * self.election.ttl)
-            with self._lock:
-                self._resolved = {
-                    key: incident
-                    for key, incident in self._resolved.items()
-                    if (incident.resolved_at or incident.updated_at) >= horizon
-                }
+            self.inbox.keep_resolved_since(self.clock() - timedelta(seconds=2 * self.election.ttl))
             return False
         if term != self._term:
             try:
@@ -314,27 +266,15 @@ class ChannelWorker:
 
     def _tell_notified(self, message: Message) -> None:
         notice = message.notice
-        if self.on_notified is None or notice is None:
+        if self.deliveries is None or notice is None:
             return
-        with self._lock:  # told under another replica's id: this one's own
-            mine = [
-                i.id
-                for i in self._latest.get(notice.target, ())
-                if i.fingerprint == notice.fingerprint
-            ]
-        try:
-            self.on_notified(
-                notice.target, mine[0] if mine else notice.incident, self.name, self.clock()
-            )
-        except Exception:  # the timeline is worth less than the delivery loop
-            log.exception("notify %s: recording the delivery on its incident failed", self.name)
+        # told under another replica's id after a takeover: recorded under this one's
+        mine = self.inbox.incident_id(notice.target, notice.fingerprint)
+        self.deliveries.record(notice.target, mine or notice.incident, self.name, self.clock())
 
     def _retry(self, pending: Pending, exc: TransportError) -> None:
         attempts = pending.attempts + 1
-        if exc.retry_after is not None:
-            delay = min(max(exc.retry_after, 0.0), self.backoff.max_retry_after)
-        else:
-            delay = self.backoff.delay(attempts, self._rng)
+        delay = self.backoff.after(attempts, exc.retry_after, self._rng)
         now = self.clock()
         self.state.outbox[0] = replace(
             pending,
@@ -392,7 +332,7 @@ class AlertNotifier:
         clock: Clock = utc_now,
         backoff: Backoff = DEFAULT_BACKOFF,
         session: requests.Session | None = None,
-        on_notified: OnNotified | None = None,
+        deliveries: Deliveries | None = None,
         election: Election | None = None,
     ) -> None:
         self.election = election
@@ -406,7 +346,7 @@ class AlertNotifier:
                 clock=clock,
                 backoff=backoff,
                 targets=targets,
-                on_notified=on_notified,
+                deliveries=deliveries,
                 election=election,
             )
             for channel in settings.channels
@@ -420,7 +360,7 @@ class AlertNotifier:
                 clock=clock,
                 backoff=backoff,
                 session=session,
-                on_notified=on_notified,
+                deliveries=deliveries,
             )
             for channel in settings.channels
             if isinstance(channel, AlertmanagerChannel)
@@ -437,7 +377,7 @@ class AlertNotifier:
         if not target:
             return
         for worker in self.every_worker:
-            worker.offer(target, changes.active, changes.resolved)
+            worker.inbox.offer(target, changes.active, changes.resolved)
 
     @property
     def every_worker(self) -> tuple[ChannelWorker | AlertmanagerWorker, ...]:

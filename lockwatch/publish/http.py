@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from lockwatch.publish.api.encode import json_safe, render_json, utc_now
+from lockwatch.publish.api.encode import json_safe, render_json
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.incidents import (
     IncidentQuery,
@@ -37,12 +37,15 @@ from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.publish.renders import Answer, Renders
+from lockwatch.publish.runbooks import runbooks_page
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.targets import parse_listen
 from lockwatch.settings.web import WebConfig
 from lockwatch.state.board import Board
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.text import printable
+from lockwatch.util.clock import utc_now
 
 logger = logging.getLogger(__name__)
 
@@ -258,6 +261,10 @@ class HttpServer:
             ),
             "/api/v1/queues": lambda _: self._json(lambda: queues_document(board)),
             "/api/v1/jobs": lambda _: self._json(lambda: jobs_document(board)),
+            # the runbooks every runbook link points at (publish/runbooks.py)
+            "/runbooks": lambda _: Answer(
+                HTTPStatus.OK, HTML, runbooks_page(), (("Content-Security-Policy", PAGE_POLICY),)
+            ),
         }
         self._servers: list[_Server] = []
         self._threads: list[threading.Thread] = []
@@ -266,6 +273,15 @@ class HttpServer:
         self.incidents: IncidentHistory | None = None  # resolved incidents past the board's
         self._web = web
         self._auth = BasicAuth(web.users) if web is not None and web.users else None
+
+    @property
+    def deliveries(self) -> Deliveries | None:
+        """What the notifier told: joined to the incidents the page and the API show."""
+        return self._status_page.deliveries
+
+    @deliveries.setter
+    def deliveries(self, deliveries: Deliveries | None) -> None:
+        self._status_page.deliveries = deliveries
 
     @property
     def address(self) -> tuple[str, int]:
@@ -422,7 +438,7 @@ class HttpServer:
         each answer is bounded by its page, and the history is read as asked)."""
         ident = path.removeprefix("/api/v1/incidents").strip("/")
         if ident:
-            found = incident_document(self._board, self.incidents, unquote(ident))
+            found = incident_document(self._board, self.incidents, unquote(ident), self.deliveries)
             if found is None:
                 return Answer(
                     HTTPStatus.NOT_FOUND, JSON, render_json({"error": "no such incident"})
@@ -432,7 +448,9 @@ class HttpServer:
             asked = IncidentQuery.parse(parse_qs(query), self._clock())
         except QueryError as exc:
             return Answer(HTTPStatus.BAD_REQUEST, JSON, render_json(json_safe({"error": str(exc)})))
-        return self._json(lambda: incidents_document(self._board, self.incidents, asked))
+        return self._json(
+            lambda: incidents_document(self._board, self.incidents, asked, self.deliveries)
+        )
 
     def health(self) -> tuple[HTTPStatus, str]:
         """OK while the poll loop makes progress; 503 with the reason once it stalls.

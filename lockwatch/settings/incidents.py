@@ -6,7 +6,6 @@ import enum
 from dataclasses import dataclass
 from typing import Annotated
 
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
 from lockwatch.settings.fields import PositiveSeconds, Section, Text, Whole, at_least, check, one_of
 
 DEFAULT_RETENTION = 14 * 86400.0  # seconds a resolved incident is kept
@@ -25,14 +24,10 @@ def _check_url(url: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class IncidentSettings(Section):
-    # None: the runbooks shipped with the installed version
+    # None: the runbooks lockwatch serves itself, at <external_url>/runbooks
     runbook_base_url: Annotated[Text | None, check(_check_url)] = None
     retention: PositiveSeconds = DEFAULT_RETENTION  # seconds resolved incidents are kept
     max_kept: Annotated[Whole, at_least(1)] = 1000  # resolved incidents kept at most
     history: Annotated[HistoryStore, one_of(HistoryStore, "incident history store")] = (
         HistoryStore.STATE_DIR
     )
-
-    @property
-    def runbooks(self) -> str:
-        return self.runbook_base_url or DEFAULT_RUNBOOKS

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import psycopg
 import psycopg.conninfo
 from pydantic import Field
 
+from lockwatch.settings.actions import ActionSettings
 from lockwatch.settings.fields import (
     INHERITED,
     INTERNAL,
@@ -75,6 +78,33 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def check_external_url(url: str) -> str | None:
+    """
+    >>> check_external_url("https://lockwatch.example/lw/") is None
+    True
+    >>> check_external_url("lockwatch.example:10057")
+    'not an http:// or https:// URL with a host, and without a ?query or #fragment'
+    """
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.hostname and not parts.query + parts.fragment:
+        return None
+    return "not an http:// or https:// URL with a host, and without a ?query or #fragment"
+
+
+def listen_url(listen: str, scheme: str = "http") -> str:
+    """Where lockwatch listening on ``listen`` is reached when no external URL
+    is given: its address, or this host's name for every interface (as
+    Prometheus and Alertmanager derive theirs).
+
+    >>> listen_url("127.0.0.1:10057"), listen_url("[::1]:80", "https")
+    ('http://127.0.0.1:10057', 'https://[::1]:80')
+    """
+    host, port = parse_listen(listen)
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 (read, not bound)
+        host = socket.gethostname()
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def check_listen(listen: str) -> str | None:
     """
     >>> check_listen("[::1]:10057") is None, check_listen("0.0.0.0:80") is None
@@ -109,6 +139,8 @@ class Target(Section):
     # A compute that suspends when idle: lockwatch lets it sleep (``sleep``).
     serverless: Flag = False
     sleep: SleepSettings = field(default_factory=SleepSettings)
+    # what lockwatch terminate connects with (defaults: may set it for every target)
+    actions: Annotated[ActionSettings, INHERITED] = field(default_factory=ActionSettings)
     # the target source it was discovered by (None: from targets:) and its labels
     discovered: Annotated[Text | None, INTERNAL] = None
     labels: Annotated[tuple[tuple[str, str], ...], INTERNAL] = ()
@@ -154,6 +186,21 @@ class Settings(Section):
     incidents: IncidentSettings = field(default_factory=IncidentSettings)
     # TLS and basic auth for the HTTP endpoint
     web: Annotated[WebConfig | None, Field(alias="web_config")] = None
+    # Where people and Prometheus reach lockwatch (--web.external-url), for the
+    # links in alerts, messages and logs; None: its listen address
+    external_url: Annotated[Text | None, check(check_external_url)] = None
+
+    @property
+    def web_url(self) -> str:
+        """lockwatch's own URL, without a trailing slash: what links point at."""
+        scheme = self.web.scheme if self.web is not None else "http"
+        return (self.external_url or listen_url(self.listen, scheme)).rstrip("/")
+
+    @property
+    def runbooks(self) -> str:
+        """The base of every runbook link: ``incidents.runbook_base_url``, else
+        the runbooks lockwatch serves itself, ``/runbooks``."""
+        return self.incidents.runbook_base_url or f"{self.web_url}/runbooks"
 
     @property
     def sharding(self) -> Shard:

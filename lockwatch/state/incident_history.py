@@ -13,31 +13,23 @@ import json
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from lockwatch.model.evidence.json_form import JsonObject, JsonValue
-from lockwatch.model.incidents import Incident, incident_json
+from lockwatch.model.incidents import Incident, incident_json, load_incident
 from lockwatch.settings.incidents import DEFAULT_RETENTION, HistoryStore
 from lockwatch.settings.targets import Settings
-from lockwatch.state.incident_json import load_incident
 from lockwatch.state.pgstore import StoreConnection, StoreError
 from lockwatch.state.statefile import StateStore
+from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
 HISTORY_NAME = "history"  # <state_dir>/incidents-history.json
 MAX_BYTES = 32 * 1024 * 1024  # the history file at most: the oldest go first past it
 TABLE = "lockwatch_incidents"
-
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _newest_first(incident: Incident) -> tuple[float, str]:

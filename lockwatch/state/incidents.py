@@ -18,14 +18,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from lockwatch.model.evidence import (
-    LockEvidence,
-    MissedRunEvidence,
-    PooledLockEvidence,
-    QueueEvidence,
-)
+from lockwatch.model.evidence import MissedRunEvidence, PooledLockEvidence, QueueEvidence
 from lockwatch.model.evidence.json_form import JsonObject, to_json
-from lockwatch.model.findings import Finding, FindingKind, Subject
+from lockwatch.model.findings import Finding, FindingKind, Subject, finding_json, load_finding
+from lockwatch.model.incident_text import (
+    RUNBOOKS_PATH,
+    holder_measures,
+    incident_title,
+    naming,
+    opening_kinds,
+    resolved_title,
+)
 from lockwatch.model.incidents import (
     HOLDING_SESSIONS,
     SEVERITY_RANK,
@@ -36,17 +39,17 @@ from lockwatch.model.incidents import (
     IncidentRoot,
     IncidentState,
     LiveSession,
+    NextStep,
     Resolution,
     RootGroup,
     RootKind,
     RootLoad,
     TimelineEvent,
     incident_json,
+    load_incident,
     session_ending,
 )
-from lockwatch.model.locks import IDLE_STATES
-from lockwatch.state.incident_json import load_incident
-from lockwatch.state.ledger import dump_finding, load_finding
+from lockwatch.model.next_step import next_step
 from lockwatch.text import one_line
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
@@ -80,6 +83,15 @@ def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
     return events[:TIMELINE_FIRST] + events[-(TIMELINE_LIMIT - TIMELINE_FIRST) :]
 
 
+def with_event(incident: Incident, event: TimelineEvent) -> Incident:
+    """``incident`` with ``event`` on its timeline in time order (bounded), once."""
+    if event in incident.timeline:
+        return incident
+    timeline = list(incident.timeline)
+    bisect.insort_right(timeline, event, key=_at)
+    return replace(incident, timeline=tuple(_bounded(timeline)))
+
+
 @dataclass
 class _Record:
     """An open incident and what the book remembers to tell its story."""
@@ -105,9 +117,7 @@ class _Record:
     ) -> None:
         # In time order: an event dated back (when the holder went idle) goes
         # before what was noted since; equal times keep the order they came in.
-        timeline = list(self.incident.timeline)
-        bisect.insort_right(timeline, TimelineEvent(at, event, detail, kind, value), key=_at)
-        self.incident = replace(self.incident, timeline=tuple(_bounded(timeline)))
+        self.incident = with_event(self.incident, TimelineEvent(at, event, detail, kind, value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,34 +142,23 @@ def _linked_client(findings: Sequence[Finding]) -> str | None:
     return None
 
 
-def _idle_seconds(record: _Record, findings: Sequence[Finding]) -> float | None:
-    """How long the root holder has been idle, when it is idle; None otherwise."""
-    root = record.incident.root
-    for finding in findings:
-        evidence = finding.evidence
-        if not isinstance(evidence, LockEvidence):
-            continue
-        for holder in evidence.holders:
-            if holder.pid == root.pid and holder.prepared is None:
-                if holder.state in IDLE_STATES and holder.state_seconds is not None:
-                    return holder.state_seconds
-                return None
-    return None
-
-
 class IncidentBook:
-    """The open and recently resolved incidents of one target."""
+    """The open and recently resolved incidents of one target, worded
+    (``model/incident_text.py``) as they are folded: ``runbooks`` is the base
+    of their runbook links."""
 
     def __init__(
         self,
         target: str,
         on_resolved: ResolvedSink | None = None,
+        runbooks: str = RUNBOOKS_PATH,
     ) -> None:
         self.target = target
         self.on_resolved = on_resolved  # where resolved incidents go: the history
+        self.runbooks = runbooks
         self._open: dict[str, _Record] = {}  # by fingerprint
         self._recent: list[Incident] = []  # resolved, newest first
-        self._lock = threading.Lock()  # note_notified comes from the notifier's thread
+        self._lock = threading.Lock()  # read from other threads (a retired target's)
 
     @property
     def open(self) -> tuple[Incident, ...]:
@@ -269,7 +268,8 @@ class IncidentBook:
             finding_count=0,
             timeline=(),
             impact=Impact(),
-            next_step=group.next_step,
+            next_step=NextStep("", None, None, ""),  # worded by _advance, at once
+            naming=naming(root, group.findings, opening_kinds(group.findings)[0]),
         )
         record = _Record(incident, group.findings)
         kinds = ", ".join(dict.fromkeys(f.kind.value for f in group.findings))
@@ -292,16 +292,17 @@ class IncidentBook:
         rank = _rank(findings, waiters)
         if rank <= record.worst_rank:
             record.worst, record.worst_rank = findings, rank
+        lead = record.incident.kinds[0]
         record.incident = replace(
             record.incident,
             root=group.root,
-            title=group.title,
+            title=incident_title(group.root, findings, load, waiters, lead),
             severity=severity,
             updated_at=poll.now,
             findings=findings,
             finding_count=len(findings),
             impact=self._impact(record, findings, load, waiters, poll),
-            next_step=group.next_step,
+            next_step=next_step(group.root, findings, lead, self.runbooks),
             locks=before.locks if load is None else load.locks,
             waiters=waiters,
         )
@@ -310,7 +311,7 @@ class IncidentBook:
 
     def _note_kinds(self, record: _Record, findings: Sequence[Finding], now: datetime) -> bool:
         incident = record.incident
-        present = list(dict.fromkeys(f.kind for f in findings))
+        present = list(opening_kinds(findings))  # the leading one first
         joined = [kind for kind in present if kind not in incident.kinds]
         for kind in joined:
             since = min(f.since for f in findings if f.kind is kind)
@@ -331,7 +332,7 @@ class IncidentBook:
     def _note_holder(
         self, record: _Record, findings: Sequence[Finding], waiters: int, now: datetime
     ) -> None:
-        idle = _idle_seconds(record, findings)
+        idle = holder_measures(record.incident.root, findings).idle_seconds
         if idle is not None and not record.idle_noted:
             went_idle = max(now - timedelta(seconds=idle), record.incident.opened_at)
             record.note(went_idle, EventKind.HOLDER_IDLE, "the holder went idle, still holding")
@@ -408,28 +409,26 @@ class IncidentBook:
             finding_count=len(record.worst),
             waiters=0,
         )
+        incident = replace(incident, title=resolved_title(incident))
         self._recent = [incident, *self._recent][:RECENT_RESOLVED]
         return incident
 
-    # -- the notifier's notes ---------------------------------------------------
-
-    def note_notified(self, incident_id: str, channel: str, at: datetime) -> bool:
-        """Put a notification on the incident's timeline; False for an id the
-        book does not know (any more)."""
+    def note_event(self, incident_id: str, event: TimelineEvent) -> bool:
+        """Put what was done about an incident from outside a poll (a message
+        sent, an action taken) on its timeline, once; False for an id the book
+        does not know (any more)."""
         with self._lock:
             for record in self._open.values():
                 if record.incident.id == incident_id:
-                    record.note(at, EventKind.NOTIFIED, channel)
+                    record.incident = with_event(record.incident, event)
                     return True
             for index, incident in enumerate(self._recent):
                 if incident.id == incident_id:
-                    event = TimelineEvent(at, EventKind.NOTIFIED, channel)
-                    timeline = tuple(_bounded([*incident.timeline, event]))
-                    self._recent[index] = updated = replace(incident, timeline=timeline)
+                    self._recent[index] = updated = with_event(incident, event)
                     break
             else:
                 return False
-        if self.on_resolved is not None:
+        if self.on_resolved is not None and updated is not incident:
             self.on_resolved(updated)
         return True
 
@@ -454,7 +453,7 @@ class IncidentBook:
 def _dump_record(record: _Record) -> JsonObject:
     return {
         "incident": incident_json(record.incident),
-        "worst": [dump_finding(finding) for finding in record.worst[:FINDINGS_KEPT]],
+        "worst": [finding_json(finding) for finding in record.worst[:FINDINGS_KEPT]],
         "worst_rank": list(record.worst_rank),
         "idle_noted": record.idle_noted,
         "waiters_noted": record.waiters_noted,

@@ -7,23 +7,11 @@ only transitions are announced.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any
 
-from lockwatch.model.evidence import Evidence
-from lockwatch.model.evidence.json_form import JsonObject, JsonShapeError, from_json
-from lockwatch.model.findings import (
-    EVIDENCE_FAMILIES,
-    Finding,
-    FindingKind,
-    Related,
-    Severity,
-    Subject,
-    finding_json,
-)
+from lockwatch.model.evidence.json_form import JsonObject
+from lockwatch.model.findings import Finding, FindingKind, Subject, finding_json, load_finding
 from lockwatch.model.incidents import IncidentChanges
 
 
@@ -36,58 +24,6 @@ class Transitions:
     target: str = ""
     # The same poll told as root causes (state/incidents.py fills it in).
     incidents: IncidentChanges = field(default_factory=IncidentChanges)
-
-
-def dump_finding(finding: Finding) -> JsonObject:
-    """A finding as the state file keeps it."""
-    return finding_json(finding)
-
-
-def load_finding(entry: Any) -> Finding | None:
-    """The finding ``dump_finding`` made, or None when ``entry`` is not one.
-
-    Evidence of an older shape is read as far as it goes: related findings
-    that cannot be read (an older file names them by kind alone) are left
-    out, and a finding whose evidence cannot be read is dropped, to fire
-    again if it is still true."""
-    try:
-        since = datetime.fromisoformat(entry["since"])
-        if since.tzinfo is None:
-            # cannot be ordered against the findings the detectors make
-            return None
-        kind = FindingKind(entry["kind"])
-        facts = dict(entry["evidence"])
-        links = facts.pop("related", [])
-        return Finding(
-            kind=kind,
-            target=str(entry["target"]),
-            subject=from_json(Subject, entry["subject"]),
-            severity=Severity(entry["severity"]),
-            since=since,
-            summary=str(entry["summary"]),
-            evidence=read_evidence(kind, facts),
-            related=_related(links),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-
-
-def read_evidence(kind: FindingKind, facts: object) -> Evidence:
-    """The evidence ``kind`` carries, from its JSON; JsonShapeError when it is none of it."""
-    for family in EVIDENCE_FAMILIES[kind]:
-        try:
-            return from_json(family, facts)
-        except JsonShapeError:
-            continue
-    raise JsonShapeError(f"the evidence is of no family {kind.value} carries")
-
-
-def _related(links: object) -> tuple[Related, ...]:
-    readable = []
-    for link in links if isinstance(links, list) else ():
-        with contextlib.suppress(JsonShapeError):
-            readable.append(from_json(Related, link))
-    return tuple(readable)
 
 
 class FindingLedger:
@@ -135,7 +71,7 @@ class FindingLedger:
         return Transitions(self.active, tuple(fired), tuple(resolved), self.target)
 
     def dump(self) -> list[JsonObject]:
-        return [dump_finding(f) for f in self._active.values()]
+        return [finding_json(f) for f in self._active.values()]
 
     def load(self, entries: object) -> None:
         """Restore the active set after a restart, so nothing is announced twice.

@@ -1,7 +1,7 @@
 """lockwatch's own notifier over real HTTP to local stand-ins of Telegram, Slack
 and a webhook receiver: one message per incident as it opens, reminds and
 resolves; errors, rate limits, bad tokens and a receiver that never answers; a
-restart with pending messages; each delivery noted on its incident."""
+restart with pending messages; each delivery in the notifier's own record."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from click.testing import CliRunner
 
 from lockwatch.cli import main
 from lockwatch.model.incidents import Incident, IncidentChanges
-from lockwatch.notify.service import AlertNotifier, Backoff, ChannelWorker, OnNotified
+from lockwatch.notify.inbox import Backoff
+from lockwatch.notify.service import AlertNotifier, ChannelWorker
 from lockwatch.settings.notify import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.ledger import Transitions
 from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
@@ -56,7 +58,7 @@ def notifier(
     settings: NotifySettings,
     clock: Clock,
     state_dir: Path | None = None,
-    on_notified: OnNotified | None = None,
+    deliveries: Deliveries | None = None,
 ) -> AlertNotifier:
     return AlertNotifier(
         settings,
@@ -65,7 +67,7 @@ def notifier(
         external_url="http://lw/",
         clock=clock,
         backoff=FAST,
-        on_notified=on_notified,
+        deliveries=deliveries,
     )
 
 
@@ -93,10 +95,8 @@ def test_a_convoy_incident_opens_reminds_and_resolves_through_every_channel(
     standin: ChatStandin,
 ) -> None:
     clock = Clock()
-    noted: list[tuple[str, str, str]] = []
-    alerts = notifier(
-        channels(standin), clock, on_notified=lambda t, i, c, at: noted.append((t, i, c))
-    )
+    deliveries = Deliveries()
+    alerts = notifier(channels(standin), clock, deliveries=deliveries)
 
     poll(alerts, [incident()])
     telegram, slack, hook = (standin.delivered(s) for s in ("telegram", "slack", "webhook"))
@@ -109,7 +109,8 @@ def test_a_convoy_incident_opens_reminds_and_resolves_through_every_channel(
     payload = hook[0].body
     assert payload["version"] == "4" and payload["status"] == "firing"
     assert [a["labels"]["alertname"] for a in payload["alerts"]] == ["LockwatchLockConvoy"]
-    assert sorted(noted) == [(TARGET, "inc-1", c) for c in ("ops", "receiver", "team")]
+    noted = sorted((d.target, d.incident, d.channel) for d in deliveries.of("inc-1"))
+    assert noted == [(TARGET, "inc-1", c) for c in ("ops", "receiver", "team")]
 
     clock.advance(600)
     poll(alerts, [incident(convoy(clock.now))])
@@ -369,15 +370,3 @@ def test_an_answer_that_times_out_after_the_request_is_sent_whole_is_sent_again_
     assert worker.pending == 0 and worker.failed_total == 1
     said = [r.getMessage() for r in caplog.records if "notify ops" in r.getMessage()]
     assert len(said) == 2 and all("may have been delivered" in line for line in said), said
-
-
-def test_a_failing_delivery_note_never_stops_delivering(
-    standin: ChatStandin, caplog: pytest.LogCaptureFixture
-) -> None:
-    def broken(target: str, incident_id: str, channel: str, at: datetime) -> None:
-        raise RuntimeError("the book is closed")
-
-    alerts = notifier(channels(standin), Clock(), on_notified=broken)
-    poll(alerts, [alone(), alone("99")])
-    assert len(standin.delivered("telegram")) == 2
-    assert "recording the delivery on its incident failed" in caplog.text

@@ -117,7 +117,8 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             labels = alert["labels"]
             assert (labels["pid"], labels["application"]) == (str(pid), HOLDER_APP)
             assert labels["severity"] == "critical" and labels["root"] == "session"
-            assert f"by pid {pid} ({HOLDER_APP})" in alert["annotations"]["summary"]
+            holder = f"by pid {pid} · {HOLDER_APP} · 127.0.0.1"  # the holder label
+            assert f"lock 42 in {pg.database} {holder}" in alert["annotations"]["summary"]
             assert "session(s) waiting" in alert["annotations"]["description"]
             assert labels["incident"] in alert["annotations"]["description"]
 
@@ -133,7 +134,7 @@ def test_a_convoy_pages_through_prometheus_and_alertmanager_and_through_lockwatc
             for message in (*am_telegram, *am_slack):
                 assert "LockwatchLockConvoy" in message.text
                 assert f"incident {labels['incident']}" in message.text
-            assert f"by pid {pid} ({HOLDER_APP})" in am_telegram[0].text
+            assert holder in am_telegram[0].text
             for message in (*lw_telegram, *lw_slack):
                 assert f"critical · main · incident {labels['incident']}" in message.text
                 assert "next step: " in message.text

@@ -17,9 +17,12 @@ from lockwatch.cli import main
 from lockwatch.model.incidents import IncidentChanges
 from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.am_alerts import TEST_ALERT_NAME
-from lockwatch.notify.service import AlertNotifier, Backoff, utc_now
+from lockwatch.notify.inbox import Backoff
+from lockwatch.notify.service import AlertNotifier
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings, Route
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.ledger import Transitions
+from lockwatch.util.clock import utc_now
 from tests.fixtures.incident_values import incident
 from tests.fixtures.notify import finding
 from tests.fixtures.postgres import wait_until
@@ -48,13 +51,13 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
     standin.hang()
     channel = AlertmanagerChannel("am", (standin.base, alertmanager.url), resend_interval=1.0)
     settings = NotifySettings(channels=(channel,), connect_timeout=0.5, read_timeout=0.5)
-    noted: list[tuple[str, str, str]] = []
+    deliveries = Deliveries()
     notifier = AlertNotifier(
         settings,
         None,
         clock=utc_now,
         backoff=FAST,
-        on_notified=lambda target, incident, channel, at: noted.append((target, incident, channel)),
+        deliveries=deliveries,
     )
     (worker,) = notifier.alertmanagers
     hung, answering = worker.peers
@@ -68,7 +71,8 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
         assert alert["labels"]["fingerprint"] == found.fingerprint
         assert alert["annotations"]["incident"] == found.id
         wait_until(lambda: answering.pushes_total >= 2, message="a resend meanwhile")
-        assert noted == [(TARGET, found.id, "am")], "once, when the first took it"
+        told = [(d.target, d.incident, d.channel) for d in deliveries.of(found.id)]
+        assert told == [(TARGET, found.id, "am")], "once, when the first took it"
         assert hung.pushes_total == 0
         wait_until(lambda: hung.errors_total >= 2, message="the hung pushes given up on")
 
@@ -95,7 +99,7 @@ def test_an_incident_is_pushed_once_its_for_passed_without_waiting_for_the_next_
     settings = NotifySettings(channels=(channel,), routes=(Route(("am",), for_duration=60.0),))
     worker = AlertmanagerWorker(channel, settings, clock=lambda: now[0], backoff=FAST)
     (peer,) = worker.peers
-    worker.offer(TARGET, (incident([finding(lasted=30)]),))
+    worker.inbox.offer(TARGET, (incident([finding(lasted=30)]),))
     worker.step(peer)
     assert standin.requests("alertmanager") == []
     now[0] += timedelta(seconds=30)

@@ -15,6 +15,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.incident_text import alert_name
 from lockwatch.model.locks import LockKey
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.publish.http import HttpServer
@@ -400,3 +401,17 @@ def test_a_client_that_trickles_its_request_is_cut_off_at_the_deadline() -> None
         assert answer.status_code == 200
     finally:
         server.stop()
+
+
+def test_it_serves_its_runbooks_with_a_section_for_every_alert(running: Running) -> None:
+    """Every runbook link lockwatch gives opens on lockwatch itself, offline too."""
+    response = running.get("/runbooks")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/html")
+    assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+    page = response.text
+    for kind in FindingKind:
+        assert f'id="{alert_name(kind.value).lower()}"' in page, kind
+    # rendered, not shown as Markdown: bold, code and SQL blocks are HTML
+    assert "<strong>What it means.</strong>" in page and "<pre><code" in page
+    assert "**" not in page and "## " not in page

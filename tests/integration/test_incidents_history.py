@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from lockwatch.config.load import load_settings
-from lockwatch.detect.incident_text import sql_literal
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS, EventKind, Incident
+from lockwatch.model.incidents import Incident
+from lockwatch.model.next_step import sql_literal
 from lockwatch.state.incident_history import (
     FileHistory,
     IncidentHistory,
@@ -52,7 +52,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path, pg: PgDatabase) -> Iter
 
 def resolved_in(book: IncidentBook, minutes: float) -> Incident:
     for snap, at in ((seed_002_convoy(), minutes), (snapshot(), minutes + 1)):
-        groups = tell_incidents(detect_locks(snap, SEED_002, NOW), snap, DEFAULT_RUNBOOKS)
+        groups = tell_incidents(detect_locks(snap, SEED_002, NOW), snap)
         changes = book.update(groups, NOW + timedelta(minutes=at), at * 60)
     (incident,) = changes.resolved
     return incident
@@ -63,12 +63,11 @@ def test_the_history_keeps_the_newest_and_another_instance_reads_them(make: Make
     history = make(max_kept=2, clock=lambda: clock[0])
     book = IncidentBook(TARGET, on_resolved=history.add)
     first, second, third = (resolved_in(book, start) for start in (0, 5, 10))
-    assert book.note_notified(third.id, "ops-telegram", NOW + timedelta(minutes=12))
 
     other = make(max_kept=2, clock=lambda: clock[0])
     kept = other.resolved()
     assert [i.id for i in kept] == [third.id, second.id]
-    assert kept[0].timeline[-1].event is EventKind.NOTIFIED
+    assert kept[0] == third
     assert other.get(first.id) is None
     assert other.get(third.id) == kept[0]
     assert other.resolved(since=third.resolved_at) == [kept[0]]

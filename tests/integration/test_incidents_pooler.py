@@ -10,14 +10,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from lockwatch.detect.incident_text import POOLED_FIX
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.findings import FindingKind
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS, RootKind
+from lockwatch.model.incidents import RootKind
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.next_step import POOLED_FIX
 from lockwatch.sample.base import SampleContext
 from lockwatch.settings.locks import LockSettings
+from tests.fixtures.incident_values import worded
 from tests.fixtures.pgbouncer import PgBouncer
 from tests.fixtures.postgres import PgDatabase
 from tests.integration.test_pooler import Watcher, bouncer, scheduler, try_lead, watcher
@@ -44,16 +45,17 @@ def test_the_pooled_leader_lock_is_one_incident_with_the_pooler_s_fix(
         without = detect_locks(snapshot, LockSettings(max_hold=0.001), now)
         assert {f.kind for f in with_pooler} == {FindingKind.LOCK_POOLED_SESSION}
 
-        (told,) = tell_incidents(with_pooler, snapshot, DEFAULT_RUNBOOKS)
+        (told,) = tell_incidents(with_pooler, snapshot)
         assert told.root.kind is RootKind.POOLED_BACKEND
         assert told.root.backend_start is not None
-        assert told.next_step.action == POOLED_FIX
-        assert told.next_step.sql is not None
-        assert f"pid = {told.root.pid} AND backend_start = '" in told.next_step.sql
-        assert told.next_step.runbook.endswith("#lockwatchlockpooledsession")
-        assert "on a transaction-pooled backend" in told.title
+        title, step = worded(told)
+        assert step.action == POOLED_FIX
+        assert step.sql is not None
+        assert f"pid = {told.root.pid} AND backend_start = '" in step.sql
+        assert step.runbook.endswith("#lockwatchlockpooledsession")
+        assert "on a transaction-pooled backend" in title
 
-        (plain,) = tell_incidents(without, snapshot, DEFAULT_RUNBOOKS)
+        (plain,) = tell_incidents(without, snapshot)
         assert plain.root.kind is RootKind.SESSION
         assert plain.root.fingerprint == told.root.fingerprint
     finally:

@@ -28,6 +28,8 @@ BUNDLED = {
     "lockwatch/bundled/alerts/lockwatch.rules.yml": ROOT / "alerts" / "lockwatch.rules.yml",
     "lockwatch/bundled/grafana/lockwatch.json": ROOT / "grafana" / "lockwatch.json",
     "lockwatch/bundled/systemd/lockwatch.service": ROOT / "systemd" / "lockwatch.service",
+    # /runbooks serves it (a symbolic link in the checkout, a file in the wheel)
+    "lockwatch/docs/runbooks.md": ROOT / "docs" / "runbooks.md",
 }
 
 

@@ -6,16 +6,12 @@ import enum
 import json
 import math
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from lockwatch.model.views import TargetView
 from lockwatch.state.board import Board
 from lockwatch.text import iso_utc, printable
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _views(board_or_views: Board | Iterable[TargetView]) -> tuple[TargetView, ...]:

@@ -6,7 +6,8 @@ Pure but for the history it is handed. Filters: ``state`` (open, resolved),
 (``1d``, ``2h``, or an ISO 8601 moment: what was open or resolved since then);
 pages: ``limit`` (at most MAX_LIMIT) and ``cursor`` (the ``next_cursor`` of the
 page before). A list carries the first LISTED_FINDINGS findings of each
-incident; one incident by id carries them all.
+incident; one incident by id carries them all. The notifier's deliveries join
+each incident's timeline as ``notified`` events.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.settings.fields import parse_duration
 from lockwatch.state.board import Board
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import IncidentHistory
 
 DEFAULT_LIMIT = 50
@@ -142,14 +144,19 @@ def incidents_document(
     board_or_views: Board | Iterable[TargetView],
     history: IncidentHistory | None,
     query: IncidentQuery,
+    deliveries: Deliveries | None = None,
 ) -> dict[str, Any]:
-    return page_document(all_incidents(board_or_views, history), query)
+    return page_document(all_incidents(board_or_views, history), query, deliveries)
 
 
-def page_document(incidents: Iterable[Incident], query: IncidentQuery) -> dict[str, Any]:
+def page_document(
+    incidents: Iterable[Incident], query: IncidentQuery, deliveries: Deliveries | None = None
+) -> dict[str, Any]:
     """The page of ``incidents`` (in ``incident_order``) the query asks for."""
     chosen = [i for i in sorted(incidents, key=incident_order) if query.admits(i)]
     page = chosen[query.offset : query.offset + query.limit]
+    if deliveries is not None:
+        page = [deliveries.joined(incident) for incident in page]
     following = query.offset + query.limit
     document: dict[str, Any] = json_safe(
         {
@@ -162,7 +169,10 @@ def page_document(incidents: Iterable[Incident], query: IncidentQuery) -> dict[s
 
 
 def incident_document(
-    board_or_views: Board | Iterable[TargetView], history: IncidentHistory | None, ident: str
+    board_or_views: Board | Iterable[TargetView],
+    history: IncidentHistory | None,
+    ident: str,
+    deliveries: Deliveries | None = None,
 ) -> dict[str, Any] | None:
     """``{"incident": ...}`` for one id, the board's copy first; None when no
     incident has it."""
@@ -173,6 +183,8 @@ def incident_document(
         found = history.get(ident)
     if found is None:
         return None
+    if deliveries is not None:
+        found = deliveries.joined(found)
     document: dict[str, Any] = json_safe({"incident": incident_json(found)})
     return document
 

@@ -1,13 +1,15 @@
 """Open incidents as metrics: a count per severity, and one bounded series per
 incident with its root's labels, so alert rules and Alertmanager group per
-incident, with the numbers their descriptions quote beside it."""
+incident, with the numbers their descriptions quote beside it, and where
+lockwatch and its runbooks are for the links in those descriptions."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from lockwatch.model.findings import Severity
-from lockwatch.model.incident_text import ROOT_LABELS, measures, root_labels
+from lockwatch.model.incident_text import ROOT_LABELS, holder_measures, root_labels
 from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import Exposition, Family
 
@@ -16,7 +18,29 @@ from lockwatch.publish.metrics.families import Exposition, Family
 INCIDENT_SERIES_CAP = 50
 
 
-def incident_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+@dataclass(frozen=True, slots=True)
+class WebLinks:
+    """Where people reach this lockwatch and its runbooks ("" when unknown)."""
+
+    external_url: str = ""
+    runbooks: str = ""
+
+
+NO_LINKS = WebLinks()
+
+
+def incident_metrics(
+    views: tuple[TargetView, ...], scrape: Exposition, web: WebLinks = NO_LINKS
+) -> Iterator[Family]:
+    links = scrape.gauge(
+        "lockwatch_web_info",
+        "1, labelled with this lockwatch's external URL and the base of its runbook links: "
+        "what the bundled alert rules link to (absent when neither is known).",
+        ["external_url", "runbooks"],
+    )
+    if web.external_url or web.runbooks:
+        links.add((web.external_url, web.runbooks), 1.0)
+    yield links
     counts = scrape.gauge(
         "lockwatch_incidents",
         "Open incidents by severity; every severity is present, 0 when none.",
@@ -77,7 +101,7 @@ def _incident_series(views: tuple[TargetView, ...], scrape: Exposition) -> Itera
         for incident in view.incidents[:INCIDENT_SERIES_CAP]:
             active.add((target, *root_labels(incident).values()), 1.0)
             series = (target, incident.id)
-            facts = measures(incident)
+            facts = holder_measures(incident.root, incident.findings)
             if facts.hold_seconds is not None:
                 hold.add(series, facts.hold_seconds)
             if facts.idle_seconds is not None:

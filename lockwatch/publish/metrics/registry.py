@@ -23,16 +23,16 @@ from prometheus_client.exposition import choose_encoder
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject, subject_label
 from lockwatch.model.views import TargetView
-from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.families import Exposition, Family, Format, Histogram
-from lockwatch.publish.metrics.incidents import incident_metrics
+from lockwatch.publish.metrics.incidents import NO_LINKS, WebLinks, incident_metrics
 from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
 from lockwatch.state.pace import REASONS as SKIP_REASONS
+from lockwatch.util.clock import utc_now
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
 # reads as absent): database and lock, queue, job, a target's own source.
@@ -54,9 +54,12 @@ FINDING_SERIES_CAP = 100
 class Metrics:
     """What /metrics answers, in the format the scraper asks for."""
 
-    def __init__(self, board: Board, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self, board: Board, clock: Callable[[], datetime] = utc_now, web: WebLinks = NO_LINKS
+    ) -> None:
         self._board = board
         self._clock = clock
+        self.web = web  # lockwatch's own URL and runbooks, for the alerts' links
         # The process_* metrics of exporters (CPU, memory, open files, start
         # time) and the build info; the daemon registers its own collectors here.
         self.registry = CollectorRegistry()
@@ -78,14 +81,21 @@ class Metrics:
         views = self._board.views()
         if target is not None:
             views = tuple(view for view in views if view.target.name == target)
-        families = board_families(views, self._clock(), scrape, detail=detail or bool(target))
+        families = board_families(
+            views, self._clock(), scrape, self.web, detail=detail or bool(target)
+        )
         board = scrape.text(families).encode("utf-8")
         rest = scrape.form.end.encode("utf-8") if target is not None else encoder(self.registry)
         return board + rest, content_type
 
 
 def board_families(
-    views: tuple[TargetView, ...], now: datetime, scrape: Exposition, *, detail: bool
+    views: tuple[TargetView, ...],
+    now: datetime,
+    scrape: Exposition,
+    web: WebLinks = NO_LINKS,
+    *,
+    detail: bool,
 ) -> Iterator[Family | Histogram]:
     """The board's latest state as fresh metric families, at each scrape;
     without ``detail``, a quiet target's series that say nothing moved are
@@ -96,7 +106,7 @@ def board_families(
     yield from _lock_metrics(views, now, scrape, detail)
     yield from history_metrics(views, scrape)
     yield from _finding_metrics(views, scrape, detail)
-    yield from incident_metrics(views, scrape)
+    yield from incident_metrics(views, scrape, web)
     yield from source_metrics(views, scrape)
     yield from queue_metrics(views, scrape)
     yield from worker_metrics(views, scrape)

@@ -10,7 +10,6 @@ import lockwatch
 from lockwatch.model.incidents import SEVERITY_RANK, Incident
 from lockwatch.model.locks import HIDDEN
 from lockwatch.model.views import TargetView
-from lockwatch.publish.api.encode import utc_now
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
@@ -31,7 +30,9 @@ from lockwatch.publish.status.locks import (
     locks_section,
 )
 from lockwatch.state.board import Board
+from lockwatch.state.deliveries import Deliveries
 from lockwatch.text import iso_utc
+from lockwatch.util.clock import utc_now
 
 REFRESH_BOUNDS = (2.0, 30.0)  # the page reloads every poll interval, within these
 
@@ -71,6 +72,7 @@ class StatusPage:
         self._clock = clock
         self.history = History(monotonic=board.monotonic)
         board.subscribe(self.history.record)
+        self.deliveries: Deliveries | None = None  # joined to the cards' timelines
 
     def render(self, *, refresh: bool = True) -> str:
         """The page; without ``refresh`` (``/?refresh=off``), no meta refresh."""
@@ -78,11 +80,15 @@ class StatusPage:
         views = self._board.views()
         incidents = open_incidents(views)
         detailed = detailed_targets(views, incidents)
+        resolved = resolved_incidents(views)
+        if self.deliveries is not None:
+            incidents = tuple(self.deliveries.joined(incident) for incident in incidents)
+            resolved = tuple(self.deliveries.joined(incident) for incident in resolved)
         page = Page(
             now=now,
             views=views,
             incidents=incidents,
-            resolved=resolved_incidents(views),
+            resolved=resolved,
             detailed=detailed,
             locks={
                 entry["target"]: entry

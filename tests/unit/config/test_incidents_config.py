@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from lockwatch.cli import main
 from lockwatch.config.load import load_settings
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
 from lockwatch.settings.incidents import HistoryStore
 from tests.unit.config.test_loader import minimal, problems_of, write
 
 
-def test_without_the_section_runbooks_are_the_installed_version_s_and_14_days_are_kept(
+def test_without_the_section_runbooks_are_lockwatch_s_own_and_14_days_are_kept(
     tmp_path: Path,
 ) -> None:
     settings = load_settings(write(tmp_path, minimal()), {})
     kept = settings.incidents
-    assert kept.runbooks == DEFAULT_RUNBOOKS
-    assert "/blob/v" in DEFAULT_RUNBOOKS and "/blob/main/" not in DEFAULT_RUNBOOKS
+    # the runbooks this lockwatch serves, where its listen address reaches it
+    assert settings.runbooks == f"http://{settings.listen}/runbooks"
+    assert "github" not in settings.runbooks
     assert (kept.retention, kept.max_kept, kept.history) == (
         14 * 86400,
         1000,
@@ -30,8 +33,9 @@ def test_the_section_sets_each_of_them(tmp_path: Path) -> None:
         "incidents:\n  runbook_base_url: https://wiki.example/runbooks\n"
         "  retention: 48h\n  max_kept: 10\n  history: pings\n"
     )
-    kept = load_settings(write(tmp_path, minimal(top_extra=section)), {}).incidents
-    assert kept.runbooks == "https://wiki.example/runbooks"
+    settings = load_settings(write(tmp_path, minimal(top_extra=section)), {})
+    kept = settings.incidents
+    assert settings.runbooks == "https://wiki.example/runbooks"
     assert (kept.retention, kept.max_kept, kept.history) == (48 * 3600, 10, HistoryStore.PINGS)
 
 
@@ -43,3 +47,19 @@ def test_each_mistake_is_told_with_its_path(tmp_path: Path) -> None:
     said = {problem.path: problem.message for problem in problems}
     assert set(said) == {"incidents.runbook_base_url", "incidents.max_kept", "incidents.history"}
     assert "did you mean 'pings'" in said["incidents.history"]
+
+
+def test_external_url_makes_every_link_absolute_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    section = "external_url: https://ops.example/lockwatch/\n"
+    settings = load_settings(write(tmp_path, minimal(top_extra=section)), {})
+    assert settings.web_url == "https://ops.example/lockwatch"
+    assert settings.runbooks == "https://ops.example/lockwatch/runbooks"
+    (problem,) = problems_of(write(tmp_path, minimal(top_extra="external_url: ops.example\n")))
+    assert problem.path == "external_url" and "http:// or https://" in problem.message
+
+
+def test_the_external_url_flag_is_checked_before_anything_runs() -> None:
+    result = CliRunner().invoke(
+        main, ["run", "--dsn", "postgresql://127.0.0.1:1/x", "--web.external-url", "ops:1"]
+    )
+    assert result.exit_code == 2 and "--web.external-url" in result.output

@@ -140,7 +140,7 @@ def names(cls: type, *, without: tuple[str, ...] = ()) -> set[str]:
 
 SECTIONS = {
     "": names(Settings, without=("source", "web", "target_defaults")) | {"web_config", "defaults"},
-    "defaults": {"interval", "connect_timeout", "statement_timeout", "locks", "queues"},
+    "defaults": {"interval", "connect_timeout", "statement_timeout", "locks", "queues", "actions"},
     "defaults.locks": names(LockSettings, without=("named",)),
     "targets[0]": names(Target, without=("discovered", "labels")) | {"dsn_file"},
     "targets[0].locks": names(LockSettings),

@@ -270,7 +270,8 @@ def test_an_unknown_key_far_from_any_known_one_lists_the_choices(tmp_path: Path)
 
     assert problem.path == "colour"
     assert (
-        "expected one of: auth_modules, defaults, incidents, jobs, listen, notify, pings, replica, "
+        "expected one of: auth_modules, defaults, external_url, incidents, jobs, listen, notify, "
+        "pings, replica, "
         "shard, state_dir, target_sources, targets" in problem.message
     )
 
@@ -673,6 +674,7 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
         (tmp_path / url).write_text("https://example.invalid/hook\n")
     (tmp_path / "pgbouncer-admin-dsn").write_text("host=db port=6432 dbname=pgbouncer user=stats\n")
     (tmp_path / "ping-token").write_text("a-long-random-ping-token\n")
+    (tmp_path / "orders-actions-dsn").write_text("host=db dbname=orders user=oncall\n")
     values = (line.split(" #")[0] for line in EXAMPLE.read_text().splitlines())
     referenced = {name for line in values for name in re.findall(r"^[^#]*\$\{(\w+)\}", line)}
     assert referenced == {"ORDERS_DSN", "CREDENTIALS_DIRECTORY"}
@@ -688,6 +690,8 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     assert orders.locks.ignored("app", LockKey.parse("7,13")) is False
     assert orders.locks.ignored("other", LockKey.parse("7,13")) is True
     assert reports.dsn == "host=db dbname=reports user=lockwatch"
+    assert orders.actions.dsn == "host=db dbname=orders user=oncall"
+    assert reports.actions.dsn is None
     assert [channel.name for channel in settings.notify.channels] == [
         "ops-telegram",
         "team-slack",

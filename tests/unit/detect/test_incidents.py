@@ -8,7 +8,6 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.detect.incident_text import sql_literal, terminate_sql
 from lockwatch.detect.incidents import group_findings, tell_incidents
 from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, OVERFLOW_SUBJECT
 from lockwatch.detect.locks import detect_locks
@@ -25,11 +24,14 @@ from lockwatch.model.evidence import (
     WorkerFacts,
 )
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS, IncidentRoot, RootKind, runbook_link
+from lockwatch.model.incident_text import RUNBOOKS_PATH, runbook_link
+from lockwatch.model.incidents import IncidentRoot, RootKind
 from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.next_step import sql_literal, terminate_sql
 from lockwatch.model.queues import SessionWait
 from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.fixtures.evidence import findings_of_every_kind, holder, lock_evidence, queue_evidence
+from tests.fixtures.incident_values import worded
 from tests.fixtures.paths import ROOT
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, key, snapshot
 from tests.unit.detect.test_locks import seed_002_convoy, snapshots_with_settings
@@ -85,7 +87,7 @@ def test_the_hung_webhook_worker_is_one_incident_with_its_convoy_and_stalled_que
     snap = seed_002_convoy()
     findings = [*detect_locks(snap, SEED_002, NOW), stall_on(1234, snap), growing()]
 
-    (told,) = tell_incidents(findings, snap, DEFAULT_RUNBOOKS)
+    (told,) = tell_incidents(findings, snap)
 
     assert told.root.kind is RootKind.SESSION
     assert (told.root.pid, told.root.backend_start) == (1234, snap.backends[1234].backend_start)
@@ -96,28 +98,28 @@ def test_the_hung_webhook_worker_is_one_incident_with_its_convoy_and_stalled_que
         FindingKind.QUEUE_STALLED,
         FindingKind.QUEUE_GROWING,
     }
-    assert told.title == (
+    assert worded(told)[0] == (
         "pid 1234 webhook-worker-1 holds webhook-delivery (42), idle 5m30s, 5 waiting, "
         "queue webhooks stalled"
     )
     assert told.waiters == 5
     assert told.load is not None and told.load.locks_held == 1
-    step = told.next_step
+    step = worded(told)[1]
     assert step.sql == terminate_sql(told.root)
     assert step.sql is not None and "pid = 1234 AND backend_start = '" in step.sql
     assert step.cost is not None and "rolls back" in step.cost
-    assert step.runbook.startswith(DEFAULT_RUNBOOKS + "#lockwatch")
+    assert step.runbook.startswith(RUNBOOKS_PATH + "#lockwatch")
 
 
 def test_a_stall_without_a_holder_is_the_queue_and_its_growth_joins_it() -> None:
     stall = replace(
         stall_on(1234, snapshot()), evidence=QueueStallEvidence.of(queue_evidence(), None)
     )
-    (told,) = tell_incidents([growing(), stall], None, DEFAULT_RUNBOOKS)
+    (told,) = tell_incidents([growing(), stall], None)
 
     assert told.root == IncidentRoot(RootKind.QUEUE, TARGET, queue="webhooks")
     assert told.load is None
-    assert told.next_step.sql is None
+    assert worded(told)[1].sql is None
 
 
 def test_a_session_holding_4001_locks_is_one_incident_that_counts_them() -> None:
@@ -128,13 +130,13 @@ def test_a_session_holding_4001_locks_is_one_incident_that_counts_them() -> None
     assert any(f.subject.lock == OVERFLOW_SUBJECT for f in findings)
     assert len(findings) == 2 * (FINDINGS_PER_KIND + 1)
 
-    (told,) = tell_incidents(findings, snap, DEFAULT_RUNBOOKS)
+    (told,) = tell_incidents(findings, snap)
 
     assert told.root.pid == 7023
     assert told.load is not None
     assert told.load.locks_held == 4001
     assert len(told.load.locks) == 5
-    assert told.title == "pid 7023 psql holds 4001 locks (1, …), idle 13m20s"
+    assert worded(told)[0] == "pid 7023 psql holds 4001 locks (1, …), idle 13m20s"
 
 
 def test_a_prepared_transaction_is_rolled_back_with_its_gid_quoted() -> None:
@@ -150,10 +152,10 @@ def test_a_prepared_transaction_is_rolled_back_with_its_gid_quoted() -> None:
         "",
         lock_evidence(holder_pid=0, holders=(facts,)),
     )
-    (told,) = tell_incidents([finding], None, DEFAULT_RUNBOOKS)
+    (told,) = tell_incidents([finding], None)
 
     assert told.root == IncidentRoot(RootKind.PREPARED, TARGET, gid=gid, database=DB)
-    assert told.next_step.sql == "ROLLBACK PREPARED E'it''s\\\\here';"
+    assert worded(told)[1].sql == "ROLLBACK PREPARED E'it''s\\\\here';"
     assert sql_literal("plain") == "'plain'"
 
 
@@ -249,8 +251,8 @@ def test_titles_and_next_steps_stay_one_line_whatever_the_clients_send(
     case: tuple[LockSnapshot, LockSettings],
 ) -> None:
     snap, settings_ = case
-    for told in tell_incidents(detect_locks(snap, settings_, NOW), snap, DEFAULT_RUNBOOKS):
-        for text in (told.title, told.next_step.action, told.next_step.sql or ""):
+    for told in tell_incidents(detect_locks(snap, settings_, NOW), snap):
+        for text in (worded(told)[0], worded(told)[1].action, worded(told)[1].sql or ""):
             assert text.isprintable(), text
 
 
@@ -299,7 +301,7 @@ def test_a_holder_seen_once_without_its_backend_start_stays_the_same_incident() 
 
 def test_every_kind_has_a_root_a_title_and_a_runbook_section_that_exists() -> None:
     findings = findings_of_every_kind()
-    groups = tell_incidents(findings, None, DEFAULT_RUNBOOKS)
+    groups = tell_incidents(findings, None)
     assert sorted(map(repr, (f for g in groups for f in g.findings))) == sorted(map(repr, findings))
     kinds = {g.root.kind for g in groups}
     assert {RootKind.JOB, RootKind.TARGET, RootKind.QUEUE, RootKind.LOCK} <= kinds
@@ -309,21 +311,20 @@ def test_every_kind_has_a_root_a_title_and_a_runbook_section_that_exists() -> No
         if line.startswith("## ")
     }
     for kind in FindingKind:
-        anchor = runbook_link(DEFAULT_RUNBOOKS, kind).rsplit("#", 1)[1]
+        anchor = runbook_link(RUNBOOKS_PATH, kind.value).rsplit("#", 1)[1]
         assert anchor in headings, kind
     for group in groups:
-        assert group.title and group.next_step.action
-        assert group.next_step.runbook.startswith(DEFAULT_RUNBOOKS + "#")
+        assert worded(group)[0] and worded(group)[1].action
+        assert worded(group)[1].runbook.startswith(RUNBOOKS_PATH + "#")
 
 
 def test_a_queue_whose_jobs_run_twice_is_titled_by_its_finding_not_as_growing() -> None:
     rescued = next(
         f for f in findings_of_every_kind() if f.kind is FindingKind.JOB_RESCUED_WHILE_RUNNING
     )
-    (told,) = tell_incidents([rescued], None, DEFAULT_RUNBOOKS)
+    (told,) = tell_incidents([rescued], None)
     assert told.root.kind is RootKind.QUEUE
-    assert told.title == rescued.summary
-    (both,) = tell_incidents(
-        [rescued, growing(rescued.subject.queue or "")], None, DEFAULT_RUNBOOKS
-    )
-    assert both.title.startswith(f"queue {rescued.subject.queue} growing: ")
+    # the root first (the fixture's summary does not name it), then its finding
+    assert worded(told)[0] == f"queue {rescued.subject.queue}: {rescued.summary}"
+    (both,) = tell_incidents([rescued, growing(rescued.subject.queue or "")], None)
+    assert worded(both)[0].startswith(f"queue {rescued.subject.queue}: ")

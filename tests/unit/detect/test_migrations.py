@@ -11,6 +11,7 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.model.catalogue import node_pg_migrate
 from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.settings.locks import LockSettings, NamedLock
+from tests.fixtures.incident_values import worded
 from tests.fixtures.snapshots import NOW, backend, held, snapshot, waiting
 
 MIGRATE_KEY = node_pg_migrate.KEY
@@ -78,10 +79,11 @@ def test_a_migration_session_left_idle_is_still_an_orphan() -> None:
 def test_the_next_step_never_ends_the_migration() -> None:
     findings = migrating(held_for=42 * 60, deploys=3)
     snap = snapshot(held(MIGRATE_KEY, MIGRATOR, held_for=42 * 60), backends=[backend(MIGRATOR)])
-    (group,) = tell_incidents(findings, snap, "https://runbooks.example/r")
-    assert group.next_step.sql is None
-    assert "let the migration finish" in group.next_step.action
-    assert "do not end the migration's session" in group.next_step.action
+    (group,) = tell_incidents(findings, snap)
+    _, step = worded(group)
+    assert step.sql is None
+    assert "let the migration finish" in step.action
+    assert "do not end the migration's session" in step.action
 
 
 def test_a_named_lock_in_the_config_is_judged_as_any_key() -> None:

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch.model.findings import FindingKind, Severity
-from lockwatch.model.incidents import DEFAULT_RUNBOOKS
-from lockwatch.notify.message import Headline, Message, Notice, alert_name
+from lockwatch.model.incident_text import RUNBOOKS_PATH, alert_name
+from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.notify.render import (
     SLACK_LIMIT,
     TELEGRAM_LIMIT,
@@ -115,7 +115,7 @@ def test_telegram_gets_bold_code_and_a_runbook_link_in_html() -> None:
     markup = telegram_html(document(open_convoy()))
     assert markup.startswith("<b>🔥 OPENED: pid 1234")
     assert f"<code>{TERMINATE}</code>" in markup
-    assert f'<a href="{DEFAULT_RUNBOOKS}#lockwatchlockconvoy">LockwatchLockConvoy</a>' in markup
+    assert f'<a href="{RUNBOOKS_PATH}#lockwatchlockconvoy">LockwatchLockConvoy</a>' in markup
     assert telegram_text(markup)  # Telegram's parser accepts it
 
 
@@ -135,7 +135,7 @@ def test_hostile_application_names_and_queries_arrive_escaped_and_within_limits(
 
     slack = slack_mrkdwn(fit(document(hostile), SLACK_LIMIT))
     # the only '<' left open Slack's links are lockwatch's own runbook links
-    assert re.findall(r"<(?!https://github\.com/lockwatch/)", slack) == []
+    assert re.findall(r"<(?!/runbooks#)", slack) == []  # the one link: its runbook
     assert "<!channel>" not in slack and "<@U123>" not in slack
     assert len(slack) < 40_000
 
@@ -211,6 +211,7 @@ def test_the_webhook_payload_is_alertmanagers_version_4_with_one_alert_per_incid
         "lock": "42",
         "pid": "1234",
         "application": "webhook-worker-1",
+        "holder": "pid 1234 · webhook-worker-1 · 10.0.0.5",
     }
     assert payload["commonLabels"] == alert["labels"]
     assert alert["status"] == "firing"

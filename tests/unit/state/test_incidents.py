@@ -7,14 +7,13 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import (
-    DEFAULT_RUNBOOKS,
     EventKind,
     Incident,
     IncidentChanges,
@@ -22,13 +21,12 @@ from lockwatch.model.incidents import (
     Resolution,
     RootKind,
     incident_json,
+    load_incident,
 )
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.incident_history import FileHistory
-from lockwatch.state.incident_json import load_incident
-from lockwatch.state.incident_registry import IncidentRegistry
-from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook
+from lockwatch.state.incidents import IncidentBook
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot, waiting
 from tests.unit.detect.test_incidents import SEED_002, pooled
 from tests.unit.detect.test_locks import seed_002_convoy
@@ -40,7 +38,7 @@ def poll(book: IncidentBook, snap: LockSnapshot, minutes: float) -> IncidentChan
     """One poll ``minutes`` after NOW, lockwatch's monotonic clock in step."""
     now = NOW + timedelta(minutes=minutes)
     findings = detect_locks(snap, SEED_002, NOW)
-    return book.update(tell_incidents(findings, snap, DEFAULT_RUNBOOKS), now, 60.0 * minutes)
+    return book.update(tell_incidents(findings, snap), now, 60.0 * minutes)
 
 
 def convoy(waiters: int) -> LockSnapshot:
@@ -125,32 +123,6 @@ def test_a_restart_keeps_the_id_and_timeline_and_an_old_state_file_still_loads(
     assert old.open == ()
 
 
-def test_the_notifier_s_notes_go_on_the_timeline_once_and_unknown_ids_are_ignored() -> None:
-    book = IncidentBook(TARGET)
-    registry = IncidentRegistry()
-    registry.register(book)
-    (opened,) = poll(book, seed_002_convoy(), 0).opened
-    registry.note_notified(TARGET, opened.id, "ops-telegram", NOW + MINUTE)
-    registry.note_notified(TARGET, "no-such-id", "ops-telegram", NOW)
-    registry.note_notified("other-target", opened.id, "ops-telegram", NOW)
-    (incident,) = book.open
-    notes = [e for e in incident.timeline if e.event is EventKind.NOTIFIED]
-    assert [(e.detail, e.at) for e in notes] == [("ops-telegram", NOW + MINUTE)]
-
-
-@given(st.integers(0, 200))
-def test_the_timeline_stays_bounded_and_keeps_its_start(notes: int) -> None:
-    book = IncidentBook(TARGET)
-    (opened,) = poll(book, seed_002_convoy(), 0).opened
-    for n in range(notes):
-        book.note_notified(opened.id, f"channel-{n}", NOW + timedelta(seconds=n))
-    (incident,) = book.open
-    assert len(incident.timeline) <= TIMELINE_LIMIT
-    assert incident.timeline[0].event is EventKind.OPENED
-    if notes:
-        assert incident.timeline[-1].detail == f"channel-{notes - 1}"
-
-
 def resolved_incident(book: IncidentBook, start: float) -> Incident:
     poll(book, seed_002_convoy(), start)
     (incident,) = poll(book, snapshot(), start + 1).resolved
@@ -161,10 +133,7 @@ def test_resolved_incidents_go_to_the_history_which_outlives_a_restart(tmp_path:
     history = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
     book = IncidentBook(TARGET, on_resolved=history.add)
     first = resolved_incident(book, 0)
-    book.note_notified(first.id, "ops", NOW + 2 * MINUTE)
-    assert history.get(first.id) is not None
-    noted = history.get(first.id)
-    assert noted is not None and noted.timeline[-1].event is EventKind.NOTIFIED
+    assert history.get(first.id) == first
     second, third = resolved_incident(book, 5), resolved_incident(book, 10)
 
     reread = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
@@ -199,7 +168,7 @@ def test_the_holder_s_backend_lent_to_another_client_goes_on_the_timeline() -> N
     locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
     for minute, port in enumerate((40001, 40001, 40002)):
         findings = [*locks, pooled(locks[0], port)]
-        groups = tell_incidents(findings, seed_002_convoy(), DEFAULT_RUNBOOKS)
+        groups = tell_incidents(findings, seed_002_convoy())
         (incident,) = book.update(groups, NOW + minute * MINUTE, minute * 60.0).active
     reused = [e for e in incident.timeline if e.event is EventKind.BACKEND_REUSED]
     assert [e.detail for e in reused] == ["the holder's backend now serves 10.0.0.9:40002 web"]
@@ -216,6 +185,8 @@ def orphan_of(pid: int) -> LockSnapshot:
 SCENES = (seed_002_convoy(), convoy(2), orphan_of(501), orphan_of(502), snapshot())
 
 
+# No deadline: each example is up to eight polls, and a busy machine is no failure.
+@settings(deadline=None)
 @given(st.lists(st.lists(st.sampled_from(SCENES), max_size=3), min_size=1, max_size=8))
 def test_any_run_of_polls_keeps_one_incident_per_root_with_a_steady_id(
     polls: list[list[LockSnapshot]],
@@ -228,7 +199,7 @@ def test_any_run_of_polls_keeps_one_incident_per_root_with_a_steady_id(
             backends=[b for scene in scenes for b in scene.backends.values()],
         )
         findings = detect_locks(merged, SEED_002, NOW)
-        groups = tell_incidents(findings, merged, DEFAULT_RUNBOOKS, book.finding_roots())
+        groups = tell_incidents(findings, merged, book.finding_roots())
         changes = book.update(groups, NOW + minute * MINUTE, minute * 60.0)
         now_open = {i.fingerprint: i.id for i in changes.active}
         assert set(now_open) == {g.root.fingerprint for g in groups}
@@ -254,7 +225,7 @@ def test_locks_moving_past_the_per_kind_cap_and_back_never_resolve_their_holder(
     seen = []
     for minute, snap in enumerate((oldest_first, newest_first, oldest_first)):
         findings = detect_locks(snap, LockSettings(max_hold=60.0), NOW)
-        groups = tell_incidents(findings, snap, DEFAULT_RUNBOOKS, book.finding_roots())
+        groups = tell_incidents(findings, snap, book.finding_roots())
         changes = book.update(groups, NOW + minute * MINUTE, minute * 60.0)
         assert changes.resolved == ()
         (incident,) = changes.active

@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from lockwatch.detect.jobs import detect_jobs
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.queues import LockContext, QueueInput, detect_queues
-from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Severity, Subject, finding_json
 from lockwatch.model.jobs import JobRun
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.schedule import Schedule
-from lockwatch.state.ledger import FindingLedger, dump_finding
+from lockwatch.state.ledger import FindingLedger
 from tests.fixtures.evidence import (
     evidence_of,
     findings_of_every_kind,
@@ -240,12 +240,12 @@ def test_a_state_file_from_before_typed_evidence_keeps_since_identity_and_facts(
     (convoy_, held_) = convoy()
     entries = []
     for old in (convoy_, held_):
-        entry = json.loads(json.dumps(dump_finding(old)))
+        entry = json.loads(json.dumps(finding_json(old)))
         entry["subject"] = {"database": old.subject.database, "lock": old.subject.lock}
         entry["evidence"]["related"] = [r.kind.value for r in old.related]
         entries.append(entry)
     queue = finding_of(QUEUE_STALLED, None, subject=Subject(queue="webhooks"))
-    stalled = json.loads(json.dumps(dump_finding(queue)))
+    stalled = json.loads(json.dumps(finding_json(queue)))
     stalled["subject"] = {"database": None, "lock": None, "queue": "webhooks"}
     stalled["evidence"]["related"] = [
         {"kind": "lock_convoy", "subject": {"database": "app", "lock": "42"}}
@@ -260,7 +260,7 @@ def test_a_state_file_from_before_typed_evidence_keeps_since_identity_and_facts(
 
 
 def test_a_finding_whose_evidence_cannot_be_read_is_dropped_to_fire_again() -> None:
-    entry = json.loads(json.dumps(dump_finding(finding())))
+    entry = json.loads(json.dumps(finding_json(finding())))
     del entry["evidence"]["holders"]
     ledger = FindingLedger()
     ledger.load([entry, good_entry(kind=HELD.value)])

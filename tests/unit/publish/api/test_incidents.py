@@ -15,7 +15,6 @@ from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import (
-    DEFAULT_RUNBOOKS,
     EventKind,
     Impact,
     Incident,
@@ -46,7 +45,7 @@ from tests.unit.detect.test_locks import seed_002_convoy
 def told(book: IncidentBook, snap: LockSnapshot, minutes: float) -> TargetView:
     findings = detect_locks(snap, SEED_002, NOW)
     when = NOW + timedelta(minutes=minutes)
-    changes = book.update(tell_incidents(findings, snap, DEFAULT_RUNBOOKS), when, minutes * 60)
+    changes = book.update(tell_incidents(findings, snap), when, minutes * 60)
     target = Target(book.target, "host=127.0.0.1 dbname=app")
     return TargetView(
         target, findings=tuple(findings), incidents=changes.active, resolved_incidents=book.recent
