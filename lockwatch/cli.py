@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
+from lockwatch.commands.export import export_command
 from lockwatch.commands.incidents import incidents
 from lockwatch.commands.mcp_server import mcp_command
 from lockwatch.commands.params import (
@@ -303,8 +304,10 @@ def check_config(config_file: Path, shards: int | None) -> None:
     )
     from lockwatch.commands.doctor import pooled_dsn_hints
     from lockwatch.commands.serverless import serverless_hints
+    from lockwatch.settings.servers import server_notes
 
-    for hint in pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets):
+    hints = pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets)
+    for hint in hints + server_notes(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
     if shards is not None:
         from lockwatch.commands.fleet import shard_lines
@@ -411,24 +414,9 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
         click.echo(f"lockwatch demo: {problem}", err=True)
         sys.exit(1)
     setup_logging(log_level)
-    sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen))
-
-
-@main.command("export")
-@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd"]))
-@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
-def export_command(what: str, directory: Path, force: bool) -> None:
-    """Write the bundled Prometheus alert rules, Grafana dashboard or systemd unit into DIRECTORY."""
-    from lockwatch.commands.export import ExportError, export
-
-    try:
-        written = export(what, directory, force=force)
-    except (ExportError, OSError) as exc:
-        click.echo(f"lockwatch: {exc}", err=True)
-        sys.exit(1)
-    for path in written:
-        click.echo(str(path))
+    source = click.get_current_context().get_parameter_source("listen")
+    given = source is not click.core.ParameterSource.DEFAULT
+    sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen, listen_given=given))
 
 
 @main.command("exec", context_settings={"ignore_unknown_options": True})
@@ -495,5 +483,5 @@ def doctor(dsn: str, pgbouncer: str | None) -> None:
     sys.exit(diagnosis.exit_code)
 
 
-for command in (incidents, terminate, mcp_command):
+for command in (incidents, export_command, terminate, mcp_command):
     main.add_command(command)

@@ -47,6 +47,7 @@ from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import open_history
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
+from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
 from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.sdnotify import Notifier
@@ -164,6 +165,8 @@ class Daemon:
         self._last_ping: float | None = None
         self._ping_withheld = False
         self.job_store = open_job_store(settings)
+        # Targets of one server judge its locks once between them (state/servers.py).
+        self.servers = ServerMap(settings.targets)
         self.runners = [self._runner(target) for target in settings.targets]
         self.scheduler = PollScheduler()
         self.metrics = self._metrics()
@@ -219,6 +222,7 @@ class Daemon:
             job_store=self.job_store,
             history=self.history,
             runbooks=self.settings.runbooks,
+            servers=self.servers,
         )
         return runner
 
@@ -351,6 +355,7 @@ class Daemon:
         self.settings = replace(self.settings, jobs=settings.jobs)
         if self.http.pings is not None:
             self.http.pings.jobs = pinged_jobs(settings)
+        self.servers.arrange(settings.targets)
         for target in settings.targets:
             previous = old.pop(target.name, None) or self._unpark(target.name)
             if (

@@ -47,6 +47,7 @@ from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
 from lockwatch.state.pace import CONTENDED_REASON, OVERRAN, PollPace
+from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now
 
@@ -122,12 +123,15 @@ class TargetRunner:
     monotonic: Callable[[], float] = time.monotonic
     history: IncidentHistory | None = None  # where resolved incidents are kept
     runbooks: str = RUNBOOKS_PATH  # the base of the next steps' runbook links
+    # the targets of the daemon by server: which databases' locks this one judges
+    servers: ServerMap | None = None
 
     def __post_init__(self) -> None:
         self.session = TargetSession(
             self.target.dsn,
             connect_timeout=self.target.connect_timeout,
             statement_timeout=self.target.statement_timeout,
+            seat=None if self.servers is None else self.servers.seat(self.target.name),
         )
         self.monitors = build_monitors(
             self.target, self.session, self.jobs, self.job_store, self.clock

@@ -124,6 +124,23 @@ def printable(text: str) -> str:
     return text
 
 
+def client_address(addr: str | None, port: int | None, hostname: str | None = None) -> str:
+    """Where a client connects from, as ``ss`` names the connection: its
+    address and TCP port (the port tells one process among several on a host),
+    and the host name where the server resolves it (``log_hostname``).
+
+    >>> client_address("10.0.0.5", 51234), client_address("::1", 40000, "worker-3")
+    ('10.0.0.5:51234', '[::1]:40000 (worker-3)')
+    >>> client_address(None, None), client_address("10.0.0.5", None)
+    ('local socket', '10.0.0.5')
+    """
+    if addr is None:
+        return "local socket"
+    shown = f"[{addr}]" if ":" in addr and port is not None else addr
+    shown = shown if port is None else f"{shown}:{port}"
+    return shown if not hostname else f"{shown} ({hostname})"
+
+
 def iso_utc(moment: datetime | None) -> str | None:
     """
     >>> iso_utc(datetime(2026, 11, 29, 9, 14, 59, 123456, tzinfo=UTC))

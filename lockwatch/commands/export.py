@@ -1,41 +1,47 @@
-"""``lockwatch export rules|dashboard|systemd DIR``: the files an operator
-installs next to the daemon, written out from the ones lockwatch carries.
-
-A wheel carries ``alerts/``, ``grafana/`` and ``systemd/`` inside the package
-(``lockwatch/bundled/``, copied there at build time by ``setup.py``); a source
-checkout, editable installs included, reads the repository's own top-level
-directories, so each file has one source of truth.
+"""``lockwatch export rules|dashboard|systemd|runbooks|config DIR`` and ``lockwatch
+export config``: the files an operator installs next to the daemon, written
+out from the ones lockwatch carries (``util/bundled.py``), and the annotated
+example config, printed, to start a config file from.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import sys
 from collections.abc import Iterator
-from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+import click
+
+from lockwatch.util.bundled import BundleMissingError, bundle_root, bundled_doc
+
 # What the operator asks for -> the directory that holds it.
-BUNDLES = {"rules": "alerts", "dashboard": "grafana", "systemd": "systemd"}
+BUNDLES = {
+    "rules": "alerts",
+    "dashboard": "grafana",
+    "systemd": "systemd",
+    "runbooks": "docs",
+    "config": "docs",
+}
+EXAMPLE_CONFIG = "lockwatch.example.yml"
+# Of a directory, only these files (absent: all of them).
+ONLY = {"runbooks": ("runbooks.md",), "config": (EXAMPLE_CONFIG,)}
 # promtool's unit tests of the rules travel with them but are not rules: a
 # Prometheus that loads rules/*.yml would refuse to start on one.
 LEFT_OUT = {"rules": ("*.test.yml", "*.test.yaml")}
-_CHECKOUT = Path(__file__).resolve().parents[2]  # lockwatch/commands/export.py -> the checkout
 
 
 class ExportError(Exception):
     pass
 
 
-def bundle_root(what: str) -> Traversable:
-    directory = BUNDLES[what]
-    packaged = resources.files("lockwatch") / "bundled" / directory
-    if packaged.is_dir():
-        return packaged
-    checkout = _CHECKOUT / directory
-    if (_CHECKOUT / "pyproject.toml").is_file() and checkout.is_dir():
-        return checkout
-    raise ExportError(f"this lockwatch installation carries no {directory}/ (a broken build?)")
+def example_config() -> str:
+    """The annotated example config: every key, with its default."""
+    try:
+        return bundled_doc(EXAMPLE_CONFIG).decode("utf-8")
+    except BundleMissingError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def _walk(
@@ -52,10 +58,16 @@ def _walk(
 
 def bundle_files(what: str) -> list[tuple[Path, bytes]]:
     """(path relative to the bundle, content) of every file of one bundle."""
+    try:
+        root = bundle_root(BUNDLES[what])
+    except BundleMissingError as exc:
+        raise ExportError(str(exc)) from None
+    only = ONLY.get(what)
     return [
         (Path(*parts), node.read_bytes())
-        for parts, node in _walk(bundle_root(what), ())
+        for parts, node in _walk(root, ())
         if not any(fnmatch.fnmatch(parts[-1], pattern) for pattern in LEFT_OUT.get(what, ()))
+        and (only is None or "/".join(parts) in only)
     ]
 
 
@@ -80,3 +92,29 @@ def export(what: str, destination: Path, *, force: bool = False) -> list[Path]:
         path.write_bytes(content)
         written.append(path)
     return written
+
+
+@click.command("export")
+@click.argument("what", type=click.Choice(["rules", "dashboard", "systemd", "runbooks", "config"]))
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False), required=False)
+@click.option("--force", is_flag=True, help="Overwrite files that exist with other content.")
+def export_command(what: str, directory: Path | None, force: bool) -> None:
+    """Write the bundled Prometheus alert rules, Grafana dashboard, systemd unit,
+    runbooks or example config into DIRECTORY.
+
+    Without DIRECTORY, `lockwatch export config` prints the annotated example
+    config (every key, with its default) to start a config file from:
+    lockwatch export config > lockwatch.yml
+    """
+    if directory is None and what != "config":
+        raise click.UsageError(f"export {what} needs a DIRECTORY to write into")
+    try:
+        if directory is None:
+            click.echo(example_config(), nl=False)
+            return
+        written = export(what, directory, force=force)
+    except (ExportError, OSError) as exc:
+        click.echo(f"lockwatch: {exc}", err=True)
+        sys.exit(1)
+    for path in written:
+        click.echo(str(path))

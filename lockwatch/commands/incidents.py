@@ -1,6 +1,7 @@
-"""``lockwatch incidents``: the open and resolved incidents, read from the
-state dir (or the shared history store) a config names, so it answers for a
-postmortem after the daemon stopped. A table, ``--json`` (the shape of
+"""``lockwatch incidents``: the open and resolved incidents, from the running
+daemon or from what it saved in its state dir (so it answers for a
+postmortem after the daemon stopped too; where it looks:
+``incident_places.py``). A table, ``--json`` (the shape of
 ``/api/v1/incidents``), or one incident whole with ``--id``."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import click
 
-from lockwatch.commands.params import required_config
-from lockwatch.config.load import ConfigError, load_settings
-from lockwatch.model.incidents import Incident, IncidentState, incident_json, load_incident
+from lockwatch.commands.incident_places import CannotLookError, Found, find_incidents
+from lockwatch.config.peek import peek_places
+from lockwatch.config.reader import ConfigError
+from lockwatch.model.incidents import Incident, IncidentState, incident_json
 from lockwatch.publish.api.encode import json_safe
 from lockwatch.publish.api.incidents import (
     IncidentQuery,
@@ -23,38 +25,12 @@ from lockwatch.publish.api.incidents import (
     page_document,
     parse_since,
 )
-from lockwatch.settings.incidents import HistoryStore
-from lockwatch.settings.targets import Settings
-from lockwatch.state.incident_history import open_history
-from lockwatch.state.statefile import StateStore
+from lockwatch.settings.targets import DEFAULT_LISTEN
 from lockwatch.text import format_duration, iso_utc, one_line
 
 EXIT_BAD_CONFIG = 2
-EXIT_NOT_FOUND = 1
-
-
-def saved_open_incidents(settings: Settings) -> list[Incident]:
-    """The open incidents each target's state file kept at its last save."""
-    store = StateStore(settings.state_dir)
-    found = []
-    for target in settings.targets:
-        document = store.load(target.name) or {}
-        for entry in document.get("incidents") or []:
-            incident = load_incident(entry.get("incident") if isinstance(entry, dict) else None)
-            if incident is not None:
-                found.append(incident)
-    return found
-
-
-def known_incidents(settings: Settings) -> list[Incident]:
-    history = open_history(settings)
-    try:
-        known = {incident.id: incident for incident in history.resolved()}
-    finally:
-        history.close()
-    for incident in saved_open_incidents(settings):
-        known.setdefault(incident.id, incident)
-    return list(known.values())
+EXIT_NOT_FOUND = 1  # no incident --id, or something could not be read
+EXIT_CANNOT_LOOK = 3  # nowhere to read from: never "no incidents"
 
 
 def _row(incident: Incident) -> str:
@@ -65,9 +41,9 @@ def _row(incident: Incident) -> str:
     )
 
 
-def table(incidents: list[Incident]) -> str:
+def table(incidents: list[Incident], source: str) -> str:
     if not incidents:
-        return "no incidents"
+        return f"no incidents ({source})"
     header = f"{'ID':<27} {'STATE':<8} {'SEVERITY':<8} {'OPENED':<20}  {'RESOLVED':<20}  TITLE"
     return "\n".join([header, *(_row(incident) for incident in incidents)])
 
@@ -105,50 +81,105 @@ def story(incident: Incident) -> str:
 
 
 @click.command("incidents")
-@required_config("The config lockwatch runs with: its state dir (or history store) is read.")
+@click.option(
+    "-c",
+    "--config.file",
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="LOCKWATCH_CONFIG_FILE",
+    show_envvar=True,
+    default=None,
+    help="The config lockwatch runs with: where it listens and keeps its state "
+    "(its secrets are not read).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar="LOCKWATCH_STATE_DIR",
+    show_envvar=True,
+    default=None,
+    help="The daemon's state dir, as it was given one (systemd: /var/lib/lockwatch).",
+)
+@click.option(
+    "--url",
+    envvar="LOCKWATCH_URL",
+    show_envvar=True,
+    default=None,
+    help=f"The running daemon's address [default: the config's listen, or http://{DEFAULT_LISTEN}].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (as /api/v1/incidents).")
 @click.option("--since", default=None, help="Only what was open or resolved since: 1d, 2h, ISO.")
 @click.option("--state", type=click.Choice([s.value for s in IncidentState]), default=None)
 @click.option("--target", default=None, help="Only this target's incidents.")
 @click.option("--id", "incident_id", default=None, help="One incident, whole (for a postmortem).")
 def incidents(
-    config_file: Path,
+    config_file: Path | None,
+    state_dir: Path | None,
+    url: str | None,
     as_json: bool,
     since: str | None,
     state: str | None,
     target: str | None,
     incident_id: str | None,
 ) -> None:
-    """List the open and resolved incidents lockwatch kept."""
+    """List the open and resolved incidents lockwatch kept.
+
+    Read from the state dir given (--state-dir), else from the running daemon
+    (--url, or where the config says it listens), else from the config's
+    state_dir. Nothing of the daemon's is changed. Exits 0, 1 when an --id is
+    not kept or something could not be read, 2 for a bad config, 3 when there
+    was nowhere to look.
+    """
     try:
-        settings = load_settings(config_file)
+        places = None if config_file is None else peek_places(config_file)
     except ConfigError as error:
         click.echo(str(error), err=True)
         sys.exit(EXIT_BAD_CONFIG)
-    if settings.state_dir is None and settings.incidents.history is HistoryStore.STATE_DIR:
-        click.echo("lockwatch incidents: the config has no state_dir: nothing is kept", err=True)
-    known = known_incidents(settings)
-    if incident_id is not None:
-        found = next((i for i in known if i.id == incident_id), None)
-        if found is None:
-            click.echo(f"lockwatch incidents: no incident {incident_id!r} is kept", err=True)
-            sys.exit(EXIT_NOT_FOUND)
-        shown = json.dumps(json_safe({"incident": incident_json(found)}), ensure_ascii=False)
-        click.echo(shown if as_json else story(found))
-        return
     try:
         moment = None if since is None else parse_since(since, datetime.now(UTC))
     except QueryError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
-    query = IncidentQuery(
-        state=None if state is None else IncidentState(state),
-        target=target,
-        since=moment,
-        limit=max(1, len(known)),
+    try:
+        found = find_incidents(places, state_dir, url, incident_id)
+    except CannotLookError as exc:
+        click.echo(f"lockwatch incidents: could not look: {exc}", err=True)
+        sys.exit(EXIT_CANNOT_LOOK)
+    for note in found.notes:
+        click.echo(f"lockwatch incidents: {note}", err=True)
+    for problem in found.problems:
+        click.echo(f"lockwatch incidents: {problem}", err=True)
+    _show(
+        found,
+        incident_id,
+        as_json,
+        IncidentQuery(
+            state=None if state is None else IncidentState(state),
+            target=target,
+            since=moment,
+            limit=max(1, len(found.incidents)),
+        ),
     )
-    document = page_document(known, query)
+    sys.exit(EXIT_NOT_FOUND if found.problems else 0)
+
+
+def _show(found: Found, incident_id: str | None, as_json: bool, query: IncidentQuery) -> None:
+    if incident_id is not None:
+        chosen = next((i for i in found.incidents if i.id == incident_id), None)
+        if chosen is None:
+            click.echo(
+                f"lockwatch incidents: no incident {incident_id!r} is kept ({found.source})",
+                err=True,
+            )
+            sys.exit(EXIT_NOT_FOUND)
+        shown = json.dumps(json_safe({"incident": incident_json(chosen)}), ensure_ascii=False)
+        click.echo(shown if as_json else story(chosen))
+        return
     if as_json:
+        document = page_document(found.incidents, query)
         click.echo(json.dumps(document, ensure_ascii=False, indent=2))
         return
-    chosen = [i for i in sorted(known, key=incident_order) if query.admits(i)]
-    click.echo(table(chosen))
+    chosen_ones = [i for i in sorted(found.incidents, key=incident_order) if query.admits(i)]
+    click.echo(table(chosen_ones, found.source))
+    if chosen_ones:
+        click.echo(f"lockwatch incidents: read from {found.source}", err=True)

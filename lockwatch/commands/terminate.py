@@ -28,7 +28,7 @@ import psycopg.conninfo
 
 from lockwatch.commands import backends
 from lockwatch.commands.guard import Judgement, Look, cost, fits, judge
-from lockwatch.commands.incidents import known_incidents
+from lockwatch.commands.incident_places import known_incidents
 from lockwatch.commands.params import required_config
 from lockwatch.config.load import ConfigError, load_settings
 from lockwatch.model.actions import EXIT_CODES, ActionKind, ActionRecord, Actor, Verdict

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import signal
+import socket
 import sys
 import threading
 import time
@@ -41,14 +42,14 @@ from lockwatch.model.findings import Finding
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.queues import Queue, QueueThresholds, SqlQueueSource, WorkerGroup
-from lockwatch.settings.targets import Settings, Target
+from lockwatch.settings.targets import Settings, Target, parse_listen
 from lockwatch.state.ledger import Transitions
-from lockwatch.text import format_duration, one_line
+from lockwatch.text import client_address, format_duration, one_line
 
 DEMO_DATABASE = "lockwatch_demo"
 # Marks the database as the demo's own: only one with this comment is dropped.
 DEMO_COMMENT = "created by lockwatch demo; dropped when it ends"
-INSTALL_DEMO = "pip install 'pg-lockwatch[demo]'"
+INSTALL_DEMO = "pip install 'pg-lockwatch[demo]' (from a checkout: pip install '.[demo]')"
 
 
 class DemoError(Exception):
@@ -66,6 +67,41 @@ def missing_requirement(dsn: str | None) -> str | None:
 
 
 RESOLVE_WAIT = 10.0  # seconds to wait for findings to resolve once the incidents end
+# The one command that watches a database of the user's: the README's
+# "Watching your own database" starts with it (its flags are the defaults).
+WATCH_YOUR_OWN = "LOCKWATCH_DSN='postgresql://lockwatch:...@db:5432/app' lockwatch run"
+
+
+def port_taken(listen: str) -> bool:
+    """Whether something listens on ``listen`` already (port 0: never): the
+    HTTP server would fail there, after the demo's server started for nothing."""
+    host, port = parse_listen(listen)
+    if port == 0:
+        return False
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the HTTP server binds: a port in TIME_WAIT is free to it.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def listen_address(listen: str, given: bool, out: TextIO) -> str:
+    """Where the demo serves: ``listen``, or (taken, and not asked for) a free
+    port, said; DemoError for a taken port the user asked for."""
+    if not port_taken(listen):
+        return listen
+    host, port = parse_listen(listen)
+    if given:
+        raise DemoError(
+            f"{listen} is in use (another lockwatch?): stop what listens there, or give "
+            f"--web.listen-address {'[' + host + ']' if ':' in host else host}:0 for a free port"
+        )
+    out.write(f"port {port} is in use (another lockwatch?); the demo takes a free port instead\n")
+    return f"{'[' + host + ']' if ':' in host else host}:0"
 
 
 def demo_settings(dsn: str, listen: str) -> Settings:
@@ -94,7 +130,8 @@ def demo_settings(dsn: str, listen: str) -> Settings:
 def _holder_line(holder: HolderFacts | LockHolderFacts, held: float | None) -> str:
     line = (
         f"  holder  pid {holder.pid} {one_line(holder.application_name or '-')}"
-        f" from {holder.client_addr or 'local socket'}, {holder.state}"
+        f" from {client_address(holder.client_addr, holder.client_port, holder.client_hostname)},"
+        f" {holder.state}"
         f" for {format_duration(holder.state_seconds or 0)},"
     )
     if held is not None:
@@ -331,8 +368,10 @@ def run_demo(
     listen: str,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    listen_given: bool = True,
 ) -> int:
-    """0 when the demo ran (whatever it saw); 1, with one line on ``err``, when it could not."""
+    """0 when the demo ran (whatever it saw); 1, with one line on ``err``, when it could not.
+    ``listen_given``: the user asked for ``listen`` (else a taken one is replaced)."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     from lockwatch.demo.pgbinaries import ClusterError
@@ -345,6 +384,7 @@ def run_demo(
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     printer = _Printer(out)
     try:
+        listen = listen_address(listen, listen_given, out)
         with _server(dsn, out) as demo_dsn:
             _play(demo_dsn, listen, duration, stop, printer)
     except (DemoError, ClusterError, psycopg.Error, OSError) as exc:
@@ -360,5 +400,10 @@ def run_demo(
         "demo finished; nothing left running\n"
         if not missing
         else f"demo finished without seeing {', '.join(sorted(missing))} (ran too briefly?)\n"
+    )
+    out.write(
+        "to watch a database of yours, give lockwatch a role with pg_monitor and run:\n"
+        f"  {WATCH_YOUR_OWN}\n"
+        '(the README\'s "Watching your own database" says more)\n'
     )
     return 0

@@ -33,6 +33,8 @@ class SessionArgs(TypedDict):
     wait_event: str | None
     query: str | None
     blocked_by: tuple[int, ...]
+    client_port: int | None
+    client_hostname: str | None
 
 
 def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArgs:
@@ -52,6 +54,8 @@ def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArg
             wait_event=None,
             query=shown,
             blocked_by=(),
+            client_port=None,
+            client_hostname=None,
         )
     return SessionArgs(
         pid=pid,
@@ -63,6 +67,8 @@ def session_args(backend: Backend | None, pid: int, now: datetime) -> SessionArg
         wait_event=backend.wait_event,
         query=truncate(backend.query),
         blocked_by=tuple(backend.blocked_by),
+        client_port=backend.client_port,
+        client_hostname=backend.client_hostname,
     )
 
 

@@ -52,6 +52,8 @@ def holder_root(target: str, holder: Holder, *, pooled: bool = False) -> Inciden
         backend_start=holder.backend_start,
         application_name=holder.application_name,
         client_addr=holder.client_addr,
+        client_port=holder.client_port,
+        client_hostname=holder.client_hostname,
     )
 
 

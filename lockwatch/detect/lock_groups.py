@@ -252,6 +252,8 @@ def holder_facts(holder: Holder, now: datetime) -> HolderFacts:
         facts,
         application_name=None,
         client_addr=None,
+        client_port=None,
+        client_hostname=None,
         query=None,
         pooled=PooledHolderFacts(
             pool=holder.pooled.pool,

@@ -16,7 +16,12 @@ findings are *undecided*: active ones stay, none fire.
   not drain (the slope is above ``-min_growth``), and nothing makes progress:
   ``completed_total``, when the queue reports it, did not grow at all;
   otherwise the bound worker groups used less than ``stall_cpu`` cores
-  together. A queue with neither signal is never called stalled.
+  together. A queue with neither signal is never called stalled. Nor is one
+  whose workers are starved: they used less than ``stall_cpu`` but, with the
+  time they were runnable and waited on a run queue for a CPU, wanted at
+  least that much (a host or cgroup short of CPU, not workers waiting on a
+  lock); the evidence says which (``cpu_state``: starved or waiting), and
+  ``queue_growing`` still tells a growing queue.
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ from itertools import pairwise
 from typing import TypeVar
 
 from lockwatch.detect.evidence import age_seconds, session_args
+from lockwatch.detect.worker_cpu import cpu_cores, cpu_state, cpu_wait_cores, per_second
 from lockwatch.model.evidence import (
     SESSION_STATES,
+    STARVED,
+    WAITING,
     LockHolderFacts,
     QueueEvidence,
     QueueLockChain,
@@ -42,7 +50,7 @@ from lockwatch.model.locks import Backend, LockKey, LockSnapshot
 from lockwatch.model.queues import QueueSample, SessionWait, WorkerSample
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.queues import QueueThresholds, WorkerGroup
-from lockwatch.text import format_duration, one_line
+from lockwatch.text import client_address, format_duration, one_line
 
 COVERAGE = 0.8  # share of the window the samples must span before a queue is judged
 MIN_SAMPLES = 3
@@ -106,16 +114,6 @@ def completed_in(samples: Sequence[QueueSample]) -> int | None:
     if not totals or len(totals) != len(samples):
         return None
     return sum(max(0, b - a) for a, b in pairwise(totals))
-
-
-def cpu_cores(samples: Sequence[WorkerSample]) -> float | None:
-    """Average cores used between the first and last sample."""
-    if len(samples) < 2:
-        return None
-    seconds = (samples[-1].at - samples[0].at).total_seconds()
-    if seconds <= 0:
-        return None
-    return max(0.0, samples[-1].cpu_seconds - samples[0].cpu_seconds) / seconds
 
 
 def session_state(backend: Backend) -> str:
@@ -202,18 +200,28 @@ def _percent(cores: float) -> str:
     return f"{cores * 100:.1f}% of a core"
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
 def _worker_facts(
-    worker: WorkerInput, now: datetime, window: float, context: LockContext
+    worker: WorkerInput, now: datetime, thresholds: QueueThresholds, context: LockContext
 ) -> WorkerFacts:
-    cpu = in_window(worker.cpu, now, window)
-    cores = cpu_cores(cpu) if covered(cpu, window) else None
+    cpu = in_window(worker.cpu, now, thresholds.window)
+    whole = covered(cpu, thresholds.window)
+    cores = cpu_cores(cpu) if whole else None
+    waited = cpu_wait_cores(cpu) if whole else None
     sessions = worker.sessions
     return WorkerFacts(
         name=worker.group.name,
         processes=cpu[-1].processes if cpu else None,
-        cpu_cores=None if cores is None else round(cores, 4),
+        cpu_cores=_rounded(cores),
         sessions=None if sessions is None else SessionCounts(**session_counts(sessions)),
         waiting_on=waiting_on(sessions or (), context.snapshot, context.settings),
+        cpu_wait_cores=_rounded(waited),
+        runnable=cpu[-1].runnable if cpu else None,
+        host_cpu_pressure=_rounded(per_second(cpu, "host_pressure_seconds")) if whole else None,
+        cpu_state=cpu_state(cores, waited, thresholds.stall_cpu),
     )
 
 
@@ -270,7 +278,7 @@ def _chain_text(chain: QueueLockChain) -> str:
     if not chain.holders:
         return text + ", holder not seen"
     holder = chain.holders[0]
-    where = one_line(holder.client_addr) if holder.client_addr else "local socket"
+    where = one_line(client_address(holder.client_addr, holder.client_port, holder.client_hostname))
     text += (
         f" held by pid {holder.pid} "
         f"({one_line(holder.application_name or 'no application_name')} from {where})"
@@ -291,6 +299,7 @@ class QueueWindow:
     completed: int | None  # items completed in the window; None: not reported
     cpu_bound: bool  # a bound worker group has a CPU source
     cores: float | None  # those groups' cores together, once all their readings cover the window
+    waited: float | None = None  # their run-queue time as cores; None: not told by every one
 
     @property
     def first(self) -> QueueSample:
@@ -311,11 +320,14 @@ def queue_window(queue: QueueInput, now: datetime) -> QueueWindow | None:
     assert fit is not None  # covered: at least three samples over a positive span
     cpu_groups = [w for w in queue.workers if w.group.cpu is not None]
     cores: float | None = None
+    waited: float | None = None
     if cpu_groups:
         windows = [in_window(w.cpu, now, window) for w in cpu_groups]
         if all(covered(cpu, window) for cpu in windows):
             cores = sum(cpu_cores(cpu) or 0.0 for cpu in windows)
-    return QueueWindow(samples, fit, completed_in(samples), bool(cpu_groups), cores)
+            waits = [cpu_wait_cores(cpu) for cpu in windows]
+            waited = None if None in waits else sum(w or 0.0 for w in waits)
+    return QueueWindow(samples, fit, completed_in(samples), bool(cpu_groups), cores, waited)
 
 
 def _growing(window: QueueWindow, thresholds: QueueThresholds) -> bool:
@@ -336,11 +348,17 @@ def _stalled_because(window: QueueWindow, thresholds: QueueThresholds) -> str | 
     """Why the queue is stalled; None when it is not, or cannot be told (``_undecided``)."""
     if not _pending(window, thresholds):
         return None
+    state = cpu_state(window.cores, window.waited, thresholds.stall_cpu)
+    if state == STARVED:
+        return None  # they want a CPU and do not get it: starved, not stalled
     span = format_duration(thresholds.window)
     if window.completed is not None:
         return f"nothing completed in {span}" if window.completed == 0 else None
     if window.cores is not None and window.cores < thresholds.stall_cpu:
-        return f"its workers used {_percent(window.cores)} over {span}"
+        because = f"its workers used {_percent(window.cores)} over {span}"
+        if state == WAITING and window.waited is not None:
+            because += f", waiting (not for a CPU: {_percent(window.waited)} on a run queue)"
+        return because
     return None
 
 
@@ -370,9 +388,11 @@ def _queue_evidence(
         samples=len(window.samples),
         completed_total=window.last.completed_total,
         completed_in_window=window.completed,
-        worker_cpu_cores=None if window.cores is None else round(window.cores, 4),
+        worker_cpu_cores=_rounded(window.cores),
         stall_cpu_cores=thresholds.stall_cpu,
-        workers=tuple(_worker_facts(w, now, thresholds.window, context) for w in queue.workers),
+        workers=tuple(_worker_facts(w, now, thresholds, context) for w in queue.workers),
+        worker_cpu_wait_cores=_rounded(window.waited),
+        worker_cpu_state=cpu_state(window.cores, window.waited, thresholds.stall_cpu),
     )
 
 
@@ -383,6 +403,11 @@ def _growth_summary(queue: QueueInput, window: QueueWindow) -> str:
     )
     if window.cores is not None:
         summary += f"; its workers used {_percent(window.cores)}"
+    if cpu_state(window.cores, window.waited, queue.thresholds.stall_cpu) == STARVED:
+        assert window.waited is not None  # told STARVED
+        summary += (
+            f" and waited {_percent(window.waited)} on a run queue: starved of CPU, not stalled"
+        )
     return summary
 
 

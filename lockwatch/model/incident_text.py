@@ -31,7 +31,7 @@ from lockwatch.model.incidents import (
     RootLoad,
 )
 from lockwatch.model.locks import IDLE_STATES
-from lockwatch.text import format_duration, one_line, printable
+from lockwatch.text import client_address, format_duration, one_line, printable
 
 SHOWN_FINDINGS = 5  # findings listed per incident; the API has them all
 LABEL_LIMIT = 80  # characters of a label value from a database client
@@ -152,7 +152,8 @@ def root_text(root: IncidentRoot) -> str:
     'queue webhooks on main'
     """
     if root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND) and root.pid is not None:
-        names = (root.application_name or "-", root.client_addr or "local socket")
+        where = client_address(root.client_addr, root.client_port, root.client_hostname)
+        names = (root.application_name or "-", where)
         return " · ".join((f"pid {root.pid}", *(one_line(n, LABEL_LIMIT) for n in names)))
     if root.kind is RootKind.PREPARED:
         return f"prepared transaction {one_line(root.gid or '-', LABEL_LIMIT)}"

@@ -53,6 +53,8 @@ class IncidentRoot:
     # How people know the root; not part of its identity.
     application_name: str | None = None
     client_addr: str | None = None
+    client_port: int | None = None  # finds the client's process: ss -tnp 'sport = :PORT'
+    client_hostname: str | None = None
 
     @property
     def identity(self) -> tuple[str, ...]:

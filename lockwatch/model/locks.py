@@ -12,6 +12,8 @@ from itertools import compress, islice
 from operator import attrgetter
 from typing import NamedTuple
 
+from lockwatch.text import client_address
+
 # The states of a session that runs no SQL right now.
 IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (aborted)"})
 # pg_stat_activity.state of a session with track_activities off: no state, no
@@ -148,6 +150,8 @@ class Backend:
     # The client's TCP port: with client_addr it names the pooler connection a
     # backend serves, where pid alone could belong to another server.
     client_port: int | None = None
+    # Its host name, where the server resolves client addresses (log_hostname).
+    client_hostname: str | None = None
     # Whether lockwatch's role may see the session's activity. A role without
     # pg_monitor (pg_read_all_stats) sees only its own roles' sessions: of the
     # others, pg_stat_activity shows pid, user and application_name, and NULL
@@ -159,7 +163,7 @@ class Backend:
         """Where the client connects from, for people."""
         if not self.visible:
             return HIDDEN
-        return self.client_addr or "local socket"
+        return client_address(self.client_addr, self.client_port, self.client_hostname)
 
     @property
     def identity(self) -> tuple[int, datetime | None]:

@@ -65,6 +65,14 @@ class WorkerSample:
     # used before lockwatch first saw it counts once, at that first sight.
     cpu_seconds: float
     processes: int | None = None
+    # Seconds its processes were runnable and waited for a CPU (summed over
+    # the processes, a counter like cpu_seconds; for a cgroup, its PSI time):
+    # what tells a starved worker from one that waits on something else.
+    # None: the source cannot tell (Prometheus, a kernel without schedstat).
+    cpu_wait_seconds: float | None = None
+    runnable: int | None = None  # processes runnable at the reading; None: not known
+    # The host's CPU pressure counter (PSI some total, seconds); None: not read.
+    host_pressure_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from lockwatch.detect.queues import (
     S,
     WorkerInput,
     covered,
-    cpu_cores,
     detect_queues,
     growth,
     in_window,
@@ -28,6 +27,7 @@ from lockwatch.detect.queues import (
 from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.stuck_jobs import detect_stuck_running
+from lockwatch.detect.worker_cpu import cpu_cores
 from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView

@@ -37,6 +37,7 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
         query=(row["query"] or "") if row["visible"] else "",
         blocked_by=tuple(row.get("blocked_by") or ()),
         client_port=row["client_port"],
+        client_hostname=row["client_hostname"] if row["visible"] else None,
         visible=row["visible"],
     )
 

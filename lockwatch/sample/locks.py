@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
+from lockwatch.model.servers import WHOLE_SERVER, LockScope, ScopeKind
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
 from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor
 from lockwatch.sample.server_time import PollServerTime
@@ -109,15 +110,34 @@ def _sql_text(name: str) -> str:
 # is rendered again at every execute, bytes are looked up in psycopg's cache.
 
 
+# The databases a target's lock read covers (model/servers.py); EXCEPT's
+# names go in as a parameter.
+_OWN_DATABASE = (
+    "(SELECT d.oid FROM pg_catalog.pg_database AS d"
+    " WHERE d.datname = pg_catalog.current_database())"
+)
+_SCOPES = {
+    ScopeKind.WHOLE: "",
+    ScopeKind.OWN: f"\n  AND l.database = {_OWN_DATABASE}",
+    ScopeKind.EXCEPT: (
+        "\n  AND l.database <> ALL (ARRAY(SELECT d.oid FROM pg_catalog.pg_database AS d"
+        " WHERE d.datname = ANY (%(skip)s::pg_catalog.text[])))"
+    ),
+}
+
+
 @cache
-def advisory_locks_query(server_version: int) -> bytes:
-    """The advisory-lock query for a server version, composed once per version.
+def advisory_locks_query(server_version: int, scope: ScopeKind = ScopeKind.WHOLE) -> bytes:
+    """The advisory-lock query for a server version and a scope, composed once
+    per pair.
 
     The versions differ in one column only, so one file serves them all and the
-    difference goes in as an SQL fragment, never as text pasted into the query.
+    difference goes in as an SQL fragment, never as text pasted into the query;
+    so does the scope, whose database names are a parameter.
     """
     waitstart = sql.SQL("l.waitstart" if server_version >= 140000 else "NULL::timestamptz")
-    return sql.SQL(_sql_text("advisory_locks.sql")).format(waitstart=waitstart).as_bytes()
+    text = sql.SQL(_sql_text("advisory_locks.sql"))
+    return text.format(waitstart=waitstart, scope=sql.SQL(_SCOPES[scope])).as_bytes()
 
 
 @cache
@@ -218,6 +238,7 @@ def read_advisory_locks(
     *,
     prepare: bool = True,
     seen: SessionRows | None = None,
+    scope: LockScope = WHOLE_SERVER,
 ) -> LockRead:
     """Every advisory lock and the sessions behind them (and their blockers),
     the server's time as it read the locks, and how many of its sessions
@@ -232,7 +253,8 @@ def read_advisory_locks(
     Through a pooler (``prepare=False``) nothing is prepared on the server: the
     next statement may run on another backend. ``decoder`` (the last poll's)
     makes an unchanged answer cost no work per lock, and ``seen`` (the last
-    poll's) an unchanged session no new Backend.
+    poll's) an unchanged session no new Backend. ``scope``: the databases
+    read (every one, unless other targets read the same server).
     """
     decoder, seen = decoder or LockDecoder(), seen or SessionRows()
 
@@ -243,7 +265,10 @@ def read_advisory_locks(
 
     with conn.pipeline():
         arrays = lock_cursor(conn).execute(
-            advisory_locks_query(server_version), prepare=prepare, binary=True
+            advisory_locks_query(server_version, scope.kind),
+            {"skip": list(scope.skipped)} if scope.kind is ScopeKind.EXCEPT else None,
+            prepare=prepare,
+            binary=True,
         )
         guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
@@ -283,12 +308,14 @@ class AdvisoryLockReader:
         self._expected: tuple[int, ...] = ()  # and the pids of their sessions
         self._sessions = SessionRows()  # and those sessions' rows
         self.server_time = PollServerTime()
+        self._read_at: datetime | None = None  # the server's time at the last read
 
     def read(self) -> RawSample:
         """One reading on the connected session. Raises SampleError."""
         started = time.perf_counter()
         # A failed read closes the session: a pipeline broken midway is not
         # worth reusing, and the next poll reconnects.
+        scope = self.session.lock_scope(self._read_at)
         with self.session.step(keep_open=False) as conn:
             known = self._decoder.locks
             locks, backends, read_at, lock_manager_waits = read_advisory_locks(
@@ -298,7 +325,9 @@ class AdvisoryLockReader:
                 self._expected,
                 prepare=self.session.prepare,
                 seen=self._sessions,
+                scope=scope,
             )
+        self._read_at = read_at
         self._expected = tuple(backends)
         self._sessions.keep(backends)
         server_seconds = self.server_time.after_poll(self.session)

@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 
 from lockwatch.model.locks import HIDDEN_SESSION_LOSSES, SessionVisibility
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES, SessionPooling
+from lockwatch.model.servers import WHOLE_SERVER, LockScope, ServerIdentity, ServerSeat
 from lockwatch.sample.base import SampleError, TargetUnavailableError
 from lockwatch.sample.pooling import per_transaction, through_pooler
 from lockwatch.text import one_line
@@ -69,6 +70,21 @@ LOCAL_SETTINGS = (
     " pg_catalog.set_config('transaction_read_only', 'on', true),"
     " pg_catalog.set_config('idle_in_transaction_session_timeout', %(st)s, true),"
     " pg_catalog.set_config('work_mem', %(wm)s, true)"
+)
+
+# What the session's setup reads: the server's version, the session's pid,
+# what the role may see, and which server and database it reached (the
+# system identifier only where the role may read pg_control_system(); a
+# managed service may revoke it).
+SETUP_QUERY = (
+    "SELECT pg_catalog.current_setting('server_version_num')::int AS v,"
+    " pg_catalog.pg_backend_pid() AS pid, current_user AS role,"
+    " pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE') AS sees_all,"
+    " pg_catalog.current_database() AS database, pg_catalog.now() AS now,"
+    " pg_catalog.pg_postmaster_start_time() AS started,"
+    " CASE WHEN pg_catalog.has_function_privilege("
+    "'pg_catalog.pg_control_system()', 'EXECUTE')"
+    " THEN (SELECT system_identifier FROM pg_catalog.pg_control_system()) END AS system"
 )
 
 # The DSNs (as user@host:port/db) already said to go through a transaction pooler.
@@ -109,8 +125,11 @@ class TargetSession:
         connect_timeout: float = 5.0,
         statement_timeout: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
+        seat: ServerSeat | None = None,
     ) -> None:
         self._dsn = dsn
+        # The target's place among the targets of its server (None: alone).
+        self.seat = seat
         self._secrets = dsn_secrets(dsn)
         self.connect_timeout = connect_timeout
         self.statement_timeout = statement_timeout
@@ -136,6 +155,8 @@ class TargetSession:
         self._probed = False
         # What the role may see of other sessions, as of the last connection.
         self.visibility: SessionVisibility | None = None
+        # Which server and database the last connection reached.
+        self.identity: ServerIdentity | None = None
 
     @property
     def where(self) -> str:
@@ -158,14 +179,14 @@ class TargetSession:
         a transaction pooler stands between, and lockwatch's settings."""
         # Not prepared, nor auto-prepared until the pooler question is settled.
         threshold, conn.prepare_threshold = conn.prepare_threshold, None
-        row = conn.execute(
-            "SELECT pg_catalog.current_setting('server_version_num')::int AS v,"
-            " pg_catalog.pg_backend_pid() AS pid, current_user AS role,"
-            " pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE') AS sees_all"
-        ).fetchone()
+        row = conn.execute(SETUP_QUERY).fetchone()
         self.server_version = int(row["v"]) if row else 0
         if row is not None:
             self._saw(SessionVisibility(str(row["role"]), bool(row["sees_all"])))
+            system = None if row["system"] is None else int(row["system"])
+            self.identity = ServerIdentity(system, row["started"], row["now"], row["database"])
+            if self.seat is not None:
+                self.seat.connected(self.identity)
         self.through_pooler = row is not None and through_pooler(conn, int(row["pid"]))
         if self.through_pooler:
             self._probe_pooling()
@@ -279,6 +300,8 @@ class TargetSession:
         try:
             conn = self._connect()
         except (psycopg.Error, OSError) as exc:
+            if self.seat is not None:
+                self.seat.failed()
             raise self._failed(exc, "poll query") from None
         with self._guard:
             self._conn = conn
@@ -286,6 +309,14 @@ class TargetSession:
         self.through_pooler = False
         with self.step("session setup", keep_open=False) as setting_up:
             self._set_up(setting_up)
+
+    def lock_scope(self, seen: datetime | None = None) -> LockScope:
+        """The databases whose advisory locks this target judges (the whole
+        server unless other targets read the same one); ``seen``: the server's
+        time at the last read, which keeps the server's identity current."""
+        if self.seat is None or self.identity is None:
+            return WHOLE_SERVER
+        return self.seat.scope(seen)
 
     @contextlib.contextmanager
     def step(

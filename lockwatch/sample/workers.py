@@ -25,6 +25,7 @@ from lockwatch.model.locks import Backend
 from lockwatch.model.queues import WorkerSample
 from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
 from lockwatch.sample.base import SampleContext, SampleError
+from lockwatch.sample.cpu import PROC, ProcReader, pressure_total
 from lockwatch.settings.queues import CgroupCpu, ProcessMatch, PrometheusCpu
 from lockwatch.util.deadline import deadline_session, within
 from lockwatch.util.secrets import redact
@@ -57,12 +58,17 @@ class CounterAccumulator:
 class ProcessCpuSampler:
     """Local processes matched by command line or pidfile, with their children."""
 
-    def __init__(self, match: ProcessMatch, *, exclude: int | None = None) -> None:
+    def __init__(
+        self, match: ProcessMatch, *, exclude: int | None = None, proc: Path = PROC
+    ) -> None:
         self.match = match
         self._pattern = re.compile(match.cmdline) if match.cmdline else None
         self._exclude = os.getpid() if exclude is None else exclude
-        self._seen: dict[tuple[int, float], float] = {}
+        # per process (pid, start): CPU seconds and run-queue seconds as last read
+        self._seen: dict[tuple[int, float], tuple[float, float]] = {}
         self._total = 0.0
+        self._waited = 0.0  # run-queue seconds, a counter like _total
+        self._sched = ProcReader(proc)
 
     def _roots(self) -> list[psutil.Process]:
         roots: list[psutil.Process] = []
@@ -105,7 +111,8 @@ class ProcessCpuSampler:
         return found.values()
 
     def sample(self, context: SampleContext) -> WorkerSample:
-        current: dict[tuple[int, float], float] = {}
+        current: dict[tuple[int, float], tuple[float, float]] = {}
+        runnable, told = 0, True  # told: every process's run-queue time was read
         for proc in self._processes():
             try:
                 with proc.oneshot():
@@ -114,10 +121,23 @@ class ProcessCpuSampler:
             except psutil.Error:
                 continue  # gone, or a zombie, since it was listed
             used = times.user + times.system
-            current[identity] = used
-            self._total += max(0.0, used - self._seen.get(identity, 0.0))
+            sched = self._sched.process(proc.pid)
+            told = told and sched is not None
+            waited = 0.0 if sched is None else sched.runqueue_seconds
+            runnable += bool(sched and sched.runnable)
+            last_used, last_waited = self._seen.get(identity, (0.0, 0.0))
+            current[identity] = (used, waited)
+            self._total += max(0.0, used - last_used)
+            self._waited += max(0.0, waited - last_waited)
         self._seen = current
-        return WorkerSample(context.now, self._total, len(current))
+        return WorkerSample(
+            context.now,
+            self._total,
+            len(current),
+            cpu_wait_seconds=self._waited if told else None,
+            runnable=runnable if told else None,
+            host_pressure_seconds=self._sched.host_pressure(),
+        )
 
     def close(self) -> None:
         """Holds nothing open."""
@@ -130,11 +150,21 @@ class CgroupCpuSampler:
         self.spec = spec
         self.directory = spec.root / spec.path
         self._usage = CounterAccumulator()
+        self._waited = CounterAccumulator()  # cpu.pressure: time its tasks waited for a CPU
+
+    def _pressure(self) -> float | None:
+        """The cgroup's CPU pressure counter; None without PSI."""
+        try:
+            text = (self.directory / "cpu.pressure").read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        total = pressure_total(text)
+        return None if total is None else self._waited.add(total)
 
     def sample(self, context: SampleContext) -> WorkerSample:
         if not self.directory.is_dir():
             # a stopped unit has no cgroup: no processes, no CPU
-            return WorkerSample(context.now, self._usage.total, 0)
+            return WorkerSample(context.now, self._usage.total, 0, self._waited.total)
         try:
             stat = (self.directory / "cpu.stat").read_text(encoding="ascii")
             procs = (self.directory / "cgroup.procs").read_text(encoding="ascii")
@@ -147,7 +177,8 @@ class CgroupCpuSampler:
         if not usage.isdigit():
             raise SampleError(f"{self.directory / 'cpu.stat'} has no usage_usec (not cgroup v2?)")
         total = self._usage.add(int(usage) / 1e6)
-        return WorkerSample(context.now, total, sum(1 for line in procs.split() if line))
+        processes = sum(1 for line in procs.split() if line)
+        return WorkerSample(context.now, total, processes, cpu_wait_seconds=self._pressure())
 
     def close(self) -> None:
         """Holds nothing open."""

@@ -76,7 +76,9 @@ class IncidentHistory(ABC):
 
 class FileHistory(IncidentHistory):
     """``<state_dir>/incidents-history.json``, rewritten atomically on each
-    change; in memory only without a state dir."""
+    change; in memory only without a state dir. ``reader``: a command reading
+    beside the daemon, which neither moves an unreadable file aside nor writes
+    (``problem`` says why the file could not be read)."""
 
     def __init__(
         self,
@@ -84,13 +86,20 @@ class FileHistory(IncidentHistory):
         retention: float = DEFAULT_RETENTION,
         max_kept: int = 1000,
         clock: Clock = utc_now,
+        *,
+        reader: bool = False,
     ) -> None:
         super().__init__(retention, max_kept, clock)
         self._store = StateStore(directory, prefix="incidents-", keeps="resolved incidents")
         self._kept: dict[str, Incident] = {}
         # each kept incident's JSON and its size, made once
         self._encoded: dict[str, tuple[JsonObject, int]] = {}
-        document = self._store.load(HISTORY_NAME)
+        self.problem: str | None = None
+        if reader:
+            document, self.problem = self._store.peek(HISTORY_NAME)
+            self._store = StateStore(None)  # a reader writes nothing
+        else:
+            document = self._store.load(HISTORY_NAME)
         for entry in (document or {}).get("incidents") or []:
             incident = load_incident(entry)
             if incident is not None:

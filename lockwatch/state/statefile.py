@@ -122,13 +122,9 @@ class StateStore:
         did not survive (a power cut before the kernel wrote it)."""
         recent = self._recent(target)
         if recent is not None and os.path.lexists(recent):
-            try:
-                document = json.loads(recent.read_bytes().decode("utf-8"))
-                if isinstance(document, dict) and document.get("version") == FORMAT_VERSION:
-                    return document
-                reason = "not a state file of this version of lockwatch"
-            except (OSError, ValueError, RecursionError, MemoryError) as exc:
-                reason = _unreadable(exc)
+            document, reason = _parse(recent)
+            if document is not None:
+                return document
             log.warning(
                 "the latest refresh of the saved state %s is lost (%s): starting from the "
                 "last durable save",
@@ -140,15 +136,34 @@ class StateStore:
         path = self._path(target)
         if path is None or not os.path.lexists(path):
             return None
-        try:
-            document = json.loads(path.read_bytes().decode("utf-8"))
-        except (OSError, ValueError, RecursionError, MemoryError) as exc:
-            self.discard(target, _unreadable(exc))
-            return None
-        if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
-            self.discard(target, "not a state file of this version of lockwatch")
-            return None
+        document, reason = _parse(path)
+        if document is None:
+            self.discard(target, reason or "unreadable")
         return document
+
+    def peek(self, target: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The saved document as ``load`` reads it, and why it could not be
+        read (None: read, or nothing saved), touching nothing: for a command
+        reading beside the daemon, which alone repairs its files."""
+        recent, path = self._recent(target), self._path(target)
+        if recent is not None and os.path.lexists(recent):
+            document, _ = _parse(recent)
+            if document is not None:
+                return document, None
+        if path is None or not os.path.lexists(path):
+            return None, None
+        document, reason = _parse(path)
+        return document, None if document is not None else f"{path}: {reason}"
+
+    def saved_names(self) -> list[str]:
+        """The names something is saved for in the directory, sorted."""
+        if self.directory is None:
+            return []
+        names = set()
+        for suffix in (".json", ".json" + RECENT_SUFFIX):
+            for path in self.directory.glob(f"{self.prefix}*{suffix}"):
+                names.add(path.name[len(self.prefix) : -len(suffix)])
+        return sorted(names)
 
     def discard(self, target: str, reason: str) -> None:
         """Move a saved state that cannot be used aside, kept for a person to
@@ -238,6 +253,17 @@ class StateStore:
             log.error(
                 "%s; monitoring goes on, but %s will not survive a restart", message, self.keeps
             )
+
+
+def _parse(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A state file's document, or None and why it cannot be used."""
+    try:
+        document = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:
+        return None, _unreadable(exc)
+    if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
+        return None, "not a state file of this version of lockwatch"
+    return document, None
 
 
 def _unreadable(exc: BaseException) -> str:

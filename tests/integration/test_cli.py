@@ -115,9 +115,28 @@ def test_check_config_suggests_serverless_for_a_neon_host_not_marked_so(tmp_path
     )
     result = invoke("check-config", str(path))
     assert result.exit_code == 0, result.output
-    (note,) = [line for line in result.stdout.splitlines() if "note:" in line]
+    (note,) = [line for line in result.stdout.splitlines() if "Neon's" in line]
     assert note.startswith(f"{path}: note: target neon: its host is Neon's")
     assert "`serverless: true`" in note
+    assert PASSWORD not in result.output
+
+
+def test_check_config_says_which_target_judges_the_locks_of_which_database_of_one_server(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        targets:
+          - {{name: app, dsn: "postgresql://mon:{PASSWORD}@localhost:5432/app"}}
+          - {{name: app2, dsn: "postgresql://mon:{PASSWORD}@127.0.0.1/app2"}}
+        """,
+    )
+    result = invoke("check-config", str(path))
+    assert result.exit_code == 0, result.output
+    (note,) = [line for line in result.stdout.splitlines() if "note:" in line]
+    assert f"{path}: note: targets app, app2 read one server (loopback:5432)" in note
+    assert "(app judges database app; app2 judges database app2)" in note
     assert PASSWORD not in result.output
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -53,8 +54,85 @@ def test_the_dockerfile_runs_lockwatch_as_a_non_root_user_checked_on_healthz() -
     assert "--config.file=/etc/lockwatch/lockwatch.yml" in cmd
     healthcheck = instruction("HEALTHCHECK")
     assert "http://127.0.0.1:10057/healthz" in healthcheck
-    ignored = (ROOT / ".dockerignore").read_text().split()
-    assert {".git", ".venv", "tests"} <= set(ignored)
+
+
+def _pattern(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as Docker matches it (Go's filepath.Match, with ``**``)."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def build_context(root: Path) -> dict[str, int]:
+    """The files a ``docker build`` of ``root`` sends, with their sizes: a path
+    is left out when the last pattern that matches it, or a directory above it,
+    is not a ``!`` one."""
+    lines = (root / ".dockerignore").read_text().splitlines()
+    rules = [
+        (line.startswith("!"), _pattern(line.removeprefix("!").strip("/")))
+        for line in (raw.strip() for raw in lines)
+        if line and not line.startswith("#")
+    ]
+
+    def excluded(path: str) -> bool:
+        parts = path.split("/")
+        ancestors = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+        verdict = False
+        for negated, rule in rules:
+            if any(rule.fullmatch(a) for a in ancestors):
+                verdict = not negated
+        return verdict
+
+    reincluded = [rule.pattern for negated, rule in rules if negated]
+    sent: dict[str, int] = {}
+    for directory, dirs, files in os.walk(root):
+        here = Path(directory).relative_to(root).as_posix()
+        prefix = "" if here == "." else here + "/"
+        # A directory left out with nothing re-included below it is not walked.
+        dirs[:] = [
+            d
+            for d in dirs
+            if not excluded(prefix + d)
+            or any(p.startswith(re.escape(prefix + d)) for p in reincluded)
+        ]
+        for name in files:
+            if not excluded(prefix + name) and not os.path.islink(Path(directory, name)):
+                sent[prefix + name] = Path(directory, name).stat().st_size
+    return sent
+
+
+def test_the_build_context_is_what_the_wheel_is_built_from_without_test_dependencies(
+    tmp_path: Path,
+) -> None:
+    """The issue's 317 MB: a checkout's test dependencies went into the context."""
+    context = build_context(ROOT)
+    needed = {"pyproject.toml", "setup.py", "README.md", "LICENSE", "lockwatch/__init__.py"}
+    needed |= {"alerts/lockwatch.rules.yml", "systemd/lockwatch.service"}
+    needed |= {"docs/lockwatch.example.yml", "docs/runbooks.md", "grafana/lockwatch.json"}
+    assert needed <= set(context)
+    heavy = (".venv", ".pg", ".js", ".npm-libraries", "node_modules", ".git", "tests", "bench")
+    assert [p for p in context if p.split("/")[0] in heavy or "/node_modules/" in p] == []
+    assert [
+        p for p in context if "__pycache__" in p or (p.startswith("docs/") and p.endswith(".png"))
+    ] == []
+    assert sum(context.values()) < 5_000_000, f"{sum(context.values())} bytes"
+    # Whatever a checkout gathers at its top level later stays out too.
+    (tmp_path / ".dockerignore").write_bytes((ROOT / ".dockerignore").read_bytes())
+    for junk in (".venv/lib/x.py", "node_modules/pg/index.js", "lockwatch/__pycache__/a.pyc"):
+        (tmp_path / junk).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / junk).write_text("x")
+    (tmp_path / "lockwatch" / "cli.py").write_text("x")
+    assert set(build_context(tmp_path)) == {"lockwatch/cli.py"}
 
 
 def buildah(*args: str, timeout: float = 900) -> str:
@@ -192,6 +270,14 @@ def test_the_image_serves_metrics_as_its_user_and_writes_only_its_state(
         assert check[0] == "CMD"
         probe = [arg.replace(":10057/", f":{port}/") for arg in check[1:]]
         assert subprocess.run([*run, prober, "--", *probe], check=False, timeout=60).returncode == 0
+        # The wheel built from the (allowlisted) context carries the example config.
+        example = subprocess.run(
+            [*run, prober, "--", "lockwatch", "export", "config"],
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        assert example.stdout == (ROOT / "docs" / "lockwatch.example.yml").read_bytes()
         # The daemon's own process, seen from the host: the user it really runs as.
         (pid,) = daemon_pids(port)
         user = str(psutil.Process(pid).uids().real)

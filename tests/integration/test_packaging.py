@@ -1,11 +1,15 @@
 """The release artefacts: ``python -m build`` makes an sdist and a wheel of the
-distribution ``pg-lockwatch``; the wheel, installed into a fresh venv, is a
-working ``lockwatch`` that carries the alert rules, the dashboard and the
-systemd unit and writes them out, with its licence and one version."""
+distribution ``pg-lockwatch``; the wheel, installed into a fresh venv of the
+system's Python, is a working ``lockwatch`` that carries the alert rules, the
+dashboard, the systemd unit, the runbooks and the annotated example config and
+writes them out, with its licence and one version. A pip or pipx user has no
+repository: ``lockwatch export config`` is where their config file starts
+(issue 24, defect 7), and ``check-config`` must accept it."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +24,7 @@ from click.testing import CliRunner
 
 from lockwatch import __version__
 from lockwatch.cli import main
+from lockwatch.util.bundled import BUNDLED_DOCS
 from tests.fixtures.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -28,8 +33,10 @@ BUNDLED = {
     "lockwatch/bundled/alerts/lockwatch.rules.yml": ROOT / "alerts" / "lockwatch.rules.yml",
     "lockwatch/bundled/grafana/lockwatch.json": ROOT / "grafana" / "lockwatch.json",
     "lockwatch/bundled/systemd/lockwatch.service": ROOT / "systemd" / "lockwatch.service",
-    # /runbooks serves it (a symbolic link in the checkout, a file in the wheel)
+    # /runbooks serves it, export config prints it (symbolic links in the
+    # checkout, files in the wheel)
     "lockwatch/docs/runbooks.md": ROOT / "docs" / "runbooks.md",
+    "lockwatch/docs/lockwatch.example.yml": ROOT / "docs" / "lockwatch.example.yml",
 }
 
 
@@ -81,7 +88,8 @@ def test_the_wheel_is_pg_lockwatch_under_apache_2_with_one_version(dist: Path) -
 def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("venv")
     (wheel,) = dist.glob("pg_lockwatch-*.whl")
-    run(sys.executable, "-m", "venv", home / "venv", cwd=home)
+    # The system's Python, as a user who installs the wheel has it.
+    run(normal_users_python(), "-m", "venv", home / "venv", cwd=home)
     run(home / "venv" / "bin" / "pip", "install", "-q", wheel, cwd=home)
     yield home / "venv"
     shutil.rmtree(home, ignore_errors=True)
@@ -149,6 +157,8 @@ def test_the_wheel_carries_the_rules_dashboard_unit_and_sql(dist: Path) -> None:
             assert archive.read(name) == source.read_bytes(), name
     assert "lockwatch/sample/sql/advisory_locks.sql" in names
     assert "lockwatch/py.typed" in names
+    carried = {n for n in names if n.startswith("lockwatch/docs/")}
+    assert carried == {f"lockwatch/docs/{name}" for name in BUNDLED_DOCS}
 
 
 def test_the_sdist_carries_the_top_level_directories(dist: Path) -> None:
@@ -157,6 +167,7 @@ def test_the_sdist_carries_the_top_level_directories(dist: Path) -> None:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     assert {"setup.py", "alerts/lockwatch.rules.yml", "grafana/lockwatch.json"} <= names
     assert "systemd/lockwatch.service" in names
+    assert {f"lockwatch/docs/{name}" for name in BUNDLED_DOCS} <= names
 
 
 def test_the_installed_lockwatch_runs_and_exports_from_its_own_files(
@@ -187,10 +198,67 @@ def test_the_installed_lockwatch_runs_and_exports_from_its_own_files(
     where = run(
         venv / "bin" / "python",
         "-c",
-        "import lockwatch.commands.export as e; print(e.bundle_root('rules'))",
+        "import lockwatch.util.bundled as b; print(b.bundle_root('alerts'))",
         cwd=tmp_path,
     ).stdout
     assert where.startswith(str(venv)), where
+
+
+def test_the_installed_lockwatch_prints_an_example_config_that_check_config_accepts(
+    venv: Path, tmp_path: Path
+) -> None:
+    lockwatch = venv / "bin" / "lockwatch"
+    printed = run(lockwatch, "export", "config", cwd=tmp_path).stdout
+    assert printed == (ROOT / "docs" / "lockwatch.example.yml").read_text()
+    config = tmp_path / "lockwatch.yml"
+    config.write_text(printed)
+    # Its variables set, and the files its *_file keys name in place, each
+    # with what its name says it holds:
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    values = (line.split(" #")[0] for line in printed.splitlines())
+    named = {
+        n for line in values for n in re.findall(r"^[^#]*CREDENTIALS_DIRECTORY\}/([\w.-]+)", line)
+    }
+    for name in named:
+        held = "host=db dbname=reports user=lockwatch"
+        if name.endswith("-url"):
+            held = "https://example.invalid/hook"
+        elif "token" in name or "password" in name:
+            held = "a-long-random-secret-of-" + name
+        (credentials / name).write_text(held + "\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "ORDERS_DSN": "postgresql://lockwatch@db:5432/orders",
+        "CREDENTIALS_DIRECTORY": str(credentials),
+    }
+    checked = subprocess.run(
+        [lockwatch, "check-config", config],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.startswith(f"{config}: ok (2 target(s)")
+    # Unset, a variable is named, not guessed.
+    unset = subprocess.run(
+        [lockwatch, "check-config", config],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+        timeout=60,
+        check=False,
+    )
+    assert unset.returncode == 2 and "ORDERS_DSN is not set" in unset.stderr, unset.stderr
+
+    run(lockwatch, "export", "runbooks", tmp_path / "runbooks", cwd=tmp_path)
+    assert (tmp_path / "runbooks" / "runbooks.md").read_bytes() == (
+        ROOT / "docs" / "runbooks.md"
+    ).read_bytes()
 
 
 def test_the_demo_without_its_extra_says_what_to_install_in_one_line(

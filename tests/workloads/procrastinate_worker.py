@@ -13,21 +13,22 @@ import sys
 
 import procrastinate
 
-conninfo, queue = sys.argv[1:3]
-app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
 
-
-@app.task(queue=queue, name="hang", pass_context=True)
 async def hang(context: procrastinate.JobContext) -> None:
     assert context.job is not None
     print(f"running {context.job.id}", flush=True)
     await asyncio.Event().wait()
 
 
-async def main() -> None:
+async def main(conninfo: str, queue: str) -> None:
+    # The app is made here, not at import: pytest imports this module to
+    # collect its doctests, with no server and no arguments.
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
+    app.task(queue=queue, name="hang", pass_context=True)(hang)
     async with app.open_async():
         print("started", flush=True)
         await app.run_worker_async(queues=[queue], update_heartbeat_interval=1.0, wait=True)
 
 
-asyncio.run(main())
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:3]))

@@ -33,6 +33,8 @@ from lockwatch.model.evidence.pooler import (
 )
 from lockwatch.model.evidence.queues import (
     SESSION_STATES,
+    STARVED,
+    WAITING,
     QueueEvidence,
     QueueLockChain,
     QueueRunFacts,
@@ -82,6 +84,8 @@ Evidence: TypeAlias = (
 
 __all__ = [
     "SESSION_STATES",
+    "STARVED",
+    "WAITING",
     "ChainStep",
     "ChurnEvidence",
     "DuplicateStartEvidence",

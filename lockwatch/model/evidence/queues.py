@@ -3,7 +3,7 @@ for a stall, the advisory lock its workers wait on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from lockwatch.model.evidence.sessions import FindingFacts, LockHolderFacts
@@ -24,6 +24,14 @@ class SessionCounts:
 SESSION_STATES = tuple(field.name for field in fields(SessionCounts))
 
 
+# What workers that use (almost) no CPU are doing: they want a CPU and do not
+# get it (runnable, on a run queue: starved, never stalled), or they wait on
+# something else (a lock, I/O, a sleep: not runnable).
+STARVED = "starved"
+WAITING = "waiting"
+CPU_STATES = (STARVED, WAITING)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerFacts:
     """A worker group bound to the queue, over the queue's window."""
@@ -33,6 +41,15 @@ class WorkerFacts:
     cpu_cores: float | None  # average cores used; None until the readings cover the window
     sessions: SessionCounts | None  # None: the group binds no sessions
     waiting_on: tuple[SessionWait, ...]  # most waiting sessions first
+    # The cores' worth of time its processes were runnable and waited for a
+    # CPU (run-queue delay; a cgroup's CPU pressure); None: not measured.
+    cpu_wait_cores: float | None = field(default=None, kw_only=True)
+    runnable: int | None = field(default=None, kw_only=True)  # at the last reading
+    # The share of the window some task of the host waited for a CPU (PSI).
+    host_cpu_pressure: float | None = field(default=None, kw_only=True)
+    # STARVED or WAITING (CPU_STATES); None: not told (no run-queue reading,
+    # or it used CPU enough)
+    cpu_state: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +82,9 @@ class QueueEvidence(FindingFacts):
     worker_cpu_cores: float | None  # the bound groups together; None: not measured
     stall_cpu_cores: float
     workers: tuple[WorkerFacts, ...]
+    # The bound groups' run-queue time together, as cores; None: not measured.
+    worker_cpu_wait_cores: float | None = field(default=None, kw_only=True)
+    worker_cpu_state: str | None = field(default=None, kw_only=True)  # as WorkerFacts'
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 
@@ -23,6 +23,12 @@ class SessionFacts:
     wait_event: str | None
     query: str | None  # its last query, cut to a bounded length
     blocked_by: tuple[int, ...]  # pids it waits for
+    # The client's TCP port: ``ss -tnp 'sport = :PORT'`` on the client's host
+    # names its process (the pid above is the server's backend). None: a
+    # local socket, or not seen.
+    client_port: int | None = field(default=None, kw_only=True)
+    # The client's host name, where the server resolves it (log_hostname).
+    client_hostname: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,8 @@ _LABELS = {
     "pid": "pid",
     "application_name": "application",
     "client_addr": "address",
+    "client_port": "port",
+    "client_hostname": "client host",
     "usename": "user",
     "state": "state",
     "state_seconds": "for",

@@ -16,6 +16,9 @@
 -- prepared one per lock with no pid (a prepared transaction's), its
 -- virtualtransaction, for prepared_xacts.sql.
 -- {waitstart} is pg_locks.waitstart on PostgreSQL 14+, NULL before (no such column).
+-- The placeholder after the WHERE clause limits the locks to the databases
+-- this target judges when other targets read the same server
+-- (model/servers.py); it is empty otherwise.
 -- read_at: the server's time as the statement began, before the locks were
 -- copied; the sessions read afterwards are judged against it.
 -- lock_manager_waits: the server's sessions waiting on the lock manager's
@@ -40,4 +43,4 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
        pg_catalog.array_agg({waitstart}) FILTER (WHERE NOT l.granted) AS waitstarts,
        pg_catalog.array_agg(l.virtualtransaction) FILTER (WHERE l.pid IS NULL) AS prepared
 FROM pg_catalog.pg_locks AS l
-WHERE l.locktype = 'advisory'
+WHERE l.locktype = 'advisory'{scope}

@@ -12,7 +12,7 @@
 -- every waiter ahead of it (N^2 pids for a convoy of N), and who holds an
 -- advisory key is already in advisory_locks.sql's answer.
 SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name,
-       pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.state, a.state_change,
+       pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.client_hostname, a.state, a.state_change,
        a.xact_start, a.query_start, a.wait_event_type, a.wait_event,
        pg_catalog.left(a.query, %(query_chars)b) AS query,
        -- The server's own rule for showing a session's activity (see worker_sessions.sql).

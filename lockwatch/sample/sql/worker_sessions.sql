@@ -3,7 +3,7 @@
 -- from the lock query of the same poll; this adds the sessions that hold or
 -- wait for nothing, so "5 of 6 workers" can be counted.
 SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name,
-       pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.state,
+       pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.client_hostname, a.state,
        a.state_change, a.xact_start, a.query_start, a.wait_event_type, a.wait_event,
        pg_catalog.left(a.query, %(query_chars)s) AS query,
        -- Whether lockwatch's role may see the session's activity: the server shows

@@ -450,6 +450,8 @@ def test_seed_002_is_one_linked_story_of_convoy_long_hold_and_orphan() -> None:
         "wait_event": None,
         "query": "SELECT pg_advisory_lock(42)",
         "blocked_by": [],
+        "client_port": None,
+        "client_hostname": None,
         "backend_start": to_json(seed_002_convoy().backends[1234].backend_start),
     }
     assert evidence_as(convoy_, LockEvidence).waiter_count == 5

@@ -187,7 +187,7 @@ def test_the_last_client_of_a_pooled_backend_is_not_judged_as_the_holder() -> No
     assert not holder.pooled.inferred
     assert holder.pooled.note == (
         "pooled backend of pool app/scheduler; the client that took the lock is unknown; "
-        "last client: web-worker from 127.0.0.1"
+        "last client: web-worker from 127.0.0.1:51000"
     )
 
 
