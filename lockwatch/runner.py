@@ -150,7 +150,6 @@ class TargetRunner:
         self._failing_since: datetime | None = None
         self._alone_since: datetime | None = None  # lockwatch the server's only client
         self.pace = PollPace(self.target.interval)  # slower while the lock manager is contended
-        self._skipped: dict[str, int] = {}  # slots of the interval not polled, by why
         self._view = TargetView(self.target)
         self._scheduler: PollScheduler | None = None  # set by start()
         self._own_scheduler = False
@@ -343,7 +342,7 @@ class TargetRunner:
             incidents=transitions.incidents.active,
             resolved_incidents=self.incidents.recent,
             poll_interval=self.pace.current,
-            slots_skipped=dict(self._skipped),
+            slots_skipped=dict(self.pace.skipped),
         )
         for monitor in self.monitors:
             view = monitor.publish(view)
@@ -405,7 +404,7 @@ class TargetRunner:
         asleep = self._view.asleep_since is not None
         interval = self.target.sleep.interval if asleep else self.pace.current
         if not asleep and self.pace.factor > 1:
-            self._skip(CONTENDED_REASON, self.pace.factor - 1)
+            self.pace.skip(CONTENDED_REASON, self.pace.factor - 1)
         next_due = due + interval
         late = self._schedule_clock() - next_due
         if late > 0:
@@ -417,12 +416,9 @@ class TargetRunner:
                 late,
                 skipped,
             )
-            self._skip(OVERRAN, skipped)
+            self.pace.skip(OVERRAN, skipped)
             next_due += skipped * interval
         return next_due
-
-    def _skip(self, reason: str, slots: int) -> None:
-        self._skipped[reason] = self._skipped.get(reason, 0) + slots
 
     def _finish(self) -> None:
         # Whatever changed since the last save is kept for the next start.
@@ -494,7 +490,7 @@ class TargetRunner:
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at
-        self._skipped = old._skipped
+        self.pace.skipped = old.pace.skipped
         self.board.register(self.target)
 
     def active_findings(self) -> tuple[Finding, ...]:

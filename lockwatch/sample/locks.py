@@ -241,8 +241,7 @@ def read_advisory_locks(
     scope: LockScope = WHOLE_SERVER,
 ) -> LockRead:
     """Every advisory lock and the sessions behind them (and their blockers),
-    the server's time as it read the locks, and how many of its sessions
-    waited on the lock manager.
+    the server's time as it read them, and its sessions on the lock manager.
 
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
@@ -272,8 +271,7 @@ def read_advisory_locks(
         )
         guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
-    if row is None:
-        return LockRead(decoder.nothing(), {}, None, None)
+    assert row is not None  # an aggregate without GROUP BY answers one row
     if row["owners"] is None:
         return LockRead(decoder.nothing(), {}, row["read_at"], row["lock_manager_waits"])
     pids = decoder.pids(row)
@@ -288,11 +286,9 @@ def read_advisory_locks(
     backends = _chains(sessions, pids, fetch)
     prepared = _prepared(conn, row["prepared"])
     locks = decoder.decode(row, backends, prepared)
-    # No array of waits: nobody waits, and no waiter's blockers need filling.
-    filled = (
-        dict(backends) if row["waitstarts"] is None else advisory_blockers(locks.values(), backends)
-    )
-    return LockRead(locks, filled, row["read_at"], row["lock_manager_waits"])
+    if row["waitstarts"] is not None:  # some wait: their blockers come from the locks
+        backends = advisory_blockers(locks.values(), backends)
+    return LockRead(locks, dict(backends), row["read_at"], row["lock_manager_waits"])
 
 
 class AdvisoryLockReader:

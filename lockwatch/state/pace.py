@@ -34,8 +34,13 @@ class PollPace:
 
     interval: float
     factor: int = 1  # the interval is multiplied by it
+    # Slots of the interval left unpolled so far, by why (REASONS).
+    skipped: dict[str, int] = field(default_factory=dict)
     _recent: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
     _calm: int = 0  # polls in a row with no session waiting on the lock manager
+
+    def skip(self, reason: str, slots: int) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + slots
 
     @property
     def current(self) -> float:

@@ -57,8 +57,8 @@ def test_the_runner_plans_by_the_pace_and_counts_the_slots_it_leaves_out() -> No
     slowed.pace.factor = 4
     assert slowed._next_due(100.0) == 104.0
     assert slowed._next_due(104.0) == 108.0
-    assert slowed._skipped == {"contended": 6}
+    assert slowed.pace.skipped == {"contended": 6}
 
     late = runner(interval=1.0, now=103.5)  # a poll due at 100.0 ended at 103.5
     assert late._next_due(100.0) == 104.0
-    assert late._skipped == {"overran": 3}
+    assert late.pace.skipped == {"overran": 3}
