@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from lockwatch import __version__
+from lockwatch.commands.doctor import doctor
 from lockwatch.commands.export import export_command
 from lockwatch.commands.incidents import incidents
 from lockwatch.commands.mcp_server import mcp_command
@@ -467,21 +468,5 @@ def exec_command(
     sys.exit(run_wrapped(command, client=client, run_key=run_key, host=host))
 
 
-@main.command()
-@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="The DSN your application uses.")
-@click.option("--pgbouncer", help="pgbouncer's admin DSN: its server_lifetime bounds an orphan.")
-def doctor(dsn: str, pgbouncer: str | None) -> None:
-    """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1), broken (2), or safe but without pg_monitor for lockwatch (3)."""
-    from lockwatch.commands.doctor import EXIT_ERROR, diagnose
-
-    try:
-        diagnosis = diagnose(dsn, pgbouncer)
-    except RuntimeError as exc:
-        click.echo(f"lockwatch doctor: {exc}", err=True)
-        sys.exit(EXIT_ERROR)
-    click.echo(diagnosis.render())
-    sys.exit(diagnosis.exit_code)
-
-
-for command in (incidents, export_command, terminate, mcp_command):
+for command in (incidents, export_command, terminate, mcp_command, doctor):
     main.add_command(command)

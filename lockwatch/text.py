@@ -152,3 +152,20 @@ def iso_utc(moment: datetime | None) -> str | None:
         # Samplers hand out aware datetimes; a naive one can only be meant as UTC.
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cause_first(error: str, limit: int) -> tuple[str, str]:
+    """A driver's error as (cause, where): the cause is its last clause, what
+    a person reads first; the rest says where it happened. ``limit`` bounds the
+    line it is read from.
+
+    >>> cause_first('db:5432/app: connection to server at "db", port 5432 failed: Connection refused', 3000)
+    ('Connection refused', 'db:5432/app: connection to server at "db", port 5432 failed')
+    >>> cause_first("no snapshot", 3000)
+    ('no snapshot', '')
+    """
+    line = one_line(error, limit)
+    where, colon, cause = line.rpartition(": ")
+    if not colon or not cause.strip():
+        return line, ""
+    return cause.strip(), where.strip()

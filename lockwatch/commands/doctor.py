@@ -1,6 +1,10 @@
 """``lockwatch doctor --dsn DSN``: is session state safe on this connection string?
 
-Checks the DSN the way an application uses it. A second session holds a
+Checks the DSN the way an application uses it, and says how long a backend of
+its role whose client vanished keeps its advisory locks on that server. An
+application's DSN is judged for the application: its role needs nothing of
+lockwatch's (``--monitoring`` checks lockwatch's own DSN, whose role needs
+pg_monitor). A second session holds a
 transaction open while the first runs another statement: on a direct
 connection (or a session pool) the first session keeps its own backend; on a
 transaction or statement pool it gets another backend, or waits for one — and
@@ -10,18 +14,20 @@ temporary tables cannot be trusted on it (seed 000).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import click
 import psycopg
 
 from lockwatch.commands.tracking import tracking_notes
-from lockwatch.detect.keepalive import describe, orphan_lifetime
+from lockwatch.detect.keepalive import describe, orphan_lifetime, timeouts_for
 from lockwatch.model.keepalive import OrphanLifetime, PoolerTimeouts
 from lockwatch.model.locks import HIDDEN
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES
-from lockwatch.sample.keepalive import pooler_timeouts, server_timeouts
+from lockwatch.sample.keepalive import pooler_timeouts, server_settings
 from lockwatch.sample.pooling import backend_pid, per_transaction, through_pooler
 from lockwatch.settings.serverless import serverless_provider
 from lockwatch.settings.targets import Target
@@ -30,7 +36,8 @@ from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
 EXIT_SAFE = 0
 EXIT_POOLED = 1
 EXIT_ERROR = 2
-# Not pooled, but lockwatch on this DSN would not see other roles' sessions.
+# --monitoring only: not pooled, but lockwatch on this DSN would not see other
+# roles' sessions (an application's role needs no pg_monitor).
 EXIT_NO_MONITOR = 3
 UNSAFE_ON_POOLING = (
     "session advisory locks, SET, LISTEN, SQL PREPARE, WITH HOLD cursors and temp tables"
@@ -52,12 +59,13 @@ class Diagnosis:
     can_monitor: bool
     notes: tuple[str, ...] = field(default=())
     orphans: OrphanLifetime | None = None
+    monitoring: bool = False  # the DSN is lockwatch's own: its role needs pg_monitor
 
     @property
     def exit_code(self) -> int:
         if self.pooled:
             return EXIT_POOLED
-        return EXIT_SAFE if self.can_monitor else EXIT_NO_MONITOR
+        return EXIT_SAFE if self.can_monitor or not self.monitoring else EXIT_NO_MONITOR
 
     def render(self) -> str:
         verdict = (
@@ -77,7 +85,7 @@ class Diagnosis:
             f"lockwatch doctor: {self.where}",
             f"  server version      {self.server_version}",
             f"  role                {self.role}",
-            f"  role has pg_monitor {monitor}",
+            *([f"  role has pg_monitor {monitor}"] if self.monitoring else []),
             f"  verdict             {verdict}",
             *(f"  note                {note}" for note in self.notes),
             *_orphan_lines(self.orphans),
@@ -127,23 +135,26 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     )
 
 
-def diagnose(dsn: str, pgbouncer: str | None = None) -> Diagnosis:
-    """Raises RuntimeError with a secret-free message when the DSN (or the
-    pgbouncer admin DSN) does not work."""
+def diagnose(dsn: str, pgbouncer: str | None = None, *, monitoring: bool = False) -> Diagnosis:
+    """The DSN as an application's (``monitoring``: as lockwatch's own, whose
+    role needs pg_monitor). Raises RuntimeError with a secret-free message when
+    the DSN (or the pgbouncer admin DSN) does not work."""
     secrets = dsn_secrets(dsn)
     try:
         with _connect(dsn) as first, _connect(dsn) as second:
             row = first.execute(
                 "SELECT current_setting('server_version'), current_user,"
                 " pg_has_role(current_user, 'pg_monitor', 'USAGE')"
-                " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+                " OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),"
+                " session_user, current_database()"
             ).fetchone()
             assert row is not None
             version, role, can_monitor = str(row[0]), str(row[1]), bool(row[2])
             server_pid = backend_pid(first)
             proxied = through_pooler(first, server_pid)
             sharing = per_transaction(first, second)
-            timeouts = server_timeouts(first)
+            # What a session of this DSN's role starts with on this server.
+            timeouts = timeouts_for(server_settings(first), str(row[3]), str(row[4]))
             tracking = tracking_notes(first)
     except psycopg.Error as exc:
         raise RuntimeError(redact(f"{describe_dsn(dsn)}: {first_line(exc)}", secrets)) from None
@@ -156,13 +167,18 @@ def diagnose(dsn: str, pgbouncer: str | None = None) -> Diagnosis:
         version,
         role,
         can_monitor,
-        _notes(pooled=pooled, proxied=proxied) + _serverless_note(dsn) + tracking,
+        _notes(pooled=pooled, proxied=proxied, monitoring=monitoring)
+        + _serverless_note(dsn)
+        + tracking,
         orphan_lifetime(timeouts, _pooler_timeouts(pgbouncer, pooled)),
+        monitoring,
     )
 
 
-def _notes(*, pooled: bool, proxied: bool) -> tuple[str, ...]:
+def _notes(*, pooled: bool, proxied: bool, monitoring: bool) -> tuple[str, ...]:
     """What the verdict means for lockwatch's own session on this DSN."""
+    if not monitoring:
+        return ()
     if pooled:
         return (LOCKWATCH_ON_POOLING,)
     if proxied:
@@ -219,3 +235,24 @@ def pooled_dsn_hints(targets: Iterable[Target]) -> list[str]:
             "backend; `lockwatch doctor --dsn ...` tells which pool mode it gets"
         )
     return hints
+
+
+@click.command()
+@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="The DSN your application uses.")
+@click.option("--pgbouncer", help="pgbouncer's admin DSN: its server_lifetime bounds an orphan.")
+@click.option(
+    "--monitoring",
+    is_flag=True,
+    help="The DSN is lockwatch's own: its role must also have pg_monitor (exit 3 without).",
+)
+def doctor(dsn: str, pgbouncer: str | None, monitoring: bool) -> None:
+    """Check whether a DSN is safe for session state (exit 0), pooled per transaction (1)
+    or broken (2), and how long an orphan of its role lives on its server. With
+    --monitoring, for lockwatch's own DSN: 3 when safe but its role lacks pg_monitor."""
+    try:
+        diagnosis = diagnose(dsn, pgbouncer, monitoring=monitoring)
+    except RuntimeError as exc:
+        click.echo(f"lockwatch doctor: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(diagnosis.render())
+    sys.exit(diagnosis.exit_code)

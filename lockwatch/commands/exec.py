@@ -1,7 +1,8 @@
 """``lockwatch exec``: wrap a cron command so that lockwatch sees every run.
 
 The command always runs on time: the start ping goes out beside it, not
-before it, and every ping has short connect and read timeouts and a total
+before it, with the command's process id and the host, so that a run that
+goes on too long can be looked at where it runs (``py-spy dump --pid``), and every ping has short connect and read timeouts and a total
 deadline (an endpoint may trickle its answer in reads that each come in time). If lockwatch
 is unreachable the wrapper says so on stderr and the command is unaffected;
 the wrapper exits with the command's own exit code.
@@ -70,6 +71,32 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def _spawn(command: Sequence[str], stderr: TextIO) -> tuple[subprocess.Popen[bytes] | None, int]:
+    """The command started, or why it could not be, as the shell's exit code."""
+    try:
+        return subprocess.Popen(list(command)), 0
+    except FileNotFoundError:
+        print(f"lockwatch exec: command not found: {command[0]}", file=stderr, flush=True)
+        return None, EXIT_NOT_FOUND
+    except PermissionError:
+        print(f"lockwatch exec: command not executable: {command[0]}", file=stderr, flush=True)
+        return None, EXIT_NOT_EXECUTABLE
+
+
+def _wait(child: subprocess.Popen[bytes]) -> int:
+    """The command's exit code; cron and systemd stop the wrapper, and the
+    command must hear it too."""
+    forward = {
+        sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    try:
+        return _exit_code(child.wait())
+    finally:
+        for sig, handler in forward.items():
+            signal.signal(sig, handler)
+
+
 def run_wrapped(
     command: Sequence[str],
     *,
@@ -82,30 +109,15 @@ def run_wrapped(
     start_payload: dict[str, object] = {"run_id": run_id, "host": host}
     if run_key:
         start_payload["run_key"] = run_key
+    started = time.monotonic()
+    child, code = _spawn(command, client.stderr)
+    if child is not None:
+        start_payload["pid"] = child.pid
+    # Sent once the command runs, so that it names its process; never waited for.
     start_ping = threading.Thread(target=client.send, args=("start", start_payload), daemon=True)
     start_ping.start()
-    started = time.monotonic()
-    try:
-        child = subprocess.Popen(list(command))
-    except FileNotFoundError:
-        print(f"lockwatch exec: command not found: {command[0]}", file=client.stderr, flush=True)
-        code = EXIT_NOT_FOUND
-    except PermissionError:
-        print(
-            f"lockwatch exec: command not executable: {command[0]}", file=client.stderr, flush=True
-        )
-        code = EXIT_NOT_EXECUTABLE
-    else:
-        # Cron and systemd stop the wrapper; the command must hear it too.
-        forward = {
-            sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-        }
-        try:
-            code = _exit_code(child.wait())
-        finally:
-            for sig, handler in forward.items():
-                signal.signal(sig, handler)
+    if child is not None:
+        code = _wait(child)
     duration = round(time.monotonic() - started, 3)
     # The finish must follow the start, which gives up by its own deadline.
     start_ping.join()

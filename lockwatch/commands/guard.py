@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwatch.model.actions import ActionKind, Verdict
-from lockwatch.model.evidence import HolderFacts, LockEvidence, PooledLockEvidence, PreparedFacts
+from lockwatch.model.evidence import HolderFacts, LockEvidence, PreparedFacts
 from lockwatch.model.incidents import Incident, RootKind
-from lockwatch.text import format_duration, iso_utc, one_line
+from lockwatch.model.remediation import client_cost, linked_client, state_cost
+from lockwatch.text import iso_utc, one_line
 
 HOLDING = (RootKind.SESSION, RootKind.POOLED_BACKEND)
-IN_TRANSACTION = frozenset({"idle in transaction", "idle in transaction (aborted)"})
 SEE_GRANT = "GRANT pg_read_all_stats (or pg_monitor) TO the actions role"
 SIGNAL_GRANT = "GRANT pg_signal_backend TO the actions role"
 
@@ -267,15 +267,6 @@ def _freed(look: Look) -> str:
     return locks + (f" and the {waiting} session(s) waiting on them go on" if waiting else "")
 
 
-def _linked_client(incident: Incident) -> str | None:
-    for finding in incident.findings:
-        evidence = finding.evidence
-        if isinstance(evidence, PooledLockEvidence) and evidence.linked_client is not None:
-            client = evidence.linked_client
-            return f"{client.addr or 'local'}:{client.port} {client.application_name or ''}".strip()
-    return None
-
-
 def cost(incident: Incident, action: ActionKind, look: Look) -> str:
     """What acting costs, following the root's state now."""
     if action is ActionKind.ROLLBACK_PREPARED:
@@ -298,22 +289,7 @@ def cost(incident: Incident, action: ActionKind, look: Look) -> str:
             "session-level advisory locks stay held"
         )
     xact = session.xact_seconds if session is not None else None
-    opened = f" (open {format_duration(xact)})" if xact is not None else ""
-    if state in IN_TRANSACTION:
-        said = f"its open transaction{opened} is rolled back: its work since BEGIN is lost"
-    elif state == "active":
-        said = f"its running statement is interrupted and its transaction{opened} rolled back"
-    else:
-        said = "it has no open transaction: nothing is rolled back"
-    if incident.root.kind is RootKind.POOLED_BACKEND:
-        client = _linked_client(incident)
-        said += (
-            f"; it is a pooler's server connection: the client linked to it at lockwatch's last "
-            f"look ({one_line(client)}) gets an error"
-            if client
-            else "; it is a pooler's server connection with no client linked at lockwatch's last "
-            "look: no client sees an error, and the pooler opens another connection when needed"
-        )
-    else:
-        said += "; its client gets an error on its next statement (and may retry its work)"
+    pooled = incident.root.kind is RootKind.POOLED_BACKEND
+    client = linked_client(incident.findings) if pooled else None
+    said = f"{state_cost(state, xact)}; {client_cost(pooled, one_line(client) if client else None)}"
     return f"{said}; {_freed(look)}"

@@ -49,6 +49,7 @@ def _run_facts(run: JobRun, now: datetime) -> RunFacts:
         source=run.source,
         exit_code=run.exit_code,
         duration_seconds=round((end - run.started_at).total_seconds(), 1),
+        pid=run.pid,
     )
 
 

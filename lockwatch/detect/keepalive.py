@@ -9,15 +9,27 @@ transaction pooler, never: the pooler is its client, alive, and keeps the
 server connection (and its session locks) until it retires it. A client that is
 still there but forgot its lock (seed 003's pool) is ended by none of these.
 
+What a backend starts with is the server's value unless its role or database
+has its own (ALTER ROLE / ALTER DATABASE ... SET): ``timeouts_for`` takes
+those of the holder's role and database. A value a session SETs itself is
+seen by no other session, lockwatch included.
+
 Pure: the settings come in read (``sample/keepalive.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from lockwatch.detect.lock_groups import Draft
+from lockwatch.model.evidence import LockEvidence
+from lockwatch.model.findings import FindingKind
 from lockwatch.model.keepalive import (
     LINUX_KEEPALIVE,
     OrphanLifetime,
     PoolerTimeouts,
+    RoleSetting,
+    ServerSettings,
     ServerTimeouts,
 )
 from lockwatch.model.pooler import SHARED_POOL_MODES
@@ -29,6 +41,64 @@ KEEPALIVE_WORTH_SHORTENING = 300.0
 POOLER_LIFETIME_WORTH_SHORTENING = 3600.0
 
 Bound = tuple[float, str]
+
+
+def _rank(setting: RoleSetting, role: str | None, database: str | None) -> int | None:
+    """How closely a per-role or per-database setting applies to a session of
+    ``role`` in ``database`` (PostgreSQL's order: role in database, then role,
+    then database); None: it does not."""
+    if setting.role is not None and setting.role != role:
+        return None
+    if setting.database is not None and setting.database != database:
+        return None
+    if setting.role is not None:
+        return 0 if setting.database is not None else 1
+    return 2
+
+
+def timeouts_for(
+    settings: ServerSettings, role: str | None, database: str | None
+) -> ServerTimeouts:
+    """The values a session of ``role`` in ``database`` starts with: the
+    server's, where its role and database set none of their own.
+
+    >>> from lockwatch.model.keepalive import RoleSetting
+    >>> server = ServerTimeouts(16, None, None, None, None, None, None)
+    >>> own = RoleSetting("idle_in_transaction_session_timeout", 30.0, "app", None)
+    >>> timeouts = timeouts_for(ServerSettings(server, (own,)), "app", "shop")
+    >>> timeouts.idle_in_transaction_session_timeout, timeouts.set_by
+    (30.0, (('idle_in_transaction_session_timeout', 'ALTER ROLE app'),))
+    >>> timeouts_for(ServerSettings(server, (own,)), "worker", "shop").set_by
+    ()
+    """
+    chosen: dict[str, tuple[int, RoleSetting]] = {}
+    for setting in settings.role_settings:
+        rank = _rank(setting, role, database)
+        if rank is not None and (setting.name not in chosen or rank < chosen[setting.name][0]):
+            chosen[setting.name] = (rank, setting)
+    values: dict[str, float | int | None] = {
+        name: setting.seconds for name, (_, setting) in chosen.items()
+    }
+    if "tcp_keepalives_count" in values and values["tcp_keepalives_count"] is not None:
+        values["tcp_keepalives_count"] = int(values["tcp_keepalives_count"] or 0)
+    assumed = tuple(
+        f"{name}: the server's value is not visible to lockwatch (its own role or database "
+        "sets one), taken as PostgreSQL's built-in default"
+        for name in settings.hidden
+        if name not in chosen
+    )
+    return replace(
+        settings.server,
+        **values,  # type: ignore[arg-type]
+        set_by=tuple(sorted((name, setting.scope) for name, (_, setting) in chosen.items())),
+        assumed=assumed,
+    )
+
+
+def _named(server: ServerTimeouts, name: str) -> str:
+    """A setting's name, with where it was set when its role or database set it."""
+    scope = dict(server.set_by).get(name)
+    return f"{name} ({scope})" if scope else name
 
 
 def keepalive_bound(server: ServerTimeouts) -> tuple[Bound, tuple[str, ...]]:
@@ -87,7 +157,7 @@ def _idle_bounds(
         return [(pooler.server_lifetime, f"pgbouncer's server_lifetime{sooner}")]
     bounds = [keepalive]
     if server.idle_session_timeout is not None:
-        bounds.append((server.idle_session_timeout, "idle_session_timeout"))
+        bounds.append((server.idle_session_timeout, _named(server, "idle_session_timeout")))
     return bounds
 
 
@@ -151,11 +221,19 @@ def orphan_lifetime(server: ServerTimeouts, pooler: PoolerTimeouts | None = None
     in_transaction = [keepalive]
     if server.idle_in_transaction_session_timeout is not None:
         in_transaction.append(
-            (server.idle_in_transaction_session_timeout, "idle_in_transaction_session_timeout")
+            (
+                server.idle_in_transaction_session_timeout,
+                _named(server, "idle_in_transaction_session_timeout"),
+            )
         )
     xact, xact_by = _first(in_transaction, forever)
     return OrphanLifetime(
-        idle, idle_by, xact, xact_by, tuple(_shorten(server, pooler, keepalive)), assumed
+        idle,
+        idle_by,
+        xact,
+        xact_by,
+        tuple(_shorten(server, pooler, keepalive)),
+        assumed + server.assumed,
     )
 
 
@@ -170,3 +248,26 @@ def describe(lifetime: OrphanLifetime) -> str:
     if idle == xact:
         return f"{idle} (idle or in a transaction)"
     return f"idle: {idle}; idle in a transaction: {xact}"
+
+
+def with_lifetime(draft: Draft, timeouts: ServerSettings | None) -> Draft:
+    """An orphan's draft with how long it can live on this server: by the
+    settings its holder's role and database start a session with. Behind a
+    pooler (whose own settings are not read here) the pooler retires it; a
+    prepared transaction lives until it is committed or rolled back."""
+    if timeouts is None or draft.kind is not FindingKind.LOCK_ORPHANED:
+        return draft
+    facts = draft.evidence
+
+    def evidence() -> LockEvidence:
+        built = facts()
+        holder = next((h for h in draft.group.holders if h.lock.pid == built.holder_pid), None)
+        if holder is None or holder.lock.prepared is not None:
+            return built
+        pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
+        backend = holder.backend
+        role = backend.usename if backend is not None else None
+        server = timeouts_for(timeouts, role, holder.lock.database)
+        return replace(built, orphan_lifetime=orphan_lifetime(server, pooler))
+
+    return replace(draft, evidence=evidence)

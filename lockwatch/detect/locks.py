@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
-from lockwatch.detect.keepalive import orphan_lifetime
+from lockwatch.detect.keepalive import with_lifetime
 from lockwatch.detect.key_groups import Alike, key_groups
 from lockwatch.detect.lock_cap import Cap
 from lockwatch.detect.lock_groups import (
@@ -36,7 +35,7 @@ from lockwatch.detect.pooler import known_pooled, pooled_session
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
-from lockwatch.model.keepalive import PoolerTimeouts, ServerTimeouts
+from lockwatch.model.keepalive import ServerSettings
 from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
@@ -359,15 +358,15 @@ def detect_locks(
     pooler: PoolerSnapshot | None = None,
     *,
     history: Histories | None = None,
-    timeouts: ServerTimeouts | None = None,
+    timeouts: ServerSettings | None = None,
     inferred: Mapping[int, str] | None = None,
     held: HeldLocks | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
     pooler's view of the same server (or the backends ``inferred`` pooled,
     pid -> how), also session locks on pooled backends; with the keys'
-    history, learned budgets and leader churn; with the server's timeouts,
-    how long an orphan can live there; with the locks the target's queue
+    history, learned budgets and leader churn; with the server's timeouts
+    (and its roles' and databases'), how long an orphan can live there; with the locks the target's queue
     libraries hold on purpose (``held``), those named and never held too long
     nor orphaned.
 
@@ -390,7 +389,7 @@ def detect_locks(
             cap.add(draft)
     for draft in _leaders_churning(leaders, snapshot, settings, history, now) if history else ():
         caps.setdefault(draft.kind, Cap()).add(draft)
-    drafts = [_with_lifetime(draft, timeouts) for cap in caps.values() for draft in cap.kept()]
+    drafts = [with_lifetime(draft, timeouts) for cap in caps.values() for draft in cap.kept()]
     findings = _related_findings(snapshot.target, drafts)
     findings.extend(
         overflow for cap in caps.values() if (overflow := cap.overflow(snapshot.target))
@@ -421,25 +420,6 @@ def _related_findings(target: str, drafts: list[Draft]) -> list[Finding]:
         )
         for draft in drafts
     ]
-
-
-def _with_lifetime(draft: Draft, timeouts: ServerTimeouts | None) -> Draft:
-    """An orphan's draft with how long it can live on this server. Behind a
-    pooler (whose own settings are not read here) the pooler retires it; a
-    prepared transaction lives until it is committed or rolled back."""
-    if timeouts is None or draft.kind is not FindingKind.LOCK_ORPHANED:
-        return draft
-    facts = draft.evidence
-
-    def evidence() -> LockEvidence:
-        built = facts()
-        holder = next((h for h in draft.group.holders if h.lock.pid == built.holder_pid), None)
-        if holder is None or holder.lock.prepared is not None:
-            return built
-        pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
-        return replace(built, orphan_lifetime=orphan_lifetime(timeouts, pooler))
-
-    return replace(draft, evidence=evidence)
 
 
 class _Pooling(NamedTuple):

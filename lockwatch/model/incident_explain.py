@@ -14,6 +14,7 @@ from lockwatch.model.evidence import LockEvidence, QueueStallEvidence
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.incident_text import impact_text, incident_lines, lead_kind, root_text
 from lockwatch.model.incidents import HOLDING_SESSIONS, Incident, RootKind
+from lockwatch.model.remediation import SQL_LIMIT
 from lockwatch.text import format_duration, iso_utc, one_line
 
 TIMELINE_SHOWN = 12  # the latest timeline events the explanation lists
@@ -113,7 +114,7 @@ def _next(incident: Incident) -> list[str]:
             "a dry run that re-checks the root and says what it costs; --yes acts."
         )
     if step.sql and incident.open:
-        lines.append(f"Or by hand: {one_line(step.sql, 600)}")
+        lines.append(f"Or by hand: {one_line(step.sql, SQL_LIMIT)}")
     if step.cost and incident.open:
         lines.append(f"Cost: {one_line(step.cost, 400)}")
     lines.append(f"Runbook: {step.runbook}")

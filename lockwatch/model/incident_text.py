@@ -31,7 +31,7 @@ from lockwatch.model.incidents import (
     RootLoad,
 )
 from lockwatch.model.locks import IDLE_STATES
-from lockwatch.text import client_address, format_duration, one_line, printable
+from lockwatch.text import cause_first, client_address, format_duration, one_line, printable
 
 SHOWN_FINDINGS = 5  # findings listed per incident; the API has them all
 LABEL_LIMIT = 80  # characters of a label value from a database client
@@ -172,6 +172,7 @@ class Measures:
     idle_seconds: float | None = None  # how long it has run no SQL, while idle
     idle_state: str | None = None  # ``idle``, ``idle in transaction``
     query: str | None = None  # its last query
+    holder: HolderFacts | None = None  # as a finding saw it: its state, its transaction
 
 
 def _is_root(holder: HolderFacts, root: IncidentRoot) -> bool:
@@ -187,17 +188,19 @@ def holder_measures(root: IncidentRoot, findings: Sequence[Finding]) -> Measures
         return Measures()
     hold = idle = None
     state = query = None
+    seen: HolderFacts | None = None
     for finding in findings:
         for holder in finding.evidence.named_holders:
             if not isinstance(holder, HolderFacts) or not _is_root(holder, root):
                 continue
+            seen = seen or holder
             query = query or holder.query
             if holder.held_seconds:
                 hold = max(hold or 0.0, holder.held_seconds)
             seconds = holder.state_seconds if holder.state in IDLE_STATES else None
             if seconds is not None and (idle is None or seconds > idle):
                 idle, state = seconds, holder.state
-    return Measures(hold, idle, state, query)
+    return Measures(hold, idle, state, query, seen)
 
 
 # -- what it is about ------------------------------------------------------------------
@@ -321,22 +324,6 @@ def root_words(root: IncidentRoot) -> str:
     return f"target {one_line(root.target)}{source}"
 
 
-def cause_first(error: str) -> tuple[str, str]:
-    """A driver's error as (cause, where): the cause is its last clause, what
-    a person reads first; the rest says where it happened.
-
-    >>> cause_first('db:5432/app: connection to server at "db", port 5432 failed: Connection refused')
-    ('Connection refused', 'db:5432/app: connection to server at "db", port 5432 failed')
-    >>> cause_first("no snapshot")
-    ('no snapshot', '')
-    """
-    line = one_line(error, 10 * TITLE_LIMIT)
-    where, colon, cause = line.rpartition(": ")
-    if not colon or not cause.strip():
-        return line, ""
-    return cause.strip(), where.strip()
-
-
 def incident_title(
     root: IncidentRoot,
     findings: Sequence[Finding],
@@ -353,7 +340,7 @@ def incident_title(
     finding = lead_finding(findings, lead)
     evidence = finding.evidence
     if isinstance(evidence, TargetDownEvidence):
-        cause, where = cause_first(evidence.error)
+        cause, where = cause_first(evidence.error, 10 * TITLE_LIMIT)
         at = f" ({one_line(where, TITLE_LIMIT)})" if where else ""
         return f"{root_words(root)} down: {one_line(cause, TITLE_LIMIT)}{at}"
     summary = one_line(finding.summary, TITLE_LIMIT)
@@ -382,7 +369,7 @@ def resolved_title(incident: Incident) -> str:
     said = f"{root_words(root)} {PAST[lead]}"
     errors = [f.evidence for f in incident.findings if isinstance(f.evidence, TargetDownEvidence)]
     if errors:
-        said += f" ({one_line(cause_first(errors[0].error)[0], TITLE_LIMIT)})"
+        said += f" ({one_line(cause_first(errors[0].error, 10 * TITLE_LIMIT)[0], TITLE_LIMIT)})"
     if impact.max_backlog:
         said += f" (backlog up to {impact.max_backlog})"
     return f"{said}; {ended} after {_lasted(incident)}"

@@ -26,6 +26,7 @@ class JobRun:
     source: str = "sql"  # sql, ping or exec
     run_id: str | None = None
     exit_code: int | None = None
+    pid: int | None = None  # the run's process on its host, when its wrapper said
 
     @property
     def running(self) -> bool:

@@ -1,7 +1,8 @@
 """What to do about an incident's root: its next step, the guarded SQL that
-does it (printed for a person, never run by lockwatch) and what running it
-costs, with the runbook of the incident's leading kind. The names in it come
-from ``model/incident_text.py``, as every other word of an incident does."""
+does it (``model/remediation.py``: printed for a person, never run by
+lockwatch) and what running it costs, with the runbook of the incident's
+leading kind. The names in it come from ``model/incident_text.py``, as every
+other word of an incident does."""
 
 from __future__ import annotations
 
@@ -12,17 +13,21 @@ from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incident_text import (
     HOLDING,
     TITLE_LIMIT,
+    holder_measures,
     holder_text,
     lead_finding,
     runbook_link,
 )
 from lockwatch.model.incidents import IncidentRoot, NextStep, RootKind
+from lockwatch.model.remediation import (
+    GUARD_ROLES,
+    linked_client,
+    rollback_prepared_sql,
+    terminate_cost,
+    terminate_sql,
+)
 from lockwatch.text import one_line
 
-TERMINATE_COST = (
-    "its open transaction rolls back, its client gets an error on its next statement "
-    "(and may retry the work), and every lock of its session is released at once"
-)
 ROLLBACK_PREPARED_COST = (
     "the prepared transaction's changes are undone and its locks released; "
     "COMMIT PREPARED instead keeps its work, if it should stand"
@@ -48,66 +53,67 @@ _JOB_ACTIONS = {
 }
 
 
-def sql_literal(text: str) -> str:
-    """``text`` as a PostgreSQL string literal, whatever standard_conforming_strings says.
+def _terminate_step(
+    root: IncidentRoot, findings: Sequence[Finding], incident_id: str, runbook: str
+) -> NextStep:
+    """End the session at the root: ``lockwatch terminate``, or the guarded SQL
+    as the roles the runbooks name; what it costs follows the holder's state
+    as lockwatch saw it."""
+    pooled = root.kind is RootKind.POOLED_BACKEND or any(
+        isinstance(f.evidence, PooledLockEvidence) for f in findings
+    )
+    end = POOLED_FIX if pooled else f"end the session of {holder_text(root)}: its locks go free"
+    seen = holder_measures(root, findings).holder
+    state, xact = (seen.state, seen.xact_seconds) if seen is not None else (None, None)
+    client = linked_client(findings) if pooled else None
+    cost = f"as lockwatch saw it ({one_line(state or 'state not seen')}): " + terminate_cost(
+        state, xact, pooled=pooled, linked_client=client
+    )
+    if root.backend_start is None:
+        action = (
+            f"{end}. lockwatch did not see when pid {root.pid} started (its role lacks "
+            "pg_monitor), so no guarded statement can tell it from a later session with its "
+            f"pid: look at pid {root.pid} in pg_stat_activity as a role with pg_read_all_stats "
+            "before you end it"
+        )
+        return NextStep(action, None, cost, runbook)
+    action = (
+        f"{end}. Guarded: lockwatch terminate {incident_id} -c FILE (a dry run; --yes acts), "
+        f"or the SQL below as a role with {GUARD_ROLES}: it says whether it ended the "
+        "session or why not (gone, pid reused, hidden from your role, locks released)"
+    )
+    return NextStep(action, terminate_sql(int(root.pid or 0), root.backend_start), cost, runbook)
 
-    >>> sql_literal("it's")
-    "'it''s'"
-    >>> sql_literal("a\\\\b")
-    "E'a\\\\\\\\b'"
-    """
-    quoted = text.replace("'", "''")
-    if "\\" in text:
-        return "E'" + quoted.replace("\\", "\\\\") + "'"
-    return f"'{quoted}'"
 
-
-def terminate_sql(root: IncidentRoot) -> str:
-    """End one session, guarded against the pid's reuse by a later session.
-
-    >>> from datetime import datetime, UTC
-    >>> start = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-    >>> terminate_sql(IncidentRoot(RootKind.SESSION, "main", pid=7023, backend_start=start))
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = 7023 AND backend_start = '2026-12-01T12:00:00+00:00';"
-    """
-    if root.backend_start is not None:
-        guard = f"backend_start = {sql_literal(root.backend_start.isoformat())}"
-    elif root.application_name is not None:
-        guard = f"application_name = {sql_literal(root.application_name)}"
-    else:
-        guard = "state <> 'active'"
-    pid = int(root.pid or 0)
-    # Printed for a person, never run; its one text value is quoted by sql_literal.
-    return f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = {pid} AND {guard};"  # noqa: S608
-
-
-def _holder_step(root: IncidentRoot, findings: Sequence[Finding], runbook: str) -> NextStep:
+def _holder_step(
+    root: IncidentRoot, findings: Sequence[Finding], incident_id: str, runbook: str
+) -> NextStep:
     if root.kind is RootKind.PREPARED:
         database = f" in database {one_line(root.database)}" if root.database else ""
         return NextStep(
             f"roll back the prepared transaction {one_line(root.gid)}{database} (it has no "
-            "session to end: it holds its locks until COMMIT or ROLLBACK PREPARED)",
-            f"ROLLBACK PREPARED {sql_literal(root.gid or '')};",
+            "session to end: it holds its locks until COMMIT or ROLLBACK PREPARED); "
+            f"lockwatch terminate {incident_id} -c FILE --rollback-prepared checks it first",
+            rollback_prepared_sql(root.gid or ""),
             ROLLBACK_PREPARED_COST,
             runbook,
         )
     if any(f.kind is FindingKind.LOCK_MIGRATION_RUNNING for f in findings):
         return NextStep(MIGRATION_STEP, None, None, runbook)
-    pooled = root.kind is RootKind.POOLED_BACKEND or any(
-        isinstance(f.evidence, PooledLockEvidence) for f in findings
-    )
-    action = POOLED_FIX if pooled else f"end the session of {holder_text(root)}: its locks go free"
-    cost = TERMINATE_COST + ("; pgbouncer opens a new server connection" if pooled else "")
-    return NextStep(action, terminate_sql(root), cost, runbook)
+    return _terminate_step(root, findings, incident_id, runbook)
 
 
 def next_step(
-    root: IncidentRoot, findings: Sequence[Finding], lead: FindingKind, runbooks: str
+    root: IncidentRoot,
+    findings: Sequence[Finding],
+    lead: FindingKind,
+    runbooks: str,
+    incident_id: str = "<incident id>",
 ) -> NextStep:
     """What to do about the root, and the runbook of the incident's leading kind."""
     runbook = runbook_link(runbooks, lead.value)
     if root.kind in HOLDING:
-        return _holder_step(root, findings, runbook)
+        return _holder_step(root, findings, incident_id, runbook)
     finding = lead_finding(findings, lead)
     if root.kind is RootKind.QUEUE:
         action = (

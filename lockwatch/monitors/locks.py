@@ -9,6 +9,7 @@ target itself cannot be sampled.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -18,14 +19,14 @@ from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.within_hold import HoldMemory, within_hold
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.findings import Family, FindingKind
-from lockwatch.model.keepalive import ServerTimeouts
+from lockwatch.model.keepalive import ServerSettings
 from lockwatch.model.locks import LockSnapshot, LockSummary
 from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.held_locks import HeldLocksReader
-from lockwatch.sample.keepalive import server_timeouts
+from lockwatch.sample.keepalive import server_settings
 from lockwatch.sample.locks import AdvisoryLockReader, MovedBackends
 from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.sample.session import TargetSession
@@ -40,6 +41,9 @@ CONTINUITY_FLOOR = 30.0
 # How much the measured clock offset to the server may move before it is
 # measured anew (a read's latency varies by milliseconds, a skew does not).
 OFFSET_SLACK = timedelta(seconds=1)
+# How long the server's and its roles' orphan-ending settings are kept before
+# they are read again.
+SETTINGS_MAX_AGE = 300.0
 
 
 def continuity_gap(target: Target) -> float:
@@ -65,8 +69,9 @@ class LockMonitor:
         # The last poll's locks summed up: the same tuple again needs no new sum.
         self._summary: LockSummary | None = None
         self.session = session
-        # What ends an orphan on this server, read once (lock_orphaned's evidence).
-        self.timeouts: ServerTimeouts | None = None
+        # What ends an orphan on this server (lock_orphaned's evidence), and when read.
+        self.timeouts: ServerSettings | None = None
+        self._timeouts_read = 0.0
         # The per-job and liveness locks the target's queue presets know of.
         self.held_locks = HeldLocksReader(queue.preset for queue in target.queues)
         self.held: HeldLocks = {}
@@ -109,7 +114,10 @@ class LockMonitor:
             lock_manager_waits=raw.lock_manager_waits,
         )
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
-        history, timeouts = self.history.keys, self._timeouts()
+        history, timeouts = (
+            self.history.keys,
+            self._timeouts(time.monotonic() if context.monotonic is None else context.monotonic),
+        )
         inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
         if self.held_locks.queries:
@@ -138,15 +146,18 @@ class LockMonitor:
             snapshot=snapshot,
         )
 
-    def _timeouts(self) -> ServerTimeouts | None:
-        """The server's keepalive and timeout settings, read at the first poll
-        that can (a failed read is tried again next poll; it costs one query)."""
-        if self.timeouts is None:
+    def _timeouts(self, monotonic: float) -> ServerSettings | None:
+        """The server's keepalive and timeout settings and its roles' and
+        databases' own, read at the first poll that can and again every
+        SETTINGS_MAX_AGE (an ALTER ROLE ... SET is seen then); a failed read
+        keeps the last one and is tried again next poll. It costs two queries."""
+        if self.timeouts is None or monotonic - self._timeouts_read > SETTINGS_MAX_AGE:
             try:
                 with self.session.step("settings read") as conn:
-                    self.timeouts = server_timeouts(conn)
+                    self.timeouts = server_settings(conn)
+                self._timeouts_read = monotonic
             except SampleError:
-                return None
+                pass
         return self.timeouts
 
     def _clock_offset(self, now: datetime, read_at: datetime | None) -> timedelta:

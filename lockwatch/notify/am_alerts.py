@@ -21,6 +21,7 @@ from typing import Any
 from lockwatch.model.findings import Severity
 from lockwatch.model.incident_text import identity_labels, incident_lines, lead_kind, root_labels
 from lockwatch.model.incidents import Incident, RootKind
+from lockwatch.model.remediation import SQL_LIMIT
 from lockwatch.notify.outbox import due
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
 from lockwatch.text import one_line, printable
@@ -106,7 +107,8 @@ def incident_alert(incident: Incident, channel: AlertmanagerChannel) -> Alert:
     annotations = {
         "summary": _text(incident.title),
         "description": "\n".join(described),
-        "next_step": _text(f"{step.action}: {step.sql}" if step.sql else step.action, 1000),
+        "next_step": _text(step.action, 1000),
+        "sql": _text(step.sql or "", SQL_LIMIT),
         "runbook_url": step.runbook,
         "incident": incident.id,
         "kind": lead_kind(incident).value,

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from lockwatch.model.incident_text import Said, alert_name
+from lockwatch.model.remediation import SQL_LIMIT
 from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
 
@@ -26,7 +27,7 @@ TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 unit
 SLACK_LIMIT = 3000
 SUMMARY_LIMIT = 500
 VALUE_LIMIT = 80
-QUERY_LIMIT = 400  # the next step's SQL is a few hundred characters at most
+QUERY_LIMIT = 400  # a client's last query
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 
 _HEADLINES = {
@@ -135,7 +136,9 @@ def _finding_lines(message: Message, notice: Notice) -> list[Line]:
 
 def said_line(said: Said) -> Line:
     if said.code:
-        return (Span(f"{said.label}: "), Span(_value(said.text, QUERY_LIMIT), Style.CODE))
+        # The next step's SQL whole (it must run as printed), a client's query cut.
+        limit = SQL_LIMIT if said.label == "sql" else QUERY_LIMIT
+        return (Span(f"{said.label}: "), Span(_value(said.text, limit), Style.CODE))
     return (Span(f"{said.label}: {_value(said.text, SUMMARY_LIMIT)}"),)
 
 

@@ -32,6 +32,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "host": (str,),
     "exit_code": (int,),
     "duration": (int, float),
+    "pid": (int,),
 }
 _LIMITS = {"run_key": 200, "run_id": 100, "host": 255}
 
@@ -71,6 +72,8 @@ def _field_problem(name: str, value: object) -> str | None:
         return f"{name} is longer than {_LIMITS[name]} characters"
     if isinstance(value, int | float) and name == "duration" and value < 0:
         return "duration must not be negative"
+    if isinstance(value, int) and name == "pid" and not 0 < value < 2**31:
+        return "pid must be a process id"
     return None
 
 
@@ -162,6 +165,7 @@ class PingReceiver:
                     host=data.get("host"),
                     exit_code=data.get("exit_code"),
                     duration=data.get("duration"),
+                    pid=data.get("pid"),
                 )
             )
         except StoreError as exc:

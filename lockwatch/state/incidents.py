@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from lockwatch.model.evidence import MissedRunEvidence, PooledLockEvidence, QueueEvidence
+from lockwatch.model.evidence import MissedRunEvidence, QueueEvidence
 from lockwatch.model.evidence.json_form import JsonObject, to_json
 from lockwatch.model.findings import Finding, FindingKind, Subject, finding_json, load_finding
 from lockwatch.model.incident_text import (
@@ -50,6 +50,7 @@ from lockwatch.model.incidents import (
     session_ending,
 )
 from lockwatch.model.next_step import next_step
+from lockwatch.model.remediation import linked_client
 from lockwatch.text import one_line
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
@@ -131,15 +132,6 @@ class _Poll:
 def _rank(findings: Sequence[Finding], waiters: int) -> tuple[int, int, int]:
     worst = min(SEVERITY_RANK[f.severity] for f in findings)
     return (worst, -waiters, -len(findings))
-
-
-def _linked_client(findings: Sequence[Finding]) -> str | None:
-    for finding in findings:
-        evidence = finding.evidence
-        if isinstance(evidence, PooledLockEvidence) and evidence.linked_client is not None:
-            client = evidence.linked_client
-            return f"{client.addr or 'local'}:{client.port} {client.application_name or ''}".strip()
-    return None
 
 
 class IncidentBook:
@@ -302,7 +294,7 @@ class IncidentBook:
             findings=findings,
             finding_count=len(findings),
             impact=self._impact(record, findings, load, waiters, poll),
-            next_step=next_step(group.root, findings, lead, self.runbooks),
+            next_step=next_step(group.root, findings, lead, self.runbooks, record.incident.id),
             locks=before.locks if load is None else load.locks,
             waiters=waiters,
         )
@@ -342,7 +334,7 @@ class IncidentBook:
         if waiters != noted and not (steady and abs(waiters - noted) < max(1, noted // 2)):
             record.note(now, EventKind.WAITERS, f"{waiters} waiting", value=float(waiters))
             record.waiters_noted, record.waiters_noted_at = waiters, now
-        client = _linked_client(findings)
+        client = linked_client(findings)
         if client is not None and record.linked_client not in (None, client):
             record.note(now, EventKind.BACKEND_REUSED, f"the holder's backend now serves {client}")
         record.linked_client = client or record.linked_client

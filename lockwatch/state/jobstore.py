@@ -37,6 +37,7 @@ class PingEvent:
     exit_code: int | None = None
     duration: float | None = None  # seconds, when a finish ping comes without a start
     source: str = "ping"
+    pid: int | None = None  # the run's process on its host (lockwatch exec says it)
 
 
 class JobStore(ABC):
@@ -70,10 +71,11 @@ class JobStore(ABC):
             host=ping.host,
             source=ping.source,
             run_id=ping.run_id or uuid.uuid4().hex,
+            pid=ping.pid,
         )
         self._run(
-            "INSERT INTO {table} (job, run_id, run_key, host, source, started_at, finished_at, status, exit_code) VALUES (%(job)s, %(run_id)s, %(run_key)s,"
-            " %(host)s, %(source)s, %(started_at)s, NULL, 'running', NULL)"
+            "INSERT INTO {table} (job, run_id, run_key, host, source, started_at, finished_at, status, exit_code, pid) VALUES (%(job)s, %(run_id)s, %(run_key)s,"
+            " %(host)s, %(source)s, %(started_at)s, NULL, 'running', NULL, %(pid)s)"
             # A start that arrives after its own finish (pings race) changes nothing.
             " ON CONFLICT (job, run_id) DO NOTHING",
             {
@@ -83,6 +85,7 @@ class JobStore(ABC):
                 "host": run.host,
                 "source": run.source,
                 "started_at": self._timestamp(run.started_at),
+                "pid": run.pid,
             },
         )
         self._forget_before(ping.at - RETENTION)
@@ -93,7 +96,7 @@ class JobStore(ABC):
         # The run this finish belongs to: by run id, else the latest run of the
         # job still going on that host.
         rows = self._run(
-            "SELECT job, run_id, run_key, host, source, started_at, finished_at, status, exit_code FROM {table} WHERE job = %(job)s AND status = 'running'"
+            "SELECT job, run_id, run_key, host, source, started_at, finished_at, status, exit_code, pid FROM {table} WHERE job = %(job)s AND status = 'running'"
             " AND (run_id = %(run_id)s OR (CAST(%(run_id)s AS TEXT) IS NULL"
             " AND (host = %(host)s OR CAST(%(host)s AS TEXT) IS NULL)))"
             " ORDER BY started_at DESC LIMIT 1",
@@ -111,6 +114,7 @@ class JobStore(ABC):
                     ping.run_key,
                     ping.host,
                     source=ping.source,
+                    pid=ping.pid,
                 )
             )
             run_id = started_run.run_id
@@ -132,7 +136,7 @@ class JobStore(ABC):
 
     def runs(self, job: str, since: datetime, *, run_id: str | None = None) -> list[JobRun]:
         rows = self._run(
-            "SELECT job, run_id, run_key, host, source, started_at, finished_at, status, exit_code FROM {table} WHERE job = %(job)s"
+            "SELECT job, run_id, run_key, host, source, started_at, finished_at, status, exit_code, pid FROM {table} WHERE job = %(job)s"
             " AND started_at >= %(since)s"
             " AND (CAST(%(run_id)s AS TEXT) IS NULL OR run_id = %(run_id)s) ORDER BY started_at",
             {"job": job, "since": self._timestamp(since), "run_id": run_id},
@@ -140,7 +144,7 @@ class JobStore(ABC):
         return [self._to_run(row) for row in rows]
 
     def _to_run(self, row: Sequence[Any]) -> JobRun:
-        job, run_id, run_key, host, source, started_at, finished_at, status, exit_code = row
+        job, run_id, run_key, host, source, started_at, finished_at, status, exit_code, pid = row
         return JobRun(
             job=job,
             run_key=run_key,
@@ -151,6 +155,7 @@ class JobStore(ABC):
             source=source,
             run_id=run_id,
             exit_code=exit_code,
+            pid=pid,
         )
 
     def _forget_before(self, moment: datetime) -> None:
@@ -163,8 +168,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS {table} ("
     " job TEXT NOT NULL, run_id TEXT NOT NULL, run_key TEXT, host TEXT, source TEXT NOT NULL,"
     " started_at {time} NOT NULL, finished_at {time}, status TEXT NOT NULL, exit_code INTEGER,"
-    " PRIMARY KEY (job, run_id))"
+    " pid INTEGER, PRIMARY KEY (job, run_id))"
 )
+# A store made before runs had a pid gets the column (NULL for its old runs).
+_ADD_PID = "ALTER TABLE {table} ADD COLUMN pid INTEGER"
 _INDEX = "CREATE INDEX IF NOT EXISTS {index} ON {table} (job, started_at)"
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
@@ -186,6 +193,8 @@ class SqliteJobStore(JobStore):
             db.execute(
                 statement.replace("{table}", "job_runs").replace("{index}", "job_runs_started")
             )
+        if "pid" not in {row[1] for row in db.execute("PRAGMA table_info(job_runs)")}:
+            db.execute(_ADD_PID.replace("{table}", "job_runs"))
         return db
 
     def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -219,7 +228,11 @@ class PostgresJobStore(JobStore):
             dsn,
             "job store",
             {"table": table, "index": f"{table}_started"},
-            (_SCHEMA.replace("{time}", "timestamptz"), _INDEX),
+            (
+                _SCHEMA.replace("{time}", "timestamptz"),
+                _INDEX,
+                _ADD_PID.replace("ADD COLUMN", "ADD COLUMN IF NOT EXISTS"),
+            ),
         )
 
     def _run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

@@ -165,10 +165,11 @@ def test_a_role_without_pg_monitor_says_so_and_judges_nothing_hidden(
     assert ("lock_unexpected_holder", "local-only") in seeing_found
     assert ("lock_orphaned", "idle-socket") in seeing_found
 
-    # snapshot says it first; doctor exits non-zero for the weak role only.
+    # snapshot says it first; doctor --monitoring (lockwatch's own DSN) exits
+    # non-zero for the weak role only.
     shot = _lockwatch("snapshot", "--dsn", weak)
-    doctor_weak = _lockwatch("doctor", "--dsn", weak)
-    doctor_seeing = _lockwatch("doctor", "--dsn", battery_db.monitor_dsn)
+    doctor_weak = _lockwatch("doctor", "--monitoring", "--dsn", weak)
+    doctor_seeing = _lockwatch("doctor", "--monitoring", "--dsn", battery_db.monitor_dsn)
     assert shot.returncode == 0, shot.stderr
     first = shot.stdout.splitlines()[0]
     assert first.startswith(f"WARNING: role {WEAK_USER} lacks pg_monitor"), shot.stdout
@@ -184,7 +185,7 @@ def test_a_role_without_pg_monitor_says_so_and_judges_nothing_hidden(
         ),
         did=(
             "target_privileges_missing, lockwatch_target_can_see_sessions 0, one log line, "
-            "a line under the target on the status page, snapshot's first line, doctor exit "
+            "a line under the target on the status page, snapshot's first line, doctor --monitoring exit "
             f"{EXIT_NO_MONITOR}; holders' address, state and query shown as '{HIDDEN}'"
         ),
         intact=(

@@ -148,7 +148,7 @@ def test_two_replicas_pushing_one_incident_to_a_cluster_make_one_firing_and_one_
             assert annotations["application"] == "report-1"
             assert f"pid {pid}" in annotations["summary"]
             assert f"root: pid {pid} · report-1" in annotations["description"]
-            assert "pg_terminate_backend" in annotations["next_step"]
+            assert "pg_terminate_backend" in annotations["sql"]
             assert annotations["runbook_url"].endswith("#lockwatchlockheldtoolong")
             assert alert["generatorURL"] == f"{EXTERNAL_URL}/#incident-{annotations['incident']}"
             for lockwatch in replicas:

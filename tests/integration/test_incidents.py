@@ -81,7 +81,7 @@ def test_a_session_holding_4001_locks_is_one_incident_that_outlives_a_restart(
         assert len(every) == opened["finding_count"]
         assert any(f["subject"]["lock"] == "(more locks)" for f in every)  # past the cap, in it
         assert len(opened["locks"]) == 5
-        assert f"pid = {pid} AND backend_start = '" in opened["next_step"]["sql"]
+        assert f"FROM (VALUES ({pid})) AS root (pid)" in opened["next_step"]["sql"]
         findings = lockwatch.findings()
         assert {f["incident"] for f in findings} == {opened["id"]}
 

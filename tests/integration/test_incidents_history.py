@@ -14,7 +14,7 @@ from lockwatch.config.load import load_settings
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.incidents import Incident
-from lockwatch.model.next_step import sql_literal
+from lockwatch.model.remediation import sql_literal
 from lockwatch.state.incident_history import (
     FileHistory,
     IncidentHistory,

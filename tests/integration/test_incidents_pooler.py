@@ -16,6 +16,7 @@ from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import RootKind
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.next_step import POOLED_FIX
+from lockwatch.model.remediation import terminate_sql
 from lockwatch.sample.base import SampleContext
 from lockwatch.settings.locks import LockSettings
 from tests.fixtures.incident_values import worded
@@ -49,9 +50,8 @@ def test_the_pooled_leader_lock_is_one_incident_with_the_pooler_s_fix(
         assert told.root.kind is RootKind.POOLED_BACKEND
         assert told.root.backend_start is not None
         title, step = worded(told)
-        assert step.action == POOLED_FIX
-        assert step.sql is not None
-        assert f"pid = {told.root.pid} AND backend_start = '" in step.sql
+        assert step.action.startswith(POOLED_FIX)
+        assert step.sql == terminate_sql(told.root.pid or 0, told.root.backend_start)
         assert step.runbook.endswith("#lockwatchlockpooledsession")
         assert "on a transaction-pooled backend" in title
 

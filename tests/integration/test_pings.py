@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,6 +53,36 @@ def test_a_start_and_a_success_ping_make_a_finished_run(receiver: PingReceiver) 
     assert done.body["status"] == "success"
     (run,) = receiver.store.runs("nightly", SINCE)
     assert run.status is RunStatus.SUCCESS and run.host == "app-1" and run.run_key == "2026-11-29"
+
+
+def test_a_start_ping_with_a_pid_keeps_it_with_the_run(receiver: PingReceiver) -> None:
+    started = receiver.handle("/ping/nightly/start", "", AUTH, b'{"host": "app-1", "pid": 8123}')
+    assert started.status is HTTPStatus.OK
+    (run,) = receiver.store.runs("nightly", SINCE)
+    assert (run.host, run.pid) == ("app-1", 8123)
+    refused = receiver.handle("/ping/nightly/start", "", AUTH, b'{"pid": -1}')
+    assert refused.status is HTTPStatus.BAD_REQUEST and "pid" in refused.body["error"]
+
+
+def test_a_store_made_before_runs_had_a_pid_gets_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    with closing(sqlite3.connect(path)) as old:
+        old.execute(
+            "CREATE TABLE job_runs (job TEXT NOT NULL, run_id TEXT NOT NULL, run_key TEXT,"
+            " host TEXT, source TEXT NOT NULL, started_at TEXT NOT NULL, finished_at TEXT,"
+            " status TEXT NOT NULL, exit_code INTEGER, PRIMARY KEY (job, run_id))"
+        )
+        old.execute(
+            "INSERT INTO job_runs VALUES ('nightly', 'r1', NULL, 'app-1', 'ping',"
+            " '2026-01-01T00:00:00+00:00', NULL, 'running', NULL)"
+        )
+        old.commit()
+    store = SqliteJobStore(path)
+    try:
+        (run,) = store.runs("nightly", SINCE)
+        assert (run.run_id, run.pid) == ("r1", None)
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize(
@@ -161,18 +193,20 @@ def test_exec_pings_start_and_fail_and_exits_with_the_commands_code() -> None:
     recorder = PingRecorder()
     try:
         wrapper = lockwatch_exec(
-            recorder.url, "sh", "-c", "echo working; exit 3", run_key="2026-11-29"
+            recorder.url, "sh", "-c", "echo working $$; exit 3", run_key="2026-11-29"
         )
         out, err = wrapper.communicate(timeout=60)
     finally:
         recorder.close()
     assert wrapper.returncode == 3
-    assert out == "working\n"
     assert [ping["path"] for ping in recorder.received] == [
         "/ping/nightly/start",
         "/ping/nightly/fail",
     ]
     start, fail = (ping["body"] for ping in recorder.received)
+    # The start names the command's own process (the shell that echoed its $$).
+    assert out == f"working {start['pid']}\n"
+    assert start["host"] == socket.gethostname()
     assert start["run_key"] == "2026-11-29" and fail["run_id"] == start["run_id"]
     assert fail["exit_code"] == 3 and fail["duration"] >= 0
     assert all(ping["token"] == TOKEN for ping in recorder.received)

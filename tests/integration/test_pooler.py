@@ -294,7 +294,7 @@ def test_doctor_says_pooled_for_the_pgbouncer_dsn_and_safe_for_the_direct_one(
     assert "POOLED" in pooled.output
     assert "session advisory locks" in pooled.output
 
-    direct = CliRunner().invoke(main, ["doctor", "--dsn", pg.monitor_dsn])
+    direct = CliRunner().invoke(main, ["doctor", "--monitoring", "--dsn", pg.monitor_dsn])
     assert direct.exit_code == 0, direct.output
     assert "SAFE for session state" in direct.output
     assert "role has pg_monitor yes" in direct.output

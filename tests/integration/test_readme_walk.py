@@ -266,7 +266,6 @@ def test_one_look_without_a_daemon_says_what_each_comment_promises(
         if words[1] == "doctor":
             assert shown.returncode == 0, shown.stdout
             assert "SAFE for session state" in shown.stdout
-            assert "role has pg_monitor yes" in shown.stdout
             assert "orphan lifetime" in shown.stdout, "how long would an orphan live here?"
         elif "--json" in words:
             document = json.loads(shown.stdout)

@@ -200,7 +200,9 @@ def test_a_direct_dsn_keeps_its_settings_and_raises_nothing(pg: PgDatabase) -> N
 
 
 def test_doctor_tells_lockwatch_to_take_a_direct_dsn(pg: PgDatabase, bouncer: PgBouncer) -> None:
-    result = CliRunner().invoke(main, ["doctor", "--dsn", bouncer.dsn(pg.database, user="app")])
+    result = CliRunner().invoke(
+        main, ["doctor", "--monitoring", "--dsn", bouncer.dsn(pg.database, user="app")]
+    )
     assert result.exit_code == 1, result.output
     assert "POOLED" in result.output
     assert "lockwatch works on this DSN" in result.output

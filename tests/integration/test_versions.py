@@ -267,7 +267,7 @@ def test_transaction_level_locks_are_seen_until_the_transaction_ends(
 
 def test_doctor_on_a_direct_dsn(pg_version_db: PgDatabase) -> None:
     pg = pg_version_db
-    result = CliRunner().invoke(main, ["doctor", "--dsn", pg.monitor_dsn])
+    result = CliRunner().invoke(main, ["doctor", "--monitoring", "--dsn", pg.monitor_dsn])
     assert result.exit_code == 0, result.output
     assert "SAFE for session state" in result.output
     assert "role has pg_monitor yes" in result.output

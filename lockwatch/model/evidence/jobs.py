@@ -20,6 +20,8 @@ class RunFacts:
     source: str  # sql, ping or exec
     exit_code: int | None
     duration_seconds: float  # so far, for a run still going
+    # The run's own process on ``host`` (``lockwatch exec`` says it); None: not told.
+    pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incident_text import RUNBOOKS_PATH, runbook_link
 from lockwatch.model.incidents import IncidentRoot, RootKind
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.next_step import sql_literal, terminate_sql
 from lockwatch.model.queues import SessionWait
+from lockwatch.model.remediation import sql_literal, terminate_sql
 from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.fixtures.evidence import findings_of_every_kind, holder, lock_evidence, queue_evidence
 from tests.fixtures.incident_values import worded
@@ -105,9 +105,11 @@ def test_the_hung_webhook_worker_is_one_incident_with_its_convoy_and_stalled_que
     assert told.waiters == 5
     assert told.load is not None and told.load.locks_held == 1
     step = worded(told)[1]
-    assert step.sql == terminate_sql(told.root)
-    assert step.sql is not None and "pid = 1234 AND backend_start = '" in step.sql
-    assert step.cost is not None and "rolls back" in step.cost
+    assert told.root.backend_start is not None
+    assert step.sql == terminate_sql(1234, told.root.backend_start)
+    assert "Guarded: lockwatch terminate <incident id> -c FILE" in step.action
+    # The holder is idle: ending it rolls nothing back.
+    assert step.cost is not None and step.cost.startswith("as lockwatch saw it (idle): it has no")
     assert step.runbook.startswith(RUNBOOKS_PATH + "#lockwatch")
 
 

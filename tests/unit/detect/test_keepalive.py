@@ -5,11 +5,17 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.detect.keepalive import describe, orphan_lifetime
+from lockwatch.detect.keepalive import describe, orphan_lifetime, timeouts_for
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
-from lockwatch.model.keepalive import LINUX_KEEPALIVE, PoolerTimeouts, ServerTimeouts
+from lockwatch.model.keepalive import (
+    LINUX_KEEPALIVE,
+    PoolerTimeouts,
+    RoleSetting,
+    ServerSettings,
+    ServerTimeouts,
+)
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.settings.locks import LockSettings
@@ -123,7 +129,7 @@ def test_no_enabled_bound_is_exceeded(
 
 
 def orphans(
-    snap: LockSnapshot, pool: PoolerSnapshot | None = None, timeouts: ServerTimeouts | None = None
+    snap: LockSnapshot, pool: PoolerSnapshot | None = None, timeouts: ServerSettings | None = None
 ) -> list[Finding]:
     found = detect_locks(snap, LockSettings(orphan_after=60), NOW, pool, timeouts=timeouts)
     return [f for f in found if f.kind is FindingKind.LOCK_ORPHANED]
@@ -131,9 +137,9 @@ def orphans(
 
 def test_an_orphan_carries_how_long_it_can_live_on_its_server() -> None:
     snap = snapshot(held(42, 1234, held_for=900), backends=[backend(1234, "app", idle_for=900)])
-    timeouts = server(idle_session_timeout=3600.0)
+    timeouts = ServerSettings(server(idle_session_timeout=3600.0))
     (orphan,) = orphans(snap, timeouts=timeouts)
-    assert evidence_as(orphan, LockEvidence).orphan_lifetime == orphan_lifetime(timeouts)
+    assert evidence_as(orphan, LockEvidence).orphan_lifetime == orphan_lifetime(timeouts.server)
     (unread,) = orphans(snap)
     assert evidence_as(unread, LockEvidence).orphan_lifetime is None
     held_long = detect_locks(snap, LockSettings(max_hold=60), NOW, None, timeouts=timeouts)
@@ -147,7 +153,64 @@ def test_an_orphan_carries_how_long_it_can_live_on_its_server() -> None:
 def test_an_orphan_on_a_pooled_backend_lives_until_the_pooler_retires_it() -> None:
     session = pooled_backend(state_change=ago(900))
     snap = snapshot(held(42, BACKEND_PID, held_for=900), backends=[session])
-    (orphan,) = orphans(snap, pooler(), server())
+    (orphan,) = orphans(snap, pooler(), ServerSettings(server()))
     lifetime = evidence_as(orphan, LockEvidence).orphan_lifetime
     assert lifetime is not None and lifetime.idle_seconds is None
     assert "retires the server connection" in lifetime.idle_bound_by
+
+
+def test_an_orphan_lives_by_its_own_roles_settings_not_the_servers() -> None:
+    snap = snapshot(
+        held(42, 1234, held_for=900),
+        held(43, 1235, held_for=900),
+        backends=[
+            backend(1234, "app", idle_for=900, user="app"),
+            backend(1235, "report", idle_for=900, user="report"),
+        ],
+    )
+    timeouts = ServerSettings(
+        server(idle_session_timeout=3600.0),
+        (
+            RoleSetting("idle_session_timeout", 60.0, "app", None),
+            RoleSetting("idle_session_timeout", 120.0, None, snap.locks[0].database),
+        ),
+    )
+    by_pid = {evidence_as(f, LockEvidence).holder_pid: f for f in orphans(snap, timeouts=timeouts)}
+    app = evidence_as(by_pid[1234], LockEvidence).orphan_lifetime
+    report = evidence_as(by_pid[1235], LockEvidence).orphan_lifetime
+    assert app is not None and report is not None
+    assert (app.idle_seconds, app.idle_bound_by) == (60, "idle_session_timeout (ALTER ROLE app)")
+    assert report.idle_seconds == 120
+    assert report.idle_bound_by == f"idle_session_timeout (ALTER DATABASE {snap.locks[0].database})"
+
+
+def test_a_role_in_a_database_wins_over_the_role_which_wins_over_the_database() -> None:
+    settings = ServerSettings(
+        server(),
+        (
+            RoleSetting("idle_in_transaction_session_timeout", 30.0, None, "shop"),
+            RoleSetting("idle_in_transaction_session_timeout", 20.0, "app", None),
+            RoleSetting("idle_in_transaction_session_timeout", 10.0, "app", "shop"),
+        ),
+    )
+    assert timeouts_for(settings, "app", "shop").idle_in_transaction_session_timeout == 10
+    assert timeouts_for(settings, "app", "blog").idle_in_transaction_session_timeout == 20
+    assert timeouts_for(settings, "web", "shop").idle_in_transaction_session_timeout == 30
+    assert timeouts_for(settings, "web", "blog").idle_in_transaction_session_timeout is None
+
+
+def test_a_server_value_hidden_by_lockwatchs_own_role_is_said_to_be_assumed() -> None:
+    settings = ServerSettings(server(), (), hidden=("idle_session_timeout",))
+    lifetime = orphan_lifetime(timeouts_for(settings, "app", "shop"))
+    assert any(
+        note.startswith("idle_session_timeout: the server's value is not visible")
+        for note in lifetime.assumed
+    )
+    own = ServerSettings(
+        server(),
+        (RoleSetting("idle_session_timeout", 60.0, "app", None),),
+        ("idle_session_timeout",),
+    )
+    assert not any(
+        "not visible" in note for note in orphan_lifetime(timeouts_for(own, "app", "x")).assumed
+    )

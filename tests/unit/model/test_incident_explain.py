@@ -23,7 +23,7 @@ def test_an_open_convoy_is_told_root_first_with_its_cause_and_the_command_that_e
     assert "5 session(s) wait now on locks pid 1234 · webhook-worker-1 · 10.0.0.5 holds." in said
     assert "runs no SQL while it holds them" in said
     assert "`lockwatch terminate -c <config> inc-7`" in said
-    assert "Or by hand: SELECT pg_terminate_backend(pid)" in said
+    assert "Or by hand: SELECT CASE WHEN a.pid IS NULL THEN 'gone:" in said
 
 
 def test_a_resolved_incident_says_how_it_ended_and_offers_no_action() -> None:

@@ -59,7 +59,8 @@ def test_the_annotations_carry_the_words_of_the_incident_and_this_replicas_id() 
     assert annotations["kind"] == found.kinds[0].value
     assert annotations["application"] == "webhook-worker-1"
     assert annotations["runbook_url"] == found.next_step.runbook
-    assert annotations["next_step"].startswith("end the holder's session: SELECT pg_terminate")
+    assert annotations["next_step"] == "end the holder's session"
+    assert annotations["sql"] == found.next_step.sql, "the statement whole, to be run"
     assert "root: pid 1234 · webhook-worker-1 · 10.0.0.5" in annotations["description"]
     assert "impact: at most 5 waiting" in annotations["description"]
     document = alert.document(NOW + timedelta(minutes=4))

@@ -3,6 +3,7 @@ complete, escaped and within each service's limits whatever the clients wrote.""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import timedelta
@@ -83,7 +84,7 @@ def test_an_incident_message_leads_with_its_title_then_root_impact_and_next_step
     assert text.index("[firing] lock_convoy") < text.index("next step: ")
     assert "next step: end the holder's session" in text
     assert f"sql: {TERMINATE}" in text
-    assert "cost: its transaction rolls back" in text
+    assert "cost: it has no open transaction: nothing is rolled back" in text
     assert "runbook: LockwatchLockConvoy" in text
 
 
@@ -114,7 +115,7 @@ def test_a_resolution_tells_each_listed_finding_resolved() -> None:
 def test_telegram_gets_bold_code_and_a_runbook_link_in_html() -> None:
     markup = telegram_html(document(open_convoy()))
     assert markup.startswith("<b>🔥 OPENED: pid 1234")
-    assert f"<code>{TERMINATE}</code>" in markup
+    assert f"<code>{html.escape(TERMINATE, quote=False)}</code>" in markup
     assert f'<a href="{RUNBOOKS_PATH}#lockwatchlockconvoy">LockwatchLockConvoy</a>' in markup
     assert telegram_text(markup)  # Telegram's parser accepts it
 

@@ -3,6 +3,7 @@ evidence, history, chart, the refresh switch and the page's weight."""
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import dataclass, replace
 
@@ -268,7 +269,7 @@ def test_open_incidents_lead_the_page_with_their_root_next_step_and_runbook() ->
     assert page.index('<section id="incidents">') < page.index('<section id="locks">')
     assert "<h2>Open incidents (1)</h2>" in page
     assert '<strong class="mark">root</strong> pid 1234 · &lt;img' in page
-    assert f"<pre><code>{TERMINATE.replace(chr(39), '&#x27;')}</code></pre>" in page
+    assert f"<pre><code>{html.escape(TERMINATE)}</code></pre>" in page
     assert "<dt>next step</dt><dd>end the holder&#x27;s session</dd>" in page
     assert '#lockwatchlockconvoy">runbook: lock_convoy</a>' in page
     assert "<title>lockwatch: 1 open incident</title>" in page
