@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import versions
-from bench.report import VERSIONS_BEGIN, VERSIONS_END, render, render_versions, write_into
+from bench.markdown import write_into
+from bench.report import BEGIN, END, VERSIONS_BEGIN, VERSIONS_END, render, render_versions
 from bench.run import Options, run
 from lockwatch.demo.pgcluster import ClusterError
 
@@ -128,7 +129,7 @@ def main(argv: list[str]) -> None:
     text = render(results, " ".join(["python -m bench", *argv]))
     print(text)
     if output is not None:
-        write_into(output, text)
+        write_into(output, text, BEGIN, END)
         print(f"written to {output}", file=sys.stderr)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from bench.report import ms, table
+from bench.markdown import ms, table
 from bench.server import SETTINGS, bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.runner import TargetRunner

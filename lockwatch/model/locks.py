@@ -409,6 +409,10 @@ class LockSnapshot:
     visibility: SessionVisibility | None = None  # None: not known (a synthetic snapshot)
     # The locks summed up, when the monitor has it at hand (else summed on demand).
     summary: LockSummary | None = field(default=None, compare=False, repr=False)
+    # lockwatch's own server time per poll, from pg_stat_statements (None: not known).
+    server_seconds: float | None = None
+    # The server's sessions waiting on the lock manager as the locks were read.
+    lock_manager_waits: int | None = None
 
     def lock_summary(self) -> LockSummary:
         if self.summary is not None and self.summary.locks is self.locks:

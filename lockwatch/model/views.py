@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -96,6 +97,11 @@ class TargetView:
     # recently resolved ones, newest first (bounded; the rest is history).
     incidents: tuple[Incident, ...] = ()
     resolved_incidents: tuple[Incident, ...] = ()
+    # Seconds between its polls now: its interval, or more while its lock
+    # manager is contended (state/pace.py); None before the runner says.
+    poll_interval: float | None = None
+    # Slots of its interval left unpolled, by why (state/pace.py REASONS).
+    slots_skipped: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def up(self) -> bool:

@@ -110,6 +110,8 @@ class LockMonitor:
             poll_seconds=raw.seconds,
             visibility=self.reader.session.visibility,
             summary=self._summary,
+            server_seconds=raw.server_seconds,
+            lock_manager_waits=raw.lock_manager_waits,
         )
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
         history, timeouts = (

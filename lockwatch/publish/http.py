@@ -65,6 +65,11 @@ BUSY = Answer(HTTPStatus.SERVICE_UNAVAILABLE, TEXT, b"busy, try again\n", (("Ret
 LOCKS_LIMIT = 100
 MAX_LOCKS_LIMIT = 1000
 
+# Seconds between the serving loop's looks at stop(): each look wakes the
+# thread (at 0.1 s, 10 wake-ups a second cost an idle daemon as much CPU as
+# polling 100 locks every second).
+SERVE_POLL = 0.5
+
 # Seconds a connection may sit idle before its thread gives up on it.
 REQUEST_TIMEOUT = 10.0
 # Seconds a whole request may take to arrive and be answered: per-read
@@ -318,8 +323,9 @@ class HttpServer:
         for server, (host, port) in zip(self._servers, self.addresses, strict=True):
             thread = threading.Thread(
                 target=server.serve_forever,
-                # How often the serving loop checks for stop(): bounds how long stop() takes.
-                kwargs={"poll_interval": 0.1},
+                # How often the serving loop checks for stop(): bounds how long
+                # stop() takes, and is how often an idle daemon wakes up for it.
+                kwargs={"poll_interval": SERVE_POLL},
                 name="lockwatch-http",
                 daemon=True,
             )
@@ -398,10 +404,15 @@ class HttpServer:
         if path == "/api/v1/sd":
             groups = sd_document(self._board, self._own_address(request), self.telemetry_path)
             return Answer(HTTPStatus.OK, JSON, render_json(groups))
-        # With ?target= (a probe from /api/v1/sd) that target's series only.
-        only = parse_qs(query).get("target")
+        # With ?target= (a probe from /api/v1/sd) that target's series only;
+        # ?detail=full: every series of every target, quiet or not.
+        params = parse_qs(query)
+        only = params.get("target")
+        detail = params.get("detail", [])
+        if any(value != "full" for value in detail):
+            return Answer(HTTPStatus.BAD_REQUEST, TEXT, b"detail takes one value: full\n")
         body, content_type = self._metrics.render(
-            request.headers.get("Accept", ""), only[0] if only else None
+            request.headers.get("Accept", ""), only[0] if only else None, detail=bool(detail)
         )
         return Answer(HTTPStatus.OK, content_type, body)
 

@@ -1,6 +1,12 @@
 """The answer of advisory_locks.sql as locks: its arrays decoded, and a
 memory of the last poll's answer that makes an unchanged one cost no work per
-lock, and a changed one no Python step per lock it already knew."""
+lock, and a changed one no Python step per lock it already knew.
+
+The two arrays with an element per lock (``owners``, ``keys``) come from the
+server as their binary bytes (``lock_cursor``): an answer equal to the last
+is told by comparing bytes, and only a changed one is made into lists, by
+psycopg's own array loader. A quiet poll of 50,000 locks then makes no
+Python object per lock at all."""
 
 from __future__ import annotations
 
@@ -10,6 +16,12 @@ from datetime import datetime
 from itertools import compress, repeat
 from operator import is_
 from typing import Any, cast
+
+import psycopg
+from psycopg import abc
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 
@@ -26,6 +38,54 @@ LOCK_COLUMNS = ("owners", "keys", "waitstarts", "prepared")
 FLAG_BITS = 3  # an owner is pid << FLAG_BITS | flags
 FLAG_MASK = (1 << FLAG_BITS) - 1
 HALF = 0xFFFFFFFF  # a key's low half: objid (a pair's key2)
+# The per-lock arrays, by their elements' types: owners int4[], keys int8[].
+PER_LOCK_COLUMNS = {"owners": "int4", "keys": "int8"}
+
+
+class ArrayBytesLoader(Loader):
+    """An array as the server sent it in binary: its bytes, not yet a list."""
+
+    format = Format.BINARY
+
+    def load(self, data: Buffer) -> bytes:
+        return bytes(data)
+
+
+def lock_cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A cursor whose int4[] and int8[] columns come back as their bytes."""
+    cursor = conn.cursor()
+    for element in PER_LOCK_COLUMNS.values():
+        cursor.adapters.register_loader(_array_oid(element), ArrayBytesLoader)
+    return cursor
+
+
+def _array_oid(element: str) -> int:
+    return psycopg.adapters.types[element].array_oid
+
+
+def _int_loaders() -> dict[str, abc.Loader]:
+    """psycopg's own binary loader of each per-lock array."""
+    loaders: dict[str, abc.Loader] = {}
+    for column, element in PER_LOCK_COLUMNS.items():
+        oid = _array_oid(element)
+        loader = psycopg.adapters.get_loader(oid, Format.BINARY)
+        assert loader is not None  # psycopg loads int4[] and int8[]
+        loaders[column] = loader(oid)
+    return loaders
+
+
+_LOADERS = _int_loaders()
+
+
+def _ints(column: str, value: Any) -> Any:
+    """A per-lock array as a list, made from its bytes if it came as such."""
+    loader = _LOADERS.get(column)
+    return loader.load(value) if loader is not None and isinstance(value, bytes) else value
+
+
+def listed(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """``arrays`` with the per-lock arrays as lists."""
+    return {column: _ints(column, value) for column, value in arrays.items()}
 
 
 def decode_locks(
@@ -107,8 +167,8 @@ def _decode_held(
 class LockDecoder:
     """``decode_locks`` with a memory of the last poll's row.
 
-    When the arrays come back equal to the last poll's (one comparison of
-    lists, in C) and every session behind them is the same session in the
+    When the arrays come back equal to the last poll's (a comparison of
+    their bytes, or of lists, in C) and every session behind them is the same session in the
     same database, the answer is the last one again, the very same dict of
     the very same locks: a quiet poll costs no Python work per lock. Anything
     else, or a lock of a prepared transaction (its age moves), decodes the
@@ -121,21 +181,21 @@ class LockDecoder:
         self._owners: dict[int, tuple[datetime | None, str | None]] = {}
         # The owners array last asked about, the equal one its pids were
         # taken from, and those pids.
-        self._asked: list[int] | None = None
-        self._owner_array: list[int] | None = None
+        self._asked: list[int] | bytes | None = None
+        self._owner_array: list[int] | bytes | None = None
         self._pids: frozenset[int] = frozenset()
 
     def pids(self, arrays: Mapping[str, Any]) -> frozenset[int]:
         """The pids of the sessions behind ``arrays`` (a prepared
         transaction's locks have none). An owners array equal to the last one
         has the same pids, and stands for it in ``decode``'s comparison, which
-        then sees the very same list."""
+        then sees the very same one."""
         owners = arrays["owners"] or []
         if owners is not self._asked:
             self._asked = owners
             if owners != self._owner_array:
                 self._owner_array = owners
-                pids = {owner >> FLAG_BITS for owner in owners}
+                pids = {owner >> FLAG_BITS for owner in _ints("owners", owners)}
                 pids.discard(0)  # the locks of prepared transactions
                 self._pids = frozenset(pids)
         return self._pids
@@ -155,7 +215,7 @@ class LockDecoder:
             if (backend := backends.get(pid)) is not None
         }
         if prepared or columns != self._columns or owners != self._owners:
-            self.locks = decode_locks(arrays, backends, self.locks, prepared)
+            self.locks = decode_locks(listed(arrays), backends, self.locks, prepared)
             self._columns = None if prepared else columns
             self._owners = owners
         return self.locks

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import sql
@@ -20,7 +20,8 @@ from psycopg import sql
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.model.servers import WHOLE_SERVER, LockScope, ScopeKind
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
-from lockwatch.sample.lock_rows import LockDecoder, LockRow
+from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor
+from lockwatch.sample.server_time import PollServerTime
 from lockwatch.sample.session import TargetSession
 
 MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
@@ -39,6 +40,10 @@ class RawSample:
     # Whether any lock may be a wait (False: the server said none is, and
     # moving the locks' timestamps has nothing to move).
     waiting: bool = True
+    # lockwatch's server time per poll, from pg_stat_statements (None: not known).
+    server_seconds: float | None = None
+    # The server's sessions waiting on the lock manager as the locks were read.
+    lock_manager_waits: int | None = None
 
     def moved(self, offset: timedelta, known: MovedBackends | None = None) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
@@ -216,6 +221,15 @@ def _chains(
     return {pid: sessions[pid] for pid in sorted(keep)}
 
 
+class LockRead(NamedTuple):
+    """What one reading of the advisory locks found."""
+
+    locks: dict[LockRow, AdvisoryLock]
+    backends: dict[int, Backend]  # the sessions behind them, and their blockers
+    read_at: datetime | None  # the server's time as it read the locks
+    lock_manager_waits: int | None  # sessions waiting on LWLock:LockManager then
+
+
 def read_advisory_locks(
     conn: psycopg.Connection[dict[str, Any]],
     server_version: int,
@@ -225,9 +239,9 @@ def read_advisory_locks(
     prepare: bool = True,
     seen: SessionRows | None = None,
     scope: LockScope = WHOLE_SERVER,
-) -> tuple[dict[LockRow, AdvisoryLock], dict[int, Backend], datetime | None]:
+) -> LockRead:
     """Every advisory lock and the sessions behind them (and their blockers),
-    and the server's time as it read the locks.
+    the server's time as it read them, and its sessions on the lock manager.
 
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
@@ -249,7 +263,7 @@ def read_advisory_locks(
         return cursor.execute(lock_sessions_query(), params, prepare=prepare, binary=True)
 
     with conn.pipeline():
-        arrays = conn.execute(
+        arrays = lock_cursor(conn).execute(
             advisory_locks_query(server_version, scope.kind),
             {"skip": list(scope.skipped)} if scope.kind is ScopeKind.EXCEPT else None,
             prepare=prepare,
@@ -257,8 +271,9 @@ def read_advisory_locks(
         )
         guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
-    if row is None or row["owners"] is None:
-        return decoder.nothing(), {}, row["read_at"] if row else None
+    assert row is not None  # an aggregate without GROUP BY answers one row
+    if row["owners"] is None:
+        return LockRead(decoder.nothing(), {}, row["read_at"], row["lock_manager_waits"])
     pids = decoder.pids(row)
 
     def fetch(wanted: Collection[int]) -> dict[int, Backend]:
@@ -271,10 +286,9 @@ def read_advisory_locks(
     backends = _chains(sessions, pids, fetch)
     prepared = _prepared(conn, row["prepared"])
     locks = decoder.decode(row, backends, prepared)
-    # No array of waits: nobody waits, and no waiter's blockers need filling.
-    if row["waitstarts"] is None:
-        return locks, dict(backends), row["read_at"]
-    return locks, advisory_blockers(locks.values(), backends), row["read_at"]
+    if row["waitstarts"] is not None:  # some wait: their blockers come from the locks
+        backends = advisory_blockers(locks.values(), backends)
+    return LockRead(locks, dict(backends), row["read_at"], row["lock_manager_waits"])
 
 
 class AdvisoryLockReader:
@@ -289,6 +303,7 @@ class AdvisoryLockReader:
         self._waiting = False  # and whether any of them waits
         self._expected: tuple[int, ...] = ()  # and the pids of their sessions
         self._sessions = SessionRows()  # and those sessions' rows
+        self.server_time = PollServerTime()
         self._read_at: datetime | None = None  # the server's time at the last read
 
     def read(self) -> RawSample:
@@ -299,7 +314,7 @@ class AdvisoryLockReader:
         scope = self.session.lock_scope(self._read_at)
         with self.session.step(keep_open=False) as conn:
             known = self._decoder.locks
-            locks, backends, read_at = read_advisory_locks(
+            locks, backends, read_at, lock_manager_waits = read_advisory_locks(
                 conn,
                 self.session.server_version,
                 self._decoder,
@@ -311,6 +326,7 @@ class AdvisoryLockReader:
         self._read_at = read_at
         self._expected = tuple(backends)
         self._sessions.keep(backends)
+        server_seconds = self.server_time.after_poll(self.session)
         if locks is not known:
             # The same answer is the same tuple again: the hold tracker
             # then knows at a glance that no lock changed.
@@ -323,6 +339,8 @@ class AdvisoryLockReader:
             time.perf_counter() - started,
             read_at,
             waiting=self._waiting,
+            server_seconds=server_seconds,
+            lock_manager_waits=lock_manager_waits,
         )
 
 

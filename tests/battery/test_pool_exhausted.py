@@ -27,7 +27,7 @@ from tests.fixtures.postgres import PgDatabase, run_in_thread, wait_until
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 STATEMENT_TIMEOUT = 0.5
-WATCHDOG_TICK = 0.1  # the daemon's is 0.2 s
+WATCHDOG_TICK = 0.1  # the daemon looks as each step's limit passes
 
 
 @pytest.fixture

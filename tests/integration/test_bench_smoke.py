@@ -16,7 +16,7 @@ from bench import scale, versions
 from bench.daemon import PATHS
 from bench.detection import INCIDENTS
 from bench.documents import MANY_PATHS, render_costs
-from bench.pgbench import ARMS, NONE
+from bench.markdown import write_into
 from bench.poll_cost import SPLIT, Spread
 from bench.report import (
     BEGIN,
@@ -25,10 +25,10 @@ from bench.report import (
     VERSIONS_END,
     render,
     render_versions,
-    write_into,
 )
 from bench.run import Options, Results, run
 from bench.server_parts import FLOOR, LOCKS, PARTS, POLL, SESSIONS
+from bench.watchers import ARMS
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -82,7 +82,7 @@ def test_every_section_has_a_row_per_measurement(results: Results) -> None:
         SECTIONS[3]: expected_detections,
         SECTIONS[4]: 1,
         SECTIONS[5]: 2,  # the footprint's one target, and the many targets
-        SECTIONS[6]: 3,  # no monitor, lockwatch, postgres_exporter
+        SECTIONS[6]: 1,  # lockwatch at 1 s against the targets
         SECTIONS[7]: 1,
     }
     # The scale rows are python -m bench.scale's (their own test below).
@@ -123,7 +123,10 @@ def test_pgbench_ran_every_arm_and_read_its_latencies(results: Results) -> None:
     for arm in run_.rounds[0]:
         assert arm.tps > 0
         assert arm.p999 >= arm.p99 >= arm.p50 > 0
-        assert (arm.monitor_cpu is None) == (arm.arm == NONE)
+        assert arm.waits.samples > 0
+    text = render(results, "python -m bench --tiny")
+    rows = table_rows(text, "Every arm:")
+    assert [row[5] for row in rows] == list(ARMS)
 
 
 def test_the_documents_were_fetched_at_one_and_at_many_targets(results: Results) -> None:
@@ -188,7 +191,7 @@ def test_the_documents_render_in_process_with_their_cost_and_size() -> None:
 def test_a_new_run_replaces_only_the_tables_in_the_doc(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\nHow to read.\n\n{BEGIN}\nold tables\n{END}\n\n## Notes\n")
-    write_into(doc, "new tables\n")
+    write_into(doc, "new tables\n", BEGIN, END)
     assert doc.read_text() == (
         f"# Benchmarks\n\nHow to read.\n\n{BEGIN}\nnew tables\n{END}\n\n## Notes\n"
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incident_text import alert_name
@@ -140,6 +141,44 @@ def test_it_serves_openmetrics_to_scrapers_that_ask_for_it(running: Running) -> 
     assert "process_cpu_seconds" in whole and "lockwatch_build" in whole
     assert [s.labels for s in probe["lockwatch_polls"].samples] == [{"target": TARGET}]
     assert "process_cpu_seconds" not in probe
+
+
+def test_a_quiet_targets_detail_comes_with_detail_full_or_its_own_probe(running: Running) -> None:
+    quiet = TargetView(
+        target=Target(name="quiet", dsn="postgresql://mon@127.0.0.1/app"),
+        status=TargetStatus(target="quiet", checked_at=NOW, snapshot=snapshot(held(7, 1234))),
+        polls_total=3,
+        last_success=NOW,
+    )
+    running.board.publish(quiet)
+    running.board.publish(polled_view())
+
+    def served(path: str) -> set[tuple[str, str, str]]:
+        """(name, target, the lock or finding kind) of each sample the path serves."""
+        text = running.get(path).text
+        return {
+            (
+                sample.name,
+                sample.labels["target"],
+                sample.labels.get("lock", sample.labels.get("kind", "")),
+            )
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if "target" in sample.labels
+        }
+
+    zero = ("lockwatch_findings", "quiet", "job_missed")
+    waits = ("lockwatch_advisory_lock_waiters", "quiet", "7")
+    summary = served("/metrics")
+    assert ("lockwatch_findings", TARGET, "lock_convoy") in summary
+    assert ("lockwatch_findings", TARGET, "job_missed") not in summary
+    assert ("lockwatch_advisory_lock_hold_seconds", "quiet", "7") in summary
+    assert zero not in summary and waits not in summary
+    full, probe = served("/metrics?detail=full"), served("/metrics?target=quiet")
+    assert {zero, waits} <= full and {zero, waits} <= probe
+    assert ("lockwatch_findings", TARGET, "job_missed") in full - probe
+    refused = running.get("/metrics?detail=everything")
+    assert refused.status_code == 400 and "full" in refused.text
 
 
 def test_it_serves_findings_and_locks_as_json(running: Running) -> None:

@@ -379,7 +379,7 @@ def test_the_query_for_each_server_version_runs_and_reads_waiters(
     queued = queue_on_lock(waiter, 42)
     wait_until(lambda: waiting_count(pg, 42) == 1, message="waiter queued")
     with psycopg.connect(pg.monitor_dsn, row_factory=dict_row) as conn:
-        decoded, backends, _ = read_advisory_locks(conn, version)
+        decoded, backends, *_ = read_advisory_locks(conn, version)
     locks = list(decoded.values())
     assert {(lock.pid, lock.granted) for lock in locks} == {
         (holder.info.backend_pid, True),

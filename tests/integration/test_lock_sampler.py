@@ -174,3 +174,12 @@ def test_a_session_read_unchanged_is_the_same_backend_and_a_changed_one_is_new(
     assert changed[still.info.backend_pid] is first[still.info.backend_pid]
     assert changed[busy.info.backend_pid] == fresh(pg).backends[busy.info.backend_pid]
     assert "another statement" in changed[busy.info.backend_pid].query
+
+
+def test_each_reading_says_how_many_sessions_wait_on_the_lock_manager(
+    pg: PgDatabase, sampler: PgLockSampler
+) -> None:
+    pg.connect("holder").execute("SELECT pg_advisory_lock(5)")
+    # Read whether or not a lock is held (a count, never NULL).
+    assert sampler.sample().lock_manager_waits is not None
+    assert fresh(pg).lock_manager_waits is not None

@@ -1,6 +1,14 @@
 """What ``/metrics`` answers: the board's series, which lockwatch writes itself
 (``families.py``), then prometheus_client's collectors (process_*, the build
-info, and what the daemon registers: poll lateness, the notifier, the fleet)."""
+info, and what the daemon registers: poll lateness, the notifier, the fleet).
+
+A scrape is proportional to what is wrong: a quiet target (no active finding
+or open incident, nobody waiting on a lock it exports) gets its summary
+series, its named locks and its longest-held key; the per-key series of its
+other ``top_n`` keys and the findings' zeros (every kind and severity at 0)
+say nothing moved, and come only with ``?detail=full`` or for one target
+(``?target=``), as an exporter's optional collectors do. A target with
+something wrong gets every series, as before."""
 
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
+from lockwatch.state.pace import REASONS as SKIP_REASONS
 from lockwatch.util.clock import utc_now
 
 # A finding's subject, one label per part (empty when unused, which Prometheus
@@ -60,29 +69,43 @@ class Metrics:
         )
         build.info({"version": lockwatch.__version__, "python_version": platform.python_version()})
 
-    def render(self, accept: str = "", target: str | None = None) -> tuple[bytes, str]:
+    def render(
+        self, accept: str = "", target: str | None = None, *, detail: bool = False
+    ) -> tuple[bytes, str]:
         """The exposition and its content type, negotiated from ``accept`` as
         prometheus_client does (OpenMetrics when asked for, else text 0.0.4).
-        With ``target`` (a probe from /api/v1/sd) that target's series only."""
+        With ``target`` (a probe from /api/v1/sd) that target's series only,
+        all of them; with ``detail`` every target's, quiet or not."""
         encoder, content_type = choose_encoder(accept)
         scrape = Exposition(Format.of(content_type))
         views = self._board.views()
         if target is not None:
             views = tuple(view for view in views if view.target.name == target)
-        families = board_families(views, self._clock(), scrape, self.web)
+        families = board_families(
+            views, self._clock(), scrape, self.web, detail=detail or bool(target)
+        )
         board = scrape.text(families).encode("utf-8")
         rest = scrape.form.end.encode("utf-8") if target is not None else encoder(self.registry)
         return board + rest, content_type
 
 
 def board_families(
-    views: tuple[TargetView, ...], now: datetime, scrape: Exposition, web: WebLinks = NO_LINKS
+    views: tuple[TargetView, ...],
+    now: datetime,
+    scrape: Exposition,
+    web: WebLinks = NO_LINKS,
+    *,
+    detail: bool,
 ) -> Iterator[Family | Histogram]:
-    """The board's latest state as fresh metric families, at each scrape."""
+    """The board's latest state as fresh metric families, at each scrape;
+    without ``detail``, a quiet target's series that say nothing moved are
+    left out."""
     yield from _poll_metrics(views, scrape)
-    yield from _lock_metrics(views, now, scrape)
+    yield from _cost_metrics(views, scrape)
+    yield from _pace_metrics(views, scrape)
+    yield from _lock_metrics(views, now, scrape, detail)
     yield from history_metrics(views, scrape)
-    yield from _finding_metrics(views, scrape)
+    yield from _finding_metrics(views, scrape, detail)
     yield from incident_metrics(views, scrape, web)
     yield from source_metrics(views, scrape)
     yield from queue_metrics(views, scrape)
@@ -94,11 +117,6 @@ def _poll_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
     up = scrape.gauge(
         "lockwatch_up",
         "1 if the last poll of the target succeeded, 0 if it failed or none finished yet.",
-        ["target"],
-    )
-    duration = scrape.gauge(
-        "lockwatch_last_poll_duration_seconds",
-        "How long the last successful poll of the target took.",
         ["target"],
     )
     polls = scrape.counter(
@@ -138,17 +156,68 @@ def _poll_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
         errors.add(target, view.poll_errors_total)
         state_errors.add(target, view.state_write_errors_total)
         snapshot = None if view.status is None else view.status.snapshot
-        if snapshot is not None:
-            duration.add(target, snapshot.poll_seconds)
         if snapshot is not None and snapshot.visibility is not None:
             sees.add(target, 1.0 if snapshot.visibility.sees_all_sessions else 0.0)
         if view.last_success is not None:
             last_success.add(target, view.last_success.timestamp())
-    yield from (up, asleep, duration, polls, errors, state_errors, last_success, sees)
+    yield from (up, asleep, polls, errors, state_errors, last_success, sees)
+
+
+def _cost_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    """What the last poll of each target took: its time, and the server's."""
+    duration = scrape.gauge(
+        "lockwatch_last_poll_duration_seconds",
+        "How long the last successful poll of the target took.",
+        ["target"],
+    )
+    server = scrape.gauge(
+        "lockwatch_poll_server_seconds",
+        "The target's server time per poll of lockwatch, over the last minute: the "
+        "execution time pg_stat_statements counts for lockwatch's role in the target's "
+        "database. Absent where pg_stat_statements is not installed (lockwatch's log says so).",
+        ["target"],
+    )
+    for view in views:
+        snapshot = None if view.status is None else view.status.snapshot
+        if snapshot is None:
+            continue
+        duration.add((view.target.name,), snapshot.poll_seconds)
+        if snapshot.server_seconds is not None:
+            server.add((view.target.name,), snapshot.server_seconds)
+    yield from (duration, server)
+
+
+def _pace_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+    """How often each target is polled, and the slots of its interval left out."""
+    pace = scrape.gauge(
+        "lockwatch_poll_interval_seconds",
+        "Seconds between the target's polls now: its interval, or up to four times it "
+        "while its server's sessions wait on the lock manager (LWLock:LockManager), which "
+        "every poll's read of pg_locks makes them wait on longer.",
+        ["target"],
+    )
+    skipped = scrape.counter(
+        "lockwatch_poll_slots_skipped",
+        "Slots of the target's interval not polled: reason=contended while the pace was "
+        "slowed for a contended lock manager, reason=overran after a poll that took "
+        "longer than the interval.",
+        ["target", "reason"],
+    )
+    for view in views:
+        target = view.target.name
+        if view.poll_interval is not None:
+            pace.add((target,), view.poll_interval)
+        for reason in SKIP_REASONS:
+            skipped.add((target, reason), view.slots_skipped.get(reason, 0))
+    yield from (pace, skipped)
+
+
+# The unnamed keys a quiet target exports without ``detail``: its longest-held.
+QUIET_TOP = 1
 
 
 def _lock_metrics(
-    views: tuple[TargetView, ...], now: datetime, scrape: Exposition
+    views: tuple[TargetView, ...], now: datetime, scrape: Exposition, detail: bool
 ) -> Iterator[Family]:
     counts = scrape.gauge(
         "lockwatch_advisory_locks",
@@ -162,12 +231,14 @@ def _lock_metrics(
         "Seconds the lock has been held, measured from when lockwatch first saw it "
         "granted, or from an idle holder's last state change, which came after the "
         "grant (PostgreSQL records no grant time); 0 when nobody holds it. "
-        "Named locks, plus the longest-held other keys up to top_n per target.",
+        "Named locks, plus the longest-held other keys up to top_n per target (of a "
+        "target with nothing wrong, its longest-held one, unless ?detail=full or ?target=).",
         labels,
     )
     waiters = scrape.gauge(
         "lockwatch_advisory_lock_waiters",
-        "Sessions waiting for the lock.",
+        "Sessions waiting for the lock (absent where the hold time's series is alone: "
+        "a key of a target with nothing wrong, which nobody waits for).",
         labels,
     )
     longest_wait = scrape.gauge(
@@ -182,10 +253,13 @@ def _lock_metrics(
             continue
         target = view.target.name
         settings = view.target.locks
-        for database, (held, waiting) in sorted(lock_counts(snapshot, settings).items()):
+        tallies = sorted(lock_counts(snapshot, settings).items())
+        for database, (held, waiting) in tallies:
             counts.add((target, database, "held"), held)
             counts.add((target, database, "waiting"), waiting)
-        groups = lock_groups(snapshot, settings, now, top=settings.top_n)
+        quiet = not detail and _quiet(view, tallies)
+        top = min(settings.top_n, QUIET_TOP) if quiet else settings.top_n
+        groups = lock_groups(snapshot, settings, now, top=top)
         for database, lock, exported in exported_locks(groups, settings):
             series = (target, database, lock)
             if exported is None:
@@ -194,15 +268,26 @@ def _lock_metrics(
                 longest_wait.add(series, 0.0)
                 continue
             hold.add(series, exported.hold_seconds or 0.0)
+            if quiet and exported.name is None:
+                continue  # nobody waits: a quiet key's waits say nothing moved
             waiters.add(series, len(exported.waiters))
             longest_wait.add(series, exported.longest_wait_seconds or 0.0)
     yield from (counts, hold, waiters, longest_wait)
 
 
-def _finding_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+def _quiet(view: TargetView, tallies: Iterable[tuple[str, tuple[int, int]]]) -> bool:
+    """Nothing wrong on the target: no active finding or open incident, and
+    nobody waiting on a lock it exports."""
+    return not view.findings and not view.incidents and not any(w for _, (_, w) in tallies)
+
+
+def _finding_metrics(
+    views: tuple[TargetView, ...], scrape: Exposition, detail: bool
+) -> Iterator[Family]:
     counts = scrape.gauge(
         "lockwatch_findings",
-        "Active findings by kind and severity; every combination is present, 0 when none.",
+        "Active findings by kind and severity, the combinations with findings (with "
+        "?detail=full or ?target=, every combination, 0 when none).",
         ["target", "kind", "severity"],
     )
     active = scrape.gauge(
@@ -220,7 +305,8 @@ def _finding_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Itera
     )
     dropped = scrape.gauge(
         "lockwatch_finding_series_dropped",
-        "Active findings left out of lockwatch_finding_active by the per-target cap.",
+        "Active findings left out of lockwatch_finding_active by the per-target cap "
+        "(absent when none is, unless ?detail=full or ?target=).",
         ["target"],
     )
     for view in views:
@@ -229,14 +315,15 @@ def _finding_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Itera
         for finding in view.findings:
             combination = (finding.kind.value, finding.severity.value)
             tally[combination] = tally.get(combination, 0) + 1
-        for combination in COMBINATIONS:
+        for combination in COMBINATIONS if detail else sorted(tally, key=COMBINATIONS.index):
             counts.add((target, *combination), tally.get(combination, 0))
         shown = _finding_series(view.findings)
         for labels, finding in list(shown.items())[:FINDING_SERIES_CAP]:
             active.add((target, *labels), 1.0)
             details = (finding.severity.value, holder_label(finding.evidence))
             info.add((target, *labels, *details), 1.0)
-        dropped.add((target,), max(0, len(shown) - FINDING_SERIES_CAP))
+        if detail or len(shown) > FINDING_SERIES_CAP:
+            dropped.add((target,), max(0, len(shown) - FINDING_SERIES_CAP))
     yield from (counts, active, info, dropped)
 
 

@@ -21,7 +21,16 @@
 -- (model/servers.py); it is empty otherwise.
 -- read_at: the server's time as the statement began, before the locks were
 -- copied; the sessions read afterwards are judged against it.
+-- lock_manager_waits: the server's sessions waiting on the lock manager's
+-- partition locks (LWLock:LockManager; lock_manager before 13) as the
+-- statement ends, which the poll's pace follows (state/pace.py): read from
+-- each backend's status by id, which builds no row per backend as
+-- pg_stat_activity does.
 SELECT pg_catalog.statement_timestamp() AS read_at,
+       (SELECT pg_catalog.count(*)::pg_catalog.int4
+        FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
+        WHERE pg_catalog.pg_stat_get_backend_wait_event(b.id)
+              IN ('LockManager', 'lock_manager')) AS lock_manager_waits,
        pg_catalog.array_agg(
            COALESCE(l.pid, 0) * 8
            + CASE WHEN l.objsubid = 2 THEN 1 ELSE 0 END

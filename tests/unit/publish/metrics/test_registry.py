@@ -58,9 +58,10 @@ def polled(
     )
 
 
-def registry_of(*views: TargetView) -> CollectorRegistry:
-    """/metrics of a board with these views, as prometheus_client's parser reads it."""
-    return scraped(metrics_of(*views))
+def registry_of(*views: TargetView, detail: bool = False) -> CollectorRegistry:
+    """/metrics of a board with these views, as prometheus_client's parser reads
+    it (``detail``: as ``?detail=full`` asks)."""
+    return scraped(metrics_of(*views), detail=detail)
 
 
 def series(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:
@@ -191,7 +192,7 @@ def test_it_exports_only_the_top_n_longest_held_unnamed_locks_besides_the_named_
         named=(NamedLock("leader", LockKey.bigint(1)), NamedLock("idle", LockKey.bigint(2))),
     )
     unnamed = [held(1000 + n, 2000 + n, held_for=n) for n in range(50)]
-    registry = registry_of(polled(snapshot(held(1, 10, held_for=1), *unnamed), locks))
+    registry = registry_of(polled(snapshot(held(1, 10, held_for=1), *unnamed), locks), detail=True)
 
     exported = {
         labels["lock"] for labels in series(registry, "lockwatch_advisory_lock_hold_seconds")
@@ -201,6 +202,43 @@ def test_it_exports_only_the_top_n_longest_held_unnamed_locks_besides_the_named_
         assert len(series(registry, name)) == 7, name
     counts = {"target": TARGET, "database": "app", "state": "held"}
     assert registry.get_sample_value("lockwatch_advisory_locks", counts) == 51
+
+
+def test_a_quiet_target_exports_its_named_locks_and_its_longest_held_key_only() -> None:
+    locks = LockSettings(
+        top_n=5,
+        named=(NamedLock("leader", LockKey.bigint(1)), NamedLock("idle", LockKey.bigint(2))),
+    )
+    unnamed = [held(1000 + n, 2000 + n, held_for=n) for n in range(50)]
+    registry = registry_of(polled(snapshot(held(1, 10, held_for=1), *unnamed), locks))
+
+    holds = series(registry, "lockwatch_advisory_lock_hold_seconds")
+    assert {labels["lock"] for labels in holds} == {"leader", "idle", "1049"}
+    assert registry.get_sample_value("lockwatch_advisory_lock_hold_seconds", lock_labels("1049"))
+    for name in LOCK_SERIES[1:]:  # nobody waits: the named locks' zeros stay, the key's go
+        assert {labels["lock"] for labels in series(registry, name)} == {"leader", "idle"}
+    assert series(registry, "lockwatch_findings") == []
+    assert series(registry, "lockwatch_finding_series_dropped") == []
+    counts = {"target": TARGET, "database": "app", "state": "held"}
+    assert registry.get_sample_value("lockwatch_advisory_locks", counts) == 51
+
+
+def test_a_target_with_a_finding_or_a_waiter_exports_its_top_n_without_detail() -> None:
+    locks = LockSettings(top_n=3)
+    unnamed = [held(1000 + n, 2000 + n, held_for=n) for n in range(10)]
+    with_finding = polled(snapshot(*unnamed), locks, findings=(finding(lock="1009"),))
+    with_waiter = polled(snapshot(*unnamed, waiting(1000, 3000, waited_for=5)), locks, name="other")
+    registry = registry_of(with_finding, with_waiter)
+
+    for name in LOCK_SERIES:
+        exported = sorted((s["target"], s["lock"]) for s in series(registry, name))
+        assert exported == [
+            (target, key) for target in (TARGET, "other") for key in ("1007", "1008", "1009")
+        ], name
+    # Of the findings, the combinations with some: the zeros are detail.
+    assert series(registry, "lockwatch_findings") == [
+        {"target": TARGET, "kind": "lock_held_too_long", "severity": "warning"}
+    ]
 
 
 def test_it_never_exports_ignored_keys() -> None:
@@ -214,7 +252,7 @@ def test_it_never_exports_ignored_keys() -> None:
         waiting(77, 12, waited_for=60),
         held(5, 13, held_for=1),
     )
-    registry = registry_of(polled(snap, locks))
+    registry = registry_of(polled(snap, locks), detail=True)
 
     for name in LOCK_SERIES:
         assert [labels["lock"] for labels in series(registry, name)] == ["5"], name
@@ -225,8 +263,10 @@ def test_it_never_exports_ignored_keys() -> None:
     )
 
 
-def test_it_exports_every_finding_kind_and_severity_even_when_none_is_active() -> None:
-    registry = registry_of(polled(snapshot(), findings=(finding(severity=Severity.CRITICAL),)))
+def test_with_detail_it_exports_every_finding_kind_and_severity_even_when_none_is_active() -> None:
+    registry = registry_of(
+        polled(snapshot(), findings=(finding(severity=Severity.CRITICAL),)), detail=True
+    )
 
     assert len(series(registry, "lockwatch_findings")) == len(FindingKind) * len(Severity)
     base = {"target": TARGET, "kind": "lock_held_too_long"}
@@ -293,6 +333,7 @@ def test_no_client_value_becomes_a_label_and_series_stay_bounded(snap: LockSnaps
         "severity",
         "version",
         "python_version",
+        "reason",  # why poll slots were skipped: two fixed values
     }
     for metric in registry.collect():
         for sample in metric.samples:
@@ -307,3 +348,22 @@ def test_it_says_whether_the_role_can_see_every_session_once_a_poll_said() -> No
         labels = {"target": TARGET}
         assert registry.get_sample_value("lockwatch_target_can_see_sessions", labels) == value
     assert series(registry_of(polled(snapshot())), "lockwatch_target_can_see_sessions") == []
+
+
+def test_it_exports_the_server_time_of_a_poll_only_where_it_is_known() -> None:
+    known = polled(replace(snapshot(), server_seconds=0.0125))
+    unknown = polled(snapshot(), name="other")
+    registry = registry_of(known, unknown)
+
+    assert series(registry, "lockwatch_poll_server_seconds") == [{"target": TARGET}]
+    assert registry.get_sample_value("lockwatch_poll_server_seconds", {"target": TARGET}) == 0.0125
+
+
+def test_it_exports_the_pace_of_the_polls_and_the_slots_left_out() -> None:
+    slowed = replace(polled(snapshot()), poll_interval=4.0, slots_skipped={"contended": 6})
+    registry = registry_of(slowed)
+
+    assert registry.get_sample_value("lockwatch_poll_interval_seconds", {"target": TARGET}) == 4.0
+    skipped = "lockwatch_poll_slots_skipped_total"
+    assert registry.get_sample_value(skipped, {"target": TARGET, "reason": "contended"}) == 6
+    assert registry.get_sample_value(skipped, {"target": TARGET, "reason": "overran"}) == 0

@@ -1,0 +1,71 @@
+"""How often a target is polled: every ``interval``, or less often while its
+lock manager is contended.
+
+Every query on ``pg_locks`` has the server copy its lock table while holding
+all of the lock manager's partition locks; while the server's own sessions
+queue on those (``LWLock:LockManager``), each poll makes them queue longer.
+Each poll reads how many sessions wait there (advisory_locks.sql); when some
+did at ``CONTENDED`` of the last ``WINDOW`` polls, the pace halves (down to
+one poll every ``SLOWEST`` intervals), and after ``CALM`` polls in a row with
+none it doubles again. Each change is said in the log and the pace in force
+is a metric; the slots of the interval a slowed pace leaves out are counted
+as skipped, as are those a poll that overran its interval missed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+WINDOW = 5  # polls looked back at
+CONTENDED = 2  # of them with sessions waiting on the lock manager: slow down
+CALM = 5  # polls in a row with none: speed up again
+SLOWEST = 4  # times the interval, at most
+
+# Why slots of a target's interval went unpolled (lockwatch_poll_slots_skipped_total).
+OVERRAN = "overran"  # a poll took longer than the interval
+CONTENDED_REASON = "contended"  # the pace was slowed while the lock manager was contended
+REASONS = (OVERRAN, CONTENDED_REASON)
+
+
+@dataclass
+class PollPace:
+    """The pace of one target's polls, poll after poll (``observe``)."""
+
+    interval: float
+    factor: int = 1  # the interval is multiplied by it
+    # Slots of the interval left unpolled so far, by why (REASONS).
+    skipped: dict[str, int] = field(default_factory=dict)
+    _recent: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    _calm: int = 0  # polls in a row with no session waiting on the lock manager
+
+    def skip(self, reason: str, slots: int) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + slots
+
+    @property
+    def current(self) -> float:
+        """Seconds between polls now."""
+        return self.interval * self.factor
+
+    def observe(self, waits: int | None) -> str | None:
+        """A poll saw ``waits`` sessions waiting on the lock manager (None:
+        not known); what changed, said in words, or None."""
+        if waits is None:
+            return None
+        self._recent.append(waits)
+        self._calm = 0 if waits else self._calm + 1
+        contended = [w for w in self._recent if w]
+        if len(contended) >= CONTENDED and self.factor < SLOWEST:
+            self.factor *= 2
+            self._recent.clear()
+            return (
+                f"{max(contended)} session(s) waited on the lock manager (LWLock:LockManager) "
+                f"at {len(contended)} of the last {WINDOW} polls: polling every "
+                f"{self.current:g}s instead of {self.interval:g}s while it is contended"
+            )
+        if self._calm >= CALM and self.factor > 1:
+            self.factor //= 2
+            self._calm = 0
+            self._recent.clear()
+            return f"the lock manager is calm again: polling every {self.current:g}s"
+        return None
