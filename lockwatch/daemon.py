@@ -224,6 +224,7 @@ class Daemon:
             runbooks=self.settings.runbooks,
             servers=self.servers,
         )
+        runner.incidents.reopen_grace = self.settings.incidents.reopen_grace
         return runner
 
     @staticmethod
@@ -372,6 +373,7 @@ class Daemon:
             runner = self._runner(target)
             if previous is not None:
                 runner.take_over(previous)
+                runner.incidents.reopen_grace = settings.incidents.reopen_grace
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start(self.scheduler)
