@@ -200,20 +200,22 @@ class ChannelState:
         """Put ``messages`` in the outbox. A living channel's edit that only
         grew (an update) is superseded by any later message of its incident,
         which edits the same message to the latest text: behind a rate limit,
-        the outbox keeps one edit per incident, not one per look."""
+        the outbox keeps one edit per incident, not one per look, and the
+        wait the receiver asked for still holds for the edit that replaces it."""
         for message in messages:
+            due_at = now
             if living and message.notice is not None:
                 key = message.notice.key
-                self.outbox = [
+                superseded = [
                     pending
                     for pending in self.outbox
-                    if not (
-                        pending.message.headline is Headline.UPDATED
-                        and pending.message.notice is not None
-                        and pending.message.notice.key == key
-                    )
+                    if pending.message.headline is Headline.UPDATED
+                    and pending.message.notice is not None
+                    and pending.message.notice.key == key
                 ]
-            self.outbox.append(Pending(message, now))
+                due_at = max([now, *(pending.next_attempt for pending in superseded)])
+                self.outbox = [pending for pending in self.outbox if pending not in superseded]
+            self.outbox.append(Pending(message, due_at))
 
     def dump(self) -> dict[str, Any]:
         return {

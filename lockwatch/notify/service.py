@@ -36,7 +36,7 @@ from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.election import Election
 from lockwatch.notify.inbox import DEFAULT_BACKOFF, Backoff, Inbox
 from lockwatch.notify.living import deliver, edits
-from lockwatch.notify.message import Message
+from lockwatch.notify.message import Headline, Message
 from lockwatch.notify.metrics import NotifierCollector
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
 from lockwatch.notify.slack_api import make_transport
@@ -274,7 +274,8 @@ class ChannelWorker:
 
     def _tell_notified(self, message: Message) -> None:
         notice = message.notice
-        if self.deliveries is None or notice is None:
+        # A living message edited as it grew rang no phone: not a timeline event.
+        if self.deliveries is None or notice is None or message.headline is Headline.UPDATED:
             return
         # told under another replica's id after a takeover: recorded under this one's
         mine = self.inbox.incident_id(notice.target, notice.fingerprint)
