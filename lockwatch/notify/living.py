@@ -2,7 +2,7 @@
 (Telegram with ``living: true``, Slack's Web API).
 
 The message is posted once, when the incident opens, and edited in place as
-it grows; a short reply in its thread goes out only when it gets worse, comes
+it grows; a short reply in its thread goes out only when it gets worse (its severity rises), comes
 back (flapping) or resolves, so a phone rings for those and nothing else. Where
 each incident's message is (its ``Thread``) is part of the channel's state:
 saved with the outbox in the state dir or the shared store, it outlives a

@@ -72,9 +72,13 @@ def shown(notice: Notice) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _severity_rose(told: Announced, incident: Incident) -> bool:
+    return SEVERITY_RANK[incident.severity] < SEVERITY_RANK[told.notice.severity]
+
+
 def _worse(told: Announced, incident: Incident) -> bool:
     new_kinds = {kind.value for kind in incident.kinds} - set(told.kinds)
-    return bool(new_kinds) or SEVERITY_RANK[incident.severity] < SEVERITY_RANK[told.notice.severity]
+    return bool(new_kinds) or _severity_rose(told, incident)
 
 
 def _as_told(notice: Notice, told: Announced | None) -> Notice:
@@ -127,6 +131,9 @@ def evaluate(
         kinds = tuple(kind.value for kind in incident.kinds)
         digest = shown(notice) if living else ""  # only a living channel's changes
         headline = _headline(told, incident, timing, now)
+        if living and told is not None and headline is Headline.WORSE:
+            # a kind joining is edited in; a phone rings when the severity rises
+            headline = Headline.WORSE if _severity_rose(told, incident) else Headline.UPDATED
         if headline is None and told is not None and told.shown != digest:
             headline = Headline.UPDATED if now - told.sent_at >= edit_every else None
         if headline is not None:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 from pydantic import TypeAdapter
 
-from lockwatch.model.findings import Severity
+from lockwatch.model.findings import FindingKind, Severity
 from lockwatch.model.incidents import Incident
 from lockwatch.notify.living import Thread, deliver, edits
 from lockwatch.notify.message import Headline, Message, Notice
@@ -58,6 +58,16 @@ def test_a_living_channel_edits_as_the_incident_grows_at_most_every_edit_interva
     assert channel.poll([grown(7)], later(200)) == []  # unchanged: nothing to edit
     critical = grown(7, Severity.CRITICAL)
     assert told(channel.poll([critical], later(210))) == [("inc-1", Headline.WORSE)]
+
+
+def test_on_a_living_channel_a_kind_joining_is_an_edit_and_a_severity_rise_a_reply() -> None:
+    channel = Channel(LIVING, "ops")
+    channel.poll([incident([finding(lock="7,13")])])
+    joined = incident([finding(lock="7,13"), finding(FindingKind.LOCK_HELD_TOO_LONG, "7,13")])
+    assert told(channel.poll([joined], later(5))) == [("inc-1", Headline.UPDATED)]
+    webhook = Channel(LIVING, "team")  # one message per change: a kind joining is worse
+    webhook.poll([incident([finding(lock="7,13")])])
+    assert told(webhook.poll([joined], later(5))) == [("inc-1", Headline.WORSE)]
 
 
 def test_a_channel_that_cannot_edit_is_never_told_the_incident_grew() -> None:
