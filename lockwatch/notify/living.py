@@ -2,8 +2,9 @@
 (Telegram with ``living: true``, Slack's Web API).
 
 The message is posted once, when the incident opens, and edited in place as
-it grows; a short reply in its thread goes out only when it gets worse (its severity rises), comes
-back (flapping) or resolves, so a phone rings for those and nothing else. Where
+it grows; a short reply in its thread goes out only when it gets worse (its
+severity rises), comes back (flapping) or resolves, so a phone rings for those
+and nothing else. Where
 each incident's message is (its ``Thread``) is part of the channel's state:
 saved with the outbox in the state dir or the shared store, it outlives a
 restart and a fail-over to another replica. A message the receiver no longer
@@ -32,6 +33,9 @@ class Thread:
     incident: str  # the id it was last told under
     posted_at: datetime
     ended_at: datetime | None = None  # told resolved; a reopening edits it again
+    # How often the message told it opened: replicas' books may each miss a
+    # flap (one was down), the message counts every one it told.
+    openings: int = 1
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -40,6 +44,7 @@ class Thread:
             "incident": self.incident,
             "posted_at": self.posted_at.isoformat(),
             "ended_at": None if self.ended_at is None else self.ended_at.isoformat(),
+            "openings": self.openings,
         }
 
     @classmethod
@@ -52,6 +57,7 @@ class Thread:
                 str(item["incident"]),
                 datetime.fromisoformat(item["posted_at"]),
                 None if ended is None else datetime.fromisoformat(ended),
+                int(item.get("openings", 1)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -82,8 +88,12 @@ def deliver(
     thread = threads.get(notice.key)
     if thread is None or not _same_incident(thread, notice):
         ref = transport.open(message)
-        _keep(threads, Thread(notice.key, ref, notice.incident, now, _ended(message, now)))
+        thread = Thread(notice.key, ref, notice.incident, now, _ended(message, now))
+        _keep(threads, replace(thread, openings=notice.openings))
         return f"posted message {ref}"
+    reopened = thread.ended_at is not None and message.headline is not Headline.RESOLVED
+    openings = max(thread.openings + int(reopened), notice.openings)
+    message = replace(message, notice=replace(notice, openings=openings))
     said = f"edited message {thread.ref}"
     try:
         transport.edit(thread.ref, message)
@@ -93,8 +103,9 @@ def deliver(
         ref = transport.open(message)
         said = f"message {thread.ref} cannot be edited any more ({exc}): posted anew as {ref}"
         thread = replace(thread, ref=ref, posted_at=now)
-    reopened = thread.ended_at is not None and message.headline is not Headline.RESOLVED
-    threads[notice.key] = replace(thread, incident=notice.incident, ended_at=_ended(message, now))
+    threads[notice.key] = replace(
+        thread, incident=notice.incident, ended_at=_ended(message, now), openings=openings
+    )
     if message.headline in (Headline.WORSE, Headline.RESOLVED) or reopened:
         transport.reply(thread.ref, message)
         said += " and replied in its thread"

@@ -63,7 +63,14 @@ def _each(standin: ChatStandin, test: Any, message: str) -> None:
     def passes() -> bool:
         return all((kept := _one(standin, s)) is not None and test(kept) for s in SERVICES)
 
-    wait_until(passes, timeout=30, message=message)
+    try:
+        wait_until(passes, timeout=30, message=message)
+    except AssertionError as exc:
+        shown = {
+            s: [(k.text.splitlines()[:3], k.replies) for k in standin.kept(s).values()]
+            for s in SERVICES
+        }
+        raise AssertionError(f"{exc}; the chats hold {shown}") from None
 
 
 def _replies(kept: Kept, mark: str) -> int:
@@ -103,6 +110,7 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
     for waiter in waiters:
         waiter.join()
     _each(standin, lambda k: _replies(k, "✅") == 1, "resolved, with a reply")
+    _both_saw_it_end(replicas)
     for service in SERVICES:
         kept = _one(standin, service)
         assert kept is not None and _head(kept).startswith("✅ RESOLVED: "), kept
@@ -121,6 +129,7 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
     replicas.sender()
     holder.execute("SELECT pg_advisory_unlock(%s)", (KEY,))
     _each(standin, lambda k: _replies(k, "✅") == 2, "resolved again after the restart")
+    _both_saw_it_end(replicas)
 
     # Flap 2, then the end.
     holder.execute("SELECT pg_advisory_lock(%s)", (KEY,))
@@ -146,7 +155,15 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
     assert len(events) == 2 and "opened 3 times in " in events[-1], events
 
 
-def _incidents(base: str) -> list[dict[str, Any]]:
-    answer = requests.get(f"{base}/api/v1/incidents", params={"state": "resolved"}, timeout=5)
+def _incidents(base: str, state: str = "resolved") -> list[dict[str, Any]]:
+    answer = requests.get(f"{base}/api/v1/incidents", params={"state": state}, timeout=5)
     answer.raise_for_status()
     return list(answer.json()["incidents"])
+
+
+def _both_saw_it_end(replicas: Replicas) -> None:
+    """Each replica's own book resolved it too (each tells of it when it sends),
+    before the root comes back."""
+    for name, process in replicas.alive():
+        base = process.base
+        wait_until(lambda: not _incidents(base, "open"), message=f"{name} sees it resolved")  # noqa: B023 (called at once)

@@ -1,15 +1,16 @@
 """A living channel's worker against the Slack Web API stand-in, on a clock
 the test moves: a 429's ``Retry-After`` holds every later edit of that chat,
-edits queued behind it collapse into one, and only what rang a phone goes on
-the incident's timeline."""
+edits queued behind it collapse into one, only what rang a phone goes on
+the incident's timeline, and a restart edits the message posted before it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from lockwatch.model.incidents import Incident
 from lockwatch.notify.service import AlertNotifier
-from lockwatch.settings.notify import NotifySettings, SlackApiChannel
+from lockwatch.settings.notify import NotifySettings, SlackApiChannel, TelegramChannel
 from lockwatch.state.deliveries import Deliveries
 from tests.fixtures.incident_values import incident
 from tests.fixtures.notify import finding
@@ -56,3 +57,20 @@ def test_a_rate_limited_edit_waits_its_retry_after_and_later_edits_collapse_into
     assert "7 waiting" in kept.text
     # The post rang a phone; the edit did not: one delivery on the timeline.
     assert len(deliveries.of(grown(7).id)) == 1
+
+
+def test_a_restart_edits_the_message_it_posted_before(standin: ChatStandin, tmp_path: Path) -> None:
+    clock = Clock()
+    channel = TelegramChannel(
+        "ops", standin.token, standin.chat_id, standin.telegram_api, living=True
+    )
+    settings = NotifySettings(channels=(channel,), edit_interval=1, read_timeout=1.0)
+    before = AlertNotifier(settings, tmp_path, targets=[TARGET], clock=clock, backoff=FAST)
+    poll(before, [grown(5)])
+    (posted,) = standin.kept("telegram")
+
+    after = AlertNotifier(settings, tmp_path, targets=[TARGET], clock=clock, backoff=FAST)
+    clock.advance(2)
+    poll(after, [grown(6)])
+    assert list(standin.kept("telegram")) == [posted]
+    assert "6 waiting" in standin.kept("telegram")[posted].text

@@ -179,6 +179,30 @@ def test_one_message_grows_worsens_flaps_and_resolves_in_place(
     assert [reply.split(" ")[0].strip("*") for reply in kept.replies] == ["⬆️", "✅", "🔁", "✅"]
 
 
+def test_the_message_counts_every_opening_it_told_though_a_replica_missed_one(
+    chat: ChatStandin,
+) -> None:
+    (telegram, _) = transports(chat)
+    threads: dict[str, Thread] = {}
+    first = grown(5)
+    deliver(telegram, message(Headline.OPENED, first), threads, NOW)
+    deliver(telegram, message(Headline.RESOLVED, resolved(first), later(60)), threads, later(60))
+    back = replace(first, reopened=(later(120),))
+    deliver(telegram, message(Headline.OPENED, back, later(120)), threads, later(120))
+    # The next sender's book never saw that flap: its incident opened once.
+    deliver(telegram, message(Headline.UPDATED, grown(6), later(180)), threads, later(180))
+    (kept,) = chat.kept("telegram").values()
+    assert "opened 2 times in " in kept.text
+    deliver(
+        telegram, message(Headline.RESOLVED, resolved(grown(6)), later(240)), threads, later(240)
+    )
+    again = replace(grown(6), reopened=(later(300),))  # its own second opening
+    deliver(telegram, message(Headline.OPENED, again, later(300)), threads, later(300))
+    (kept,) = chat.kept("telegram").values()
+    assert "opened 3 times in " in kept.text
+    assert threads[first.fingerprint].openings == 3
+
+
 @pytest.mark.parametrize("service", ["telegram", "slack_api"])
 def test_a_message_deleted_by_someone_is_posted_anew_once(chat: ChatStandin, service: str) -> None:
     transport = next(t for t in transports(chat) if _service(t) == service)
