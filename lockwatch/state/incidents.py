@@ -51,7 +51,7 @@ from lockwatch.model.incidents import (
 )
 from lockwatch.model.next_step import next_step
 from lockwatch.model.remediation import linked_client
-from lockwatch.state.reopen import DEFAULT_REOPEN_GRACE, reopenable, reopened
+from lockwatch.state.reopen import DEFAULT_REOPEN_GRACE, reopenable, reopened, still_resolved
 from lockwatch.text import one_line
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
@@ -276,7 +276,7 @@ class IncidentBook:
         resolved = reopenable(self._recent, fingerprint, poll.now, self.reopen_grace)
         if resolved is None:
             return None
-        self._recent.remove(resolved)
+        self._recent = [i for i in self._recent if i.id != resolved.id]
         incident, event = reopened(resolved, poll.now)
         record = _Record(replace(incident, findings=()), resolved.findings)
         record.note(event.at, event.event, event.detail, value=event.value)
@@ -454,6 +454,7 @@ class IncidentBook:
                 restored[record.incident.fingerprint] = record
         with self._lock:
             self._open = restored
+            self._recent = still_resolved(self._recent, [r.incident for r in restored.values()])
 
 
 def _dump_record(record: _Record) -> JsonObject:

@@ -17,7 +17,7 @@ from lockwatch.model.incidents import EventKind, Incident, IncidentState, Timeli
 from lockwatch.settings.incidents import DEFAULT_REOPEN_GRACE
 from lockwatch.text import format_duration
 
-__all__ = ["DEFAULT_REOPEN_GRACE", "flapping", "reopenable", "reopened"]
+__all__ = ["DEFAULT_REOPEN_GRACE", "flapping", "reopenable", "reopened", "still_resolved"]
 
 
 def reopenable(
@@ -64,3 +64,10 @@ def reopened(incident: Incident, now: datetime) -> tuple[Incident, TimelineEvent
     )
     detail = f"its root came back {back} after it resolved: {flapping(again, now)}"
     return again, TimelineEvent(now, EventKind.REOPENED, detail, value=float(len(again.openings)))
+
+
+def still_resolved(recent: Sequence[Incident], open_now: Sequence[Incident]) -> list[Incident]:
+    """``recent`` without the incidents open now: one reopened before a restart
+    is in the history as it first resolved, and open again in the state file."""
+    ids = {incident.id for incident in open_now}
+    return [incident for incident in recent if incident.id not in ids]

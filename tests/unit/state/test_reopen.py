@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from pathlib import Path
 
 from lockwatch.model.incidents import EventKind, IncidentState, incident_json, load_incident
+from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.reopen import flapping
 from tests.fixtures.snapshots import NOW, TARGET, snapshot
@@ -57,3 +59,20 @@ def test_a_reopened_incident_survives_a_restart_and_its_json() -> None:
     restored.load(json.loads(json.dumps(book.dump())))
     assert restored.open == book.open
     assert load_incident(json.loads(json.dumps(incident_json(again)))) == again
+
+
+def test_after_a_restart_an_incident_reopened_before_it_is_open_and_not_also_resolved(
+    tmp_path: Path,
+) -> None:
+    history = FileHistory(tmp_path, retention=14 * 86400, clock=lambda: NOW)
+    book = IncidentBook(TARGET, on_resolved=history.add, reopen_grace=GRACE)
+    poll(book, seed_002_convoy(), 0)
+    poll(book, snapshot(), 1)  # resolved: into the history
+    (again,) = poll(book, seed_002_convoy(), 2).opened
+
+    restarted = IncidentBook(TARGET, on_resolved=history.add, reopen_grace=GRACE)
+    restarted.recall(history.resolved())  # as the runner does: the history, then the state
+    restarted.load(json.loads(json.dumps(book.dump())))
+    assert [i.id for i in restarted.open] == [again.id] and restarted.recent == ()
+    (ended,) = poll(restarted, snapshot(), 3).resolved
+    assert restarted.recent == (ended,) and len(ended.openings) == 2
