@@ -73,6 +73,7 @@ def test_after_a_restart_an_incident_reopened_before_it_is_open_and_not_also_res
     restarted = IncidentBook(TARGET, on_resolved=history.add, reopen_grace=GRACE)
     restarted.recall(history.resolved())  # as the runner does: the history, then the state
     restarted.load(json.loads(json.dumps(book.dump())))
-    assert [i.id for i in restarted.open] == [again.id] and restarted.recent == ()
+    assert [i.id for i in restarted.open] == [again.id]
+    assert [i.id for i in restarted.recent] == []
     (ended,) = poll(restarted, snapshot(), 3).resolved
-    assert restarted.recent == (ended,) and len(ended.openings) == 2
+    assert [i.id for i in restarted.recent] == [ended.id] and len(ended.openings) == 2
