@@ -29,7 +29,7 @@ from lockwatch.settings.notify import (
 from tests.fixtures.incident_values import incident, resolved
 from tests.fixtures.notify import finding
 from tests.fixtures.snapshots import NOW
-from tests.fixtures.standins import ChatStandin, Reply
+from tests.fixtures.standins import ChatStandin, Reply, telegram_flood
 from tests.unit.notify.test_outbox import Channel, later, told
 
 LIVING = NotifySettings(
@@ -246,3 +246,21 @@ def test_slack_s_rate_limit_and_its_refusals_are_told_apart(chat: ChatStandin) -
 
 def _service(transport: EditingTransport) -> str:
     return "telegram" if isinstance(transport, TelegramTransport) else "slack_api"
+
+
+def test_a_telegram_flood_on_an_edit_carries_its_retry_after(chat: ChatStandin) -> None:
+    (telegram, _) = transports(chat)
+    threads: dict[str, Thread] = {}
+    deliver(telegram, message(Headline.OPENED), threads, NOW)
+    chat.reply(telegram_flood(retry_after=9), service="telegram")
+    with pytest.raises(TransportError) as limited:
+        deliver(telegram, message(Headline.UPDATED, grown(8), later(60)), threads, later(60))
+    assert limited.value.retry_after == 9.0 and not limited.value.gone
+
+
+def test_notify_test_posts_a_plain_message_through_a_living_channel(chat: ChatStandin) -> None:
+    for transport in transports(chat):
+        said = transport.send(Message("t", "team", NOW))
+        assert said.startswith(("HTTP 200, message", "message "))
+    assert [k.text.lstrip("*").split()[1] for k in chat.kept("slack_api").values()] == ["lockwatch"]
+    assert len(chat.kept("telegram")) == 1
