@@ -285,12 +285,19 @@ class TelegramTransport(EditingTransport):
 
     def edit(self, ref: str, message: Message) -> None:
         fields = self._text(document(message, living=True))
-        self.call("editMessageText", {**fields, "message_id": int(ref)})
+        self.call("editMessageText", {**fields, "message_id": self._message_id(ref)})
 
     def reply(self, ref: str, message: Message) -> None:
         fields = self._text(reply_lines(message))
-        replying = {"message_id": int(ref), "allow_sending_without_reply": True}
+        replying = {"message_id": self._message_id(ref), "allow_sending_without_reply": True}
         self.call("sendMessage", {**fields, "reply_parameters": replying})
+
+    def _message_id(self, ref: str) -> int:
+        """Telegram's id of a kept message; another kind of channel's (the
+        channel's type changed under its name) cannot be edited here."""
+        if not ref.isdigit():
+            raise self.fail(f"{ref!r} is not a Telegram message id", gone=True)
+        return int(ref)
 
     @staticmethod
     def _text(lines: list[Line]) -> dict[str, Any]:

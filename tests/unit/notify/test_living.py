@@ -264,3 +264,15 @@ def test_notify_test_posts_a_plain_message_through_a_living_channel(chat: ChatSt
         assert said.startswith(("HTTP 200, message", "message "))
     assert [k.text.lstrip("*").split()[1] for k in chat.kept("slack_api").values()] == ["lockwatch"]
     assert len(chat.kept("telegram")) == 1
+
+
+def test_a_message_kept_by_another_kind_of_channel_under_the_name_is_posted_anew(
+    chat: ChatStandin,
+) -> None:
+    (telegram, _) = transports(chat)
+    key = incident().fingerprint
+    threads = {key: Thread(key, "1700000000.000001", "inc-1", NOW)}  # a Slack ts
+    said = deliver(telegram, message(Headline.UPDATED, at=later(60)), threads, later(60))
+    assert "is not a Telegram message id" in said
+    (posted,) = chat.kept("telegram")
+    assert threads[key].ref == posted
