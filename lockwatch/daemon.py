@@ -88,7 +88,8 @@ def log_transitions(transitions: Transitions) -> None:
         ("resolved", told.resolved, logging.INFO),
     ):
         for incident in incidents:
-            line, fields = log_event(incident, moment)
+            again = moment == "opened" and incident.reopened  # its root back: flapping
+            line, fields = log_event(incident, "reopened" if again else moment)
             log.log(level, "%s", line, extra={"fields": fields})
 
 

@@ -149,8 +149,9 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
     posts = [r for r in standin.delivered("telegram") if r.path.endswith("/sendMessage")]
     assert sum(1 for r in posts if "reply_parameters" not in r.body) == 1
 
-    # Its timeline says it opened three times.
+    # Its timeline and its log say it opened three times.
     (flapped,) = [i for i in _incidents(survivor.base) if len(i["reopened"]) == 2]
+    assert f"incident {flapped['id']} reopened [" in survivor.log(whole=True)
     events = [e["detail"] for e in flapped["timeline"] if e["event"] == "reopened"]
     assert len(events) == 2 and "opened 3 times in " in events[-1], events
 
