@@ -13,12 +13,15 @@ lets edit (deleted, too old) is posted anew, once, and the new one is kept.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.notify.transports import EditingTransport, Transport, TransportError
+
+log = logging.getLogger(__name__)
 
 THREADS_KEPT = 1000  # incidents whose message is remembered, the latest first
 ENDED_KEPT = timedelta(days=1)  # how long a resolved incident's message can still be reopened
@@ -102,6 +105,7 @@ def deliver(
             raise
         ref = transport.open(message)
         said = f"message {thread.ref} cannot be edited any more ({exc}): posted anew as {ref}"
+        log.warning("notify %s: %s", transport.channel.name, said)
         thread = replace(thread, ref=ref, posted_at=now)
     threads[notice.key] = replace(
         thread, incident=notice.incident, ended_at=_ended(message, now), openings=openings

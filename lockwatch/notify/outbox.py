@@ -129,12 +129,12 @@ def evaluate(
             continue
         notice = _as_told(Notice.of(incident, () if told is None else told.kinds), told)
         kinds = tuple(kind.value for kind in incident.kinds)
-        digest = shown(notice) if living else ""  # only a living channel's changes
+        digest = shown(notice) if living else ""
         headline = _headline(told, incident, timing, now)
         if living and told is not None and headline is Headline.WORSE:
             # a kind joining is edited in; a phone rings when the severity rises
             headline = Headline.WORSE if _severity_rose(told, incident) else Headline.UPDATED
-        if headline is None and told is not None and told.shown != digest:
+        if living and headline is None and told is not None and told.shown != digest:
             headline = Headline.UPDATED if now - told.sent_at >= edit_every else None
         if headline is not None:
             messages.append(Message(new_id(), channel, now, notice, headline))
