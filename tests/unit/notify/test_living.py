@@ -92,6 +92,18 @@ def test_a_route_can_ask_for_n_openings_within_a_window_before_it_tells() -> Non
     assert due(both, once, "ops") is not None
 
 
+def test_a_flapping_only_route_tells_the_second_opening_and_then_as_usual() -> None:
+    channel = Channel(replace(LIVING, routes=(Route(("ops",), times=2, within=3600),)), "ops")
+    first = grown(5)
+    assert channel.poll([first]) == []
+    assert channel.poll([], later(60), ended={first.id: resolved(first)}) == []  # never told
+    back = replace(first, reopened=(later(120),))
+    assert told(channel.poll([back], later(120))) == [("inc-1", Headline.OPENED)]
+    assert told(channel.poll([], later(180), ended={back.id: resolved(back)})) == [
+        ("inc-1", Headline.RESOLVED)
+    ]
+
+
 def test_times_without_within_is_refused() -> None:
     with pytest.raises(ValueError, match="times needs within"):
         TypeAdapter(Route).validate_python({"channels": ["ops"], "times": 3})
