@@ -5,23 +5,15 @@ the incident's timeline, and a restart edits the message posted before it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from lockwatch.model.incidents import Incident
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.settings.notify import NotifySettings, SlackApiChannel, TelegramChannel
 from lockwatch.state.deliveries import Deliveries
-from tests.fixtures.incident_values import incident
-from tests.fixtures.notify import finding
 from tests.fixtures.snapshots import TARGET
 from tests.fixtures.standins import ChatStandin, Reply
 from tests.integration.test_alerting_notifier import FAST, Clock, poll
-
-
-def grown(waiters: int) -> Incident:
-    started = incident([finding()])
-    return replace(started, title=f"pid 1234 holds lock 42, {waiters} waiting", waiters=waiters)
+from tests.unit.notify.test_living import grown
 
 
 def test_a_rate_limited_edit_waits_its_retry_after_and_later_edits_collapse_into_one(
