@@ -88,7 +88,8 @@ def log_transitions(transitions: Transitions) -> None:
         ("resolved", told.resolved, logging.INFO),
     ):
         for incident in incidents:
-            line, fields = log_event(incident, moment)
+            again = moment == "opened" and incident.reopened  # its root back: flapping
+            line, fields = log_event(incident, "reopened" if again else moment)
             log.log(level, "%s", line, extra={"fields": fields})
 
 
@@ -224,6 +225,7 @@ class Daemon:
             runbooks=self.settings.runbooks,
             servers=self.servers,
         )
+        runner.incidents.reopen_grace = self.settings.incidents.reopen_grace
         return runner
 
     @staticmethod
@@ -372,6 +374,7 @@ class Daemon:
             runner = self._runner(target)
             if previous is not None:
                 runner.take_over(previous)
+                runner.incidents.reopen_grace = settings.incidents.reopen_grace
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start(self.scheduler)

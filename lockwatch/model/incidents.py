@@ -114,6 +114,7 @@ class EventKind(enum.StrEnum):
     NOTIFIED = "notified"  # a message went out (its channel in the detail)
     ACTION = "action"  # lockwatch terminate acted or refused (what, who, why in the detail)
     RESOLVED = "resolved"
+    REOPENED = "reopened"  # its root came back within the reopen grace: the same incident
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,10 +199,17 @@ class Incident:
     locks: tuple[str, ...] = ()
     waiters: int = 0  # sessions waiting on it now (0 once resolved)
     naming: Naming = Naming()  # what its alert names, as it opened
+    # When it opened again, its root back within the reopen grace (flapping).
+    reopened: tuple[datetime, ...] = ()
 
     @property
     def open(self) -> bool:
         return self.state is IncidentState.OPEN
+
+    @property
+    def openings(self) -> tuple[datetime, ...]:
+        """Every time it opened: first, then each time it reopened."""
+        return (self.opened_at, *self.reopened)
 
 
 def incident_json(incident: Incident, findings: int | None = None) -> JsonObject:
@@ -257,6 +265,7 @@ def load_incident(entry: Any) -> Incident | None:
             waiters=int(entry.get("waiters", 0)),
             # an incident saved by an older lockwatch names nothing more than its root
             naming=Naming() if naming is None else from_json(Naming, naming),
+            reopened=tuple(_moment(at) for at in entry.get("reopened", ())),
         )
     except (KeyError, TypeError, ValueError, AttributeError, JsonShapeError):
         return None

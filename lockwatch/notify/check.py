@@ -11,7 +11,8 @@ import requests
 
 from lockwatch.notify.alertmanager import push_test_alert
 from lockwatch.notify.message import Message
-from lockwatch.notify.transports import TransportError, make_transport
+from lockwatch.notify.slack_api import make_transport
+from lockwatch.notify.transports import TransportError
 from lockwatch.settings.notify import AlertmanagerChannel, Channel, NotifySettings
 from lockwatch.util.clock import Clock, utc_now
 

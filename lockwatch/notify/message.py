@@ -30,6 +30,7 @@ class Headline(enum.StrEnum):
     WORSE = "worse"  # a new finding kind joined, or its severity rose
     REMINDER = "reminder"  # still open, its repeat interval passed
     RESOLVED = "resolved"
+    UPDATED = "updated"  # it grew (waiters, hold time, backlog): a living message is edited
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,7 @@ class Notice:
     more: int = 0  # its findings past those
     # its root's: the same on every replica, where the ids differ ("" in older outboxes)
     fingerprint: str = ""
+    openings: int = 1  # how often it opened: more than once, it flaps
 
     @property
     def key(self) -> str:
@@ -105,6 +107,7 @@ class Notice:
             ),
             more=more_findings(incident, SHOWN_FINDINGS),
             fingerprint=incident.fingerprint,
+            openings=len(incident.openings),
         )
 
     def dump(self) -> dict[str, Any]:
@@ -123,6 +126,7 @@ class Notice:
             "findings": [told.dump() for told in self.findings],
             "more": self.more,
             "fingerprint": self.fingerprint,
+            "openings": self.openings,
         }
 
     @classmethod
@@ -148,6 +152,7 @@ class Notice:
             findings=tuple(Told.load(item) for item in document["findings"]),
             more=int(document["more"]),
             fingerprint=str(document.get("fingerprint") or ""),
+            openings=int(document.get("openings", 1)),
         )
 
 

@@ -10,12 +10,15 @@ holding 4,001 locks), it is one message.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from lockwatch.model.incidents import SEVERITY_RANK, Incident
+from lockwatch.notify.living import Thread
 from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.settings.notify import NotifySettings, Timing
 
@@ -27,6 +30,7 @@ class Announced:
     notice: Notice
     kinds: tuple[str, ...]  # every finding kind it had when last told
     sent_at: datetime
+    shown: str = ""  # a living message's text when last told (its digest): edited on change
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +47,7 @@ def due(settings: NotifySettings, incident: Incident, channel: str) -> Due | Non
     timings: list[tuple[datetime, Timing]] = []
     for finding in incident.findings:
         timing = settings.timing(finding, channel)
-        if timing is not None:
+        if timing is not None and _flapped_enough(incident, timing):
             timings.append((finding.since, timing))
     if not timings:
         return None
@@ -52,9 +56,29 @@ def due(settings: NotifySettings, incident: Incident, channel: str) -> Due | Non
     return Due(at, min(repeats) if repeats else None)
 
 
+def _flapped_enough(incident: Incident, timing: Timing) -> bool:
+    """Whether the incident opened ``times`` within ``within`` (up to its latest
+    opening), as a route that only wants flapping roots asks."""
+    if timing.times <= 1 or timing.within is None:
+        return True
+    latest = incident.openings[-1]
+    window = latest - timedelta(seconds=timing.within)
+    return sum(1 for at in incident.openings if at >= window) >= timing.times
+
+
+def shown(notice: Notice) -> str:
+    """What a living message shows of ``notice``, as a digest: edited when it changes."""
+    text = json.dumps(notice.dump(), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _severity_rose(told: Announced, incident: Incident) -> bool:
+    return SEVERITY_RANK[incident.severity] < SEVERITY_RANK[told.notice.severity]
+
+
 def _worse(told: Announced, incident: Incident) -> bool:
     new_kinds = {kind.value for kind in incident.kinds} - set(told.kinds)
-    return bool(new_kinds) or SEVERITY_RANK[incident.severity] < SEVERITY_RANK[told.notice.severity]
+    return bool(new_kinds) or _severity_rose(told, incident)
 
 
 def _as_told(notice: Notice, told: Announced | None) -> Notice:
@@ -88,6 +112,8 @@ def evaluate(
     """
     after: dict[str, Announced] = {}
     messages: list[Message] = []
+    living = settings.living(channel)
+    edit_every = timedelta(seconds=settings.edit_interval)
     finals = {i.fingerprint: i for i in sorted(resolved.values(), key=_resolved_order)}
     seen: set[str] = set()  # the keys of the open incidents, and their ids
     for incident in sorted(active, key=lambda i: (i.opened_at, i.id)):
@@ -101,22 +127,20 @@ def evaluate(
         timing = due(settings, incident, channel)
         if timing is None:
             continue
-        headline: Headline | None = None
-        if told is None:
-            headline = Headline.OPENED if now >= timing.at else None
-        elif _worse(told, incident):
-            headline = Headline.WORSE
-        elif timing.repeat_interval is not None and now - told.sent_at >= timedelta(
-            seconds=timing.repeat_interval
-        ):
-            headline = Headline.REMINDER
         notice = _as_told(Notice.of(incident, () if told is None else told.kinds), told)
         kinds = tuple(kind.value for kind in incident.kinds)
+        digest = shown(notice) if living else ""
+        headline = _headline(told, incident, timing, now)
+        if living and told is not None and headline is Headline.WORSE:
+            # a kind joining is edited in; a phone rings when the severity rises
+            headline = Headline.WORSE if _severity_rose(told, incident) else Headline.UPDATED
+        if living and headline is None and told is not None and told.shown != digest:
+            headline = Headline.UPDATED if now - told.sent_at >= edit_every else None
         if headline is not None:
             messages.append(Message(new_id(), channel, now, notice, headline))
-            after[notice.key] = Announced(notice, kinds, now)
+            after[notice.key] = Announced(notice, kinds, now, digest)
         elif told is not None:
-            after[notice.key] = Announced(notice, told.kinds, told.sent_at)
+            after[notice.key] = replace(told, notice=notice)
     for key, told in announced.items():
         if key in seen:
             continue
@@ -125,6 +149,20 @@ def evaluate(
             continue
         messages.append(_resolution(channel, told, resolved, finals, now, new_id))
     return after, messages
+
+
+def _headline(
+    told: Announced | None, incident: Incident, timing: Due, now: datetime
+) -> Headline | None:
+    """Why the channel is told of an open incident now, if it is."""
+    if told is None:
+        return Headline.OPENED if now >= timing.at else None
+    if _worse(told, incident):
+        return Headline.WORSE
+    repeat = timing.repeat_interval
+    if repeat is not None and now - told.sent_at >= timedelta(seconds=repeat):
+        return Headline.REMINDER
+    return None
 
 
 def _resolved_order(incident: Incident) -> tuple[datetime, str]:
@@ -162,14 +200,39 @@ class ChannelState:
 
     announced: dict[str, Announced] = field(default_factory=dict)
     outbox: list[Pending] = field(default_factory=list)
+    # A living channel's message of each incident, by its root: where to edit it.
+    threads: dict[str, Thread] = field(default_factory=dict)
+
+    def queue(self, messages: Iterable[Message], now: datetime, living: bool) -> None:
+        """Put ``messages`` in the outbox. A living channel's edit that only
+        grew (an update) is superseded by any later message of its incident,
+        which edits the same message to the latest text: behind a rate limit,
+        the outbox keeps one edit per incident, not one per look, and the
+        wait the receiver asked for still holds for the edit that replaces it."""
+        for message in messages:
+            due_at = now
+            if living and message.notice is not None:
+                key = message.notice.key
+                superseded = [
+                    pending
+                    for pending in self.outbox
+                    if pending.message.headline is Headline.UPDATED
+                    and pending.message.notice is not None
+                    and pending.message.notice.key == key
+                ]
+                due_at = max([now, *(pending.next_attempt for pending in superseded)])
+                self.outbox = [pending for pending in self.outbox if pending not in superseded]
+            self.outbox.append(Pending(message, due_at))
 
     def dump(self) -> dict[str, Any]:
         return {
+            "threads": [thread.dump() for thread in self.threads.values()],
             "announced": [
                 {
                     "notice": told.notice.dump(),
                     "kinds": list(told.kinds),
                     "sent_at": told.sent_at.isoformat(),
+                    "shown": told.shown,
                 }
                 for told in self.announced.values()
             ],
@@ -198,7 +261,13 @@ class ChannelState:
             except (KeyError, TypeError, ValueError):
                 continue
             if sent_at.tzinfo is not None:
-                state.announced[notice.key] = Announced(notice, kinds, sent_at)
+                shown_before = str(item.get("shown") or "")
+                state.announced[notice.key] = Announced(notice, kinds, sent_at, shown_before)
+        threads = document.get("threads")
+        for item in threads if isinstance(threads, list) else ():
+            thread = Thread.load(item)
+            if thread is not None:
+                state.threads[thread.key] = thread
         outbox = document.get("outbox")
         for item in outbox if isinstance(outbox, list) else ():
             try:

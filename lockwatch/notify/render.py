@@ -27,6 +27,7 @@ TELEGRAM_LIMIT = 4096  # characters after entity parsing, counted in UTF-16 unit
 SLACK_LIMIT = 3000
 SUMMARY_LIMIT = 500
 VALUE_LIMIT = 80
+REPLY_LIMIT = 300  # the title in a living message's reply
 QUERY_LIMIT = 400  # a client's last query
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt of an alert still firing
 
@@ -35,6 +36,7 @@ _HEADLINES = {
     Headline.WORSE: "⬆️ WORSE",
     Headline.REMINDER: "🔁 STILL OPEN",
     Headline.RESOLVED: "✅ RESOLVED",
+    Headline.UPDATED: "🔥 OPEN",
 }
 
 
@@ -75,9 +77,20 @@ def iso(moment: datetime) -> str:
 # -- the document ---------------------------------------------------------------
 
 
-def document(message: Message) -> list[Line]:
+def flapping_text(message: Message) -> str:
+    """ "opened 4 times in 52m" for an incident that reopened, else ""."""
+    notice = message.notice
+    if notice is None or notice.openings < 2:
+        return ""
+    span = format_duration((message.created_at - notice.opened_at).total_seconds())
+    return f"opened {notice.openings} times in {span}"
+
+
+def document(message: Message, living: bool = False) -> list[Line]:
     """The message as lines of spans: the headline with the incident's title,
-    then its root, impact, findings and next step, then when and the runbook."""
+    then its root, impact, findings and next step, then when and the runbook.
+    ``living``: the text of a message edited as the incident goes on, headed by
+    its state (open or resolved) rather than by why it was sent."""
     notice = message.notice
     if notice is None:
         return [
@@ -85,10 +98,13 @@ def document(message: Message) -> list[Line]:
             (Span(f"Channel {_value(message.channel)} works: lockwatch can reach this chat."),),
             (Span(f"Sent {iso(message.created_at)}"),),
         ]
+    resolved = message.headline is Headline.RESOLVED
+    headline = _HEADLINES[Headline.RESOLVED if resolved else Headline.UPDATED] if living else None
     lines: list[Line] = [
         (
             Span(
-                f"{_HEADLINES[message.headline]}: {_value(notice.title, SUMMARY_LIMIT)}", Style.BOLD
+                f"{headline or _HEADLINES[message.headline]}: {_value(notice.title, SUMMARY_LIMIT)}",
+                Style.BOLD,
             ),
         ),
         (
@@ -97,8 +113,11 @@ def document(message: Message) -> list[Line]:
                 f"incident {_value(notice.incident)}"
             ),
         ),
-        (),
     ]
+    flaps = flapping_text(message)
+    if flaps:
+        lines.append((Span(f"🔁 {flaps}"),))
+    lines.append(())
     said = [said_line(said) for said in notice.said]
     # Its findings before the next step: what is wrong, then what to do.
     step = next((n for n, s in enumerate(notice.said) if s.label == "next step"), len(said))
@@ -150,6 +169,24 @@ def _when_line(message: Message, notice: Notice) -> Line:
         return (Span(f"resolved{how} after {lasted} (opened {iso(notice.opened_at)})"),)
     lasted = format_duration((message.created_at - notice.opened_at).total_seconds())
     return (Span(f"open since {iso(notice.opened_at)} ({lasted})"),)
+
+
+def reply_lines(message: Message) -> list[Line]:
+    """The short reply in a living message's thread: why a phone should ring."""
+    notice = message.notice
+    assert notice is not None
+    title = _value(notice.title, REPLY_LIMIT)
+    flaps = flapping_text(message)
+    if message.headline is Headline.RESOLVED:
+        end = notice.resolved_at or message.created_at
+        lasted = format_duration((end - notice.opened_at).total_seconds())
+        how = f" ({notice.resolution})" if notice.resolution else ""
+        line = f"✅ resolved{how} after {lasted}: {title}"
+    elif message.headline is Headline.WORSE:
+        line = f"⬆️ worse, now {notice.severity.value}: {title}"
+    else:
+        line = f"🔁 back: {flaps or title}"
+    return [(Span(line, Style.BOLD),)]
 
 
 # -- fitting a limit ------------------------------------------------------------
@@ -268,7 +305,7 @@ def _alert(message: Message, notice: Notice, generator_url: str) -> dict[str, An
         "labels": labels,
         "annotations": {
             "summary": _value(notice.title, SUMMARY_LIMIT),
-            "description": plain(document(message)[3:]),
+            "description": plain(_body(document(message))),
             "runbook_url": notice.runbook,
         },
         "startsAt": iso(notice.opened_at),
@@ -276,6 +313,11 @@ def _alert(message: Message, notice: Notice, generator_url: str) -> dict[str, An
         "generatorURL": generator_url,
         "fingerprint": _fingerprint(labels),
     }
+
+
+def _body(lines: list[Line]) -> list[Line]:
+    """The lines after the heading (the title, what it is, how often it opened)."""
+    return lines[lines.index(()) + 1 :]
 
 
 def _test_alert(message: Message) -> dict[str, Any]:

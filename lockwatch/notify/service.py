@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,12 @@ from prometheus_client.registry import Collector
 from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.election import Election
 from lockwatch.notify.inbox import DEFAULT_BACKOFF, Backoff, Inbox
-from lockwatch.notify.message import Message
+from lockwatch.notify.living import deliver, edits
+from lockwatch.notify.message import Headline, Message
 from lockwatch.notify.metrics import NotifierCollector
 from lockwatch.notify.outbox import ChannelState, Pending, evaluate
-from lockwatch.notify.transports import Transport, TransportError, make_transport
+from lockwatch.notify.slack_api import make_transport
+from lockwatch.notify.transports import Transport, TransportError
 from lockwatch.settings.notify import SEND_MARGIN, AlertmanagerChannel, Channel, NotifySettings
 from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.ledger import Transitions
@@ -75,6 +77,7 @@ class ChannelWorker:
         self.deliveries = deliveries
         self.settings = settings
         self.transport = transport
+        self.living = edits(transport)  # one message per incident, edited in place
         self.store = store
         self.clock = clock
         self.backoff = backoff
@@ -187,7 +190,7 @@ class ChannelWorker:
         )
         self.state.announced = announced
         if messages:
-            self.state.outbox.extend(Pending(message, now) for message in messages)
+            self.state.queue(messages, now, living=self.living is not None)
             self._trim()
         if messages or announced.keys() != before.keys() or self._unsaved:
             self._save()
@@ -238,7 +241,7 @@ class ChannelWorker:
                 self._drop(f"undeliverable for {age:.0f}s: {self._failing or 'no success'}")
                 continue
             try:
-                answer = self.transport.send(pending.message)
+                answer = self._send(pending.message, now)
             except TransportError as exc:
                 if exc.permanent:
                     self._drop(str(exc))
@@ -264,9 +267,15 @@ class ChannelWorker:
                 log.debug("notify %s: delivered %s (%s)", self.name, pending.message.id, answer)
         return TICK
 
+    def _send(self, message: Message, now: datetime) -> str:
+        if self.living is None:
+            return self.transport.send(message)
+        return deliver(self.living, message, self.state.threads, now)
+
     def _tell_notified(self, message: Message) -> None:
         notice = message.notice
-        if self.deliveries is None or notice is None:
+        # A living message edited as it grew rang no phone: not a timeline event.
+        if self.deliveries is None or notice is None or message.headline is Headline.UPDATED:
             return
         # told under another replica's id after a takeover: recorded under this one's
         mine = self.inbox.incident_id(notice.target, notice.fingerprint)

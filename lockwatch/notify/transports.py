@@ -26,15 +26,16 @@ from lockwatch.notify.message import Message
 from lockwatch.notify.render import (
     SLACK_LIMIT,
     TELEGRAM_LIMIT,
+    Line,
     document,
     fit,
+    reply_lines,
     slack_mrkdwn,
     telegram_html,
     webhook_payload,
 )
 from lockwatch.settings.notify import (
     Channel,
-    MessageChannel,
     NotifySettings,
     SlackChannel,
     TelegramChannel,
@@ -50,7 +51,8 @@ _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\)\]]+)")
 
 class TransportError(Exception):
     """``unanswered``: the request was sent whole and its answer timed out, so
-    it may have been delivered; sending it again may tell it twice."""
+    it may have been delivered; sending it again may tell it twice. ``gone``:
+    the message to edit cannot be edited any more (deleted, too old)."""
 
     def __init__(
         self,
@@ -59,11 +61,13 @@ class TransportError(Exception):
         permanent: bool = False,
         retry_after: float | None = None,
         unanswered: bool = False,
+        gone: bool = False,
     ) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.permanent = permanent or gone
         self.retry_after = retry_after
         self.unanswered = unanswered
+        self.gone = gone
 
 
 def retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -150,12 +154,14 @@ class Transport(abc.ABC):
         permanent: bool = False,
         retry_after: float | None = None,
         unanswered: bool = False,
+        gone: bool = False,
     ) -> TransportError:
         return TransportError(
             redact(message, self.channel.secrets),
             permanent=permanent,
             retry_after=retry_after,
             unanswered=unanswered,
+            gone=gone,
         )
 
     def post(self, url: str, payload: Mapping[str, Any] | list[Any]) -> Answer:
@@ -225,7 +231,35 @@ class Transport(abc.ABC):
         return self.fail(f"{said}{f'; {hint}' if hint else ''}", permanent=True)
 
 
-class TelegramTransport(Transport):
+class EditingTransport(Transport):
+    """A channel that can keep one living message per incident
+    (``notify/living.py``): post it, edit it, reply in its thread."""
+
+    @property
+    @abc.abstractmethod
+    def living(self) -> bool:
+        """Whether this channel is configured for living messages."""
+
+    @abc.abstractmethod
+    def open(self, message: Message) -> str:
+        """Post ``message`` as a living message; the receiver's id of it."""
+
+    @abc.abstractmethod
+    def edit(self, ref: str, message: Message) -> None:
+        """Make the message ``ref`` say ``message``; TransportError with ``gone``
+        when it cannot be edited any more."""
+
+    @abc.abstractmethod
+    def reply(self, ref: str, message: Message) -> None:
+        """A short reply to the message ``ref``, in its thread."""
+
+
+# Telegram's words for a message that cannot be edited any more.
+_TELEGRAM_GONE = ("message to edit not found", "message can't be edited")
+_TELEGRAM_SAME = "message is not modified"  # an edit made twice (a retry): done
+
+
+class TelegramTransport(EditingTransport):
     channel: TelegramChannel
 
     _HINTS: ClassVar[Mapping[int, str]] = {
@@ -235,19 +269,52 @@ class TelegramTransport(Transport):
         404: "check bot_token and api_url",
     }
 
+    @property
+    def living(self) -> bool:
+        return self.channel.living
+
     def send(self, message: Message) -> str:
+        number = self.call("sendMessage", self._text(document(message))).get("message_id")
+        return f"HTTP 200, message {number}" if number is not None else "HTTP 200"
+
+    def open(self, message: Message) -> str:
+        number = self.call("sendMessage", self._text(document(message, living=True)))
+        if "message_id" not in number:
+            raise self.fail("Telegram's answer to sendMessage has no message_id")
+        return str(number["message_id"])
+
+    def edit(self, ref: str, message: Message) -> None:
+        fields = self._text(document(message, living=True))
+        self.call("editMessageText", {**fields, "message_id": self._message_id(ref)})
+
+    def reply(self, ref: str, message: Message) -> None:
+        fields = self._text(reply_lines(message))
+        replying = {"message_id": self._message_id(ref), "allow_sending_without_reply": True}
+        self.call("sendMessage", {**fields, "reply_parameters": replying})
+
+    def _message_id(self, ref: str) -> int:
+        """Telegram's id of a kept message; another kind of channel's (the
+        channel's type changed under its name) cannot be edited here."""
+        if not ref.isdigit():
+            raise self.fail(f"{ref!r} is not a Telegram message id", gone=True)
+        return int(ref)
+
+    @staticmethod
+    def _text(lines: list[Line]) -> dict[str, Any]:
+        return {"text": telegram_html(fit(lines, TELEGRAM_LIMIT))}
+
+    def call(self, method: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """One Bot API call in this channel's chat: its result (an edit made
+        twice counts as done); TransportError when it failed."""
         channel = self.channel
-        url = f"{channel.api_url.rstrip('/')}/bot{channel.bot_token}/sendMessage"
-        text = telegram_html(fit(document(message), TELEGRAM_LIMIT))
-        answer = self.post(
-            url,
-            {
-                "chat_id": channel.chat_id,
-                "text": text,
-                "parse_mode": "HTML",
-                "disable_web_page_preview": True,
-            },
-        )
+        url = f"{channel.api_url.rstrip('/')}/bot{channel.bot_token}/{method}"
+        payload = {
+            "chat_id": channel.chat_id,
+            "parse_mode": "HTML",
+            "disable_web_page_preview": True,
+            **fields,
+        }
+        answer = self.post(url, payload)
         data = answer.json()
         if 200 <= answer.status < 300 and "ok" not in data:
             # Not the Bot API: a proxy or a captive portal in between, for now.
@@ -257,13 +324,16 @@ class TelegramTransport(Transport):
             )
         if answer.status == 200 and data.get("ok") is True:
             result = data.get("result")
-            number = result.get("message_id") if isinstance(result, dict) else None
-            return f"HTTP 200, message {number}" if number is not None else "HTTP 200"
+            return result if isinstance(result, dict) else {}
         parameters = data.get("parameters")
         wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
         if isinstance(wait, int | float) and not isinstance(wait, bool):
             answer = Answer(answer.status, answer.body, float(wait))
         detail = printable(one_line(data.get("description") or answer.text or "no description"))
+        if answer.status == 400 and _TELEGRAM_SAME in detail:
+            return {}
+        if answer.status == 400 and any(words in detail for words in _TELEGRAM_GONE):
+            raise self.fail(f"Telegram answered HTTP 400: {detail}", gone=True)
         raise self.refused(answer, "Telegram", detail, self._HINTS)
 
 
@@ -312,18 +382,3 @@ def transport_timeouts(
         "deadline": settings.deadline,
         "session": session,
     }
-
-
-def make_transport(
-    channel: MessageChannel,
-    settings: NotifySettings,
-    *,
-    external_url: str = "",
-    session: requests.Session | None = None,
-) -> Transport:
-    timeouts = transport_timeouts(settings, session)
-    if isinstance(channel, TelegramChannel):
-        return TelegramTransport(channel, **timeouts)
-    if isinstance(channel, SlackChannel):
-        return SlackTransport(channel, **timeouts)
-    return WebhookTransport(channel, external_url=external_url, **timeouts)

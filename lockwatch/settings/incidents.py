@@ -6,9 +6,19 @@ import enum
 from dataclasses import dataclass
 from typing import Annotated
 
-from lockwatch.settings.fields import PositiveSeconds, Section, Text, Whole, at_least, check, one_of
+from lockwatch.settings.fields import (
+    PositiveSeconds,
+    Seconds,
+    Section,
+    Text,
+    Whole,
+    at_least,
+    check,
+    one_of,
+)
 
 DEFAULT_RETENTION = 14 * 86400.0  # seconds a resolved incident is kept
+DEFAULT_REOPEN_GRACE = 600.0  # seconds after it resolved that its root reopens an incident
 
 
 class HistoryStore(enum.StrEnum):
@@ -31,3 +41,6 @@ class IncidentSettings(Section):
     history: Annotated[HistoryStore, one_of(HistoryStore, "incident history store")] = (
         HistoryStore.STATE_DIR
     )
+    # A root back within this long after its incident resolved reopens it
+    # (flapping: one incident, one message); 0: each return is a new incident.
+    reopen_grace: Seconds = DEFAULT_REOPEN_GRACE

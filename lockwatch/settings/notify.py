@@ -37,6 +37,8 @@ from lockwatch.settings.fields import (
 )
 
 TELEGRAM_API = "https://api.telegram.org"
+SLACK_API = "https://slack.com/api"
+DEFAULT_EDIT_INTERVAL = 60.0  # seconds between edits of a living message that only grew
 DEFAULT_REPEAT = 4 * 3600.0
 DEFAULT_CONNECT_TIMEOUT = 3.0
 DEFAULT_READ_TIMEOUT = 10.0
@@ -96,13 +98,15 @@ HttpUrl = Annotated[Text, check(_check_http_url)]
 
 @dataclass(frozen=True, slots=True)
 class TelegramChannel(Section):
-    """The Bot API's ``sendMessage``; ``api_url`` for a self-hosted Bot API server."""
+    """The Bot API's ``sendMessage``; ``api_url`` for a self-hosted Bot API server.
+    ``living``: one message per incident, edited in place (``editMessageText``)."""
 
     kind: ClassVar[str] = "telegram"
     name: Annotated[Name, UNIQUE]
     bot_token: Annotated[Text, _SECRET, check(_check_bot_token)] = field(repr=False)
     chat_id: Annotated[str, PlainValidator(_to_chat_id)]
     api_url: Annotated[HttpUrl, AfterValidator(lambda url: url.rstrip("/"))] = TELEGRAM_API
+    living: bool = False
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -120,6 +124,36 @@ class SlackChannel(Section):
     @property
     def secrets(self) -> tuple[str, ...]:
         return url_secrets(self.webhook_url)
+
+
+def _check_slack_channel(text: str) -> str | None:
+    """
+    >>> _check_slack_channel("C0123ABCD") is None
+    True
+    >>> _check_slack_channel("#ops")
+    "not a Slack channel id (like C0123ABCD): chat.update needs the id, not '#ops'"
+    """
+    if re.fullmatch(r"[CGD][A-Z0-9]{2,}", text):
+        return None
+    return f"not a Slack channel id (like C0123ABCD): chat.update needs the id, not {text!r}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlackApiChannel(Section):
+    """Slack's Web API with a bot token: one message per incident
+    (``chat.postMessage``), edited in place (``chat.update``), with replies in
+    its thread when it gets worse and when it resolves."""
+
+    kind: ClassVar[str] = "slack_api"
+    name: Annotated[Name, UNIQUE]
+    bot_token: Annotated[Text, _SECRET] = field(repr=False)  # xoxb-...
+    channel: Annotated[Text, check(_check_slack_channel)]
+    api_url: Annotated[HttpUrl, AfterValidator(lambda url: url.rstrip("/"))] = SLACK_API
+    living: ClassVar[bool] = True  # the reason to use the Web API rather than a webhook
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self.bot_token,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,10 +246,12 @@ class AlertmanagerChannel(Section):
         return tuple(s for s in (self.password, self.bearer_token) if s)
 
 
-MessageChannel = TelegramChannel | SlackChannel | WebhookChannel  # one message per change
+# one message per change, or one living message per incident
+MessageChannel = TelegramChannel | SlackChannel | SlackApiChannel | WebhookChannel
 Channel = MessageChannel | AlertmanagerChannel
 CHANNEL_TYPES: dict[str, type[Channel]] = {
-    cls.kind: cls for cls in (TelegramChannel, SlackChannel, WebhookChannel, AlertmanagerChannel)
+    cls.kind: cls
+    for cls in (TelegramChannel, SlackChannel, SlackApiChannel, WebhookChannel, AlertmanagerChannel)
 }
 
 
@@ -225,6 +261,8 @@ class Timing:
 
     for_duration: float  # seconds the finding must have lasted before it is announced
     repeat_interval: float | None  # seconds between reminders while it lasts; None: never
+    times: int = 1  # openings of its incident within ``within`` before it is announced
+    within: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +278,15 @@ class Route(Section):
     # None: the notify section's
     for_duration: Annotated[Seconds | None, Field(alias="for")] = None
     repeat_interval: Seconds | None = None  # None: the notify section's; 0: never
+    # A flapping root told only once it has opened this many times within ``within``.
+    times: Annotated[Whole, at_least(1, "1")] = 1
+    within: PositiveSeconds | None = None
+
+    @model_validator(mode="after")
+    def _times_within(self) -> Self:
+        if self.times > 1 and self.within is None:
+            raise problem_at(("times",), "times needs within: the window they must fall in")
+        return self
 
     def matches(self, finding: Finding) -> bool:
         return (
@@ -272,6 +319,8 @@ class NotifySettings(Section):
     lease: PositiveSeconds = DEFAULT_LEASE
     # Replicas elect one sender per shard and group (docs/fleet.md); None: the shard's only.
     group: Name | None = None
+    # A living message (slack_api, telegram with living) that only grew is edited this often at most.
+    edit_interval: PositiveSeconds = DEFAULT_EDIT_INTERVAL
 
     @property
     def send_deadline(self) -> float:
@@ -291,6 +340,10 @@ class NotifySettings(Section):
     @property
     def secrets(self) -> tuple[str, ...]:
         return tuple(secret for channel in self.channels for secret in channel.secrets)
+
+    def living(self, channel: str) -> bool:
+        """Whether ``channel`` keeps one message per incident, edited in place."""
+        return any(c.name == channel and getattr(c, "living", False) for c in self.channels)
 
     def timing(self, finding: Finding, channel: str) -> Timing | None:
         """How ``channel`` hears of ``finding``, or None when no route sends it there.
@@ -314,4 +367,8 @@ class NotifySettings(Section):
             for route in matched
         ]
         positive = [seconds for seconds in repeats if seconds > 0]
-        return Timing(for_duration, min(positive) if positive else None)
+        # The least demanding route wins here too: a route without ``times`` tells at once.
+        flapping = min(matched, key=lambda route: route.times)
+        return Timing(
+            for_duration, min(positive) if positive else None, flapping.times, flapping.within
+        )

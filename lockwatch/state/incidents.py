@@ -51,6 +51,7 @@ from lockwatch.model.incidents import (
 )
 from lockwatch.model.next_step import next_step
 from lockwatch.model.remediation import linked_client
+from lockwatch.state.reopen import DEFAULT_REOPEN_GRACE, reopenable, reopened, still_resolved
 from lockwatch.text import one_line
 
 TIMELINE_FIRST = 10  # events kept from an incident's start...
@@ -144,8 +145,10 @@ class IncidentBook:
         target: str,
         on_resolved: ResolvedSink | None = None,
         runbooks: str = RUNBOOKS_PATH,
+        reopen_grace: float = DEFAULT_REOPEN_GRACE,
     ) -> None:
         self.target = target
+        self.reopen_grace = reopen_grace  # a root back this soon reopens its incident
         self.on_resolved = on_resolved  # where resolved incidents go: the history
         self.runbooks = runbooks
         self._open: dict[str, _Record] = {}  # by fingerprint
@@ -221,7 +224,7 @@ class IncidentBook:
                 seen.add(fingerprint)
                 record = self._open.get(fingerprint)
                 if record is None:
-                    record = self._opened(group, poll)
+                    record = self._reopened(fingerprint, poll) or self._opened(group, poll)
                     self._open[fingerprint] = record
                     opened.append(record)
                 if self._advance(record, group, poll) and record not in opened:
@@ -266,6 +269,17 @@ class IncidentBook:
         record = _Record(incident, group.findings)
         kinds = ", ".join(dict.fromkeys(f.kind.value for f in group.findings))
         record.note(poll.now, EventKind.OPENED, f"first seen: {kinds}")
+        return record
+
+    def _reopened(self, fingerprint: str, poll: _Poll) -> _Record | None:
+        """The record of the incident this returning root reopens (flapping), if any."""
+        resolved = reopenable(self._recent, fingerprint, poll.now, self.reopen_grace)
+        if resolved is None:
+            return None
+        self._recent = [i for i in self._recent if i.id != resolved.id]
+        incident, event = reopened(resolved, poll.now)
+        record = _Record(replace(incident, findings=()), resolved.findings)
+        record.note(event.at, event.event, event.detail, value=event.value)
         return record
 
     def _advance(self, record: _Record, group: RootGroup, poll: _Poll) -> bool:
@@ -440,6 +454,7 @@ class IncidentBook:
                 restored[record.incident.fingerprint] = record
         with self._lock:
             self._open = restored
+            self._recent = still_resolved(self._recent, [r.incident for r in restored.values()])
 
 
 def _dump_record(record: _Record) -> JsonObject:

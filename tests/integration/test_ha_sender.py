@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -43,7 +43,14 @@ def store(pg: PgDatabase) -> Iterator[PgDatabase]:
 class Replicas:
     """Two ``lockwatch run --replica`` with one config (but their ports and state dirs)."""
 
-    def __init__(self, tmp_path: Path, pg: PgDatabase, store: PgDatabase, standin: ChatStandin):
+    def __init__(
+        self,
+        tmp_path: Path,
+        pg: PgDatabase,
+        store: PgDatabase,
+        standin: ChatStandin,
+        channels: Callable[..., None] = add_telegram,  # add_telegram(config, standin, notify=...)
+    ):
         store_dsn = tmp_path / "store.dsn"
         store_dsn.write_text(store.admin_dsn + "\n")
         self.processes: dict[str, LockwatchProcess] = {}
@@ -54,7 +61,7 @@ class Replicas:
             config = write_config(home, port, {"main": pg.monitor_dsn})
             with config.open("a") as extra:
                 extra.write(f"pings:\n  store: postgres\n  dsn_file: {store_dsn}\n")
-            add_telegram(config, standin, notify=NOTIFY)
+            channels(config, standin, notify=NOTIFY)
             log = home / "lockwatch.log"
             self.processes[name] = LockwatchProcess(config, log, port, args=("--replica", name))
 

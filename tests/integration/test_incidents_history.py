@@ -61,7 +61,7 @@ def resolved_in(book: IncidentBook, minutes: float) -> Incident:
 def test_the_history_keeps_the_newest_and_another_instance_reads_them(make: Maker) -> None:
     clock: list[datetime] = [NOW]
     history = make(max_kept=2, clock=lambda: clock[0])
-    book = IncidentBook(TARGET, on_resolved=history.add)
+    book = IncidentBook(TARGET, on_resolved=history.add, reopen_grace=0)  # three incidents
     first, second, third = (resolved_in(book, start) for start in (0, 5, 10))
 
     other = make(max_kept=2, clock=lambda: clock[0])

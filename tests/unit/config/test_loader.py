@@ -670,6 +670,7 @@ def test_every_bad_flag_is_reported_at_once_without_the_password(tmp_path: Path)
 def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     (tmp_path / "reports-dsn").write_text("host=db dbname=reports user=lockwatch\n")
     (tmp_path / "telegram-token").write_text("123456:token\n")
+    (tmp_path / "slack-bot-token").write_text("xoxb-1-2-token\n")
     for url in ("slack-webhook-url", "alert-webhook-url"):
         (tmp_path / url).write_text("https://example.invalid/hook\n")
     (tmp_path / "pgbouncer-admin-dsn").write_text("host=db port=6432 dbname=pgbouncer user=stats\n")
@@ -694,6 +695,7 @@ def test_the_example_file_loads_cleanly(tmp_path: Path) -> None:
     assert reports.actions.dsn is None
     assert [channel.name for channel in settings.notify.channels] == [
         "ops-telegram",
+        "team-slack-app",
         "team-slack",
         "receiver",
         "alertmanager",

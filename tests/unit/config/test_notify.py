@@ -154,7 +154,7 @@ def test_every_problem_in_the_section_is_reported_at_once_with_its_path_and_line
     assert found == [
         f"{where}:7: notify.for: not a duration: 'soon' (use 500ms, 5s, 2m, 1h)",
         f"{where}:8: notify.colour: unknown key (expected one of: channels, connect_timeout, "
-        "deadline, for, group, lease, read_timeout, repeat_interval, routes, unanswered_retries)",
+        "deadline, edit_interval, for, group, lease, read_timeout, repeat_interval, routes, unanswered_retries)",
         f"{where}:10: notify.channels[0].type: unknown channel type 'telegarm' "
         "(did you mean 'telegram'?)",
         f"{where}:11: notify.channels[1].name: 'ops' is already used at notify.channels[0]",

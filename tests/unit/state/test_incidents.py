@@ -47,7 +47,7 @@ def convoy(waiters: int) -> LockSnapshot:
 
 
 def test_the_same_root_keeps_its_id_poll_after_poll_and_a_later_one_gets_another() -> None:
-    book = IncidentBook(TARGET)
+    book = IncidentBook(TARGET, reopen_grace=0)  # no flapping here: test_reopen.py
     first = poll(book, seed_002_convoy(), 0)
     (opened,) = first.opened
     again = poll(book, seed_002_convoy(), 1)
@@ -131,7 +131,7 @@ def resolved_incident(book: IncidentBook, start: float) -> Incident:
 
 def test_resolved_incidents_go_to_the_history_which_outlives_a_restart(tmp_path: Path) -> None:
     history = FileHistory(tmp_path, retention=14 * 86400, max_kept=2, clock=lambda: NOW)
-    book = IncidentBook(TARGET, on_resolved=history.add)
+    book = IncidentBook(TARGET, on_resolved=history.add, reopen_grace=0)  # three incidents
     first = resolved_incident(book, 0)
     assert history.get(first.id) == first
     second, third = resolved_incident(book, 5), resolved_incident(book, 10)
