@@ -102,15 +102,6 @@ def _incident_series(
         "Open incidents left out of lockwatch_incident_active by the per-target cap.",
         ["target"],
     )
-    # What the cap left out, by severity: the bundled rule that fires on it
-    # carries the severity of the incidents it stands for, so a critical one
-    # past the cap still pages (absent for a severity with none).
-    past_cap = scrape.gauge(
-        "lockwatch_incidents_past_series_cap",
-        "Open incidents left out of lockwatch_incident_active by the per-target cap, by "
-        "severity (absent when none is, unless ?detail=full or ?target=).",
-        ["target", "severity"],
-    )
     for view in views:
         target = view.target.name
         for incident in view.incidents[:INCIDENT_SERIES_CAP]:
@@ -125,10 +116,25 @@ def _incident_series(
             waited.add(series, incident.impact.waiter_seconds)
             locks.add(series, incident.impact.locks_held)
         dropped.add((target,), max(0, len(view.incidents) - INCIDENT_SERIES_CAP))
+    yield from (active, hold, idle, waiters, waited, locks, dropped)
+    yield _past_series_cap(views, scrape, detail)
+
+
+def _past_series_cap(views: tuple[TargetView, ...], scrape: Exposition, detail: bool) -> Family:
+    """What the cap left out, by severity: the bundled rule that fires on it
+    carries the severity of the incidents it stands for, so a critical one
+    past the cap still pages."""
+    past_cap = scrape.gauge(
+        "lockwatch_incidents_past_series_cap",
+        "Open incidents left out of lockwatch_incident_active by the per-target cap, by "
+        "severity (absent when none is, unless ?detail=full or ?target=).",
+        ["target", "severity"],
+    )
+    for view in views:
         tally: dict[Severity, int] = {}
         for incident in view.incidents[INCIDENT_SERIES_CAP:]:
             tally[incident.severity] = tally.get(incident.severity, 0) + 1
         for severity in Severity:
             if detail or tally.get(severity):
-                past_cap.add((target, severity.value), tally.get(severity, 0))
-    yield from (active, hold, idle, waiters, waited, locks, dropped, past_cap)
+                past_cap.add((view.target.name, severity.value), tally.get(severity, 0))
+    return past_cap
