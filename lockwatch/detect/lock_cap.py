@@ -12,7 +12,7 @@ from datetime import datetime
 
 from lockwatch.detect.lock_groups import Draft, holder_facts, who
 from lockwatch.model.evidence import OverflowEvidence
-from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
+from lockwatch.model.findings import MORE_HOLDERS_SUBJECT, Finding, FindingKind, Severity, Subject
 from lockwatch.text import format_duration, one_line
 
 # Findings of one kind reported one by one per target, key by key.
@@ -22,9 +22,8 @@ FINDINGS_PER_KIND = 100
 HOLDERS_PER_KIND = 1000
 
 # The subject of the locks past the cap that blame no holder (a convoy whose
-# holder is unseen), and of the holders past HOLDERS_PER_KIND.
+# holder is unseen); the holders past HOLDERS_PER_KIND are MORE_HOLDERS_SUBJECT's.
 OVERFLOW_SUBJECT = "(more locks)"
-MORE_HOLDERS_SUBJECT = "(more sessions)"
 
 OVERFLOW_KEYS = 50  # keys listed in the evidence of an overflow finding
 

@@ -5,6 +5,7 @@ are its own."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,3 +64,23 @@ def test_every_holding_session_is_the_root_of_one_incident_with_its_own_counts(
         incident = by_pid[2000 + index]
         assert incident.impact.locks_held == count, (index, incident.title)
         assert f"pid {2000 + index}" in incident.title
+
+
+def test_past_the_bound_on_holders_one_incident_says_how_many_more_sessions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lock_cap, "FINDINGS_PER_KIND", 2)
+    monkeypatch.setattr(lock_cap, "HOLDERS_PER_KIND", 3)
+    # Session 2000 holds 10 keys, sessions 2001..2005 one each: 6 holders past the cap.
+    locks = [held(k, 2000, held_for=900) for k in range(1, 11)]
+    locks += [held(10 + n, 2000 + n, held_for=900) for n in range(1, 6)]
+    snap = snapshot(*locks, backends=[backend(2000 + n) for n in range(6)])
+    findings = detect_locks(snap, LockSettings(max_hold=60.0, orphan_after=3600.0), NOW)
+
+    changes = IncidentBook(TARGET).update(tell_incidents(findings, snap), NOW, 0.0)
+
+    sessions = [i for i in changes.active if i.root.kind is RootKind.SESSION]
+    (beyond,) = [i for i in changes.active if i.root.kind is RootKind.LOCK]
+    assert len(sessions) == 3
+    assert "and 3 more sessions hold advisory locks" in beyond.title
+    assert beyond.next_step.action.startswith("list the sessions holding advisory locks")

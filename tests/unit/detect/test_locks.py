@@ -14,7 +14,15 @@ from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
 from lockwatch.model.evidence.json_form import object_json, to_json
-from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject, evidence_json
+from lockwatch.model.findings import (
+    MORE_HOLDERS_SUBJECT,
+    Finding,
+    FindingKind,
+    Related,
+    Severity,
+    Subject,
+    evidence_json,
+)
 from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from tests.fixtures.evidence import evidence_as
@@ -767,7 +775,7 @@ def test_past_the_holder_bound_the_rest_are_counted_in_one_finding(
 
     held_long = [f for f in findings if f.kind is HELD]
     per_holder = [f for f in held_long if (f.subject.lock or "").startswith("(more locks of pid")]
-    (beyond,) = [f for f in held_long if f.subject.lock == lock_cap.MORE_HOLDERS_SUBJECT]
+    (beyond,) = [f for f in held_long if f.subject.lock == MORE_HOLDERS_SUBJECT]
     assert len(per_holder) == 3
     # The session with the most locks first: its own count, never the others'.
     first = evidence_as(per_holder[0], OverflowEvidence)
