@@ -387,7 +387,7 @@ def detect_locks(
     pooling = _Pooling(pooler, pooled, inferred)
     judged = _drafts(snapshot, settings, now, pooling, (history, held), leaders)
     for draft, alike in judged:
-        cap = caps.setdefault(draft.kind, Cap())
+        cap = caps.get(draft.kind) or caps.setdefault(draft.kind, Cap())
         if alike:
             cap.count(draft, alike)
         else:
