@@ -1,13 +1,18 @@
 """One target's loop: its monitors on their deadline, the ledger, the state dir
 and the board.
 
-A poll opens (or reuses) the target's session, runs the target's monitors in
-order (locks first: the others read its snapshot), turns their findings into
-transitions in the ledger, saves what changed, and posts the target's view to
-the board. A monitor that breaks is logged and its findings are held; it never
-costs the others their poll. The runner's polls run on a poller of the
-``PollScheduler`` (scheduler.py), which plans the next one when a poll ends;
-the watchdog thread breaks a network step that hangs past its limit.
+A poll is three steps. *Sample*: open (or reuse) the target's session and do
+every read of the poll: each monitor's sources (locks first), whether the
+sessions at the root of open incidents still exist, what ``lockwatch
+terminate`` appended, whether a serverless server has other clients.
+*Judge*: pure, from what was sampled and the state the last poll left: each
+monitor's detectors, the ledger's transitions, the incidents; no read, and
+no book asked for its own state mid-decision. *Apply*: the incident history,
+the state file, the board, the listeners. A monitor that breaks is logged
+and its findings are held; it never costs the others their poll. The
+runner's polls run on a poller of the ``PollScheduler`` (scheduler.py),
+which plans the next one when a poll ends; the watchdog thread breaks a
+network step that hangs past its limit.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import TypeVar
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.targets import (
@@ -25,17 +31,17 @@ from lockwatch.detect.targets import (
     detect_target_down,
     detect_transaction_pooled,
 )
-from lockwatch.model.findings import Finding, FindingKind, Subject
+from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incident_text import RUNBOOKS_PATH
-from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.incidents import Incident
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
 from lockwatch.monitors.jobs import JobMonitor
 from lockwatch.monitors.locks import LockMonitor
 from lockwatch.monitors.queues import QueueMonitor
-from lockwatch.sample.activity import live_sessions
+from lockwatch.poll import Poll, sessions_alive
+from lockwatch.rest import Rest, look_alone
 from lockwatch.sample.base import SampleError
-from lockwatch.sample.serverless import other_clients
 from lockwatch.sample.session import TargetSession
 from lockwatch.scheduler import PollScheduler
 from lockwatch.settings.jobs import JobSpec
@@ -54,6 +60,7 @@ from lockwatch.util.clock import Clock, utc_now
 log = logging.getLogger(__name__)
 
 TransitionListener = Callable[[Transitions], None]
+R = TypeVar("R")
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
 
 
@@ -79,32 +86,6 @@ def start_spread(runners: Sequence[TargetRunner], scheduler: PollScheduler) -> N
     started together would otherwise poll together, every interval, in one burst."""
     for index, runner in enumerate(runners):
         runner.start(scheduler, delay=runner.target.interval * index / len(runners))
-
-
-@dataclass
-class _Poll:
-    """What one poll of a target gathers from its monitors, in order."""
-
-    context: PollContext
-    findings: list[Finding] = field(default_factory=list)
-    undecided: set[tuple[FindingKind, Subject]] = field(default_factory=set)
-    held_kinds: set[FindingKind] = field(default_factory=set)
-    target_error: str | None = None
-
-    def add(self, result: MonitorResult) -> None:
-        self.findings.extend(result.findings)
-        self.undecided |= result.undecided
-        self.held_kinds |= result.held_kinds
-        self.target_error = self.target_error or result.target_error
-        self.context = replace(
-            self.context,
-            snapshot=result.snapshot or self.context.snapshot,
-            lock_findings=(*self.context.lock_findings, *result.findings),
-        )
-
-    @property
-    def snapshot(self) -> LockSnapshot | None:
-        return self.context.snapshot
 
 
 @dataclass
@@ -139,7 +120,7 @@ class TargetRunner:
         self.ledger = FindingLedger(self.target.name)
         self.incidents = IncidentBook(
             self.target.name,
-            on_resolved=None if self.history is None else self.history.add,
+            on_resolved=self._resolved_outside_poll,
             runbooks=self.runbooks,
         )
         # What lockwatch terminate did, from the state dir onto the incidents' timelines.
@@ -148,7 +129,8 @@ class TargetRunner:
         # late polls start is read from it (bench/scale.py).
         self.poll_due: float | None = None
         self._failing_since: datetime | None = None
-        self._alone_since: datetime | None = None  # lockwatch the server's only client
+        self.rest = Rest(self.target)  # a serverless target's: lockwatch its only client?
+        self._judging = False  # a poll's resolved incidents go to the history when applied
         self.pace = PollPace(self.target.interval)  # slower while the lock manager is contended
         self._view = TargetView(self.target)
         self._scheduler: PollScheduler | None = None  # set by start()
@@ -201,20 +183,45 @@ class TargetRunner:
     # -- one poll -----------------------------------------------------------
 
     def poll_once(self) -> TargetView:
+        poll = self._sample()
+        if poll is None:
+            return self._view  # a poll broken by shutdown says nothing about the target
+        status, transitions = self._judge(poll)
+        return self._apply(poll, status, transitions)
+
+    def _sample(self) -> Poll | None:
+        """Every read of the poll, before anything is judged; None when
+        shutdown broke it."""
         connect_error = self._connect()
-        poll = _Poll(
-            PollContext(
-                self.clock(),
-                None if connect_error else self.session,
-                monotonic=self.monotonic(),
-            )
-        )
-        for monitor in self.monitors:
-            poll.add(self._poll_monitor(monitor, poll.context))
+        db = None if connect_error else self.session
+        poll = Poll(PollContext(self.clock(), db, monotonic=self.monotonic()), connect_error)
+        for index, monitor in enumerate(self.monitors):
+            sampled = self._guarded(monitor, monitor.sample, poll.context)
+            if sampled is None:
+                poll.broken.add(index)
+            else:
+                poll.read(sampled)
             if poll.snapshot is None and self.stop_event.is_set():
-                # A poll broken by shutdown says nothing about the target.
-                return self._view
-        status = self._status(poll, connect_error)
+                return None
+        poll.previous = self.incidents.finding_roots()
+        if connect_error is None and poll.target_error is None and poll.snapshot is not None:
+            poll.alive = sessions_alive(self.incidents.open, poll.snapshot, self.session)
+            poll.alone = look_alone(self.target, self.session) if self.target.serverless else None
+        take_actions(self.actions, self.incidents, self.history)
+        poll.monotonic = self.monotonic()
+        return poll
+
+    def _judge(self, poll: Poll) -> tuple[TargetStatus, Transitions]:
+        """Findings, transitions and incidents from what ``poll`` sampled and
+        the state the last poll left: no read."""
+        for index, monitor in enumerate(self.monitors):
+            result = (
+                None
+                if index in poll.broken
+                else self._guarded(monitor, monitor.judge, poll.context)
+            )
+            poll.add(self._held(monitor) if result is None else result)
+        status = self._status(poll, poll.connect_error)
         if status.snapshot is not None:
             paced = self.pace.observe(status.snapshot.lock_manager_waits)
             if paced is not None:
@@ -226,14 +233,26 @@ class TargetRunner:
             detect_privileges_missing(self.target.name, self.session.visibility, status.checked_at)
         )
         transitions = self.ledger.update(poll.findings, keep=poll.held_kinds, hold=poll.undecided)
-        previous = self.incidents.finding_roots()
-        roots = tell_incidents(transitions.active, status.snapshot, previous)
-        ending = self.incidents.ending(roots)
-        alive = live_sessions(self.session, ending) if ending and status.up else None
-        take_actions(self.actions, self.incidents, self.history)
-        changes = self.incidents.update(roots, status.checked_at, self.monotonic(), alive)
-        transitions = replace(transitions, incidents=changes)
-        view = replace(self._next_view(status, transitions), asleep_since=self._rest(status))
+        roots = tell_incidents(transitions.active, status.snapshot, poll.previous)
+        self._judging = True
+        try:
+            changes = self.incidents.update(roots, status.checked_at, poll.monotonic, poll.alive)
+        finally:
+            self._judging = False
+        return status, replace(transitions, incidents=changes)
+
+    def _apply(self, poll: Poll, status: TargetStatus, transitions: Transitions) -> TargetView:
+        """What the judgement decided, kept and told: the history, the state
+        file, the board, the listeners; a serverless target's session closed
+        when it is left to sleep."""
+        if self.history is not None:
+            for incident in transitions.incidents.resolved:
+                self.history.add(incident)
+        view = self._next_view(status, transitions)
+        asleep = self.rest.decide(poll.alone, status.checked_at, self._view.asleep_since)
+        if asleep is not None:
+            self.session.close()
+        view = replace(view, asleep_since=asleep)
         if view.polls_total == 1 and status.snapshot is not None:
             held = sum(1 for lock in status.snapshot.locks if lock.granted)
             log.info(
@@ -247,45 +266,6 @@ class TargetRunner:
             listener(transitions)
         return view
 
-    def _rest(self, status: TargetStatus) -> datetime | None:
-        """Since when a serverless target is left to sleep; None while awake.
-
-        A poll that finds lockwatch's session the server's only client for
-        ``sleep.after`` closes it, so that the compute may suspend; the loop
-        then looks again only every ``sleep.interval`` (a look connects, and
-        may wake it). A client seen at a look wakes the target's cadence up."""
-        if not self.target.serverless or not status.up:
-            self._alone_since = None
-            return None
-        try:
-            alone = other_clients(self.session) == 0
-        except SampleError as exc:
-            log.warning(
-                "%s: cannot tell whether the server has other clients: %s", self.target.name, exc
-            )
-            alone = False
-        now = status.checked_at
-        if not alone:
-            if self._view.asleep_since is not None:
-                log.info(
-                    "%s: the server has clients again; polling every %gs",
-                    self.target.name,
-                    self.target.interval,
-                )
-            self._alone_since = None
-            return None
-        self._alone_since = self._alone_since or now
-        if now - self._alone_since < timedelta(seconds=self.target.sleep.after):
-            return None
-        self.session.close()
-        if self._view.asleep_since is None:
-            log.info(
-                "%s: lockwatch has been the server's only client for %gs: letting it sleep, "
-                "looking again every %gs",
-                *(self.target.name, self.target.sleep.after, self.target.sleep.interval),
-            )
-        return self._view.asleep_since or now
-
     def _connect(self) -> str | None:
         """Open the session if there is none; the error if it cannot be."""
         try:
@@ -294,25 +274,37 @@ class TargetRunner:
             return str(exc)
         return None
 
-    def _poll_monitor(self, monitor: Monitor, context: PollContext) -> MonitorResult:
-        """A monitor's result; one that breaks is logged and its findings held."""
+    def _resolved_outside_poll(self, incident: Incident) -> None:
+        """Into the history at once, an incident resolved outside a poll (a
+        removed target's); a poll's go there when it is applied."""
+        if not self._judging and self.history is not None:
+            self.history.add(incident)
+
+    def _guarded(
+        self, monitor: Monitor, step: Callable[[PollContext], R], context: PollContext
+    ) -> R | None:
+        """A monitor's step; None, logged, when it breaks."""
         try:
-            return monitor.poll(context)
+            return step(context)
         except Exception:
             log.exception(
                 "%s: %s failed; its findings stay as they were",
                 self.target.name,
                 type(monitor).__name__,
             )
-            held = {
-                (f.kind, f.subject)
-                for f in self.ledger.active
-                if f.kind in monitor.kinds
-                or (f.kind is FindingKind.TARGET_DOWN and f.subject.source is not None)
-            }
-            return MonitorResult(undecided=frozenset(held))
+            return None
 
-    def _status(self, poll: _Poll, connect_error: str | None) -> TargetStatus:
+    def _held(self, monitor: Monitor) -> MonitorResult:
+        """A broken monitor's findings, held as they were."""
+        held = {
+            (f.kind, f.subject)
+            for f in self.ledger.active
+            if f.kind in monitor.kinds
+            or (f.kind is FindingKind.TARGET_DOWN and f.subject.source is not None)
+        }
+        return MonitorResult(undecided=frozenset(held))
+
+    def _status(self, poll: Poll, connect_error: str | None) -> TargetStatus:
         """How sampling the target went, logged once per failure and recovery."""
         now = poll.context.now
         error = connect_error or poll.target_error
@@ -486,6 +478,7 @@ class TargetRunner:
         self.ledger = old.ledger
         self.incidents = old.incidents
         self.incidents.runbooks = self.runbooks
+        self.incidents.on_resolved = self._resolved_outside_poll
         self.actions = old.actions
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since

@@ -68,7 +68,9 @@ def _own_root(finding: Finding) -> IncidentRoot | None:
     evidence, target, subject = finding.evidence, finding.target, finding.subject
     family = finding.kind.family
     if isinstance(evidence, OverflowEvidence):
-        return holder_root(target, evidence.holders[0]) if evidence.holders else _lock_root(finding)
+        pooled = finding.kind is FindingKind.LOCK_POOLED_SESSION
+        holders = evidence.holders
+        return holder_root(target, holders[0], pooled=pooled) if holders else _lock_root(finding)
     if isinstance(evidence, LockEvidence):
         if evidence.holder_pid is None or not evidence.holders:
             return _lock_root(finding)

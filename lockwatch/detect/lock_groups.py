@@ -118,6 +118,9 @@ class Draft:
     since: datetime
     summary: Callable[[], str]
     evidence: Callable[[], LockEvidence]
+    # The holder the finding blames (None: nobody, or nobody seen): past the
+    # per-kind cap, drafts are told per holder.
+    holder: Holder | None = None
 
 
 def budgets(group: KeyGroup, settings: LockSettings) -> tuple[float | None, float | None]:

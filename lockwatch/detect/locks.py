@@ -77,6 +77,7 @@ def _held_too_long(
         holder.lock.first_seen + timedelta(seconds=budget),
         summary,
         evidence,
+        holder=holder,
     )
 
 
@@ -114,6 +115,7 @@ def _convoy(
         min(starts, default=now),
         summary,
         lambda: lock_evidence(group, settings, snapshot, now, holder),
+        holder=holder,
     )
 
 
@@ -201,6 +203,7 @@ def _orphaned(
         since,
         summary,
         lambda: lock_evidence(group, settings, snapshot, now, holder),
+        holder=holder,
     )
 
 
@@ -252,6 +255,7 @@ def _unexpected_holder(
         holder.lock.first_seen or now,
         summary,
         evidence,
+        holder=holder,
     )
 
 
@@ -340,6 +344,7 @@ def _leaders_churning(
                 recent[0],
                 functools.partial(str, summary),
                 functools.partial(_made, evidence),
+                holder=holder,
             )
 
 
@@ -382,7 +387,7 @@ def detect_locks(
     pooling = _Pooling(pooler, pooled, inferred)
     judged = _drafts(snapshot, settings, now, pooling, (history, held), leaders)
     for draft, alike in judged:
-        cap = caps.setdefault(draft.kind, Cap())
+        cap = caps.get(draft.kind) or caps.setdefault(draft.kind, Cap())
         if alike:
             cap.count(draft, alike)
         else:
@@ -391,9 +396,8 @@ def detect_locks(
         caps.setdefault(draft.kind, Cap()).add(draft)
     drafts = [with_lifetime(draft, timeouts) for cap in caps.values() for draft in cap.kept()]
     findings = _related_findings(snapshot.target, drafts)
-    findings.extend(
-        overflow for cap in caps.values() if (overflow := cap.overflow(snapshot.target))
-    )
+    for cap in caps.values():
+        findings.extend(cap.overflow(snapshot.target, now))
     return findings
 
 

@@ -89,4 +89,5 @@ def migration_running(
         holder.lock.first_seen + timedelta(seconds=budget),
         summary,
         evidence,
+        holder=holder,
     )

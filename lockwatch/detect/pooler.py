@@ -231,4 +231,5 @@ def _pooled_draft(
         holder.lock.first_seen or now,
         lambda: summary,
         evidence,
+        holder=holder,
     )

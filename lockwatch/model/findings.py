@@ -126,6 +126,11 @@ class Subject:
         return "/".join(parts) if parts else "-"
 
 
+# The lock of the finding, per kind, that counts the holders past the number
+# told one by one (detect/lock_cap.py): no key, and no holder named.
+MORE_HOLDERS_SUBJECT = "(more sessions)"
+
+
 def subject_label(part: str) -> str:
     """The Prometheus label of a subject part. Prometheus owns ``job`` (the
     scrape job), so a subject's job is ``job_name``.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lockwatch.model.evidence import PooledLockEvidence, TargetDownEvidence
-from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.findings import MORE_HOLDERS_SUBJECT, Finding, FindingKind
 from lockwatch.model.incident_text import (
     HOLDING,
     TITLE_LIMIT,
@@ -124,7 +124,14 @@ def next_step(
         action = f"job {one_line(root.job)}: {_JOB_ACTIONS.get(lead, 'see its runbook')}"
     elif root.kind is RootKind.LOCK:
         action = f"find why nobody holds lock {one_line(root.lock)}: start its holder (a leader)"
-        if lead is not FindingKind.LEADER_LOCK_MISSING:
+        if root.lock == MORE_HOLDERS_SUBJECT:
+            # Holders past the number told one by one: each is counted, none named.
+            action = (
+                "list the sessions holding advisory locks (lockwatch snapshot, /api/v1/locks): "
+                "more of them hold locks past their budget than are told one by one; "
+                "so many usually share one cause (a deploy, a pool)"
+            )
+        elif lead is not FindingKind.LEADER_LOCK_MISSING:
             action = f"find the holder of lock {one_line(root.lock)}: lockwatch did not see it"
     elif lead is FindingKind.TARGET_TRANSACTION_POOLED:
         action = "point the target's DSN at PostgreSQL directly, past the transaction pooler"

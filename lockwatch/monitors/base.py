@@ -1,13 +1,16 @@
 """What every monitor is: one family of a target's sources with its detectors.
 
-A target's runner polls its monitors in order, the lock monitor first. Each
-gets a :class:`PollContext`: the clock, the target's session while it is up,
-and what the monitors before it made of this poll (the lock snapshot and the
-findings so far, which a stalled queue's lock chain reads). A monitor samples
-through its sources (each in a :class:`~lockwatch.sample.base.SourceRunner`),
-judges with pure detectors, and answers with a :class:`MonitorResult`. It owns
-the finding kinds of its family: while it cannot judge them, they are held as
-they were, and when it breaks, so are all of them.
+A poll of a target is three steps (``runner.py``): every monitor samples,
+then every monitor judges, then the runner applies. ``sample`` does all of a
+monitor's reads for the poll, through its sources (each in a
+:class:`~lockwatch.sample.base.SourceRunner`), and keeps them for ``judge``;
+the lock monitor's answers with the lock snapshot (:class:`Sampled`).
+``judge`` makes no read: pure detectors over what was sampled and the
+monitor's memory, given a :class:`PollContext` with the clock, the lock
+snapshot and the findings of the monitors judged before it (which a stalled
+queue's lock chain reads); it answers with a :class:`MonitorResult`. A
+monitor owns the finding kinds of its family: while it cannot judge them,
+they are held as they were, and when it breaks, so are all of them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,16 @@ class PollContext:
 
 
 @dataclass(frozen=True, slots=True)
+class Sampled:
+    """What a monitor's reads tell the rest of the poll: the lock monitor's
+    snapshot, which every later monitor reads, and why the target itself
+    could not be sampled (its locks are what lockwatch is for)."""
+
+    snapshot: LockSnapshot | None = None
+    target_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MonitorResult:
     findings: tuple[Finding, ...] = ()
     # (kind, subject) of findings that cannot be judged this poll (a source
@@ -47,10 +60,6 @@ class MonitorResult:
     undecided: frozenset[tuple[FindingKind, Subject]] = frozenset()
     # Whole kinds that cannot be judged this poll, whatever their subject.
     held_kinds: frozenset[FindingKind] = frozenset()
-    # The lock monitor's: the snapshot every later monitor reads, and why the
-    # target itself could not be sampled (its locks are what lockwatch is for).
-    snapshot: LockSnapshot | None = None
-    target_error: str | None = None
 
 
 class Monitor(Protocol):
@@ -61,7 +70,13 @@ class Monitor(Protocol):
         """The finding kinds this monitor raises and resolves."""
         ...
 
-    def poll(self, context: PollContext) -> MonitorResult: ...
+    def sample(self, context: PollContext) -> Sampled:
+        """Every read of this poll, kept for ``judge``."""
+        ...
+
+    def judge(self, context: PollContext) -> MonitorResult:
+        """The findings of what ``sample`` read: no read of its own."""
+        ...
 
     def publish(self, view: TargetView) -> TargetView:
         """The board's view of the target with this monitor's state filled in."""

@@ -14,7 +14,13 @@ from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.jobs import JobRun, JobView
 from lockwatch.model.views import TargetView
-from lockwatch.monitors.base import MonitorResult, PollContext, Stateless, undecided_while_down
+from lockwatch.monitors.base import (
+    MonitorResult,
+    PollContext,
+    Sampled,
+    Stateless,
+    undecided_while_down,
+)
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.jobs import runs_from_rows
 from lockwatch.settings.jobs import JobSpec
@@ -136,14 +142,21 @@ class JobMonitor(Stateless):
         self._runs: dict[str, list[JobRun]] = {}
         self._tallies: dict[str, _Tally] = {spec.name: _Tally() for spec, _ in self._jobs}
         self._views: tuple[JobView, ...] = ()
+        self._read: dict[str, list[JobRun] | None] = {}  # this poll's, from sample to judge
 
-    def poll(self, context: PollContext) -> MonitorResult:
+    def sample(self, context: PollContext) -> Sampled:
+        """Each job's runs, from its query or the pings' store; None for a
+        job whose source gave nothing this poll."""
+        sampling = SampleContext(context.now, context.db)
+        self._read = {spec.name: runner.poll(sampling) for spec, runner in self._jobs}
+        return Sampled()
+
+    def judge(self, context: PollContext) -> MonitorResult:
         now = context.now
-        sampling = SampleContext(now, context.db)
         findings = []
         undecided: set[tuple[FindingKind, Subject]] = set()
         for spec, runner in self._jobs:
-            runs = runner.poll(sampling)
+            runs = self._read.get(spec.name)
             if runs is None:
                 undecided |= undecided_while_down(
                     runner.health, [Subject(job=spec.name)], self.kinds

@@ -2,15 +2,17 @@
 tracked from first sight, pgbouncer's view of the same server joined in, and
 the lock detectors run over the snapshot at each poll.
 
-The lock monitor runs first in every poll: its snapshot is what the queue
+The lock monitor samples first in every poll: its snapshot is what the queue
 monitor follows lock chains through, and a lock read that fails means the
-target itself cannot be sampled.
+target itself cannot be sampled. Like every monitor, it reads everything
+(``sample``) before it judges anything (``judge``): pgbouncer's view is read
+before pooled backends are guessed, and the detectors read nothing.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from lockwatch.detect.locks import detect_locks
@@ -23,7 +25,7 @@ from lockwatch.model.keepalive import ServerSettings
 from lockwatch.model.locks import LockSnapshot, LockSummary
 from lockwatch.model.pooler import PoolerSnapshot
 from lockwatch.model.views import TargetView
-from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, StateDocument
+from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, Sampled, StateDocument
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.held_locks import HeldLocksReader
 from lockwatch.sample.keepalive import server_settings
@@ -44,6 +46,14 @@ OFFSET_SLACK = timedelta(seconds=1)
 # How long the server's and its roles' orphan-ending settings are kept before
 # they are read again.
 SETTINGS_MAX_AGE = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """One poll's reads for the lock detectors."""
+
+    snapshot: LockSnapshot
+    pooler: PoolerSnapshot | None  # None: no pgbouncer, or it could not be read
 
 
 def continuity_gap(target: Target) -> float:
@@ -76,6 +86,7 @@ class LockMonitor:
         self.held_locks = HeldLocksReader(queue.preset for queue in target.queues)
         self.held: HeldLocks = {}
         self.pooler: SourceRunner[PoolerSnapshot] | None = None
+        self._reading: _Reading | None = None  # this poll's, from sample to judge
         if target.pgbouncer is not None:
             self.pooler = SourceRunner(
                 target.name,
@@ -85,15 +96,17 @@ class LockMonitor:
                 target.interval,
             )
 
-    def poll(self, context: PollContext) -> MonitorResult:
+    def sample(self, context: PollContext) -> Sampled:
+        """Every read of the poll, in one go: the locks (their hold times
+        tracked from first sight), the server's orphan-ending settings when
+        due, pgbouncer's view, the presets' held locks."""
+        self._reading = None
         if context.db is None:
-            # Nobody knows whether the locks were released: their findings
-            # neither resolve nor fire again until the target is back.
-            return MonitorResult(held_kinds=self.kinds)
+            return Sampled()
         try:
             raw = self.reader.read()
         except SampleError as exc:
-            return MonitorResult(held_kinds=self.kinds, target_error=str(exc))
+            return Sampled(target_error=str(exc))
         now = context.now
         raw = raw.moved(self._clock_offset(now, raw.read_at), self._moved)
         locks = self.tracker.observe(
@@ -113,28 +126,37 @@ class LockMonitor:
             server_seconds=raw.server_seconds,
             lock_manager_waits=raw.lock_manager_waits,
         )
-        self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
-        history, timeouts = (
-            self.history.keys,
-            self._timeouts(time.monotonic() if context.monotonic is None else context.monotonic),
-        )
-        inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
+        self._timeouts(time.monotonic() if context.monotonic is None else context.monotonic)
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
         if self.held_locks.queries:
             self.held = self.held_locks.read(context.db)
+        self._reading = _Reading(snapshot, pooled)
+        return Sampled(snapshot)
+
+    def judge(self, context: PollContext) -> MonitorResult:
+        """The lock findings of what ``sample`` read (pgbouncer's view before
+        any guess at pooled backends), and the keys' hold history."""
+        reading = self._reading
+        if reading is None:
+            # Nobody knows whether the locks were released: their findings
+            # neither resolve nor fire again until the target is back.
+            return MonitorResult(held_kinds=self.kinds)
+        snapshot, pooled, now = reading.snapshot, reading.pooler, context.now
+        self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
+        inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
         findings = detect_locks(
             snapshot,
             self.target.locks,
             now,
             pooled,
-            history=history,
-            timeouts=timeouts,
+            history=self.history.keys,
+            timeouts=self.timeouts,
             inferred=inferred,
             held=self.held,
         )
         within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         if self.pooler is None:
-            return MonitorResult(tuple(findings), undecided=within, snapshot=snapshot)
+            return MonitorResult(tuple(findings), undecided=within)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
         return MonitorResult(
             tuple(findings),
@@ -143,10 +165,9 @@ class LockMonitor:
             held_kinds=frozenset({FindingKind.LOCK_POOLED_SESSION})
             if pooled is None
             else frozenset(),
-            snapshot=snapshot,
         )
 
-    def _timeouts(self, monotonic: float) -> ServerSettings | None:
+    def _timeouts(self, monotonic: float) -> None:
         """The server's keepalive and timeout settings and its roles' and
         databases' own, read at the first poll that can and again every
         SETTINGS_MAX_AGE (an ALTER ROLE ... SET is seen then); a failed read
@@ -158,7 +179,6 @@ class LockMonitor:
                 self._timeouts_read = monotonic
             except SampleError:
                 pass
-        return self.timeouts
 
     def _clock_offset(self, now: datetime, read_at: datetime | None) -> timedelta:
         """How far lockwatch's clock is ahead of the server's, as of this poll.

@@ -32,7 +32,13 @@ from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
 from lockwatch.model.views import TargetView
-from lockwatch.monitors.base import MonitorResult, PollContext, Stateless, undecided_while_down
+from lockwatch.monitors.base import (
+    MonitorResult,
+    PollContext,
+    Sampled,
+    Stateless,
+    undecided_while_down,
+)
 from lockwatch.sample.base import SampleContext, Source, SourceRunner
 from lockwatch.sample.queues import SqlQueueSampler
 from lockwatch.sample.redis import RedisQueueSampler
@@ -142,6 +148,8 @@ class QueueMonitor(Stateless):
         # Per queue, the starts of its jobs seen so far (job_rescued_while_running).
         self._runs: dict[str, RunMemory] = {}
         self._latest_sessions: tuple[Backend, ...] | None = None
+        # The (kind, subject) a source down at this poll's sample feeds.
+        self._undecided: frozenset[tuple[FindingKind, Subject]] = frozenset()
         self._queue_views: tuple[QueueView, ...] = ()
         self._worker_views: tuple[WorkerView, ...] = ()
 
@@ -155,9 +163,9 @@ class QueueMonitor(Stateless):
             runners.append(self._sessions)
         return runners
 
-    def poll(self, context: PollContext) -> MonitorResult:
-        now = context.now
-        sampling = SampleContext(now, context.db)
+    def sample(self, context: PollContext) -> Sampled:
+        """Every source's reading, into the bounded histories."""
+        sampling = SampleContext(context.now, context.db)
         undecided: set[tuple[FindingKind, Subject]] = set()
         for queue, runner in self._queues:
             readings = runner.poll(sampling)
@@ -178,6 +186,12 @@ class QueueMonitor(Stateless):
                 self._latest_sessions = sessions
             elif not self._sessions.health.up:
                 self._latest_sessions = None
+        self._undecided = frozenset(undecided)
+        return Sampled()
+
+    def judge(self, context: PollContext) -> MonitorResult:
+        """The queue detectors over the histories and the lock snapshot."""
+        now = context.now
         self._prune(now)
         inputs = [
             QueueInput(
@@ -203,7 +217,7 @@ class QueueMonitor(Stateless):
         )
         return MonitorResult(
             (*verdicts.findings, *stuck, *rescued, *down),
-            frozenset(undecided | verdicts.undecided),
+            self._undecided | verdicts.undecided,
         )
 
     def _read_runs(self, name: str, sample: QueueSample) -> None:

@@ -188,20 +188,6 @@ class IncidentBook:
 
     # -- one poll -------------------------------------------------------------
 
-    def ending(self, groups: Sequence[RootGroup]) -> frozenset[LiveSession]:
-        """The sessions (pid, backend_start) at the root of an open incident
-        that ``groups`` no longer have: whether each still exists tells how it
-        ended (pass the answer to ``update`` as ``alive``)."""
-        staying = {group.root.fingerprint for group in groups}
-        with self._lock:
-            return frozenset(
-                (root.pid, root.backend_start)
-                for fingerprint, record in self._open.items()
-                if fingerprint not in staying
-                and (root := record.incident.root).kind in HOLDING_SESSIONS
-                and root.pid is not None
-            )
-
     def update(
         self,
         groups: Sequence[RootGroup],
@@ -212,7 +198,8 @@ class IncidentBook:
         """Fold one poll's root causes (``detect.incidents.tell_incidents`` of
         its active findings) into incidents: which opened, got worse, resolved.
         ``monotonic`` is lockwatch's own clock, for the waiter-seconds;
-        ``alive``: which of the ``ending`` sessions still exist (None: unknown)."""
+        ``alive``: which sessions at the roots of open incidents still exist,
+        read before this judgement (None: unknown): how those that end ended."""
         poll = _Poll(now, monotonic, alive)
         opened: list[_Record] = []
         worsened: list[_Record] = []

@@ -63,6 +63,8 @@ CASES = (
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
     Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
+    Case("holder-behind-holder", "load", "A 10-lock session beside a 150-lock one"),
+    Case("ten-leaking-sessions", "load", "10 sessions with 5,000 orphaned locks each"),
     Case("target-removed", "fault", "A target removed by reload or while stopped"),
     Case("receiver-slow", "fault", "A receiver slower than the read timeout"),
     Case("receiver-trickle", "fault", "A receiver that trickles its answer"),

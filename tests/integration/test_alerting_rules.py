@@ -76,10 +76,12 @@ def test_every_alert_has_a_severity_the_annotations_and_a_runbook_section() -> N
     for rule in rules():
         name = rule["alert"]
         severity = rule.get("labels", {}).get("severity")
-        # incident alerts take the incident's own severity from lockwatch_incident_active
+        # incident alerts take the incident's own severity from lockwatch_incident_active,
+        # the one for incidents past its series cap theirs from their count
         assert (
             severity in {"critical", "warning", "info"}
             or "lockwatch_incident_active" in rule["expr"]
+            or "lockwatch_incidents_past_series_cap" in rule["expr"]
         )
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, name
         # the runbooks of the lockwatch that raised it, else main's; the same anchor

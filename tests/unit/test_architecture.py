@@ -116,6 +116,20 @@ def test_each_stage_imports_only_the_stages_below_it() -> None:
     assert wrong == []
 
 
+def test_no_detector_nor_state_module_can_read_what_is_watched() -> None:
+    """A poll judges what it sampled: detectors and the state's books (the
+    ledger, the incidents) never reach a sampler, so judgement does no I/O
+    towards a target (tests/integration/test_poll_steps.py checks the order)."""
+    wrong = [
+        f"{module} imports {other}"
+        for module, imported in sorted(import_graph().items())
+        if stage(module) in {"detect", "state"}
+        for other in sorted(imported)
+        if stage(other) == "sample"
+    ]
+    assert wrong == []
+
+
 def test_the_sampling_framework_imports_no_sampler() -> None:
     assert {
         m for m in import_graph()["lockwatch.sample.base"] if m.startswith("lockwatch.sample")

@@ -30,7 +30,11 @@ NO_LINKS = WebLinks()
 
 
 def incident_metrics(
-    views: tuple[TargetView, ...], scrape: Exposition, web: WebLinks = NO_LINKS
+    views: tuple[TargetView, ...],
+    scrape: Exposition,
+    web: WebLinks = NO_LINKS,
+    *,
+    detail: bool = False,
 ) -> Iterator[Family]:
     links = scrape.gauge(
         "lockwatch_web_info",
@@ -53,10 +57,12 @@ def incident_metrics(
         for severity, count in tally.items():
             counts.add((view.target.name, severity.value), count)
     yield counts
-    yield from _incident_series(views, scrape)
+    yield from _incident_series(views, scrape, detail)
 
 
-def _incident_series(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Family]:
+def _incident_series(
+    views: tuple[TargetView, ...], scrape: Exposition, detail: bool
+) -> Iterator[Family]:
     active = scrape.gauge(
         "lockwatch_incident_active",
         f"1 for each open incident (at most {INCIDENT_SERIES_CAP} per target, worst first), "
@@ -111,3 +117,24 @@ def _incident_series(views: tuple[TargetView, ...], scrape: Exposition) -> Itera
             locks.add(series, incident.impact.locks_held)
         dropped.add((target,), max(0, len(view.incidents) - INCIDENT_SERIES_CAP))
     yield from (active, hold, idle, waiters, waited, locks, dropped)
+    yield _past_series_cap(views, scrape, detail)
+
+
+def _past_series_cap(views: tuple[TargetView, ...], scrape: Exposition, detail: bool) -> Family:
+    """What the cap left out, by severity: the bundled rule that fires on it
+    carries the severity of the incidents it stands for, so a critical one
+    past the cap still pages."""
+    past_cap = scrape.gauge(
+        "lockwatch_incidents_past_series_cap",
+        "Open incidents left out of lockwatch_incident_active by the per-target cap, by "
+        "severity (absent when none is, unless ?detail=full or ?target=).",
+        ["target", "severity"],
+    )
+    for view in views:
+        tally: dict[Severity, int] = {}
+        for incident in view.incidents[INCIDENT_SERIES_CAP:]:
+            tally[incident.severity] = tally.get(incident.severity, 0) + 1
+        for severity in Severity:
+            if detail or tally.get(severity):
+                past_cap.add((view.target.name, severity.value), tally.get(severity, 0))
+    return past_cap

@@ -106,7 +106,7 @@ def board_families(
     yield from _lock_metrics(views, now, scrape, detail)
     yield from history_metrics(views, scrape)
     yield from _finding_metrics(views, scrape, detail)
-    yield from incident_metrics(views, scrape, web)
+    yield from incident_metrics(views, scrape, web, detail=detail)
     yield from source_metrics(views, scrape)
     yield from queue_metrics(views, scrape)
     yield from worker_metrics(views, scrape)

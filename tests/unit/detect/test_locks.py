@@ -14,7 +14,15 @@ from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
 from lockwatch.model.evidence.json_form import object_json, to_json
-from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject, evidence_json
+from lockwatch.model.findings import (
+    MORE_HOLDERS_SUBJECT,
+    Finding,
+    FindingKind,
+    Related,
+    Severity,
+    Subject,
+    evidence_json,
+)
 from lockwatch.model.locks import LockKey, LockSnapshot
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from tests.fixtures.evidence import evidence_as
@@ -726,7 +734,7 @@ def test_ignored_keys_never_appear_in_findings(case: tuple[LockSnapshot, LockSet
             assert not settings_.ignored(database, k)
 
 
-def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
+def test_past_the_cap_the_rest_of_a_kind_is_told_per_holder() -> None:
     count = lock_cap.FINDINGS_PER_KIND + 50
     # One idle session per key, each past orphan_after; key 7 is named.
     locks = [held(key_value, 1000 + key_value, held_for=900) for key_value in range(1, count + 1)]
@@ -737,14 +745,43 @@ def test_past_the_cap_the_rest_of_a_kind_is_told_as_one_finding() -> None:
     )
 
     orphans = [f for f in findings if f.kind is FindingKind.LOCK_ORPHANED]
-    one_by_one = [f for f in orphans if f.subject.lock != lock_cap.OVERFLOW_SUBJECT]
-    (rest,) = [f for f in orphans if f.subject.lock == lock_cap.OVERFLOW_SUBJECT]
+    one_by_one = [f for f in orphans if not lock_cap.is_overflow(f.subject.lock)]
+    rest = [f for f in orphans if lock_cap.is_overflow(f.subject.lock)]
     assert len(one_by_one) == lock_cap.FINDINGS_PER_KIND
     assert "nightly" in {f.subject.lock for f in one_by_one}, "named locks are kept first"
-    assert evidence_as(rest, OverflowEvidence).count == 50
-    assert len(evidence_as(rest, OverflowEvidence).locks) == lock_cap.OVERFLOW_KEYS
-    assert rest.summary.startswith("50 more advisory locks with lock_orphaned")
-    assert len(findings) == lock_cap.FINDINGS_PER_KIND + 1
+    # Every session past the cap is told on its own: none hides behind another.
+    told = {evidence_as(f, LockEvidence).holder_pid for f in one_by_one}
+    blamed = [evidence_as(f, OverflowEvidence).holders[0].pid for f in rest]
+    assert sorted(blamed) == sorted({1000 + k for k in range(1, count + 1)} - told)
+    assert all(evidence_as(f, OverflowEvidence).count == 1 for f in rest)
+    assert all(
+        f.summary.startswith("1 more advisory locks with lock_orphaned held by pid") for f in rest
+    )
+    assert len(findings) == count
+
+
+def test_past_the_holder_bound_the_rest_are_counted_in_one_finding(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lock_cap, "FINDINGS_PER_KIND", 2)
+    monkeypatch.setattr(lock_cap, "HOLDERS_PER_KIND", 3)
+    # Session 1001 holds 10 keys, sessions 1002..1006 one each, all held too long.
+    locks = [held(k, 1001, held_for=900) for k in range(1, 11)]
+    locks += [held(10 + n, 1001 + n, held_for=900) for n in range(1, 6)]
+    sessions = [backend(1001 + n) for n in range(6)]
+    findings = detect_locks(
+        snapshot(*locks, backends=sessions), LockSettings(max_hold=60, orphan_after=3600), NOW
+    )
+
+    held_long = [f for f in findings if f.kind is HELD]
+    per_holder = [f for f in held_long if (f.subject.lock or "").startswith("(more locks of pid")]
+    (beyond,) = [f for f in held_long if f.subject.lock == MORE_HOLDERS_SUBJECT]
+    assert len(per_holder) == 3
+    # The session with the most locks first: its own count, never the others'.
+    first = evidence_as(per_holder[0], OverflowEvidence)
+    assert (first.holders[0].pid, first.count) == (1001, 8)
+    assert beyond.summary.startswith("and 3 more sessions hold advisory locks")
+    assert evidence_as(beyond, OverflowEvidence).count == 3
 
 
 def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow() -> None:
@@ -762,5 +799,5 @@ def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow()
         return {f.subject.lock for f in findings if f.kind is HELD}
 
     assert subjects(busy) == subjects(quiet)
-    (rest,) = [f for f in busy if f.kind is HELD and f.subject.lock == lock_cap.OVERFLOW_SUBJECT]
+    (rest,) = [f for f in busy if f.kind is HELD and lock_cap.is_overflow(f.subject.lock)]
     assert rest.severity is Severity.CRITICAL

@@ -16,7 +16,7 @@ from lockwatch.model.evidence import SourceDownEvidence
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
 from lockwatch.model.views import SourceHealth, TargetView
-from lockwatch.monitors.base import MonitorResult, PollContext, Stateless
+from lockwatch.monitors.base import MonitorResult, PollContext, Sampled, Stateless
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner, TargetUnavailableError
@@ -261,7 +261,10 @@ class Exploding(Stateless):
 
     kinds: frozenset[FindingKind] = frozenset({FindingKind.QUEUE_STALLED})
 
-    def poll(self, context: PollContext) -> MonitorResult:
+    def sample(self, context: PollContext) -> Sampled:
+        raise RuntimeError("bug")
+
+    def judge(self, context: PollContext) -> MonitorResult:
         raise RuntimeError("bug")
 
     def publish(self, view: TargetView) -> TargetView:

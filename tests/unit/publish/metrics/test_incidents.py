@@ -81,6 +81,22 @@ def test_incident_series_are_capped_per_target_and_the_rest_counted() -> None:
     assert total == INCIDENT_SERIES_CAP + 7
 
 
+def test_incidents_past_the_series_cap_are_counted_by_severity_for_their_alert() -> None:
+    worst = [
+        incident(id=f"c{n}", severity=Severity.CRITICAL) for n in range(INCIDENT_SERIES_CAP + 3)
+    ]
+    rest = [incident([finding()], id=f"w{n}", severity=Severity.WARNING) for n in range(4)]
+    registry = registry_of(with_incidents(*worst, *rest))
+
+    def past(severity: str) -> float | None:
+        labels = {"target": TARGET, "severity": severity}
+        return registry.get_sample_value("lockwatch_incidents_past_series_cap", labels)
+
+    assert (past("critical"), past("warning"), past("info")) == (3, 4, None)
+    few = registry_of(with_incidents(*rest))
+    assert series(few, "lockwatch_incidents_past_series_cap") == []
+
+
 def test_a_hostile_application_name_is_one_bounded_label_that_still_parses() -> None:
     root = session_root(app=HOSTILE_APP)
     text = exposition(metrics_of(with_incidents(incident(root=root))))
