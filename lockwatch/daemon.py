@@ -47,8 +47,10 @@ from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import open_history
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
+from lockwatch.state.pace import BACKOFF_CAP
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
+from lockwatch.stopping import stop_together
 from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.sdnotify import Notifier
 
@@ -228,8 +230,10 @@ class Daemon:
 
     @staticmethod
     def _stale_after(runners: list[TargetRunner]) -> float:
-        """Seconds without a finished poll after which the loop counts as stalled."""
-        return max(3 * max((r.target.longest_gap for r in runners), default=0.0), 10.0) + max(
+        """Seconds without a finished poll after which the loop counts as stalled
+        (an unreachable target is looked at only every BACKOFF_CAP at most)."""
+        gap = max((r.target.longest_gap for r in runners), default=0.0)
+        return max(3 * gap, 10.0, BACKOFF_CAP) + max(
             (r.target.connect_timeout + r.poll_timeout for r in runners), default=0.0
         )
 
@@ -375,6 +379,8 @@ class Daemon:
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start(self.scheduler)
+        # All at once: a withdrawn fleet stops polling now, not one grace after another.
+        stop_together(list(old.values()))
         for removed in old.values():
             self._set_aside(removed)
             counts["removed"] += 1
@@ -432,22 +438,20 @@ class Daemon:
         return None if parked is None else parked[0]
 
     def _set_aside(self, runner: TargetRunner) -> None:
-        """A target gone from the config is retired; one gone from discovery
-        only stops: its state file, findings and incidents wait (unresolved,
+        """A (stopped) target gone from the config is retired; one gone from
+        discovery waits: its state file, findings and incidents stay (unresolved,
         unpublished) for ``keep_vanished``, and a new runner takes them over if
         it comes back."""
         if runner.target.discovered is None:
             self._retire(runner)
             return
-        runner.stop()
         self.board.forget(runner.target.name)
         self._parked[runner.target.name] = (runner, time.monotonic())
 
     def _retire(self, runner: TargetRunner) -> None:
-        """A target removed from the config: it stops, its findings resolve (logged
+        """A (stopped) target removed from the config: its findings resolve (logged
         and told once, as if its problems were gone: nobody watches them any more)
         and its state file goes, so re-adding it later starts afresh."""
-        runner.stop()
         name = runner.target.name
         self.board.forget(name)
         transitions = runner.ledger.update(())
@@ -464,14 +468,7 @@ class Daemon:
         self.notifier.stopping()
         self.stop_event.set()
         self.fleet.stop()
-        for runner in self.runners:
-            runner.request_stop()
-        deadline = time.monotonic() + STOP_GRACE
-        for runner in self.runners:
-            runner.join(timeout=max(0.0, deadline - time.monotonic()))
-        for runner in self.runners:
-            runner.session.abort()
-            runner.join(timeout=STOP_GRACE)
+        stop_together(self.runners)
         self.scheduler.close()
         if self.alerts is not None:
             self.alerts.stop(STOP_GRACE)

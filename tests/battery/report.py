@@ -75,6 +75,7 @@ CASES = (
     Case("xact-locks", "semantics", "Transaction-level locks in short transactions"),
     Case("prepared-xact", "semantics", "Locks held by a prepared (two-phase) transaction"),
     Case("clocks", "fault", "lockwatch's clock skewed or jumping against the server's"),
+    Case("fleet-withdrawn", "fault", "An unreachable fleet withdrawn, then lockwatch stopped"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
