@@ -137,6 +137,10 @@ class Fleet:
             except SampleError as exc:
                 self._failed(reading, str(exc))
                 continue
+            except Exception as exc:  # still the source's error: never the daemon's
+                what = f"{reading.reader.what}: reading failed unexpectedly"
+                self._failed(reading, f"{what}: {type(exc).__name__}")
+                continue
             with self._lock:
                 reading.reads += 1
                 if reading.error is not None:

@@ -76,6 +76,7 @@ CASES = (
     Case("prepared-xact", "semantics", "Locks held by a prepared (two-phase) transaction"),
     Case("clocks", "fault", "lockwatch's clock skewed or jumping against the server's"),
     Case("fleet-withdrawn", "fault", "An unreachable fleet withdrawn, then lockwatch stopped"),
+    Case("sd-hostile", "hostile", "http_sd answers nested 100,000 deep, or endless"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

@@ -8,8 +8,10 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -187,5 +189,143 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
             f"yes: 0 connections to withdrawn targets over 8 polls of main; "
             f"{per_pit:.1f} log lines per unreachable target over the run "
             f"({overruns} 'overran' lines for {PITS} targets); RSS {rss:.0f} MB"
+        ),
+    )
+
+
+class HostileSd:
+    """An http_sd endpoint on 127.0.0.1 that answers as told: ``good`` (a list
+    of one real server), ``deep`` (JSON nested DEPTH deep) or ``huge`` (HUGE_MB
+    of a list that never closes, streamed without a length); it counts the
+    bytes it managed to send of each answer."""
+
+    def __init__(self, good: list[dict[str, object]]) -> None:
+        self.mode = "good"
+        self.sent: list[int] = []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # the body ends when the connection does
+
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                sent = 0
+                try:
+                    for chunk in endpoint.body(good):
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                except OSError:
+                    pass  # lockwatch stopped reading: what was sent is counted
+                endpoint.sent.append(sent)
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def body(self, good: list[dict[str, object]]) -> Iterator[bytes]:
+        if self.mode == "good":
+            yield json.dumps(good).encode()
+        elif self.mode == "deep":
+            yield b"[" * DEPTH + b"]" * DEPTH
+        else:
+            entry = json.dumps({"targets": ["127.0.0.1:1"]}).encode() + b","
+            chunk = b"[" + entry * (1024 * 1024 // len(entry))
+            for _ in range(HUGE_MB):
+                yield chunk
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/sd"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+DEPTH = 100_000
+HUGE_MB = 300
+
+
+def source_value(lockwatch: LockwatchProcess, family: str) -> float:
+    return lockwatch.metric(family, source="hostile", kind="http") or 0.0
+
+
+def test_a_hostile_http_sd_answer_is_a_source_error_and_the_last_good_list_stays(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    cluster = battery_db.server
+    named = {"name": "discovered", "database": battery_db.database}
+    endpoint = HostileSd([{"targets": [f"{cluster.host}:{cluster.port}"], "labels": named}])
+    port = free_port()
+    config = fleet_config(tmp_path, port, battery_db.monitor_dsn, tmp_path / "unused.json")
+    write_sd(tmp_path / "unused.json", [])
+    text = config.read_text().replace(
+        "target_sources:\n",
+        f"target_sources:\n  - name: hostile\n    url: {endpoint.url}\n"
+        "    auth_module: monitor\n    refresh_interval: 1s\n",
+    )
+    config.write_text(text)
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    try:
+        endpoint.mode = "deep"  # at startup
+        lockwatch.start()
+        assert lockwatch.proc is not None
+        wait_until(lambda: source_value(lockwatch, "lockwatch_target_source_errors_total") >= 2)
+        assert lockwatch.metric("lockwatch_target_source_up", source="hostile", kind="http") == 0
+
+        endpoint.mode = "good"
+        wait_until(lambda: lockwatch.metric("lockwatch_up", target="discovered") == 1, timeout=30)
+
+        endpoint.mode = "deep"  # while running: the last good list stays
+        errors = source_value(lockwatch, "lockwatch_target_source_errors_total")
+        wait_until(
+            lambda: source_value(lockwatch, "lockwatch_target_source_errors_total") >= errors + 2
+        )
+        deep_up = lockwatch.metric("lockwatch_target_source_up", source="hostile", kind="http")
+        assert deep_up == 0
+        assert lockwatch.metric("lockwatch_up", target="discovered") == 1
+
+        before = footprint(lockwatch.proc.pid).rss_mb
+        endpoint.mode = "huge"
+        errors = source_value(lockwatch, "lockwatch_target_source_errors_total")
+        wait_until(
+            lambda: source_value(lockwatch, "lockwatch_target_source_errors_total") >= errors + 2,
+            timeout=60,
+        )
+        peak = footprint(lockwatch.proc.pid).rss_mb
+        assert lockwatch.metric("lockwatch_up", target="discovered") == 1
+        read_mb = max(endpoint.sent) / 2**20
+        assert peak - before < 40, f"RSS {before:.0f} MB -> {peak:.0f} MB"
+        assert read_mb < 40, f"{read_mb:.0f} MB of the huge answer sent before it was cut"
+        exit_code = lockwatch.stop()
+    finally:
+        lockwatch.stop()
+        endpoint.close()
+    log = lockwatch.log()
+    assert "Traceback" not in log, log[-3000:]
+    assert exit_code == 0
+    said = [line for line in log.splitlines() if "target source hostile" in line]
+    assert len(said) <= 6, said  # once per change of error, not per read
+    battery(
+        "sd-hostile",
+        injected=(
+            f"an http_sd answer of JSON nested {DEPTH:,} deep, at startup and while running; "
+            f"then an endless answer ({HUGE_MB} MB streamed without a length)"
+        ),
+        did=(
+            "started and kept running; each a source error: lockwatch_target_source_up 0, "
+            f"errors counted, {len(said)} log lines in all, no traceback; the endless answer cut "
+            f"after {read_mb:.0f} MB sent (the cap is 16 MiB)"
+        ),
+        intact=(
+            "yes: the last good list stayed watched (lockwatch_up{target=discovered} 1); "
+            f"RSS {before:.0f} MB before the endless answer, {peak:.0f} MB after it"
         ),
     )
