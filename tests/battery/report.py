@@ -77,6 +77,7 @@ CASES = (
     Case("clocks", "fault", "lockwatch's clock skewed or jumping against the server's"),
     Case("fleet-withdrawn", "fault", "An unreachable fleet withdrawn, then lockwatch stopped"),
     Case("sd-hostile", "hostile", "http_sd answers nested 100,000 deep, or endless"),
+    Case("auth-timing", "hostile", "Basic auth timed: a known user against an unknown one"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
