@@ -78,6 +78,7 @@ CASES = (
     Case("fleet-withdrawn", "fault", "An unreachable fleet withdrawn, then lockwatch stopped"),
     Case("sd-hostile", "hostile", "http_sd answers nested 100,000 deep, or endless"),
     Case("auth-timing", "hostile", "Basic auth timed: a known user against an unknown one"),
+    Case("learned-budget", "hostile", "A learned budget taught to wait, hold by hold"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
