@@ -79,6 +79,7 @@ CASES = (
     Case("sd-hostile", "hostile", "http_sd answers nested 100,000 deep, or endless"),
     Case("auth-timing", "hostile", "Basic auth timed: a known user against an unknown one"),
     Case("learned-budget", "hostile", "A learned budget taught to wait, hold by hold"),
+    Case("snapshot-blind", "hostile", "lockwatch snapshot through a role without pg_monitor"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
