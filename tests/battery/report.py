@@ -80,6 +80,8 @@ CASES = (
     Case("auth-timing", "hostile", "Basic auth timed: a known user against an unknown one"),
     Case("learned-budget", "hostile", "A learned budget taught to wait, hold by hold"),
     Case("snapshot-blind", "hostile", "lockwatch snapshot through a role without pg_monitor"),
+    Case("metrics-gzip", "load", "/metrics to a scraper that accepts gzip"),
+    Case("unreadable-copies", "fault", "A state file damaged at every start"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

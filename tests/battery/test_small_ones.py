@@ -1,0 +1,80 @@
+"""Small ones of the second round: /metrics compressed for a scraper that
+accepts gzip; a state file damaged at every start leaves a bounded number of
+copies aside."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.battery.conftest import Record
+from tests.battery.probes import Scrape
+from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.processes import LockwatchProcess, write_config
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+STARTS = 5  # each with the state file damaged again
+KEPT = 3  # lockwatch.state.statefile.KEEP_UNREADABLE
+
+
+def test_metrics_are_gzipped_for_a_scraper_that_accepts_it(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn})
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    lockwatch.start()
+    try:
+        wait_until(lambda: lockwatch.metric("lockwatch_up", target="main") == 1)
+        url = f"{lockwatch.base}/metrics"
+        zipped = requests.get(url, headers={"Accept-Encoding": "gzip"}, timeout=10, stream=True)
+        raw = zipped.raw.read(decode_content=False)
+        plain = requests.get(url, headers={"Accept-Encoding": "identity"}, timeout=10)
+        refused = requests.get(url, headers={"Accept-Encoding": "gzip;q=0"}, timeout=10)
+    finally:
+        lockwatch.stop()
+    assert zipped.headers.get("Content-Encoding") == "gzip" and raw[:2] == b"\x1f\x8b"
+    assert "Accept-Encoding" in zipped.headers.get("Vary", "")
+    unzipped = gzip.decompress(raw).decode()
+    assert Scrape.parse(unzipped).get("lockwatch_up", target="main") == 1
+    assert "Content-Encoding" not in plain.headers and "Content-Encoding" not in refused.headers
+    assert Scrape.parse(plain.text).get("lockwatch_up", target="main") == 1
+    battery(
+        "metrics-gzip",
+        injected="GET /metrics with Accept-Encoding: gzip, identity, and gzip;q=0",
+        did=(
+            f"gzip for the first ({len(raw):,} bytes for {len(unzipped.encode()):,}), "
+            "Vary: Accept-Encoding; plain text for the others"
+        ),
+        intact="yes: the gzipped exposition parses to the same series (lockwatch_up 1)",
+    )
+
+
+def test_a_state_file_damaged_at_every_start_leaves_only_the_last_few_copies(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn})
+    state = tmp_path / "state"
+    state.mkdir()
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    for start in range(STARTS):
+        # A new second each time: the copies are named by the second they were made.
+        (state / "target-main.json").write_text(f'{{"damaged": {start}')
+        lockwatch.start()
+        assert lockwatch.stop() == 0
+    copies = sorted(path.name for path in state.glob("target-main.json.unreadable-*"))
+    moved = lockwatch.log(whole=True).count("moved aside to")
+    assert moved == STARTS, lockwatch.log(whole=True)[-2000:]
+    assert len(copies) == KEPT, copies
+    assert (state / copies[-1]).read_text() == f'{{"damaged": {STARTS - 1}'
+    battery(
+        "unreadable-copies",
+        injected=f"the target's state file damaged before each of {STARTS} starts",
+        did=f"moved aside each time ({moved} log lines); kept the last {len(copies)} copies",
+        intact="yes: the newest damaged copy kept for a person to look at; no unbounded pile",
+    )
