@@ -17,6 +17,7 @@ from lockwatch.commands.export import export_command
 from lockwatch.commands.incidents import incidents
 from lockwatch.commands.mcp_server import mcp_command
 from lockwatch.commands.params import (
+    DSN,
     DURATION,
     EXTERNAL_URL,
     LISTEN,
@@ -355,7 +356,7 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--dsn", envvar="LOCKWATCH_DSN", help="Database to look at.")
+@click.option("--dsn", envvar="LOCKWATCH_DSN", type=DSN, help="Database to look at.")
 @click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--target", help="The -c config's target whose names and budgets judge the locks.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)

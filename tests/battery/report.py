@@ -82,6 +82,7 @@ CASES = (
     Case("snapshot-blind", "hostile", "lockwatch snapshot through a role without pg_monitor"),
     Case("metrics-gzip", "load", "/metrics to a scraper that accepts gzip"),
     Case("unreadable-copies", "fault", "A state file damaged at every start"),
+    Case("dsn-at-commands", "hostile", "doctor and snapshot given a password with an '@'"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

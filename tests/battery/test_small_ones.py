@@ -5,6 +5,9 @@ copies aside."""
 from __future__ import annotations
 
 import gzip
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ import requests
 
 from tests.battery.conftest import Record
 from tests.battery.probes import Scrape
-from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -77,4 +80,40 @@ def test_a_state_file_damaged_at_every_start_leaves_only_the_last_few_copies(
         injected=f"the target's state file damaged before each of {STARTS} starts",
         did=f"moved aside each time ({moved} log lines); kept the last {len(copies)} copies",
         intact="yes: the newest damaged copy kept for a person to look at; no unbounded pile",
+    )
+
+
+def test_doctor_and_snapshot_refuse_a_password_with_an_unencoded_at_sign(
+    battery_db: PgDatabase, battery: Record
+) -> None:
+    server = battery_db.server
+    tail = "tail-" + secrets.token_hex(4)
+    dsn = f"postgresql://{MONITOR_USER}:ngPW-777@{tail}@{server.host}:{server.port}/postgres"
+    ran = {
+        name: subprocess.run(
+            [sys.executable, "-m", "lockwatch", *args, dsn],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        for name, args in (
+            ("doctor", ["doctor", "--dsn"]),
+            ("doctor --monitoring", ["doctor", "--monitoring", "--dsn"]),
+            ("snapshot", ["snapshot", "--dsn"]),
+        )
+    }
+    for name, done in ran.items():
+        said = done.stdout + done.stderr
+        assert done.returncode == 2, (name, said)
+        assert "not percent-encoded" in said and tail not in said, (name, said)
+        assert "resolve host" not in said, (name, said)
+    battery(
+        "dsn-at-commands",
+        injected=(
+            "lockwatch doctor, doctor --monitoring and snapshot with --dsn whose password "
+            "holds an unencoded '@' (libpq would take its tail for the host)"
+        ),
+        did=f"each refused it before connecting, exit 2 ({', '.join(ran)}), as check-config and run do",
+        intact="yes: no connection to the password's tail; the tail in no output",
     )
