@@ -255,11 +255,11 @@ class TargetRunner:
         ``sleep.after`` closes it, so that the compute may suspend; the loop
         then looks again only every ``sleep.interval`` (a look connects, and
         may wake it). A client seen at a look wakes the target's cadence up."""
-        if not self.target.serverless or not status.up:
+        if not self.target.serverless or status.snapshot is None:
             self._alone_since = None
             return None
-        try:
-            alone = other_clients(self.session) == 0
+        try:  # a look that sees sessions waiting wakes the cadence, whoever they are
+            alone = not status.snapshot.waiting and other_clients(self.session) == 0
         except SampleError as exc:
             log.warning(
                 "%s: cannot tell whether the server has other clients: %s", self.target.name, exc

@@ -83,6 +83,7 @@ CASES = (
     Case("metrics-gzip", "load", "/metrics to a scraper that accepts gzip"),
     Case("unreadable-copies", "fault", "A state file damaged at every start"),
     Case("dsn-at-commands", "hostile", "doctor and snapshot given a password with an '@'"),
+    Case("serverless-named", "hostile", "A serverless target's convoy of clients named lockwatch"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
