@@ -311,11 +311,31 @@ def check_config(config_file: Path, shards: int | None) -> None:
     hints = pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets)
     for hint in hints + server_notes(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
+    _check_history_store(config_file, settings)
     if shards is not None:
         from lockwatch.commands.fleet import shard_lines
 
         for line in shard_lines(settings, shards):
             click.echo(line)
+
+
+def _check_history_store(config_file: Path, settings: Settings) -> None:
+    """A history store the config's role cannot write loses every resolved
+    incident at restart: said, exit 1 (the config itself is fine)."""
+    from lockwatch.settings.incidents import HistoryStore
+    from lockwatch.state.incident_history import MEMORY_ONLY, PostgresHistory
+
+    dsn = settings.pings.store_dsn
+    if settings.incidents.history is not HistoryStore.PINGS or dsn is None:
+        return  # the state dir's file: the daemon's to read (and repair), not this command's
+    history = PostgresHistory(dsn)
+    try:
+        problem = history.check()
+    finally:
+        history.close()
+    if problem is not None:
+        click.echo(f"{config_file}: problem: {problem}: {MEMORY_ONLY}", err=True)
+        sys.exit(1)
 
 
 @main.command("notify-test")

@@ -29,6 +29,7 @@ from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
+from lockwatch.publish.metrics.history_store import HistoryStoreCollector
 from lockwatch.publish.metrics.incidents import WebLinks
 from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.publish.metrics.registry import Metrics
@@ -44,7 +45,7 @@ from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.deliveries import Deliveries
-from lockwatch.state.incident_history import open_history
+from lockwatch.state.incident_history import MEMORY_ONLY, open_history
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
 from lockwatch.state.pace import BACKOFF_CAP
@@ -158,6 +159,8 @@ class Daemon:
         # What the notifier delivered (the page and the API join it to incidents).
         self.deliveries = Deliveries(settings.state_dir)
         self.history = open_history(settings)
+        if (problem := self.history.check()) is not None:
+            log.error("%s: %s", problem, MEMORY_ONLY)
         self.alerts = self._alert_notifier(settings, clock)
         if self.alerts is not None:
             self._listeners = (*listeners, self.alerts)
@@ -209,6 +212,7 @@ class Daemon:
         web = WebLinks(self.settings.web_url, self.settings.runbooks)
         metrics = Metrics(self.board, web=web)
         metrics.registry.register(LatenessCollector(self.scheduler.lateness))
+        metrics.registry.register(HistoryStoreCollector(self.history))
         if self.alerts is not None:
             metrics.registry.register(self.alerts.collector())
         return metrics

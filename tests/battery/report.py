@@ -84,6 +84,7 @@ CASES = (
     Case("unreadable-copies", "fault", "A state file damaged at every start"),
     Case("dsn-at-commands", "hostile", "doctor and snapshot given a password with an '@'"),
     Case("serverless-named", "hostile", "A serverless target's convoy of clients named lockwatch"),
+    Case("history-rights", "fault", "An incident history store the role cannot write"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
