@@ -191,8 +191,19 @@ _SCHEMA = """DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN CREATE TABLE {ta
     resolved_at timestamptz NOT NULL,
     document jsonb NOT NULL
 ); END IF; END $$"""
+# Replicas of a shard watch the same roots and each tells its own incident of
+# one (its id holds the millisecond that replica saw it open): the first one
+# written stands for it, and a later one of the same root whose time overlaps
+# is not written (a replica that restarts after the end would resolve its copy
+# at its restart). The same id again is a later note of the same incident.
 _UPSERT = """INSERT INTO {table} (id, target, resolved_at, document)
-VALUES (%(id)s, %(target)s, %(resolved_at)s, %(document)s)
+SELECT %(id)s, %(target)s, %(resolved_at)s, %(document)s
+WHERE NOT EXISTS (
+    SELECT 1 FROM {table} AS kept
+    WHERE kept.id <> %(id)s AND kept.target = %(target)s
+      AND kept.document->>'fingerprint' = %(fingerprint)s
+      AND (kept.document->>'opened_at')::timestamptz <= %(resolved_at)s
+      AND kept.resolved_at >= %(opened_at)s)
 ON CONFLICT (id) DO UPDATE SET resolved_at = EXCLUDED.resolved_at, document = EXCLUDED.document"""
 _PRUNE = """DELETE FROM {table} WHERE resolved_at < %(cut_off)s OR id NOT IN (
     SELECT id FROM {table} ORDER BY resolved_at DESC, id LIMIT %(max_kept)s)"""
@@ -245,6 +256,8 @@ class PostgresHistory(IncidentHistory):
                         {
                             "id": pending.id,
                             "target": pending.target,
+                            "fingerprint": pending.fingerprint,
+                            "opened_at": pending.opened_at,
                             "resolved_at": pending.resolved_at or pending.updated_at,
                             "document": json.dumps(incident_json(pending)),
                         },

@@ -85,6 +85,7 @@ CASES = (
     Case("dsn-at-commands", "hostile", "doctor and snapshot given a password with an '@'"),
     Case("serverless-named", "hostile", "A serverless target's convoy of clients named lockwatch"),
     Case("history-rights", "fault", "An incident history store the role cannot write"),
+    Case("history-replicas", "fault", "Two replicas sharing the incident history"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 
