@@ -23,7 +23,7 @@ from http import HTTPStatus
 from types import FrameType
 
 from lockwatch.config.reader import ConfigError
-from lockwatch.fleet import Fleet
+from lockwatch.fleet import Fleet, UnreachableSummary
 from lockwatch.model.incident_text import log_event
 from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
@@ -295,6 +295,7 @@ class Daemon:
                 self._reload_requested.clear()
                 self.reload()
             self._follow_fleet()
+            self._unreachable.observe(self.board.views(), time.monotonic())
             self.keep_alive(time.monotonic())
 
     def _next_look(self, now: float) -> float:
@@ -416,6 +417,7 @@ class Daemon:
         sources list now, this shard's part of them."""
         self.configured = settings  # as the config file says, before discovery
         self._fleet_changed = threading.Event()
+        self._unreachable = UnreachableSummary()
         self._parked: dict[str, tuple[TargetRunner, float]] = {}
         self.fleet = Fleet(
             settings,

@@ -15,7 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import requests
 
+from lockwatch.publish.status.incidents import TARGET_CARDS
+from lockwatch.publish.status.page import DOWN_ROWS
 from tests.battery.conftest import Record
 from tests.battery.probes import Scrape, footprint, scrape
 from tests.fixtures.postgres import (
@@ -129,6 +132,8 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
             for sample, labels, value in seen.samples
             if sample == "lockwatch_poll_slots_skipped_total" and labels["reason"] == "unreachable"
         )
+        page = requests.get(f"{lockwatch.base}/?refresh=off", timeout=30).text
+        metrics_bytes = len(seen.text.encode())
         before = tarpit.connects()
         wait_polls(lockwatch, 16)  # 8 s of main's polls
         window = tarpit.connects() - before
@@ -171,6 +176,11 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
     per_pit = len(about_pits) / PITS
     overruns = sum(1 for line in about_pits if "overran" in line)
     assert per_pit <= 8, f"{per_pit:.1f} log lines per unreachable target"
+    summaries = [line for line in lines if "target(s) cannot be sampled" in line]
+    assert summaries and len(summaries) <= 4, summaries  # at most one a minute
+    assert f"and {PITS - DOWN_ROWS} more targets down" in page
+    assert f"and {PITS - TARGET_CARDS} more incidents of targets" in page
+    page_rows = page.count("<tr")
     battery(
         "fleet-withdrawn",
         injected=(
@@ -183,7 +193,9 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
             f"{skipped:.0f} slots skipped as unreachable), each pit tried at most {busiest} "
             f"time(s) in 8 s; withdrawn targets unpublished {unpublished:.1f} s after the "
             f"list changed; stopped {took:.1f} s after SIGTERM, exit 0 "
-            f"(systemd's TimeoutStopSec {TIMEOUT_STOP:g} s)"
+            f"(systemd's TimeoutStopSec {TIMEOUT_STOP:g} s); the page {len(page) // 1024} KiB "
+            f"({page_rows} table rows: {DOWN_ROWS} down targets, the rest named in one), "
+            f"/metrics {metrics_bytes // 1024} KiB; {len(summaries)} summary log line(s)"
         ),
         intact=(
             f"yes: 0 connections to withdrawn targets over 8 polls of main; "
