@@ -461,7 +461,7 @@ class Daemon:
         name = runner.target.name
         self.board.forget(name)
         transitions = runner.ledger.update(())
-        incidents = runner.incidents.update((), self._clock(), time.monotonic())
+        incidents = runner.incidents.update((), self._clock(), time.monotonic(), unwatched=True)
         transitions = replace(transitions, incidents=incidents)
         for listener in self._listeners:
             try:

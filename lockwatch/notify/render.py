@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from lockwatch.model.incident_text import Said, alert_name
+from lockwatch.model.incidents import Resolution
 from lockwatch.model.remediation import SQL_LIMIT
 from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
@@ -86,11 +87,7 @@ def document(message: Message) -> list[Line]:
             (Span(f"Sent {iso(message.created_at)}"),),
         ]
     lines: list[Line] = [
-        (
-            Span(
-                f"{_HEADLINES[message.headline]}: {_value(notice.title, SUMMARY_LIMIT)}", Style.BOLD
-            ),
-        ),
+        (Span(f"{_headline(message, notice)}: {_value(notice.title, SUMMARY_LIMIT)}", Style.BOLD),),
         (
             Span(
                 f"{notice.severity.value} · {_value(notice.target)} · "
@@ -109,6 +106,13 @@ def document(message: Message) -> list[Line]:
     alert = alert_name(notice.kind)
     lines.append((Span("runbook: "), Span(alert, Style.LINK, notice.runbook)))
     return lines
+
+
+def _headline(message: Message, notice: Notice) -> str:
+    """An incident of a target removed from the config is not resolved: nobody looks."""
+    if message.headline is Headline.RESOLVED and notice.resolution == Resolution.UNWATCHED:
+        return "👁 NO LONGER WATCHED"
+    return _HEADLINES[message.headline]
 
 
 def _finding_lines(message: Message, notice: Notice) -> list[Line]:
