@@ -23,7 +23,7 @@ from http import HTTPStatus
 from types import FrameType
 
 from lockwatch.config.reader import ConfigError
-from lockwatch.fleet import Fleet, UnreachableSummary
+from lockwatch.daemon_fleet import FleetFollower
 from lockwatch.model.incident_text import log_event
 from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
@@ -64,6 +64,8 @@ SettingsLoader = Callable[[], Settings]  # reads the config again; raises Config
 WATCHDOG_TICK = 1.0
 # How long after a step's limit the loop looks: overdue is past the limit.
 PAST_LIMIT = 0.01
+# Settings a reload cannot change: said in the log, applied at the next restart.
+RESTART_ONLY = ("listen", "state_dir", "pings", "web", "shard", "replica")
 
 
 def log_transitions(transitions: Transitions) -> None:
@@ -132,7 +134,7 @@ def open_job_store(settings: Settings) -> JobStore | None:
     return SqliteJobStore(settings.state_dir / "jobs.sqlite3")
 
 
-class Daemon:
+class Daemon(FleetFollower):
     """Runs every target, the HTTP server and the watchdog until stopped."""
 
     def __init__(
@@ -155,7 +157,7 @@ class Daemon:
         self.store = StateStore(settings.state_dir)
         self.stop_event = threading.Event()
         self._clock = clock
-        self._listeners = listeners
+        self._listeners = self._base_listeners = listeners
         # What the notifier delivered (the page and the API join it to incidents).
         self.deliveries = Deliveries(settings.state_dir)
         self.history = open_history(settings)
@@ -213,8 +215,9 @@ class Daemon:
         metrics = Metrics(self.board, web=web)
         metrics.registry.register(LatenessCollector(self.scheduler.lateness))
         metrics.registry.register(HistoryStoreCollector(self.history))
-        if self.alerts is not None:
-            metrics.registry.register(self.alerts.collector())
+        self._alerts_collector = None if self.alerts is None else self.alerts.collector()
+        if self._alerts_collector is not None:
+            metrics.registry.register(self._alerts_collector)
         return metrics
 
     def _runner(self, target: Target) -> TargetRunner:
@@ -361,6 +364,8 @@ class Daemon:
         runners: list[TargetRunner] = []
         counts = {"kept": 0, "changed": 0, "added": 0, "removed": 0}
         jobs_changed = settings.jobs != self.settings.jobs
+        if settings.notify != self.settings.notify:
+            self._renotify(settings)  # before the runners: new ones tell the new channels
         self.settings = replace(self.settings, jobs=settings.jobs)
         if self.http.pings is not None:
             self.http.pings.jobs = pinged_jobs(settings)
@@ -391,18 +396,11 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify", "pings", "web", "shard", "replica"):
+        for setting in RESTART_ONLY:
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
-            settings,
-            listen=self.settings.listen,
-            state_dir=self.settings.state_dir,
-            notify=self.settings.notify,
-            pings=self.settings.pings,
-            web=self.settings.web,
-            shard=self.settings.shard,
-            replica=self.settings.replica,
+            settings, **{name: getattr(self.settings, name) for name in RESTART_ONLY}
         )
         log.info(
             "%s: %d target(s) unchanged, %d changed, %d added, %d removed",
@@ -410,65 +408,28 @@ class Daemon:
             *counts.values(),
         )
 
-    # -- the fleet: discovered targets and this shard's part ------------------
-
-    def _discover(self, settings: Settings, shard: Shard | None, clock: Clock) -> Settings:
-        """The targets this instance starts with: the config's and what its
-        sources list now, this shard's part of them."""
-        self.configured = settings  # as the config file says, before discovery
-        self._fleet_changed = threading.Event()
-        self._unreachable = UnreachableSummary()
-        self._parked: dict[str, tuple[TargetRunner, float]] = {}
-        self.fleet = Fleet(
+    def _renotify(self, settings: Settings) -> None:
+        """A changed notify section, applied at once: the runners tell the new
+        channels from now on, the old workers stop (their outboxes saved in
+        the state dir, which the new ones start from)."""
+        old, old_collector = self.alerts, self._alerts_collector
+        kept = replace(
             settings,
-            shard or settings.sharding,
-            on_change=self._fleet_changed.set,
-            clock=clock,
+            **{name: getattr(self.settings, name) for name in RESTART_ONLY},
         )
-        self.fleet.refresh()
-        return self.fleet.watched(settings)
-
-    def _follow_fleet(self) -> None:
-        """Apply changed source lists; retire what stayed vanished too long."""
-        if self._fleet_changed.is_set():
-            self._fleet_changed.clear()
-            self._apply(self.fleet.watched(self.configured), "target sources changed")
-        now = time.monotonic()
-        for name, (runner, since) in list(self._parked.items()):
-            if now - since >= self.fleet.keep_vanished(runner.target.discovered or ""):
-                del self._parked[name]
-                self._retire(runner)
-
-    def _unpark(self, name: str) -> TargetRunner | None:
-        parked = self._parked.pop(name, None)
-        return None if parked is None else parked[0]
-
-    def _set_aside(self, runner: TargetRunner) -> None:
-        """A (stopped) target gone from the config is retired; one gone from
-        discovery waits: its state file, findings and incidents stay (unresolved,
-        unpublished) for ``keep_vanished``, and a new runner takes them over if
-        it comes back."""
-        if runner.target.discovered is None:
-            self._retire(runner)
-            return
-        self.board.forget(runner.target.name)
-        self._parked[runner.target.name] = (runner, time.monotonic())
-
-    def _retire(self, runner: TargetRunner) -> None:
-        """A (stopped) target removed from the config: its findings resolve (logged
-        and told once, as if its problems were gone: nobody watches them any more)
-        and its state file goes, so re-adding it later starts afresh."""
-        name = runner.target.name
-        self.board.forget(name)
-        transitions = runner.ledger.update(())
-        incidents = runner.incidents.update((), self._clock(), time.monotonic(), unwatched=True)
-        transitions = replace(transitions, incidents=incidents)
-        for listener in self._listeners:
-            try:
-                listener(transitions)
-            except Exception:
-                log.exception("resolving the findings of removed target %s", name)
-        self.store.forget(name)
+        self.alerts = self._alert_notifier(kept, self._clock)
+        self._listeners = (*self._base_listeners, *([self.alerts] if self.alerts else []))
+        for runner in self.runners:
+            runner.listeners = self._listeners
+        if old is not None:
+            old.stop(STOP_GRACE)
+        if old_collector is not None:
+            self.metrics.registry.unregister(old_collector)
+        self._alerts_collector = None if self.alerts is None else self.alerts.collector()
+        if self.alerts is not None and self._alerts_collector is not None:
+            self.metrics.registry.register(self._alerts_collector)
+            self.alerts.start()
+        log.info("config reload: notify applied (%d channel(s))", len(settings.notify.channels))
 
     def stop(self) -> None:
         self.notifier.stopping()

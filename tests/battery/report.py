@@ -86,6 +86,7 @@ CASES = (
     Case("serverless-named", "hostile", "A serverless target's convoy of clients named lockwatch"),
     Case("history-rights", "fault", "An incident history store the role cannot write"),
     Case("history-replicas", "fault", "Two replicas sharing the incident history"),
+    Case("notify-reload", "fault", "A notify change applied by SIGHUP"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

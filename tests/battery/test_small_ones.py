@@ -17,6 +17,7 @@ from tests.battery.conftest import Record
 from tests.battery.probes import Scrape
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.standins import ChatStandin, add_telegram
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -116,4 +117,52 @@ def test_doctor_and_snapshot_refuse_a_password_with_an_unencoded_at_sign(
         ),
         did=f"each refused it before connecting, exit 2 ({', '.join(ran)}), as check-config and run do",
         intact="yes: no connection to the password's tail; the tail in no output",
+    )
+
+
+def test_a_notify_change_is_applied_by_a_reload(
+    tmp_path: Path, battery_db: PgDatabase, battery: Record
+) -> None:
+    first, second = ChatStandin(), ChatStandin()
+    port = free_port()
+
+    def configure(receiver: ChatStandin) -> Path:
+        config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn})
+        add_telegram(config, receiver)
+        return config
+
+    lockwatch = LockwatchProcess(configure(first), tmp_path / "lockwatch.log", port)
+    holder = battery_db.connect("nightly-report")
+    try:
+        lockwatch.start()
+        holder.execute("SELECT pg_advisory_lock(91)")
+        wait_until(lambda: first.delivered("telegram"), timeout=30, message="told the first")
+        holder.execute("SELECT pg_advisory_unlock(91)")
+        wait_until(lambda: len(first.delivered("telegram")) >= 2, timeout=30, message="resolved")
+        told_first = len(first.delivered("telegram"))
+        configure(second)
+        lockwatch.reload()
+        wait_until(lambda: "notify applied" in lockwatch.log(), message="the reload applied")
+        holder.execute("SELECT pg_advisory_lock(92)")
+        wait_until(lambda: second.delivered("telegram"), timeout=30, message="told the second")
+        holder.execute("SELECT pg_advisory_unlock(92)")
+        told_second = len(second.delivered("telegram"))
+        log = lockwatch.log()
+    finally:
+        lockwatch.stop()
+        first.close()
+        second.close()
+    assert len(first.delivered("telegram")) == told_first  # nothing more to the old channel
+    assert "takes effect at the next restart" not in log
+    battery(
+        "notify-reload",
+        injected=(
+            "the notify section's Telegram channel pointed at another receiver, then SIGHUP; "
+            "a lock held past its budget before and after"
+        ),
+        did=(
+            f"applied on the reload ('notify applied'): the first receiver got {told_first} "
+            f"message(s) before it, the second {told_second} after"
+        ),
+        intact="yes: nothing sent to the old receiver after the reload; no restart needed",
     )
