@@ -370,6 +370,7 @@ class Daemon(FleetFollower):
         if self.http.pings is not None:
             self.http.pings.jobs = pinged_jobs(settings)
         self.servers.arrange(settings.targets)
+        replaced: dict[str, TargetRunner | None] = {}  # target -> the runner it replaces
         for target in settings.targets:
             previous = old.pop(target.name, None) or self._unpark(target.name)
             if (
@@ -380,17 +381,20 @@ class Daemon(FleetFollower):
             ):
                 runners.append(previous)
                 counts["kept"] += 1
+            else:
+                replaced[target.name] = previous
+        # All at once: a withdrawn fleet stops polling now, and a thousand
+        # changed targets take one grace, not one grace after another.
+        stop_together([*(r for r in replaced.values() if r is not None), *old.values()])
+        for target in settings.targets:
+            if target.name not in replaced:
                 continue
-            if previous is not None:
-                previous.stop()
-            runner = self._runner(target)
+            runner, previous = self._runner(target), replaced[target.name]
             if previous is not None:
                 runner.take_over(previous)
             counts["changed" if previous is not None else "added"] += 1
             runners.append(runner)
             runner.start(self.scheduler)
-        # All at once: a withdrawn fleet stops polling now, not one grace after another.
-        stop_together(list(old.values()))
         for removed in old.values():
             self._set_aside(removed)
             counts["removed"] += 1
