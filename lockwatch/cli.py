@@ -391,7 +391,8 @@ def snapshot(
     statement_timeout: float,
 ) -> None:
     """Print the advisory locks held and awaited now, per holding session, and the
-    problems seen; exit 1 on a problem (or an unreadable server), 0 on none."""
+    problems seen; exit 1 on a problem (or an unreadable server), 0 on none, 3 on none
+    seen by a role that cannot see other roles' sessions (no pg_monitor)."""
     from lockwatch.commands.snapshot import run_snapshot
 
     code, text, failed = run_snapshot(dsn, config, target, limit, as_json, statement_timeout)
