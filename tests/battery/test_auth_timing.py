@@ -49,7 +49,6 @@ def test_an_unknown_user_is_refused_no_sooner_than_a_known_one_with_a_wrong_pass
     with config.open("a") as extra:
         extra.write(f"web_config: {tmp_path / 'web.yml'}\n")
     lockwatch = GuardedLockwatch(config, tmp_path / "lockwatch.log", port)
-    lockwatch.start()
 
     def refused_in(user: str) -> float:
         started = time.perf_counter()
@@ -59,6 +58,7 @@ def test_an_unknown_user_is_refused_no_sooner_than_a_known_one_with_a_wrong_pass
         return took
 
     try:
+        lockwatch.start()  # inside: a start that fails still stops the process
         known: list[float] = []
         unknown: list[float] = []
         for _ in range(TRIES):
