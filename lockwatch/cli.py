@@ -17,6 +17,7 @@ from lockwatch.commands.export import export_command
 from lockwatch.commands.incidents import incidents
 from lockwatch.commands.mcp_server import mcp_command
 from lockwatch.commands.params import (
+    DSN,
     DURATION,
     EXTERNAL_URL,
     LISTEN,
@@ -310,11 +311,31 @@ def check_config(config_file: Path, shards: int | None) -> None:
     hints = pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets)
     for hint in hints + server_notes(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
+    _check_history_store(config_file, settings)
     if shards is not None:
         from lockwatch.commands.fleet import shard_lines
 
         for line in shard_lines(settings, shards):
             click.echo(line)
+
+
+def _check_history_store(config_file: Path, settings: Settings) -> None:
+    """A history store the config's role cannot write loses every resolved
+    incident at restart: said, exit 1 (the config itself is fine)."""
+    from lockwatch.settings.incidents import HistoryStore
+    from lockwatch.state.incident_history import MEMORY_ONLY, PostgresHistory
+
+    dsn = settings.pings.store_dsn
+    if settings.incidents.history is not HistoryStore.PINGS or dsn is None:
+        return  # the state dir's file: the daemon's to read (and repair), not this command's
+    history = PostgresHistory(dsn)
+    try:
+        problem = history.check()
+    finally:
+        history.close()
+    if problem is not None:
+        click.echo(f"{config_file}: problem: {problem}: {MEMORY_ONLY}", err=True)
+        sys.exit(1)
 
 
 @main.command("notify-test")
@@ -355,7 +376,7 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--dsn", envvar="LOCKWATCH_DSN", help="Database to look at.")
+@click.option("--dsn", envvar="LOCKWATCH_DSN", type=DSN, help="Database to look at.")
 @click.option("-c", "--config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--target", help="The -c config's target whose names and budgets judge the locks.")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
@@ -370,7 +391,8 @@ def snapshot(
     statement_timeout: float,
 ) -> None:
     """Print the advisory locks held and awaited now, per holding session, and the
-    problems seen; exit 1 on a problem (or an unreadable server), 0 on none."""
+    problems seen; exit 1 on a problem (or an unreadable server), 0 on none, 3 on none
+    seen by a role that cannot see other roles' sessions (no pg_monitor)."""
     from lockwatch.commands.snapshot import run_snapshot
 
     code, text, failed = run_snapshot(dsn, config, target, limit, as_json, statement_timeout)

@@ -23,12 +23,13 @@ from http import HTTPStatus
 from types import FrameType
 
 from lockwatch.config.reader import ConfigError
-from lockwatch.fleet import Fleet
+from lockwatch.daemon_fleet import FleetFollower
 from lockwatch.model.incident_text import log_event
 from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
+from lockwatch.publish.metrics.history_store import HistoryStoreCollector
 from lockwatch.publish.metrics.incidents import WebLinks
 from lockwatch.publish.metrics.lateness import LatenessCollector
 from lockwatch.publish.metrics.registry import Metrics
@@ -44,11 +45,13 @@ from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.board import Board
 from lockwatch.state.deliveries import Deliveries
-from lockwatch.state.incident_history import open_history
+from lockwatch.state.incident_history import MEMORY_ONLY, open_history
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
 from lockwatch.state.ledger import Transitions
+from lockwatch.state.pace import BACKOFF_CAP
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
+from lockwatch.stopping import stop_together
 from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.sdnotify import Notifier
 
@@ -61,6 +64,8 @@ SettingsLoader = Callable[[], Settings]  # reads the config again; raises Config
 WATCHDOG_TICK = 1.0
 # How long after a step's limit the loop looks: overdue is past the limit.
 PAST_LIMIT = 0.01
+# Settings a reload cannot change: said in the log, applied at the next restart.
+RESTART_ONLY = ("listen", "state_dir", "pings", "web", "shard", "replica")
 
 
 def log_transitions(transitions: Transitions) -> None:
@@ -130,7 +135,7 @@ def open_job_store(settings: Settings) -> JobStore | None:
     return SqliteJobStore(settings.state_dir / "jobs.sqlite3")
 
 
-class Daemon:
+class Daemon(FleetFollower):
     """Runs every target, the HTTP server and the watchdog until stopped."""
 
     def __init__(
@@ -153,10 +158,12 @@ class Daemon:
         self.store = StateStore(settings.state_dir)
         self.stop_event = threading.Event()
         self._clock = clock
-        self._listeners = listeners
+        self._listeners = self._base_listeners = listeners
         # What the notifier delivered (the page and the API join it to incidents).
         self.deliveries = Deliveries(settings.state_dir)
         self.history = open_history(settings)
+        if (problem := self.history.check()) is not None:
+            log.error("%s: %s", problem, MEMORY_ONLY)
         self.alerts = self._alert_notifier(settings, clock)
         if self.alerts is not None:
             self._listeners = (*listeners, self.alerts)
@@ -208,8 +215,10 @@ class Daemon:
         web = WebLinks(self.settings.web_url, self.settings.runbooks)
         metrics = Metrics(self.board, web=web)
         metrics.registry.register(LatenessCollector(self.scheduler.lateness))
-        if self.alerts is not None:
-            metrics.registry.register(self.alerts.collector())
+        metrics.registry.register(HistoryStoreCollector(self.history))
+        self._alerts_collector = None if self.alerts is None else self.alerts.collector()
+        if self._alerts_collector is not None:
+            metrics.registry.register(self._alerts_collector)
         return metrics
 
     def _runner(self, target: Target) -> TargetRunner:
@@ -230,8 +239,10 @@ class Daemon:
 
     @staticmethod
     def _stale_after(runners: list[TargetRunner]) -> float:
-        """Seconds without a finished poll after which the loop counts as stalled."""
-        return max(3 * max((r.target.longest_gap for r in runners), default=0.0), 10.0) + max(
+        """Seconds without a finished poll after which the loop counts as stalled
+        (an unreachable target is looked at only every BACKOFF_CAP at most)."""
+        gap = max((r.target.longest_gap for r in runners), default=0.0)
+        return max(3 * gap, 10.0, BACKOFF_CAP) + max(
             (r.target.connect_timeout + r.poll_timeout for r in runners), default=0.0
         )
 
@@ -289,6 +300,7 @@ class Daemon:
                 self._reload_requested.clear()
                 self.reload()
             self._follow_fleet()
+            self._unreachable.observe(self.board.views(), time.monotonic())
             self.keep_alive(time.monotonic())
 
     def _next_look(self, now: float) -> float:
@@ -354,10 +366,13 @@ class Daemon:
         runners: list[TargetRunner] = []
         counts = {"kept": 0, "changed": 0, "added": 0, "removed": 0}
         jobs_changed = settings.jobs != self.settings.jobs
+        if settings.notify != self.settings.notify:
+            self._renotify(settings)  # before the runners: new ones tell the new channels
         self.settings = replace(self.settings, jobs=settings.jobs)
         if self.http.pings is not None:
             self.http.pings.jobs = pinged_jobs(settings)
         self.servers.arrange(settings.targets)
+        replaced: dict[str, TargetRunner | None] = {}  # target -> the runner it replaces
         for target in settings.targets:
             previous = old.pop(target.name, None) or self._unpark(target.name)
             if (
@@ -368,10 +383,15 @@ class Daemon:
             ):
                 runners.append(previous)
                 counts["kept"] += 1
+            else:
+                replaced[target.name] = previous
+        # All at once: a withdrawn fleet stops polling now, and a thousand
+        # changed targets take one grace, not one grace after another.
+        stop_together([*(r for r in replaced.values() if r is not None), *old.values()])
+        for target in settings.targets:
+            if target.name not in replaced:
                 continue
-            if previous is not None:
-                previous.stop()
-            runner = self._runner(target)
+            runner, previous = self._runner(target), replaced[target.name]
             if previous is not None:
                 runner.take_over(previous)
                 runner.incidents.reopen_grace = settings.incidents.reopen_grace
@@ -383,18 +403,11 @@ class Daemon:
             counts["removed"] += 1
         self.runners = runners
         self.http.stale_after = self._stale_after(runners)
-        for setting in ("listen", "state_dir", "notify", "pings", "web", "shard", "replica"):
+        for setting in RESTART_ONLY:
             if getattr(settings, setting) != getattr(self.settings, setting):
                 log.warning("config reload: a new %s takes effect at the next restart", setting)
         self.settings = replace(
-            settings,
-            listen=self.settings.listen,
-            state_dir=self.settings.state_dir,
-            notify=self.settings.notify,
-            pings=self.settings.pings,
-            web=self.settings.web,
-            shard=self.settings.shard,
-            replica=self.settings.replica,
+            settings, **{name: getattr(self.settings, name) for name in RESTART_ONLY}
         )
         log.info(
             "%s: %d target(s) unchanged, %d changed, %d added, %d removed",
@@ -402,79 +415,34 @@ class Daemon:
             *counts.values(),
         )
 
-    # -- the fleet: discovered targets and this shard's part ------------------
-
-    def _discover(self, settings: Settings, shard: Shard | None, clock: Clock) -> Settings:
-        """The targets this instance starts with: the config's and what its
-        sources list now, this shard's part of them."""
-        self.configured = settings  # as the config file says, before discovery
-        self._fleet_changed = threading.Event()
-        self._parked: dict[str, tuple[TargetRunner, float]] = {}
-        self.fleet = Fleet(
+    def _renotify(self, settings: Settings) -> None:
+        """A changed notify section, applied at once: the runners tell the new
+        channels from now on, the old workers stop (their outboxes saved in
+        the state dir, which the new ones start from)."""
+        old, old_collector = self.alerts, self._alerts_collector
+        kept = replace(
             settings,
-            shard or settings.sharding,
-            on_change=self._fleet_changed.set,
-            clock=clock,
+            **{name: getattr(self.settings, name) for name in RESTART_ONLY},
         )
-        self.fleet.refresh()
-        return self.fleet.watched(settings)
-
-    def _follow_fleet(self) -> None:
-        """Apply changed source lists; retire what stayed vanished too long."""
-        if self._fleet_changed.is_set():
-            self._fleet_changed.clear()
-            self._apply(self.fleet.watched(self.configured), "target sources changed")
-        now = time.monotonic()
-        for name, (runner, since) in list(self._parked.items()):
-            if now - since >= self.fleet.keep_vanished(runner.target.discovered or ""):
-                del self._parked[name]
-                self._retire(runner)
-
-    def _unpark(self, name: str) -> TargetRunner | None:
-        parked = self._parked.pop(name, None)
-        return None if parked is None else parked[0]
-
-    def _set_aside(self, runner: TargetRunner) -> None:
-        """A target gone from the config is retired; one gone from discovery
-        only stops: its state file, findings and incidents wait (unresolved,
-        unpublished) for ``keep_vanished``, and a new runner takes them over if
-        it comes back."""
-        if runner.target.discovered is None:
-            self._retire(runner)
-            return
-        runner.stop()
-        self.board.forget(runner.target.name)
-        self._parked[runner.target.name] = (runner, time.monotonic())
-
-    def _retire(self, runner: TargetRunner) -> None:
-        """A target removed from the config: it stops, its findings resolve (logged
-        and told once, as if its problems were gone: nobody watches them any more)
-        and its state file goes, so re-adding it later starts afresh."""
-        runner.stop()
-        name = runner.target.name
-        self.board.forget(name)
-        transitions = runner.ledger.update(())
-        incidents = runner.incidents.update((), self._clock(), time.monotonic())
-        transitions = replace(transitions, incidents=incidents)
-        for listener in self._listeners:
-            try:
-                listener(transitions)
-            except Exception:
-                log.exception("resolving the findings of removed target %s", name)
-        self.store.forget(name)
+        self.alerts = self._alert_notifier(kept, self._clock)
+        self._listeners = (*self._base_listeners, *([self.alerts] if self.alerts else []))
+        for runner in self.runners:
+            runner.listeners = self._listeners
+        if old is not None:
+            old.stop(STOP_GRACE)
+        if old_collector is not None:
+            self.metrics.registry.unregister(old_collector)
+        self._alerts_collector = None if self.alerts is None else self.alerts.collector()
+        if self.alerts is not None and self._alerts_collector is not None:
+            self.metrics.registry.register(self._alerts_collector)
+            self.alerts.start()
+        log.info("config reload: notify applied (%d channel(s))", len(settings.notify.channels))
 
     def stop(self) -> None:
         self.notifier.stopping()
         self.stop_event.set()
         self.fleet.stop()
-        for runner in self.runners:
-            runner.request_stop()
-        deadline = time.monotonic() + STOP_GRACE
-        for runner in self.runners:
-            runner.join(timeout=max(0.0, deadline - time.monotonic()))
-        for runner in self.runners:
-            runner.session.abort()
-            runner.join(timeout=STOP_GRACE)
+        stop_together(self.runners)
         self.scheduler.close()
         if self.alerts is not None:
             self.alerts.stop(STOP_GRACE)

@@ -19,18 +19,22 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwatch.model.discovery import FleetStatus, SourceHealth, TargetGroup
+from lockwatch.model.views import TargetView
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.discovery import FileSd, HttpSd, open_source
 from lockwatch.settings.discovery import discovered_targets
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.sources import TargetSource
 from lockwatch.settings.targets import Settings, Target
+from lockwatch.state.pace import BACKOFF_CAP
 from lockwatch.util.clock import utc_now
 
 log = logging.getLogger(__name__)
 
 LONGEST_NAP = 1.0  # seconds the reading thread sleeps at most between looks
 DEFAULT_KEEP = 3600.0  # a vanished target whose source is gone from the config
+SUMMARY_EVERY = 60.0  # seconds between two summaries of the unreachable targets, at least
+NAMES_SAID = 5  # unreachable targets named in a summary; the rest counted
 
 
 @dataclass
@@ -137,6 +141,10 @@ class Fleet:
             except SampleError as exc:
                 self._failed(reading, str(exc))
                 continue
+            except Exception as exc:  # still the source's error: never the daemon's
+                what = f"{reading.reader.what}: reading failed unexpectedly"
+                self._failed(reading, f"{what}: {type(exc).__name__}")
+                continue
             with self._lock:
                 reading.reads += 1
                 if reading.error is not None:
@@ -208,3 +216,31 @@ class Fleet:
                 for r in self._readings.values()
             )
         return FleetStatus(self.shard.index, self.shard.count, self._watched, sources)
+
+
+class UnreachableSummary:
+    """One log line for the targets that cannot be reached, when which of them
+    changed (at most every SUMMARY_EVERY): a fleet of 3,000 of them logs a
+    line a minute at most, on top of each target's own line when it went down."""
+
+    def __init__(self) -> None:
+        self._said: frozenset[str] = frozenset()
+        self._at: float | None = None
+
+    def observe(self, views: tuple[TargetView, ...], now: float) -> None:
+        if self._at is not None and now - self._at < SUMMARY_EVERY:
+            return
+        down = sorted(v.target.name for v in views if v.status is not None and not v.up)
+        if frozenset(down) == self._said:
+            return
+        self._said, self._at = frozenset(down), now
+        if not down:
+            log.info("every target answers again")
+            return
+        more = len(down) - NAMES_SAID
+        names = ", ".join(down[:NAMES_SAID]) + (f" and {more} more" if more > 0 else "")
+        log.warning(
+            "%d of %d target(s) cannot be sampled, each looked at less often while it "
+            "fails (up to every %gs): %s",
+            *(len(down), len(views), BACKOFF_CAP, names),
+        )

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from lockwatch.model.locks import LockSnapshot
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.serverless import other_clients
 from lockwatch.sample.session import TargetSession
@@ -21,9 +22,12 @@ from lockwatch.settings.targets import Target
 log = logging.getLogger(__name__)
 
 
-def look_alone(target: Target, session: TargetSession) -> bool:
+def look_alone(target: Target, session: TargetSession, snapshot: LockSnapshot) -> bool:
     """Whether lockwatch's session is the server's only client; False when
-    that cannot be told (a failed look never lets a server sleep)."""
+    that cannot be told (a failed look never lets a server sleep). Sessions
+    waiting on a lock wake the cadence, whatever their names say."""
+    if snapshot.waiting:
+        return False
     try:
         return other_clients(session) == 0
     except SampleError as exc:

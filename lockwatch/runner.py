@@ -52,7 +52,7 @@ from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.ledger import FindingLedger, Transitions
-from lockwatch.state.pace import CONTENDED_REASON, OVERRAN, PollPace
+from lockwatch.state.pace import PollPace
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now
@@ -206,7 +206,11 @@ class TargetRunner:
         poll.previous = self.incidents.finding_roots()
         if connect_error is None and poll.target_error is None and poll.snapshot is not None:
             poll.alive = sessions_alive(self.incidents.open, poll.snapshot, self.session)
-            poll.alone = look_alone(self.target, self.session) if self.target.serverless else None
+            poll.alone = (
+                look_alone(self.target, self.session, poll.snapshot)
+                if self.target.serverless
+                else None
+            )
         take_actions(self.actions, self.incidents, self.history)
         poll.monotonic = self.monotonic()
         return poll
@@ -222,6 +226,7 @@ class TargetRunner:
             )
             poll.add(self._held(monitor) if result is None else result)
         status = self._status(poll, poll.connect_error)
+        self.pace.reached(poll.connect_error is None)  # an unreachable target: backing off
         if status.snapshot is not None:
             paced = self.pace.observe(status.snapshot.lock_manager_waits)
             if paced is not None:
@@ -394,23 +399,16 @@ class TargetRunner:
         contended); a poll that overran it skips the slots it missed. The
         slots of the target's interval left out either way are counted."""
         asleep = self._view.asleep_since is not None
-        interval = self.target.sleep.interval if asleep else self.pace.current
-        if not asleep and self.pace.factor > 1:
-            self.pace.skip(CONTENDED_REASON, self.pace.factor - 1)
+        interval = self.target.sleep.interval if asleep else self.pace.planned()
         next_due = due + interval
         late = self._schedule_clock() - next_due
-        if late > 0:
-            skipped = int(late // interval) + 1
+        skipped = int(late // interval) + 1 if late > 0 else 0
+        if self.pace.overran(skipped):  # once per run of overruns, not per poll
             log.warning(
                 "%s: poll overran its %gs interval by %.1fs; skipping %d slot(s)",
-                self.target.name,
-                interval,
-                late,
-                skipped,
+                *(self.target.name, interval, late, skipped),
             )
-            self.pace.skip(OVERRAN, skipped)
-            next_due += skipped * interval
-        return next_due
+        return next_due + skipped * interval
 
     def _finish(self) -> None:
         # Whatever changed since the last save is kept for the next start.
@@ -459,6 +457,11 @@ class TargetRunner:
         if self.stop_event.is_set():  # also a stop event shared and set elsewhere
             self._scheduler.hurry(self)
         self._finished.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        """Stopped, saved and closed (or never started)."""
+        return self._scheduler is None or self._finished.is_set()
 
     def stop(self) -> None:
         """Stop polling and wait for it; a poll still hanging past the grace

@@ -22,6 +22,7 @@ from typing import Any
 import click
 import psycopg
 
+from lockwatch.commands.params import DSN
 from lockwatch.commands.tracking import tracking_notes
 from lockwatch.detect.keepalive import describe, orphan_lifetime, timeouts_for
 from lockwatch.model.keepalive import OrphanLifetime, PoolerTimeouts
@@ -238,8 +239,12 @@ def pooled_dsn_hints(targets: Iterable[Target]) -> list[str]:
 
 
 @click.command()
-@click.option("--dsn", envvar="LOCKWATCH_DSN", required=True, help="The DSN your application uses.")
-@click.option("--pgbouncer", help="pgbouncer's admin DSN: its server_lifetime bounds an orphan.")
+@click.option(
+    "--dsn", envvar="LOCKWATCH_DSN", required=True, type=DSN, help="The DSN your application uses."
+)
+@click.option(
+    "--pgbouncer", type=DSN, help="pgbouncer's admin DSN: its server_lifetime bounds an orphan."
+)
 @click.option(
     "--monitoring",
     is_flag=True,

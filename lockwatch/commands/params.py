@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from lockwatch.settings.fields import parse_duration
+from lockwatch.settings.fields import check_dsn, parse_duration
 from lockwatch.settings.sharding import Shard, parse_shard
 from lockwatch.settings.targets import check_external_url, parse_listen
 
@@ -96,6 +96,27 @@ class ListenAddress(click.ParamType):  # type: ignore[type-arg]
 
 
 LISTEN = ListenAddress()
+
+
+class DsnParam(click.ParamType):  # type: ignore[type-arg]
+    """A DSN given on the command line, refused as the config refuses it (an
+    unencoded '@' in the password, a bad port...), in words that never quote
+    it: a command must not connect to the password's tail taken for a host.
+
+    >>> DSN.convert("postgresql://app:pw@db/app", None, None)
+    'postgresql://app:pw@db/app'
+    """
+
+    name = "dsn"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        problem = check_dsn(str(value))
+        if problem is not None:
+            self.fail(f"the DSN {problem}", param, ctx)
+        return str(value)
+
+
+DSN = DsnParam()
 
 
 class ShardParam(click.ParamType):  # type: ignore[type-arg]

@@ -6,7 +6,9 @@ long, its last query), with its keys counted and the first few listed, and
 under it every key others wait for, with its waiters and the blocking chain
 behind them; then the problems lockwatch's detectors see, judged with the
 config's lock names and budgets. It exits 1 when there is a problem, 0 when
-there is none, for cron and scripts.
+there is none, for cron and scripts, and 3 when it saw none but cannot see
+everything: a role without pg_monitor sees nothing of other roles' sessions,
+so "no problems" would be a guess.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from lockwatch.text import format_duration, one_line
 
 EXIT_PROBLEM = 1  # a problem seen, or the server could not be read
 EXIT_BAD_CONFIG = 2
+EXIT_BLIND = 3  # no problem seen, but other roles' sessions are hidden (as doctor's)
 
 
 def run_snapshot(
@@ -69,7 +72,9 @@ def run_snapshot(
         text = json.dumps(snapshot_document(view, found), indent=2)
     else:
         text = render_snapshot(view, found, limit)
-    return (EXIT_PROBLEM if found else 0), text, False
+    snapshot = None if view.status is None else view.status.snapshot
+    blind = snapshot is not None and snapshot.sessions_hidden
+    return (EXIT_PROBLEM if found else EXIT_BLIND if blind else 0), text, False
 
 
 def snapshot_target(dsn: str | None, config_file: Path | None, name: str | None) -> Target:
@@ -325,11 +330,16 @@ def render_snapshot(
         lines += ["", "waiting on keys nobody is seen to hold:"]
         for (database, key), waiters in orphan_queues[:limit]:
             lines += _waiters(view, snapshot, database, key, waiters)
-    lines += ["", _problems(problems, limit)]
+    lines += ["", _problems(problems, limit, snapshot.sessions_hidden)]
     return "\n".join(lines)
 
 
-def _problems(problems: Sequence[Finding], limit: int) -> str:
+def _problems(problems: Sequence[Finding], limit: int, blind: bool = False) -> str:
+    if not problems and blind:
+        return (
+            "no problems seen, but lockwatch cannot see: other roles' sessions are hidden "
+            "from this role, so their locks cannot be judged (GRANT pg_monitor)"
+        )
     if not problems:
         return "no problems seen"
     lines = [f"{len(problems)} problem(s):"]

@@ -48,7 +48,7 @@ def _lowest_budgets(
     auto_hold = isinstance(settings.max_hold, Learned)
     auto_orphan = isinstance(settings.orphan_after, Learned)
     if history and (auto_hold or auto_orphan):
-        learned = (settings.learning.budget(h, now) for h in history.values())
+        learned = (settings.learned_budget(h, now) for h in history.values())
         lowest = min((b for b in learned if b is not None), default=None)
         if lowest is not None:
             max_hold = min(max_hold, lowest) if auto_hold else max_hold
@@ -230,7 +230,7 @@ class _Builder:
         if len(waiters) > 1:
             waiters.sort(key=lambda w: (-w.waited, w.lock.pid))
         past = None if self.history is None else self.history.get((database, key))
-        learned = None if past is None else self.settings.learning.budget(past, now)
+        learned = None if past is None else self.settings.learned_budget(past, now)
         known = self.settings.held_on_purpose(database, key, self.on_purpose)
         purpose = None if known is None else known.purpose
         return KeyGroup(

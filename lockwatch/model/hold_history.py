@@ -67,6 +67,11 @@ class KeyHistory:
     waits: DurationStats | None
     since: datetime  # when the first of them was recorded: the learning began
     holder_changes: tuple[datetime, ...] = ()
+    # The p99 of the holds as of the start of the learning period in force
+    # (None before the first period ended): what an auto budget is learned
+    # from, so that holds lengthened step by step within a period cannot
+    # raise the budget they are judged by.
+    baseline: float | None = None
 
     @property
     def lock(self) -> str:

@@ -79,6 +79,7 @@ ENDED = {
     Resolution.SESSION_ENDED: "its session ended",
     Resolution.TARGET_BACK: "it answered again",
     Resolution.CLEARED: "it cleared",
+    Resolution.UNWATCHED: "its target is no longer watched",
 }
 _KIND_RANK = {kind: rank for rank, kind in enumerate(FindingKind)}
 

@@ -133,6 +133,7 @@ class Resolution(enum.StrEnum):
     SESSION_ENDED = "session_ended"  # the holding session is gone
     TARGET_BACK = "target_back"  # the target answers again
     CLEARED = "cleared"  # every finding of it stopped being true
+    UNWATCHED = "unwatched"  # its target was removed from the config: nobody looks any more
 
 
 @dataclass(frozen=True, slots=True)

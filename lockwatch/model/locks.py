@@ -426,6 +426,11 @@ class LockSnapshot:
         return LockTable.of(self.locks)
 
     @property
+    def waiting(self) -> bool:
+        """Whether a session waits for an advisory lock."""
+        return not all(lock.granted for lock in self.locks)
+
+    @property
     def sessions_hidden(self) -> bool:
         """Whether other roles' sessions were hidden from lockwatch's role."""
         return self.visibility is not None and not self.visibility.sees_all_sessions

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from lockwatch.model.incident_text import Said, alert_name
+from lockwatch.model.incidents import Resolution
 from lockwatch.model.remediation import SQL_LIMIT
 from lockwatch.notify.message import Headline, Message, Notice
 from lockwatch.text import ELLIPSIS, format_duration, iso_utc, one_line, printable
@@ -98,15 +99,11 @@ def document(message: Message, living: bool = False) -> list[Line]:
             (Span(f"Channel {_value(message.channel)} works: lockwatch can reach this chat."),),
             (Span(f"Sent {iso(message.created_at)}"),),
         ]
-    resolved = message.headline is Headline.RESOLVED
-    headline = _HEADLINES[Headline.RESOLVED if resolved else Headline.UPDATED] if living else None
+    # A living message keeps one headline while it lives: updated, then how it ended.
+    living_update = living and message.headline is not Headline.RESOLVED
+    headline = _HEADLINES[Headline.UPDATED] if living_update else _headline(message, notice)
     lines: list[Line] = [
-        (
-            Span(
-                f"{headline or _HEADLINES[message.headline]}: {_value(notice.title, SUMMARY_LIMIT)}",
-                Style.BOLD,
-            ),
-        ),
+        (Span(f"{headline}: {_value(notice.title, SUMMARY_LIMIT)}", Style.BOLD),),
         (
             Span(
                 f"{notice.severity.value} · {_value(notice.target)} · "
@@ -128,6 +125,13 @@ def document(message: Message, living: bool = False) -> list[Line]:
     alert = alert_name(notice.kind)
     lines.append((Span("runbook: "), Span(alert, Style.LINK, notice.runbook)))
     return lines
+
+
+def _headline(message: Message, notice: Notice) -> str:
+    """An incident of a target removed from the config is not resolved: nobody looks."""
+    if message.headline is Headline.RESOLVED and notice.resolution == Resolution.UNWATCHED:
+        return "👁 NO LONGER WATCHED"
+    return _HEADLINES[message.headline]
 
 
 def _finding_lines(message: Message, notice: Notice) -> list[Line]:

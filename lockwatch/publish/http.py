@@ -33,6 +33,7 @@ from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.api.sd import sd_document
 from lockwatch.publish.auth import BasicAuth
 from lockwatch.publish.bodies import BodyRefusedError, read_body
+from lockwatch.publish.encoding import encoded
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import MAX_BODY as MAX_PING_BODY
 from lockwatch.publish.pings import PingReceiver
@@ -378,6 +379,8 @@ class HttpServer:
         # must not hold up the next one.
         with self.renders.turn(urgent=path == self.telemetry_path) as turn:
             answer = self._answer(request, url.path, url.query) if turn else BUSY
+        if path == self.telemetry_path and answer.status is HTTPStatus.OK:  # as exporters do
+            answer = encoded(answer, request.headers.get("Accept-Encoding", ""))
         request.reply(answer.status, answer.content_type, answer.body, dict(answer.headers))
 
     def _answer(self, request: _Handler, path: str, query: str) -> Answer:

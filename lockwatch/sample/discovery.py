@@ -4,8 +4,11 @@ Both speak one format, a list of ``{"targets": ["host:port", ...], "labels":
 {...}}`` (https://prometheus.io/docs/prometheus/latest/http_sd/; a file may
 also be YAML). A file is read again only when its mtime, size or inode
 changes; an endpoint is asked each refresh, under a total deadline
-(:mod:`lockwatch.util.deadline`). Every failure is a :class:`SampleError`
-that names the source, never its URL (it may carry credentials).
+(:mod:`lockwatch.util.deadline`), its answer read in chunks and given up
+past ``_MAX_BODY`` (an endless answer costs a chunk of memory, not the host's).
+Every failure, a malformed answer too (JSON nested too deep for the parser,
+YAML that is not a document), is a :class:`SampleError` that names the
+source, never its URL (it may carry credentials).
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ import yaml
 from lockwatch.model.discovery import TargetGroup
 from lockwatch.sample.base import SampleError
 from lockwatch.settings.sources import TargetSource
+from lockwatch.text import one_line
 from lockwatch.util.deadline import deadline_session, within
 
 _MAX_BODY = 16 * 1024 * 1024  # an http_sd answer past this is refused
+_CHUNK = 64 * 1024  # bytes read from an http_sd answer at a time
 _YAML_SUFFIXES = (".yml", ".yaml")
+# What parsing hostile text raises: nesting deeper than the parser's recursion
+# limit is a RecursionError, not a ValueError.
+_MALFORMED = (ValueError, RecursionError, yaml.YAMLError)
 
 
 def parse_groups(document: object, what: str) -> tuple[TargetGroup, ...]:
@@ -73,10 +81,11 @@ class FileSd:
                 document = yaml.safe_load(text)
             else:
                 document = json.loads(text)
-        except (ValueError, yaml.YAMLError) as exc:
+        except _MALFORMED as exc:
             # a file caught half-written is read again at the next look
             self._seen = None
-            raise SampleError(f"{self.what}: {self.path} is not valid: {exc}") from None
+            reason = "nested too deep" if isinstance(exc, RecursionError) else one_line(exc)
+            raise SampleError(f"{self.what}: {self.path} is not valid: {reason}") from None
         self._groups = parse_groups(document, self.what)
         self._seen = signature
         return self._groups
@@ -103,8 +112,11 @@ class HttpSd:
         }
         with within(self.timeout) as deadline:
             try:
-                response = self._session.get(self.url, headers=headers, timeout=self.timeout)
-                body = response.content
+                response = self._session.get(
+                    self.url, headers=headers, timeout=self.timeout, stream=True
+                )
+                with response:
+                    body = self._bounded_body(response)
             except requests.RequestException as exc:
                 if not deadline.expired:
                     raise SampleError(
@@ -114,13 +126,30 @@ class HttpSd:
             raise SampleError(f"{self.what}: no whole answer within {self.timeout:g}s")
         if response.status_code != 200:
             raise SampleError(f"{self.what}: HTTP {response.status_code}")
-        if len(body) > _MAX_BODY:
+        if body is None:
             raise SampleError(f"{self.what}: answer larger than {_MAX_BODY} bytes")
         try:
             document = json.loads(body)
+        except RecursionError:
+            raise SampleError(f"{self.what}: the answer is JSON nested too deep") from None
         except ValueError:
             raise SampleError(f"{self.what}: the answer is not JSON") from None
         return parse_groups(document, self.what)
+
+    @staticmethod
+    def _bounded_body(response: requests.Response) -> bytes | None:
+        """The answer's body, or None once it passes ``_MAX_BODY`` (read no further)."""
+        if response.status_code != 200:
+            return b""
+        length = response.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > _MAX_BODY:
+            return None
+        body = bytearray()
+        for chunk in response.iter_content(_CHUNK):
+            body += chunk
+            if len(body) > _MAX_BODY:
+                return None
+        return bytes(body)
 
     def close(self) -> None:
         self._session.close()

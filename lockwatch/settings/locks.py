@@ -38,6 +38,10 @@ from lockwatch.settings.fields import (
 MAX_TOP_N = 1000
 # The holder changes remembered per leader lock: the most leader_churn may count.
 MAX_HOLDER_CHANGES = 64
+# A learned budget goes no higher than this many times the static max_hold,
+# unless learning.ceiling says otherwise: holds lengthened step by step taught
+# a budget of 9.5 s to become 315 s in 15 holds, and would have gone on.
+CEILING_FACTOR = 10.0
 DEFAULT_MAX_HOLD = 300.0
 DEFAULT_ORPHAN_AFTER = 600.0
 
@@ -159,23 +163,27 @@ class NamedLock(Section):
 @dataclass(frozen=True, slots=True)
 class Learning(Section):
     """How ``auto`` budgets are learned: after ``period`` and ``min_holds``
-    completed holds of a key, its budget is max(factor x its p99, floor);
-    until then the static default applies."""
+    completed holds of a key, its budget is max(factor x its p99 as of the
+    start of the period in force, floor), at most ``ceiling``; until then the
+    static default applies."""
 
     period: PositiveSeconds = 86400.0  # seconds since the key's first recorded hold
     min_holds: Annotated[Whole, at_least(1)] = 50
     factor: Annotated[Number, at_least(1)] = 10.0
     floor: PositiveSeconds = 30.0  # seconds no learned budget goes below
+    # seconds no learned budget goes above; None: CEILING_FACTOR x the static max_hold
+    ceiling: PositiveSeconds | None = None
 
     def budget(self, history: KeyHistory | None, now: datetime) -> float | None:
-        """max(factor x p99, floor) of the key's holds, once it has enough of
-        them over a long enough time; None while it is still learning.
+        """max(factor x p99, floor) of the key's holds as of the start of the
+        learning period in force (``baseline``), once it has enough of them
+        over a long enough time; None while it is still learning.
 
         >>> from datetime import timedelta
         >>> from lockwatch.model.hold_history import DurationStats
         >>> holds = DurationStats(60, 0.04, 0.3, 0.8, 2.0, 0.05, 3.0, ())
         >>> start = datetime(2026, 1, 1)
-        >>> history = KeyHistory("app", LockKey.bigint(42), holds, None, start)
+        >>> history = KeyHistory("app", LockKey.bigint(42), holds, None, start, baseline=0.8)
         >>> Learning().budget(history, start + timedelta(days=2))
         30.0
         >>> Learning(floor=1.0).budget(history, start + timedelta(days=2))
@@ -185,9 +193,9 @@ class Learning(Section):
         """
         if history is None or history.holds is None or history.holds.count < self.min_holds:
             return None
-        if (now - history.since).total_seconds() < self.period:
+        if history.baseline is None or (now - history.since).total_seconds() < self.period:
             return None
-        return max(self.factor * history.holds.p99, self.floor)
+        return max(self.factor * history.baseline, self.floor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +224,19 @@ class LockSettings(Section):
     @property
     def static_max_hold(self) -> float:
         return fixed(self.max_hold, DEFAULT_MAX_HOLD)
+
+    @property
+    def learned_ceiling(self) -> float:
+        """Seconds no learned budget goes above: ``learning.ceiling``, else
+        CEILING_FACTOR x the static max_hold (300 s: 50 minutes)."""
+        if self.learning.ceiling is not None:
+            return self.learning.ceiling
+        return CEILING_FACTOR * self.static_max_hold
+
+    def learned_budget(self, history: KeyHistory | None, now: datetime) -> float | None:
+        """The key's learned budget (``learning``), under ``learned_ceiling``."""
+        learned = self.learning.budget(history, now)
+        return None if learned is None else min(learned, self.learned_ceiling)
 
     @property
     def static_orphan_after(self) -> float:

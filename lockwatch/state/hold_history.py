@@ -12,10 +12,17 @@ The quantiles come from a log-bucketed sketch (as DDSketch, Masson et al.,
 VLDB 2019): written here rather than taken from the ``ddsketch`` package
 because lockwatch keeps it in its JSON state file, which that package only
 serialises through protobuf, and it is forty lines.
+
+An ``auto`` budget is learned from a key's p99 as of the start of the
+learning period in force (``KeyRecord.settle``), not the latest: holds
+lengthened step by step, each just under the budget, would otherwise raise
+it at every hold. A budget that rose more than ``RISE_REPORTED`` times over
+one period is said in the log.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -33,6 +40,9 @@ from lockwatch.model.hold_history import (
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.locks import MAX_HOLDER_CHANGES, LockRole, LockSettings
 from lockwatch.state.holds import Ended, ObservationKey, _aware
+from lockwatch.text import format_short_duration, one_line
+
+log = logging.getLogger(__name__)
 
 # ln of the sketch's bucket growth: bucket i holds (gamma^(i-1), gamma^i].
 _GAMMA = (1 + QUANTILE_ERROR) / (1 - QUANTILE_ERROR)
@@ -43,6 +53,9 @@ MIN_DURATION = 1e-4
 # span a few decades; past it the lowest buckets merge, which coarsens only
 # the lowest quantiles.
 MAX_BUCKETS = 200
+# A key's p99 that grew more than this many times over one learning period is
+# said in the log: its learned budget rose as much.
+RISE_REPORTED = 2.0
 
 
 class QuantileSketch:
@@ -182,11 +195,31 @@ class KeyRecord:
     waits: Durations = field(default_factory=Durations)
     holder: Holder | None = None  # a leader lock's latest holder
     changes: deque[datetime] = field(default_factory=lambda: deque(maxlen=MAX_HOLDER_CHANGES))
+    baseline: float | None = None  # the holds' p99 at the start of the period in force
+    baseline_at: datetime | None = None  # when that period began
 
     def history(self, database: str, key: LockKey | None) -> KeyHistory:
         return KeyHistory(
-            database, key, self.holds.stats(), self.waits.stats(), self.since, tuple(self.changes)
+            database,
+            key,
+            self.holds.stats(),
+            self.waits.stats(),
+            self.since,
+            tuple(self.changes),
+            self.baseline,
         )
+
+    def settle(self, period: float, now: datetime) -> float | None:
+        """Begin a new learning period once the one in force (from the first
+        hold, at first) has lasted ``period``: the budget is learned from the
+        p99 as of now until the next. The previous baseline when the new one
+        is more than RISE_REPORTED times it, else None."""
+        began = self.baseline_at or self.since
+        if (now - began).total_seconds() < period or self.holds.sketch.count == 0:
+            return None
+        previous, self.baseline = self.baseline, self.holds.sketch.quantile(0.99)
+        self.baseline_at = now
+        return previous if previous and self.baseline > RISE_REPORTED * previous else None
 
 
 class HoldHistory:
@@ -234,6 +267,8 @@ class HoldHistory:
                 seconds = max((last_seen - first_seen).total_seconds(), 0.0)
                 (record.holds if observed[7] else record.waits).add(seconds)
                 record.last_at = now
+                if observed[7]:
+                    self._settle(where, record, settings, now)
         leaders = [n for n in settings.named if n.role is LockRole.LEADER and not n.ignore]
         for observed in began if leaders else ():
             key = LockKey(observed[3], observed[4], observed[5])
@@ -241,6 +276,26 @@ class HoldHistory:
                 self._holder_seen((observed[2], key), (observed[0], observed[1]), settings, now)
         if self._changed:
             self._publish()
+
+    def _settle(
+        self, where: HistoryKey, record: KeyRecord, settings: LockSettings, now: datetime
+    ) -> None:
+        learning = settings.learning
+        previous = record.settle(learning.period, now)
+        if previous is None or record.baseline is None:
+            return
+        lock = "(other keys)" if record is self._others else where[1].render()
+        log.warning(
+            "the holds of lock %s in database %s lengthened fast: p99 %s, %s a learning period "
+            "ago; an auto budget learned from them rises from %s to %s (at most %s). If they "
+            "are not meant to take longer, something is teaching lockwatch to wait",
+            lock,
+            one_line(where[0]),
+            *(format_short_duration(record.baseline), format_short_duration(previous)),
+            format_short_duration(max(learning.factor * previous, learning.floor)),
+            format_short_duration(max(learning.factor * record.baseline, learning.floor)),
+            format_short_duration(settings.learned_ceiling),
+        )
 
     def _holder_seen(
         self, where: HistoryKey, holder: Holder, settings: LockSettings, now: datetime
@@ -355,6 +410,9 @@ class HoldHistory:
                     if entry.get("holder")
                     else None,
                     deque((_aware(m) for m in entry["changes"]), maxlen=MAX_HOLDER_CHANGES),
+                    # an older lockwatch's state has none: learned again from the next period
+                    None if entry.get("baseline") is None else float(entry["baseline"]),
+                    None if entry.get("baseline_at") is None else _aware(entry["baseline_at"]),
                 )
                 key = None if entry["key"] is None else LockKey.parse(str(entry["key"]))
                 database = str(entry["database"])
@@ -382,4 +440,6 @@ def _entry(where: HistoryKey | None, plain: bool, record: KeyRecord) -> dict[str
         "waits": record.waits.dump(),
         "holder": list(record.holder) if record.holder else None,
         "changes": [moment.isoformat() for moment in record.changes],
+        "baseline": record.baseline,
+        "baseline_at": None if record.baseline_at is None else record.baseline_at.isoformat(),
     }

@@ -95,7 +95,7 @@ class HoldTracker:
         (its statement_timestamp(), on lockwatch's clock); sessions are read
         after it. With ``monotonic``, hold times follow the monotonic clock
         through a jump of the wall clock (``now``)."""
-        self._realign(now, monotonic)
+        self._realign(now, monotonic, backends)
         last_seen = self._observed_at
         bridged = last_seen is not None and now - last_seen <= timedelta(
             seconds=self.continuity_gap
@@ -214,10 +214,18 @@ class HoldTracker:
             or backend.xact_start != xact
         )
 
-    def _realign(self, now: datetime, monotonic: float | None) -> None:
+    def _realign(
+        self, now: datetime, monotonic: float | None, backends: Mapping[int, Backend]
+    ) -> None:
         """Move what is remembered by how far the wall clock jumped since the
         last poll, beyond what the monotonic clock says passed: a hold is as
-        long as it really was, whatever the wall clock did meanwhile."""
+        long as it really was, whatever the wall clock did meanwhile.
+
+        The server's times come moved onto the wall clock by an offset
+        measured again after the jump, which differs from ``jump`` by a few
+        milliseconds: a remembered transaction start is taken from its
+        session as seen now when it is the same one within JUMP_SLACK, or an
+        active holder's transaction would look new and its hold restart."""
         if monotonic is None:
             return
         last, self._monotonic_at = self._monotonic_at, monotonic
@@ -226,8 +234,18 @@ class HoldTracker:
         jump = (now - self._observed_at) - timedelta(seconds=monotonic - last)
         if abs(jump) <= JUMP_SLACK:
             return
+
+        def moved(pid: int, xact: datetime | None) -> datetime | None:
+            if xact is None:
+                return None
+            seen = backends.get(pid)
+            current = None if seen is None else seen.xact_start
+            if current is not None and abs(current - (xact + jump)) <= JUMP_SLACK:
+                return current
+            return xact + jump
+
         self._holds = {
-            key: (first_seen + jump, None if xact is None else xact + jump, session)
+            key: (first_seen + jump, moved(key[0], xact), session)
             for key, (first_seen, xact, session) in self._holds.items()
         }
         self._observed_at += jump

@@ -4,13 +4,17 @@ default, or a table in the PostgreSQL store pings use (shared by instances).
 Kept for ``incidents.retention`` (14 days by default) and at most
 ``incidents.max_kept`` of them, each with its timeline, impact and the findings
 at its worst moment (bounded by the book). A failing store costs monitoring
-nothing: the error is logged once and counted, the incident stays in memory.
+nothing: the error is logged once and counted, the incident stays in memory
+(and is lost at the next restart, which the log says). ``check`` tells at
+start (and ``check-config``) whether the store can be written at all: a role
+without the rights on its table kept everything in memory, silently.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 from datetime import datetime, timedelta
@@ -30,6 +34,10 @@ log = logging.getLogger(__name__)
 HISTORY_NAME = "history"  # <state_dir>/incidents-history.json
 MAX_BYTES = 32 * 1024 * 1024  # the history file at most: the oldest go first past it
 TABLE = "lockwatch_incidents"
+MEMORY_ONLY = (
+    "resolved incidents are kept in memory only meanwhile, and every one of them "
+    "not written by then is lost at the next restart"
+)
 
 
 def _newest_first(incident: Incident) -> tuple[float, str]:
@@ -47,8 +55,16 @@ class IncidentHistory(ABC):
         self.max_kept = max_kept
         self.clock = clock
         self.errors_total = 0
+        self.up = True  # the last write or read of the store succeeded
         self._last_error: str | None = None
         self._lock = threading.Lock()
+
+    kind = "file"  # lockwatch_history_store_up's store label
+
+    @abstractmethod
+    def check(self) -> str | None:
+        """What keeps the store from keeping resolved incidents, in words
+        (None: nothing); a problem also marks it down."""
 
     @abstractmethod
     def add(self, incident: Incident) -> None:
@@ -69,9 +85,15 @@ class IncidentHistory(ABC):
 
     def _failed(self, message: str) -> None:
         self.errors_total += 1
+        self.up = False
         if message != self._last_error:
-            log.error("%s; resolved incidents are kept in memory only meanwhile", message)
+            log.error("%s; %s", message, MEMORY_ONLY)
         self._last_error = message
+
+    def _succeeded(self) -> None:
+        if not self.up:
+            log.info("the incident history store works again")
+        self.up, self._last_error = True, None
 
 
 class FileHistory(IncidentHistory):
@@ -127,6 +149,13 @@ class FileHistory(IncidentHistory):
         self._kept = {incident.id: incident for incident, _ in kept}
         self._encoded = {incident.id: encoded for incident, encoded in kept}
 
+    def check(self) -> str | None:
+        directory = self._store.directory
+        if directory is None or os.access(directory, os.W_OK | os.X_OK):
+            return None
+        self.up = False
+        return f"the state dir {directory} cannot be written (incident history)"
+
     def add(self, incident: Incident) -> None:
         with self._lock:
             self._kept[incident.id] = incident
@@ -137,6 +166,9 @@ class FileHistory(IncidentHistory):
             entries: list[JsonValue] = [document for document, _ in self._encoded.values()]
             if not self._store.save(HISTORY_NAME, {"incidents": entries}):
                 self.errors_total += 1
+                self.up = False
+            else:
+                self.up = True
 
     def close(self) -> None:
         """A file is written whole on each change: nothing stays open."""
@@ -150,20 +182,37 @@ class FileHistory(IncidentHistory):
         )
 
 
-_SCHEMA = """CREATE TABLE IF NOT EXISTS {table} (
+# Made only when missing: CREATE TABLE IF NOT EXISTS asks for CREATE on the
+# schema even when the table is there, which a role given only the table's
+# rights lacks.
+_SCHEMA = """DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN CREATE TABLE {table} (
     id text PRIMARY KEY,
     target text NOT NULL,
     resolved_at timestamptz NOT NULL,
     document jsonb NOT NULL
-)"""
+); END IF; END $$"""
+# Replicas of a shard watch the same roots and each tells its own incident of
+# one (its id holds the millisecond that replica saw it open): the first one
+# written stands for it, and a later one of the same root whose time overlaps
+# is not written (a replica that restarts after the end would resolve its copy
+# at its restart). The same id again is a later note of the same incident.
 _UPSERT = """INSERT INTO {table} (id, target, resolved_at, document)
-VALUES (%(id)s, %(target)s, %(resolved_at)s, %(document)s)
+SELECT %(id)s, %(target)s, %(resolved_at)s, %(document)s
+WHERE NOT EXISTS (
+    SELECT 1 FROM {table} AS kept
+    WHERE kept.id <> %(id)s AND kept.target = %(target)s
+      AND kept.document->>'fingerprint' = %(fingerprint)s
+      AND (kept.document->>'opened_at')::timestamptz <= %(resolved_at)s
+      AND kept.resolved_at >= %(opened_at)s)
 ON CONFLICT (id) DO UPDATE SET resolved_at = EXCLUDED.resolved_at, document = EXCLUDED.document"""
 _PRUNE = """DELETE FROM {table} WHERE resolved_at < %(cut_off)s OR id NOT IN (
     SELECT id FROM {table} ORDER BY resolved_at DESC, id LIMIT %(max_kept)s)"""
 _SELECT = """SELECT document FROM {table} WHERE resolved_at >= %(since)s
 ORDER BY resolved_at DESC, id LIMIT %(max_kept)s"""
 _ONE = """SELECT document FROM {table} WHERE id = %(id)s AND resolved_at >= %(since)s"""
+# The rights the history needs on its table that the role lacks.
+_MISSING_RIGHTS = """SELECT right_needed FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE'])
+AS right_needed WHERE NOT has_table_privilege(%(table)s, right_needed)"""
 
 
 class PostgresHistory(IncidentHistory):
@@ -178,8 +227,24 @@ class PostgresHistory(IncidentHistory):
         clock: Clock = utc_now,
     ) -> None:
         super().__init__(retention, max_kept, clock)
+        self._table = table
         self._store = StoreConnection(dsn, "incident history", {"table": table}, (_SCHEMA,))
         self._memory: dict[str, Incident] = {}  # what could not be written yet
+
+    kind = "postgres"
+
+    def check(self) -> str | None:
+        with self._lock:
+            try:
+                rows = self._store.run(_MISSING_RIGHTS, {"table": self._table})
+            except StoreError as exc:
+                self.up = False
+                return str(exc)
+        if rows:
+            self.up = False
+            missing = ", ".join(str(row[0]) for row in rows)
+            return f"incident history: the store's role lacks {missing} on table {self._table}"
+        return None
 
     def add(self, incident: Incident) -> None:
         with self._lock:
@@ -191,12 +256,15 @@ class PostgresHistory(IncidentHistory):
                         {
                             "id": pending.id,
                             "target": pending.target,
+                            "fingerprint": pending.fingerprint,
+                            "opened_at": pending.opened_at,
                             "resolved_at": pending.resolved_at or pending.updated_at,
                             "document": json.dumps(incident_json(pending)),
                         },
                     )
                     del self._memory[pending.id]
                 self._store.run(_PRUNE, {"cut_off": self._cut_off(), "max_kept": self.max_kept})
+                self._succeeded()
             except StoreError as exc:
                 self._failed(str(exc))
 

@@ -128,6 +128,7 @@ class _Poll:
     monotonic: float
     # Which sessions at the root of an ending incident still exist; None: unknown.
     alive: frozenset[LiveSession] | None = None
+    unwatched: bool = False  # the target was removed: its incidents end unseen
 
 
 def _rank(findings: Sequence[Finding], waiters: int) -> tuple[int, int, int]:
@@ -194,13 +195,16 @@ class IncidentBook:
         now: datetime,
         monotonic: float,
         alive: frozenset[LiveSession] | None = None,
+        *,
+        unwatched: bool = False,
     ) -> IncidentChanges:
         """Fold one poll's root causes (``detect.incidents.tell_incidents`` of
         its active findings) into incidents: which opened, got worse, resolved.
         ``monotonic`` is lockwatch's own clock, for the waiter-seconds;
         ``alive``: which sessions at the roots of open incidents still exist,
-        read before this judgement (None: unknown): how those that end ended."""
-        poll = _Poll(now, monotonic, alive)
+        read before this judgement (None: unknown): how those that end ended;
+        ``unwatched``: the target was removed, so what ends was not seen to end."""
+        poll = _Poll(now, monotonic, alive, unwatched)
         opened: list[_Record] = []
         worsened: list[_Record] = []
         resolved: list[Incident] = []
@@ -375,7 +379,9 @@ class IncidentBook:
 
     def _resolve(self, record: _Record, poll: _Poll) -> Incident:
         root = record.incident.root
-        if root.kind is RootKind.TARGET:
+        if poll.unwatched:
+            how, detail = Resolution.UNWATCHED, "no longer watched: the target was removed"
+        elif root.kind is RootKind.TARGET:
             how, detail = Resolution.TARGET_BACK, "the target answers again"
         elif root.kind is RootKind.PREPARED:
             how, detail = (

@@ -10,22 +10,35 @@ one poll every ``SLOWEST`` intervals), and after ``CALM`` polls in a row with
 none it doubles again. Each change is said in the log and the pace in force
 is a metric; the slots of the interval a slowed pace leaves out are counted
 as skipped, as are those a poll that overran its interval missed.
+
+A target that cannot be reached (its connection fails) is looked at less
+and less often: twice the interval after the first failure, doubling up to
+``BACKOFF_CAP``, each wait shortened by up to a quarter at random so that a
+fleet that went away together does not come back in step. Its first
+answer brings the pace back at once.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 WINDOW = 5  # polls looked back at
 CONTENDED = 2  # of them with sessions waiting on the lock manager: slow down
 CALM = 5  # polls in a row with none: speed up again
 SLOWEST = 4  # times the interval, at most
+# Seconds between looks at an unreachable target, at most (or its interval, if
+# longer): the daemon's stall limit (/healthz, systemd's watchdog) allows for it.
+BACKOFF_CAP = 30.0
+JITTER = 0.25  # of each backoff wait, taken off at random
 
 # Why slots of a target's interval went unpolled (lockwatch_poll_slots_skipped_total).
 OVERRAN = "overran"  # a poll took longer than the interval
 CONTENDED_REASON = "contended"  # the pace was slowed while the lock manager was contended
-REASONS = (OVERRAN, CONTENDED_REASON)
+UNREACHABLE = "unreachable"  # the target could not be reached: backing off
+REASONS = (OVERRAN, CONTENDED_REASON, UNREACHABLE)
 
 
 @dataclass
@@ -38,6 +51,10 @@ class PollPace:
     skipped: dict[str, int] = field(default_factory=dict)
     _recent: deque[int] = field(default_factory=lambda: deque(maxlen=WINDOW))
     _calm: int = 0  # polls in a row with no session waiting on the lock manager
+    failures: int = 0  # polls in a row that could not reach the target
+    backoff: float = 0.0  # seconds to the next look while failures > 0
+    overrunning: bool = False  # the last poll overran its interval
+    jitter: Callable[[], float] = random.random  # in [0, 1)
 
     def skip(self, reason: str, slots: int) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + slots
@@ -45,7 +62,35 @@ class PollPace:
     @property
     def current(self) -> float:
         """Seconds between polls now."""
-        return self.interval * self.factor
+        return self.backoff if self.failures else self.interval * self.factor
+
+    def reached(self, reached: bool) -> None:
+        """Whether the poll reached the target; one that did not lengthens the wait."""
+        if reached:
+            self.failures, self.backoff = 0, 0.0
+            return
+        self.failures += 1
+        longest = max(self.interval, BACKOFF_CAP)
+        wait = min(longest, self.interval * 2.0 ** min(self.failures, 32))
+        self.backoff = max(self.interval, wait * (1.0 - JITTER * self.jitter()))
+
+    def planned(self) -> float:
+        """Seconds to the next poll; the slots of the interval it leaves out
+        (slowed while contended, or backing off) are counted."""
+        current = self.current
+        slots = round(current / self.interval) - 1
+        if slots > 0:
+            self.skip(UNREACHABLE if self.failures else CONTENDED_REASON, slots)
+        return current
+
+    def overran(self, slots: int) -> bool:
+        """The poll just ended overran its interval by ``slots`` (0: on time);
+        True for the first of a run of overruns, the one said in the log."""
+        if slots:
+            self.skip(OVERRAN, slots)
+        first = slots > 0 and not self.overrunning
+        self.overrunning = slots > 0
+        return first
 
     def observe(self, waits: int | None) -> str | None:
         """A poll saw ``waits`` sessions waiting on the lock manager (None:

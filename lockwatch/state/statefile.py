@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ FORMAT_VERSION = 1
 LOCK_FILE = "lockwatch.lock"
 # Beside ``target-main.json``: the latest refresh, written without fsync.
 RECENT_SUFFIX = ".recent"
+KEEP_UNREADABLE = 3  # copies of an unreadable state file kept aside
 
 
 class StateDirInUseError(OSError):
@@ -167,7 +169,8 @@ class StateStore:
 
     def discard(self, target: str, reason: str) -> None:
         """Move a saved state that cannot be used aside, kept for a person to
-        look at, with one log line; the next save starts afresh."""
+        look at (the last KEEP_UNREADABLE of them), with one log line; the
+        next save starts afresh."""
         path = self._path(target)
         if path is None:
             return
@@ -190,6 +193,12 @@ class StateStore:
             reason,
             aside.name,
         )
+        # The last few are enough to look at; a file damaged at every start
+        # must not fill the state dir with copies.
+        copies = sorted(path.parent.glob(f"{glob.escape(path.name)}.unreadable-*"))
+        for old in copies[:-KEEP_UNREADABLE]:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
     def forget(self, target: str) -> None:
         """Remove what is kept for ``target`` (no longer configured)."""

@@ -77,6 +77,18 @@ CASES = (
     Case("xact-locks", "semantics", "Transaction-level locks in short transactions"),
     Case("prepared-xact", "semantics", "Locks held by a prepared (two-phase) transaction"),
     Case("clocks", "fault", "lockwatch's clock skewed or jumping against the server's"),
+    Case("fleet-withdrawn", "fault", "An unreachable fleet withdrawn, then lockwatch stopped"),
+    Case("sd-hostile", "hostile", "http_sd answers nested 100,000 deep, or endless"),
+    Case("auth-timing", "hostile", "Basic auth timed: a known user against an unknown one"),
+    Case("learned-budget", "hostile", "A learned budget taught to wait, hold by hold"),
+    Case("snapshot-blind", "hostile", "lockwatch snapshot through a role without pg_monitor"),
+    Case("metrics-gzip", "load", "/metrics to a scraper that accepts gzip"),
+    Case("unreadable-copies", "fault", "A state file damaged at every start"),
+    Case("dsn-at-commands", "hostile", "doctor and snapshot given a password with an '@'"),
+    Case("serverless-named", "hostile", "A serverless target's convoy of clients named lockwatch"),
+    Case("history-rights", "fault", "An incident history store the role cannot write"),
+    Case("history-replicas", "fault", "Two replicas sharing the incident history"),
+    Case("notify-reload", "fault", "A notify change applied by SIGHUP"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

@@ -84,14 +84,19 @@ def test_skewed_and_jumping_clocks_neither_invent_nor_hide_findings(
 
     at_first = {name: runners.kinds(name, IDLE_KEY) for name in ("ahead", "behind")}
     clock = runners.made["jumping"][1]
+    held_before = _held(runners, clock)
     clock.offset = timedelta(hours=2)
     jumped = runners.kinds("jumping", ACTIVE_KEY)
+    held_ahead = _held(runners, clock)
     clock.offset = timedelta(0)
     back = runners.kinds("jumping", ACTIVE_KEY)
+    held_back = _held(runners, clock)
     early = time.monotonic() - began
     assert early < BUDGET, "setting up took longer than the budgets: nothing is judged"
     assert at_first == {"ahead": set(), "behind": set()}, "a skew invented findings"
     assert (jumped, back) == (set(), set()), "a wall-clock jump invented a long hold"
+    # The active holder's hold time goes on through the jumps (it restarted at each).
+    assert held_before <= held_ahead <= held_back, (held_before, held_ahead, held_back)
 
     found = wait_until(
         lambda: _all_found(runners),
@@ -106,11 +111,23 @@ def test_skewed_and_jumping_clocks_neither_invent_nor_hide_findings(
         ),
         did=(
             f"no finding in the first {early * 1000:.0f} ms under any clock, none through the jump; "
+            f"the active holder's hold time {held_before:.2f} s before the jump, "
+            f"{held_ahead:.2f} s after +2 h, {held_back:.2f} s after the jump back; "
             f"then {', '.join(sorted(ALL))} under each, "
             f"{time.monotonic() - began:.1f} s in (budgets {BUDGET:.0f} s)"
         ),
         intact=f"yes: 0 findings invented, 0 hidden ({len(found)} runners agree)",
     )
+
+
+def _held(runners: Runners, clock: WallClock) -> float:
+    """Seconds the active holder has held its lock, as the jumping runner last saw."""
+    status = runners.last["jumping"].status
+    snapshot = status.snapshot if status else None
+    assert snapshot is not None
+    (lock,) = [lock for lock in snapshot.locks if lock.key.render() == str(ACTIVE_KEY)]
+    assert lock.first_seen is not None
+    return (clock() - lock.first_seen).total_seconds()
 
 
 def _queued(runners: Runners) -> bool:

@@ -263,6 +263,12 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
         polls_pass(6)  # 3 s: three reminder intervals
         after_reload = told_about(standin, "second")
         reload_log = lockwatch.log()
+        # Lock 5 is still held: nobody saw it released, so nothing says "resolved".
+        headlines = [
+            message.text.splitlines()[0]
+            for message in standin.delivered("telegram")
+            if "second" in message.text
+        ]
 
         configure(both)
         lockwatch.reload()
@@ -289,6 +295,8 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
         after_restart
     )
     assert re.search(r"resolved lock_held_too_long second/", reload_log), reload_log
+    assert any("NO LONGER WATCHED" in line for line in headlines), headlines
+    assert not any("RESOLVED" in line for line in headlines), headlines
     said = [line for line in restart_log.splitlines() if "no longer configured" in line]
     assert said, restart_log
     battery(
@@ -299,7 +307,8 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
             "lockwatch is stopped"
         ),
         did=(
-            "on the reload: its findings resolved, logged and told once; on the restart: "
+            "on the reload: its findings resolved, logged and told once, its incident told "
+            "'NO LONGER WATCHED' (lock 5 still held: not 'RESOLVED'); on the restart: "
             f"'{said[0].split(': ', 1)[1]}', told resolved once"
         ),
         intact=(

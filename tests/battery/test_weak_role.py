@@ -18,6 +18,7 @@ import requests
 from psycopg import sql
 
 from lockwatch.commands.doctor import EXIT_NO_MONITOR, EXIT_SAFE
+from lockwatch.commands.snapshot import EXIT_BLIND
 from lockwatch.model.locks import HIDDEN
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
@@ -170,7 +171,7 @@ def test_a_role_without_pg_monitor_says_so_and_judges_nothing_hidden(
     shot = _lockwatch("snapshot", "--dsn", weak)
     doctor_weak = _lockwatch("doctor", "--monitoring", "--dsn", weak)
     doctor_seeing = _lockwatch("doctor", "--monitoring", "--dsn", battery_db.monitor_dsn)
-    assert shot.returncode == 0, shot.stderr
+    assert shot.returncode == EXIT_BLIND, shot.stderr  # it cannot see: never a plain 0
     first = shot.stdout.splitlines()[0]
     assert first.startswith(f"WARNING: role {WEAK_USER} lacks pg_monitor"), shot.stdout
     assert "local socket" not in shot.stdout and HIDDEN in shot.stdout, shot.stdout
@@ -203,4 +204,28 @@ def _lockwatch(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         check=False,
+    )
+
+
+def test_a_snapshot_that_cannot_see_other_roles_says_so_and_exits_non_zero(
+    battery_db: PgDatabase, holders: dict[str, psycopg.Connection[Any]], battery: Record
+) -> None:
+    holders["tcp-a"].execute("SELECT pg_advisory_lock(601)")
+    weak = _lockwatch("snapshot", "--dsn", _weak_dsn(battery_db))
+    seeing = _lockwatch("snapshot", "--dsn", battery_db.monitor_dsn)
+    assert weak.returncode == EXIT_BLIND, weak.stdout + weak.stderr
+    assert "cannot see" in weak.stdout and "no problems seen\n" not in weak.stdout + "\n"
+    assert seeing.returncode == 0, seeing.stdout + seeing.stderr
+    assert seeing.stdout.rstrip().endswith("no problems seen")
+    battery(
+        "snapshot-blind",
+        injected=(
+            "lockwatch snapshot through a role granted only CONNECT (no pg_monitor) while "
+            "another role's session holds an advisory lock; the same through a pg_monitor role"
+        ),
+        did=(
+            f"exit {weak.returncode}: '{weak.stdout.strip().splitlines()[-1][:60]}…'; "
+            f"with pg_monitor exit {seeing.returncode}: 'no problems seen'"
+        ),
+        intact="yes: a role that cannot see never says 'no problems seen' alone, nor exits 0",
     )

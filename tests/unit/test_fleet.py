@@ -4,10 +4,16 @@ through a failed read and a changed source, names the config already has."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
-from lockwatch.fleet import LONGEST_NAP, Fleet
+import pytest
+
+from lockwatch.fleet import LONGEST_NAP, SUMMARY_EVERY, Fleet, UnreachableSummary
+from lockwatch.model.locks import LockSnapshot
+from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.settings.sharding import ALL, Shard
 from lockwatch.settings.sources import AuthModule, TargetSource
 from lockwatch.settings.targets import Settings, Target
@@ -104,3 +110,26 @@ def test_the_reading_thread_naps_between_looks_even_with_no_source(tmp_path: Pat
     fleet = Fleet(settings_for(path), ALL, monotonic=lambda: clock[0])
     fleet.refresh()
     assert 0.0 < fleet.nap() <= LONGEST_NAP
+
+
+def test_unreachable_targets_are_summed_up_once_per_change_at_most_a_minute_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def view(name: str, up: bool) -> TargetView:
+        snapshot = LockSnapshot(name, now, 180000, ()) if up else None
+        status = TargetStatus(name, now, snapshot, None if up else "connection refused")
+        return TargetView(Target(name, "postgresql://m@127.0.0.1/db"), status=status)
+
+    fleet = tuple(view(f"db{n}", up=n == 0) for n in range(8))
+    summary = UnreachableSummary()
+    caplog.set_level(logging.INFO, logger="lockwatch.fleet")
+    summary.observe(fleet, 0.0)
+    summary.observe(fleet, SUMMARY_EVERY + 1)  # nothing changed: nothing said
+    summary.observe((fleet[0],), SUMMARY_EVERY + 2)  # changed, but within a minute
+    summary.observe((fleet[0],), 2 * SUMMARY_EVERY + 2)
+    said = [record.getMessage() for record in caplog.records]
+    assert said[0].startswith("7 of 8 target(s) cannot be sampled")
+    assert said[0].endswith("db1, db2, db3, db4, db5 and 2 more")
+    assert said[1:] == ["every target answers again"]

@@ -198,7 +198,7 @@ def history_entry(
         "since": iso_utc(history.since),
         "holds": _durations_entry(history.holds),
         "waits": _durations_entry(history.waits),
-        "learned_budget_seconds": _seconds(settings.learning.budget(history, now)),
+        "learned_budget_seconds": _seconds(settings.learned_budget(history, now)),
         "holder_changes": [iso_utc(moment) for moment in history.holder_changes],
     }
 

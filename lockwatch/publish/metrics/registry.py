@@ -193,14 +193,16 @@ def _pace_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
         "lockwatch_poll_interval_seconds",
         "Seconds between the target's polls now: its interval, or up to four times it "
         "while its server's sessions wait on the lock manager (LWLock:LockManager), which "
-        "every poll's read of pg_locks makes them wait on longer.",
+        "every poll's read of pg_locks makes them wait on longer, or backing off (up to "
+        "30 s, with jitter) while the target cannot be reached.",
         ["target"],
     )
     skipped = scrape.counter(
         "lockwatch_poll_slots_skipped",
         "Slots of the target's interval not polled: reason=contended while the pace was "
         "slowed for a contended lock manager, reason=overran after a poll that took "
-        "longer than the interval.",
+        "longer than the interval, reason=unreachable while backing off from a target "
+        "that cannot be reached.",
         ["target", "reason"],
     )
     for view in views:

@@ -14,12 +14,13 @@ from lockwatch.model.incident_text import (
     lead_kind,
     more_findings,
 )
-from lockwatch.model.incidents import Incident
+from lockwatch.model.incidents import Incident, RootKind
 from lockwatch.publish.status.cells import escape, evidence_html, moment, seconds_text
 from lockwatch.text import iso_utc
 
 EVIDENCE_SHOWN = 2  # findings per card whose evidence is shown; the API has all of it
 TIMELINE_SHOWN = 30  # events per card, the latest; the API has the whole timeline
+TARGET_CARDS = 20  # cards of targets that cannot be sampled; the rest named in one line
 
 
 def _said(incident: Incident) -> tuple[str, str]:
@@ -100,7 +101,17 @@ def open_section(now: datetime, incidents: Sequence[Incident]) -> str:
             '<section id="incidents"><h2>Open incidents</h2>'
             '<p class="ok">Nothing is wrong right now.</p></section>'
         )
-    cards = "".join(_card(now, incident) for incident in incidents)
+    # A fleet that went away together: the first few of its targets' cards,
+    # then one line naming the rest (/api/v1/incidents has every one whole).
+    targets = [i for i in incidents if i.root.kind is RootKind.TARGET]
+    folded = {i.id for i in targets[TARGET_CARDS:]} if len(targets) > TARGET_CARDS + 1 else set()
+    cards = "".join(_card(now, incident) for incident in incidents if incident.id not in folded)
+    if folded:
+        names = ", ".join(sorted(i.target for i in targets[TARGET_CARDS:]))
+        cards += (
+            f'<p class="more">and {len(folded)} more incidents of targets that cannot be '
+            f"sampled: <small>{escape(names)}</small></p>"
+        )
     return f'<section id="incidents"><h2>Open incidents ({len(incidents)})</h2>{cards}</section>'
 
 

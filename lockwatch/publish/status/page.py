@@ -44,6 +44,7 @@ POOLED_NOTE = (
     "it does meanwhile)"
 )
 RESOLVED_SHOWN = 10  # recently resolved incidents, newest first; /api/v1/incidents has more
+DOWN_ROWS = 20  # down targets shown row by row; the rest are named in one row
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,12 @@ def _locks_section(page: Page) -> str:
 
 def _targets_section(page: Page) -> str:
     rows = []
+    down = [v for v in page.views if v.status is not None and not v.up]
+    # A fleet that went away is one row past the first few, not thousands.
+    folded = {v.target.name for v in down[DOWN_ROWS:]} if len(down) > DOWN_ROWS + 1 else set()
     for view in page.views:
+        if view.target.name in folded:
+            continue
         status = view.status
         snapshot = None if status is None else status.snapshot
         state = "waiting for the first poll" if status is None else ("up" if view.up else "down")
@@ -151,6 +157,12 @@ def _targets_section(page: Page) -> str:
             f"<td>{counts_cell(view)}</td>"
             f"<td>{view.polls_total}</td><td>{view.poll_errors_total}</td>"
             f"<td>{view.state_write_errors_total}</td><td>{chart}</td></tr>"
+        )
+    if folded:
+        names = ", ".join(sorted(folded))
+        rows.append(
+            f'<tr class="down"><td colspan="9">and {len(folded)} more targets down, '
+            f"each looked at less often while it fails: <small>{escape(names)}</small></td></tr>"
         )
     head = (
         "<tr><th>target</th><th>state</th><th>last successful poll</th><th>poll took</th>"

@@ -31,7 +31,7 @@ def past(
     usual = p99 / 20 if p50 is None else p50
     stats = DurationStats(count, usual, p99 / 2, p99, p99 * 1.5, usual, usual * count, ())
     since = NOW - timedelta(seconds=learned_for)
-    return {(DB, KEY): KeyHistory(DB, KEY, stats, None, since)}
+    return {(DB, KEY): KeyHistory(DB, KEY, stats, None, since, baseline=p99)}
 
 
 def long_holds(

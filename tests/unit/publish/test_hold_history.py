@@ -30,7 +30,9 @@ def stats(count: int, p99: float) -> DurationStats:
 
 def view() -> TargetView:
     histories = (
-        KeyHistory(DB, LockKey.bigint(42), stats(10, 0.8), None, NOW - timedelta(hours=1)),
+        KeyHistory(
+            DB, LockKey.bigint(42), stats(10, 0.8), None, NOW - timedelta(hours=1), baseline=0.8
+        ),
         KeyHistory(DB, LockKey.bigint(7), stats(2, 3.0), stats(1, 0.5), NOW),
         KeyHistory("", None, stats(5, 0.01), None, NOW),
     )

@@ -5,15 +5,18 @@ survives a restart."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, QUANTILE_ERROR
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+from lockwatch.settings.fields import Learned
 from lockwatch.settings.locks import Learning, LockRole, LockSettings, NamedLock
 from lockwatch.state.hold_history import MAX_BUCKETS, HoldHistory, QuantileSketch
 from lockwatch.state.holds import HoldTracker
@@ -214,3 +217,48 @@ def test_a_reload_makes_a_lock_no_longer_named_plain_and_an_ignored_one_forgotte
     poll(tracker, history, reloaded, 10, (), worker)
     # 6 keeps the one plain place; 5, named no more, finds none; 77 is ignored now.
     assert [h.lock for h in history.published()] == ["6"]
+
+
+# -- what an auto budget learns from ---------------------------------------------
+
+
+def hold_for(
+    tracker: HoldTracker, history: HoldHistory, settings: LockSettings, at: float, seconds: float
+) -> float:
+    """One hold of key 42 from ``at`` for ``seconds``; when it ended."""
+    worker = {1234: backend(1234, state="active")}
+    poll(tracker, history, settings, at, (lock(1234),), worker)
+    poll(tracker, history, settings, at + seconds, (lock(1234),), worker)
+    poll(tracker, history, settings, at + seconds + 0.1, (), worker)
+    return at + seconds + 0.1
+
+
+def test_holds_lengthened_within_a_period_do_not_raise_the_budget_and_a_fast_rise_is_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    learning = Learning(period=100.0, min_holds=3, factor=2.0, floor=0.1, ceiling=20.0)
+    settings = LockSettings(max_hold=Learned.AUTO, learning=learning)
+    tracker, history = HoldTracker(continuity_gap=GAP), HoldHistory()
+    at = 0.0
+    for _ in range(3):  # the usual: 1 s
+        at = hold_for(tracker, history, settings, at, 1.0)
+    at = hold_for(tracker, history, settings, 100.0, 1.0)  # the first period ends
+    past = history.keys[DB, LockKey.bigint(42)]
+    assert past.baseline is not None and 0.9 < past.baseline < 1.1
+    assert settings.learned_budget(past, later(at)) == pytest.approx(2 * past.baseline)
+    for seconds in (1.9, 3.7, 7.0, 13.0):  # each just under what it would teach
+        at = hold_for(tracker, history, settings, at, seconds)
+    past = history.keys[DB, LockKey.bigint(42)]
+    assert past.baseline is not None and past.baseline < 1.1  # the budget stayed ~2 s
+    assert settings.learned_budget(past, later(at)) == pytest.approx(2 * past.baseline)
+    caplog.set_level(logging.WARNING)
+    at = hold_for(tracker, history, settings, 210.0, 13.0)  # the next period
+    past = history.keys[DB, LockKey.bigint(42)]
+    assert settings.learned_budget(past, later(at)) == 20.0  # the ceiling
+    assert "lengthened fast" in caplog.text and "at most 20s" in caplog.text
+
+
+def test_the_ceiling_is_ten_times_the_static_max_hold_unless_set() -> None:
+    assert LockSettings(max_hold=Learned.AUTO).learned_ceiling == 3000.0
+    assert LockSettings(max_hold=60.0).learned_ceiling == 600.0
+    assert LockSettings(learning=Learning(ceiling=90.0)).learned_ceiling == 90.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
-from lockwatch.state.pace import CALM, SLOWEST, WINDOW, PollPace
+from lockwatch.state.pace import BACKOFF_CAP, CALM, JITTER, SLOWEST, UNREACHABLE, WINDOW, PollPace
 from lockwatch.state.statefile import StateStore
 
 
@@ -62,3 +62,32 @@ def test_the_runner_plans_by_the_pace_and_counts_the_slots_it_leaves_out() -> No
     late = runner(interval=1.0, now=103.5)  # a poll due at 100.0 ended at 103.5
     assert late._next_due(100.0) == 104.0
     assert late.pace.skipped == {"overran": 3}
+
+
+def test_an_unreachable_target_is_looked_at_less_often_up_to_the_cap_with_jitter() -> None:
+    pace = PollPace(interval=1.0, jitter=lambda: 0.0)
+    waits = []
+    for _ in range(8):
+        pace.reached(False)
+        waits.append(pace.planned())
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 30.0]
+    assert pace.skipped == {UNREACHABLE: sum(int(w) - 1 for w in waits)}
+    pace.reached(True)  # the first answer brings the pace back at once
+    assert pace.planned() == 1.0
+
+    jittered = PollPace(interval=1.0, jitter=lambda: 0.999)
+    for _ in range(6):
+        jittered.reached(False)
+    assert BACKOFF_CAP * (1 - JITTER) < jittered.current < BACKOFF_CAP
+
+
+def test_a_slow_target_s_interval_is_never_shortened_by_the_backoff() -> None:
+    pace = PollPace(interval=60.0, jitter=lambda: 0.999)
+    pace.reached(False)
+    assert pace.current == 60.0
+
+
+def test_overruns_are_said_once_per_run() -> None:
+    pace = PollPace(interval=1.0)
+    assert [pace.overran(n) for n in (2, 3, 0, 1, 1)] == [True, False, False, True, False]
+    assert pace.skipped == {"overran": 7}
