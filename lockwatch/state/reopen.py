@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from lockwatch.model.incidents import EventKind, Incident, IncidentState, TimelineEvent
+from lockwatch.model.incidents import (
+    EventKind,
+    Incident,
+    IncidentState,
+    Resolution,
+    TimelineEvent,
+)
 from lockwatch.settings.incidents import DEFAULT_REOPEN_GRACE
 from lockwatch.text import format_duration
 
@@ -24,7 +30,9 @@ def reopenable(
     recent: Sequence[Incident], fingerprint: str, now: datetime, grace: float
 ) -> Incident | None:
     """The resolved incident of this root that ended within ``grace`` seconds
-    of ``now``, the latest; None when there is none (or ``grace`` is 0)."""
+    of ``now``, the latest; None when there is none (or ``grace`` is 0). An
+    incident that ended because its target stopped being watched did not
+    resolve: a target watched again starts afresh."""
     if grace <= 0:
         return None
     since = now - timedelta(seconds=grace)
@@ -35,6 +43,7 @@ def reopenable(
             if incident.fingerprint == fingerprint
             and incident.resolved_at is not None
             and incident.resolved_at >= since
+            and incident.resolution is not Resolution.UNWATCHED
         ),
         None,
     )

@@ -7,7 +7,13 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from lockwatch.model.incidents import EventKind, IncidentState, incident_json, load_incident
+from lockwatch.model.incidents import (
+    EventKind,
+    IncidentState,
+    Resolution,
+    incident_json,
+    load_incident,
+)
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.reopen import flapping
@@ -48,6 +54,16 @@ def test_a_root_back_after_the_grace_is_a_new_incident() -> None:
     (later,) = poll(book, seed_002_convoy(), 1 + GRACE / 60 + 1).opened
     assert later.id != first.id and later.reopened == ()
     assert flapping(later, NOW) == ""
+
+
+def test_a_root_back_after_its_target_was_unwatched_is_a_new_incident() -> None:
+    book = IncidentBook(TARGET, reopen_grace=GRACE)
+    (first,) = poll(book, seed_002_convoy(), 0).opened
+    now = NOW + timedelta(minutes=1)
+    (ended,) = book.update((), now, 60.0, unwatched=True).resolved  # the target removed
+    assert ended.resolution is Resolution.UNWATCHED
+    (again,) = poll(book, seed_002_convoy(), 2).opened  # watched again within the grace
+    assert again.id != first.id and again.reopened == ()
 
 
 def test_a_reopened_incident_survives_a_restart_and_its_json() -> None:
