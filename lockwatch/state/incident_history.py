@@ -195,10 +195,11 @@ _SCHEMA = """DO $$ BEGIN IF to_regclass('{table}') IS NULL THEN CREATE TABLE {ta
 # one (its id holds the millisecond that replica saw it open): the first one
 # written stands for it, and a later one of the same root whose time overlaps
 # is not written (a replica that restarts after the end would resolve its copy
-# at its restart). The same id again is a later note of the same incident.
+# at its restart). The same id again is a later note of the same incident,
+# always written (a reopened incident resolves again).
 _UPSERT = """INSERT INTO {table} (id, target, resolved_at, document)
 SELECT %(id)s, %(target)s, %(resolved_at)s, %(document)s
-WHERE NOT EXISTS (
+WHERE EXISTS (SELECT 1 FROM {table} WHERE id = %(id)s) OR NOT EXISTS (
     SELECT 1 FROM {table} AS kept
     WHERE kept.id <> %(id)s AND kept.target = %(target)s
       AND kept.document->>'fingerprint' = %(fingerprint)s

@@ -53,7 +53,8 @@ def test_replicas_sharing_the_history_keep_each_incident_once_with_its_real_end(
         with config.open("a") as extra:
             extra.write(
                 f"pings: {{store: postgres, dsn: '{battery_db.admin_dsn}'}}\n"
-                "incidents: {history: pings}\n"
+                # three incidents of one root, not one reopened (test_living_messages)
+                "incidents: {history: pings, reopen_grace: 0s}\n"
             )
         replicas.append(LockwatchProcess(config, home / "lockwatch.log", port))
     a, b = replicas
