@@ -17,6 +17,7 @@ from lockwatch.model.evidence import (
     LockEvidence,
     LongRunEvidence,
     MissedRunEvidence,
+    NoConsumerEvidence,
     OverflowEvidence,
     OverlapEvidence,
     PooledLockEvidence,
@@ -83,6 +84,8 @@ class FindingKind(enum.StrEnum):
     JOB_STUCK_RUNNING = ("job_stuck_running", Family.QUEUES)
     # Its rescuer started it again while the first start's worker lives: two runs.
     JOB_RESCUED_WHILE_RUNNING = ("job_rescued_while_running", Family.QUEUES)
+    # Work waits and no consumer of the queue is alive (not a stall: nobody to stall).
+    QUEUE_NO_CONSUMER = ("queue_no_consumer", Family.QUEUES)
     JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
     JOB_OVERLAP = ("job_overlap", Family.JOBS)
     JOB_MISSED = ("job_missed", Family.JOBS)
@@ -182,6 +185,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),
     FindingKind.JOB_RESCUED_WHILE_RUNNING: (RescuedRunsEvidence,),
+    FindingKind.QUEUE_NO_CONSUMER: (NoConsumerEvidence,),
     FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),
     FindingKind.JOB_OVERLAP: (OverlapEvidence,),
     FindingKind.JOB_MISSED: (MissedRunEvidence,),

@@ -51,6 +51,9 @@ class QueueSample:
     completed_total: int | None = None  # finished items, as a count that only grows
     in_flight: int | None = None  # taken by a worker, not finished
     stuck: StuckJobs | None = None  # None: the source cannot tell
+    # The consumers the queue's library knows alive now (workers, instances
+    # with a heartbeat or a session of theirs); None: the source cannot tell.
+    consumers: int | None = None
     # The running jobs, one by one; None: the source cannot tell. Only the
     # latest reading keeps them (the queue monitor drops them from its history).
     running: RunningJobs | None = None

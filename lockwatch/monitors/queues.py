@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
 from lockwatch.detect.queues import (
     LockContext,
     QueueInput,
@@ -28,7 +29,7 @@ from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, res
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.stuck_jobs import detect_stuck_running
 from lockwatch.detect.worker_cpu import cpu_cores
-from lockwatch.model.findings import Family, FindingKind, Subject
+from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
 from lockwatch.model.views import TargetView
@@ -141,6 +142,8 @@ class QueueMonitor(Stateless):
         }
         # Per queue, the starts of its jobs seen so far (job_rescued_while_running).
         self._runs: dict[str, RunMemory] = {}
+        # Per queue, since when work has waited with no consumer (queue_no_consumer).
+        self._unserved: dict[str, datetime] = {}
         self._latest_sessions: tuple[Backend, ...] | None = None
         self._queue_views: tuple[QueueView, ...] = ()
         self._worker_views: tuple[WorkerView, ...] = ()
@@ -159,9 +162,11 @@ class QueueMonitor(Stateless):
         now = context.now
         sampling = SampleContext(now, context.db)
         undecided: set[tuple[FindingKind, Subject]] = set()
+        read: set[str] = set()
         for queue, runner in self._queues:
             readings = runner.poll(sampling)
             if readings is not None:
+                read.update(readings)
                 for name, sample in readings.items():
                     self._read_runs(name, sample)
                     self._history[name].append(replace(sample, running=None))
@@ -191,6 +196,11 @@ class QueueMonitor(Stateless):
         locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
         verdicts = detect_queues(self.target.name, inputs, locks, now)
         stuck = detect_stuck_running(self.target.name, inputs, now)
+        unserved = [
+            finding
+            for queue in inputs
+            if (finding := self._no_consumer(queue, queue.name in read, now))
+        ]
         rescued = [
             finding
             for name, memory in sorted(self._runs.items())
@@ -202,9 +212,22 @@ class QueueMonitor(Stateless):
             self._worker_view(group, now, locks) for group in self.target.workers
         )
         return MonitorResult(
-            (*verdicts.findings, *stuck, *rescued, *down),
+            (*verdicts.findings, *stuck, *unserved, *rescued, *down),
             frozenset(undecided | verdicts.undecided),
         )
+
+    def _no_consumer(self, queue: QueueInput, fresh: bool, now: datetime) -> Finding | None:
+        """Fold a fresh reading into since when the queue is unserved, and judge it."""
+        if fresh and queue.samples:
+            latest = queue.samples[-1]
+            since = unserved_since(
+                self._unserved.get(queue.name), latest, consumer_counts(latest, queue.workers)
+            )
+            if since is None:
+                self._unserved.pop(queue.name, None)
+            else:
+                self._unserved[queue.name] = since
+        return detect_no_consumer(self.target.name, queue, self._unserved.get(queue.name), now)
 
     def _read_runs(self, name: str, sample: QueueSample) -> None:
         """Fold a reading's running jobs into the queue's memory of starts;

@@ -27,7 +27,9 @@ STUCK = ("stuck_count", "stuck_job_ids", "stuck_since")
 # The running jobs one by one (a JSON array of {id, attempt, started_at,
 # workers, rescued}) and the library's workers alive now (an array of text).
 RUNNING = ("running_jobs", "live_workers")
-OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight", *STUCK, *RUNNING)
+# The consumers the library knows alive now (for queue_no_consumer).
+CONSUMERS = "consumers"
+OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight", CONSUMERS, *STUCK, *RUNNING)
 LABEL = "queue"
 
 
@@ -108,6 +110,7 @@ def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueS
         oldest_age_seconds=_number(queue, "oldest_age_seconds", row.get("oldest_age_seconds")),
         completed_total=_count(queue, "completed_total", row.get("completed_total")),
         in_flight=_count(queue, "in_flight", row.get("in_flight")),
+        consumers=_count(queue, CONSUMERS, row.get(CONSUMERS)),
         stuck=_stuck(queue, row),
         running=_running(queue, row),
     )

@@ -117,6 +117,8 @@ class QueueThresholds(Section):
     min_growth: Annotated[Number, POSITIVE] = 0.05
     # cores: bound workers using less than this are doing nothing
     stall_cpu: Annotated[Number, POSITIVE] = 0.1
+    # seconds work may wait with no consumer alive before queue_no_consumer
+    no_consumer_after: PositiveSeconds = 120.0
 
 
 @dataclass(frozen=True, slots=True)

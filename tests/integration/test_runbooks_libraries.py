@@ -2,7 +2,8 @@
 real libraries from npm on Debian's PostgreSQL 15: a graphile-worker and a
 pg-boss worker killed mid-job (``job_stuck_running``), and a pg-boss job run
 again after its expiry while its first handler runs
-(``job_rescued_while_running``). Their SQL runs as the roles it names: the
+(``job_rescued_while_running``), and pg-boss 12's workers all killed while its
+producer enqueues (``queue_no_consumer``). Their SQL runs as the roles it names: the
 application's (the role the library connects as) for its tables, the on-call
 role for the sessions; graphile-worker's unlock ends the finding.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -32,12 +34,14 @@ from tests.fixtures.postgres import (
 )
 from tests.fixtures.runbooks import ONCALL_PASSWORD, Runbook, debian_cluster
 from tests.integration.test_catalogue_libraries import (
+    NodeWorker,
     Workers,
     grant_graphile_worker,
     grant_schema,
     library_queue,
     url,
 )
+from tests.integration.test_lib_pg_boss import NODE_22
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -48,6 +52,7 @@ STEPS = (
     ("job_stuck_running", "graphile-sessions"),
     ("job_stuck_running", "graphile-unlock"),
     ("job_rescued_while_running", "pg-boss"),
+    ("queue_no_consumer", "pg-boss-instances"),
 )
 
 
@@ -167,3 +172,37 @@ def test_a_pg_boss_job_run_again_after_its_expiry_shows_the_timeout_in_its_row(
     assert str(shown_id) == job.job_id and retries >= 1
     # The timeout that caused the retry, in pg-boss's words.
     assert "handler execution exceeded" in output["message"], output
+
+
+def test_a_pg_boss_queue_whose_workers_are_all_gone_shows_no_instance_working_it(
+    pg: PgDatabase, book: Runbook, workers: Workers
+) -> None:
+    def pg_boss_12(*args: str) -> NodeWorker:
+        process = NodeWorker("pg_boss_latest.mjs", url(pg), "reports", *args, node=NODE_22)
+        workers.started.append(process)
+        wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
+        return process
+
+    worker = pg_boss_12("worker")
+    pg_boss_12("producer")
+    grant_schema(pg, "pgboss")
+    queue = library_queue("pg-boss", "reports")
+    short = replace(queue, thresholds=replace(queue.thresholds, no_consumer_after=2.0))
+    runner = TargetRunner(
+        Target("main", pg.monitor_dsn, interval=0.2, queues=(short,)), Board(), StateStore(None)
+    )
+    try:
+        wait_until(
+            lambda: any(row[5] for row in book.sql("queue_no_consumer", "pg-boss-instances")),
+            message="the worker's instance beating with the queue it works",
+        )
+        worker.kill()
+        wait_until(lambda: of_kind(runner, FindingKind.QUEUE_NO_CONSUMER), message="no consumer")
+    finally:
+        runner.close()
+    rows = book.sql("queue_no_consumer", "pg-boss-instances")
+    # The killed worker's row, which works the queue, beats no more; the
+    # producer's, which beats, works none.
+    [dead] = [row for row in rows if row[5]]
+    assert dead[2] == worker.process.pid and dead[4] is None
+    assert [row for row in rows if not row[5]], "the producer's instance"

@@ -35,6 +35,8 @@ from lockwatch.model.evidence.queues import (
     SESSION_STATES,
     STARVED,
     WAITING,
+    ConsumerCount,
+    NoConsumerEvidence,
     QueueEvidence,
     QueueLockChain,
     QueueRunFacts,
@@ -70,6 +72,7 @@ Evidence: TypeAlias = (
     | QueueEvidence
     | StuckJobsEvidence
     | RescuedRunsEvidence
+    | NoConsumerEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -88,6 +91,7 @@ __all__ = [
     "WAITING",
     "ChainStep",
     "ChurnEvidence",
+    "ConsumerCount",
     "DuplicateStartEvidence",
     "Evidence",
     "FailedRunEvidence",
@@ -100,6 +104,7 @@ __all__ = [
     "LockHolderFacts",
     "LongRunEvidence",
     "MissedRunEvidence",
+    "NoConsumerEvidence",
     "OverflowEvidence",
     "OverlapEvidence",
     "PoolFacts",

@@ -62,6 +62,12 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
         "(finished rows cleaned up) reads as a counter reset.",
         labels,
     )
+    consumers = scrape.gauge(
+        "lockwatch_queue_consumers",
+        "Consumers the queue's library knows alive (workers, instances with a heartbeat); "
+        "absent when it does not tell.",
+        labels,
+    )
     for view in views:
         for queue in view.queues:
             series = (view.target.name, queue.name)
@@ -77,7 +83,9 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
                 completed.add(series, latest.completed_total)
             if queue.growth_per_second is not None:
                 growth.add(series, queue.growth_per_second)
-    yield from (depth, oldest, in_flight, growth, completed)
+            if latest.consumers is not None:
+                consumers.add(series, latest.consumers)
+    yield from (depth, oldest, in_flight, growth, completed, consumers)
 
 
 def worker_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:

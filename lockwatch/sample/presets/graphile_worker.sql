@@ -9,6 +9,7 @@
 -- that ran LISTEN "jobs:insert" (src/main.ts) and nothing since; a job locked
 -- before every such session connected (10 s of slack for a worker that takes
 -- jobs while its listener connects) belongs to a worker that is gone.
+-- Consumers: those listening sessions, one per live worker process.
 -- Schema: graphile-worker 0.16.6 (its migrations, applied by run()). Needs
 -- SELECT on graphile_worker._private_jobs and _private_tasks, and, as the
 -- two tables have row security on with no policy, a policy on each that
@@ -40,5 +41,8 @@ SELECT count(*) FILTER (
        (SELECT count(*) FROM stuck) AS stuck_count,
        (SELECT array_agg(s.id::text ORDER BY s.locked_at)
         FROM (SELECT * FROM stuck ORDER BY locked_at LIMIT 20) AS s) AS stuck_job_ids,
-       (SELECT min(locked_at) FROM stuck) AS stuck_since
+       (SELECT min(locked_at) FROM stuck) AS stuck_since,
+       (SELECT count(*) FROM pg_catalog.pg_stat_activity AS a
+        WHERE a.datname = current_database()
+          AND a.query LIKE 'LISTEN "jobs:insert"%%') AS consumers
 FROM jobs AS j

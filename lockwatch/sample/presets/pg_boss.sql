@@ -15,6 +15,7 @@
 -- known), plus, per dead instance that crashed (never stopped), the jobs of
 -- the queue it had in hand at its last beat that are still active and
 -- started while it lived (counted: which of them was its own is not told).
+-- Consumers: the live instances working the queue (a producer works none).
 -- Waiting, running and completions as pg_boss_11.sql.
 -- Schema: pg-boss 12.38.0 dist/plans.js (createTableInstance, createTableJob,
 -- fetchNextJob, INSTANCE_QUIET_BEATS). Needs SELECT on pgboss.job and
@@ -94,5 +95,9 @@ SELECT count(*) FILTER (
                     LIKE 'handler execution exceeded %%')
         ) ORDER BY r.started_on DESC), '[]'::jsonb) FROM running AS r) AS running_jobs,
        (SELECT COALESCE(array_agg(i.name ORDER BY i.name), '{}') FROM instances AS i
-        WHERE i.alive AND jsonb_array_length(i.workers) > 0) AS live_workers
+        WHERE i.alive AND jsonb_array_length(i.workers) > 0) AS live_workers,
+       (SELECT count(*) FROM instances AS i
+        WHERE i.alive AND EXISTS (
+            SELECT 1 FROM jsonb_array_elements(i.workers) AS w
+            WHERE %(queue)s::text IS NULL OR w->>'queue' = %(queue)s::text)) AS consumers
 FROM jobs AS j

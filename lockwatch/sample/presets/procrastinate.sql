@@ -8,6 +8,8 @@
 -- job's worker_id set NULL). The worker is judged per job, so a dead worker
 -- is seen while others live; procrastinate itself retries such jobs only when
 -- asked (retry_stalled_jobs). Since: each stuck job's 'started' event.
+-- Consumers: the workers with a fresh heartbeat (by the same rule; a worker's
+-- row does not say which queues it takes, so any live worker counts).
 -- Schema: procrastinate 3.10.0 sql/schema.sql, sql/queries.sql.
 -- Needs SELECT on procrastinate_jobs, procrastinate_events and procrastinate_workers.
 WITH jobs AS (
@@ -39,5 +41,7 @@ SELECT count(*) FILTER (
        (SELECT count(*) FROM stuck) AS stuck_count,
        (SELECT array_agg(s.id::text ORDER BY s.started_at)
         FROM (SELECT * FROM stuck ORDER BY started_at LIMIT 20) AS s) AS stuck_job_ids,
-       (SELECT min(started_at) FROM stuck) AS stuck_since
+       (SELECT min(started_at) FROM stuck) AS stuck_since,
+       (SELECT count(*) FROM procrastinate_workers AS w
+        WHERE w.last_heartbeat >= now() - interval '30 seconds') AS consumers
 FROM jobs AS j

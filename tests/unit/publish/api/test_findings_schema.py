@@ -48,6 +48,8 @@ DEFINITIONS = {
     "queue_stall_evidence": families.QueueStallEvidence,
     "stuck_jobs_evidence": families.StuckJobsEvidence,
     "rescued_runs_evidence": families.RescuedRunsEvidence,
+    "no_consumer_evidence": families.NoConsumerEvidence,
+    "consumer_count": families.ConsumerCount,
     "rescued_job": families.RescuedJobFacts,
     "queue_run": families.QueueRunFacts,
     "job_run": families.RunFacts,
