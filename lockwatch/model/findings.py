@@ -15,6 +15,7 @@ from lockwatch.model.evidence import (
     Evidence,
     FailedRunEvidence,
     LockEvidence,
+    LongJobsEvidence,
     LongRunEvidence,
     MissedRunEvidence,
     NoConsumerEvidence,
@@ -86,6 +87,8 @@ class FindingKind(enum.StrEnum):
     JOB_RESCUED_WHILE_RUNNING = ("job_rescued_while_running", Family.QUEUES)
     # Work waits and no consumer of the queue is alive (not a stall: nobody to stall).
     QUEUE_NO_CONSUMER = ("queue_no_consumer", Family.QUEUES)
+    # A queue library's job running far past its task's history or its budget.
+    QUEUE_JOB_TOO_LONG = ("queue_job_too_long", Family.QUEUES)
     JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
     JOB_OVERLAP = ("job_overlap", Family.JOBS)
     JOB_MISSED = ("job_missed", Family.JOBS)
@@ -186,6 +189,7 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),
     FindingKind.JOB_RESCUED_WHILE_RUNNING: (RescuedRunsEvidence,),
     FindingKind.QUEUE_NO_CONSUMER: (NoConsumerEvidence,),
+    FindingKind.QUEUE_JOB_TOO_LONG: (LongJobsEvidence,),
     FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),
     FindingKind.JOB_OVERLAP: (OverlapEvidence,),
     FindingKind.JOB_MISSED: (MissedRunEvidence,),

@@ -30,6 +30,21 @@ class QueueJobRun:
     # The library's record says its previous attempt was ended by its rescuer
     # or a timeout, not by the worker that ran it.
     rescued: bool
+    task: str | None = None  # the library's task (or job name) it runs; None: not told
+    sessions: tuple[int, ...] = ()  # the pids of its worker's database sessions, when told
+    # When the library itself will act on it if it is still running (pg-boss's
+    # expiry, graphile-worker's 4-hour lock), and what it will do; None: never.
+    library_deadline: datetime | None = None
+    library_action: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHistory:
+    """A task's recent successful runs, as its library's own rows record them."""
+
+    runs: int
+    p50_seconds: float
+    p99_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +72,9 @@ class QueueSample:
     # The running jobs, one by one; None: the source cannot tell. Only the
     # latest reading keeps them (the queue monitor drops them from its history).
     running: RunningJobs | None = None
+    # Per task, its recent successful runs (queue_job_too_long learns from
+    # them); None: the source cannot tell. Only the latest reading keeps it.
+    task_history: Mapping[str, TaskHistory] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +107,8 @@ class QueueView:
     # least-squares slope of the depth over the window; None before 2 samples
     growth_per_second: float | None = None
     workers: tuple[str, ...] = ()  # the worker groups bound to it
+    # Seconds the longest-running job of its library has run; None: not told.
+    longest_job_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from lockwatch.detect.long_jobs import detect_long_jobs, longest_running
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
 from lockwatch.detect.queues import (
     LockContext,
@@ -142,6 +143,8 @@ class QueueMonitor(Stateless):
         }
         # Per queue, the starts of its jobs seen so far (job_rescued_while_running).
         self._runs: dict[str, RunMemory] = {}
+        # Per queue, its latest reading whole: its running jobs and task history.
+        self._latest: dict[str, QueueSample] = {}
         # Per queue, since when work has waited with no consumer (queue_no_consumer).
         self._unserved: dict[str, datetime] = {}
         self._latest_sessions: tuple[Backend, ...] | None = None
@@ -161,18 +164,7 @@ class QueueMonitor(Stateless):
     def poll(self, context: PollContext) -> MonitorResult:
         now = context.now
         sampling = SampleContext(now, context.db)
-        undecided: set[tuple[FindingKind, Subject]] = set()
-        read: set[str] = set()
-        for queue, runner in self._queues:
-            readings = runner.poll(sampling)
-            if readings is not None:
-                read.update(readings)
-                for name, sample in readings.items():
-                    self._read_runs(name, sample)
-                    self._history[name].append(replace(sample, running=None))
-            undecided |= undecided_while_down(
-                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
-            )
+        read, undecided = self._read_queues(sampling)
         for name, cpu_runner in self._cpu.items():
             reading = cpu_runner.poll(sampling)
             if reading is not None:
@@ -195,26 +187,50 @@ class QueueMonitor(Stateless):
         ]
         locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
         verdicts = detect_queues(self.target.name, inputs, locks, now)
-        stuck = detect_stuck_running(self.target.name, inputs, now)
-        unserved = [
-            finding
-            for queue in inputs
-            if (finding := self._no_consumer(queue, queue.name in read, now))
-        ]
-        rescued = [
-            finding
-            for name, memory in sorted(self._runs.items())
-            if (finding := detect_rescued_running(self.target.name, name, memory, now))
-        ]
         down = detect_source_down(self.target.name, [r.health for r in self._runners()], now)
         self._queue_views = tuple(self._queue_view(queue, now) for queue in inputs)
         self._worker_views = tuple(
             self._worker_view(group, now, locks) for group in self.target.workers
         )
         return MonitorResult(
-            (*verdicts.findings, *stuck, *unserved, *rescued, *down),
+            (*verdicts.findings, *self._job_findings(inputs, read, now), *down),
             frozenset(undecided | verdicts.undecided),
         )
+
+    def _read_queues(
+        self, sampling: SampleContext
+    ) -> tuple[set[str], set[tuple[FindingKind, Subject]]]:
+        """Read the queues that are due: the names read, and what cannot be judged."""
+        undecided: set[tuple[FindingKind, Subject]] = set()
+        read: set[str] = set()
+        for queue, runner in self._queues:
+            readings = runner.poll(sampling)
+            if readings is not None:
+                read.update(readings)
+                for name, sample in readings.items():
+                    self._read_runs(name, sample)
+                    self._latest[name] = sample
+                    self._history[name].append(replace(sample, running=None, task_history=None))
+            undecided |= undecided_while_down(
+                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
+            )
+        return read, undecided
+
+    def _job_findings(
+        self, inputs: list[QueueInput], read: set[str], now: datetime
+    ) -> Iterable[Finding]:
+        """The findings about consumers and jobs: stuck, unserved, too long, rescued."""
+        target = self.target.name
+        yield from detect_stuck_running(target, inputs, now)
+        for queue in inputs:
+            if finding := self._no_consumer(queue, queue.name in read, now):
+                yield finding
+        for name, sample in sorted(self._latest.items()):
+            if finding := detect_long_jobs(target, name, self._thresholds[name], sample, now):
+                yield finding
+        for name, memory in sorted(self._runs.items()):
+            if finding := detect_rescued_running(target, name, memory, now):
+                yield finding
 
     def _no_consumer(self, queue: QueueInput, fresh: bool, now: datetime) -> Finding | None:
         """Fold a fresh reading into since when the queue is unserved, and judge it."""
@@ -274,6 +290,7 @@ class QueueMonitor(Stateless):
             latest=queue.samples[-1] if queue.samples else None,
             growth_per_second=None if fit is None else fit.slope,
             workers=tuple(w.group.name for w in queue.workers),
+            longest_job_seconds=longest_running(self._latest.get(queue.name), now),
         )
 
     def _worker_view(self, group: WorkerGroup, now: datetime, locks: LockContext) -> WorkerView:

@@ -22,9 +22,11 @@ from lockwatch.settings.fields import (
     INTERNAL,
     POSITIVE,
     UNIQUE,
+    Budget,
     FilePath,
     Flag,
     Interval,
+    Learned,
     Name,
     Number,
     PositiveSeconds,
@@ -119,6 +121,10 @@ class QueueThresholds(Section):
     stall_cpu: Annotated[Number, POSITIVE] = 0.1
     # seconds work may wait with no consumer alive before queue_no_consumer
     no_consumer_after: PositiveSeconds = 120.0
+    # a running job past this -> queue_job_too_long; auto: learned per task from
+    # its library's recent successful runs (factor x p99 once there are enough)
+    max_job_duration: Budget = Learned.AUTO
+    job_duration_floor: PositiveSeconds = 60.0  # seconds no learned job budget goes below
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ STEPS = (
     ("job_stuck_running", "graphile-unlock"),
     ("job_rescued_while_running", "pg-boss"),
     ("queue_no_consumer", "pg-boss-instances"),
+    ("queue_job_too_long", "pg-boss-job"),
 )
 
 
@@ -91,6 +92,23 @@ def workers() -> Iterator[Workers]:
 
 def watching(pg: PgDatabase, preset: str, queue: str) -> TargetRunner:
     target = Target("main", pg.monitor_dsn, interval=0.2, queues=(library_queue(preset, queue),))
+    return TargetRunner(target, Board(), StateStore(None))
+
+
+def pg_boss_12(workers: Workers, pg: PgDatabase, *args: str) -> NodeWorker:
+    """pg-boss's latest release (on the Node.js 22 it needs) on queue "reports"."""
+    process = NodeWorker("pg_boss_latest.mjs", url(pg), "reports", *args, node=NODE_22)
+    workers.started.append(process)
+    wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
+    return process
+
+
+def watching_short(pg: PgDatabase, **thresholds: float) -> TargetRunner:
+    """A pg-boss 12 queue watched with shorter thresholds than the defaults."""
+    grant_schema(pg, "pgboss")
+    queue = library_queue("pg-boss", "reports")
+    short = replace(queue, thresholds=replace(queue.thresholds, **thresholds))
+    target = Target("main", pg.monitor_dsn, interval=0.2, queues=(short,))
     return TargetRunner(target, Board(), StateStore(None))
 
 
@@ -177,20 +195,9 @@ def test_a_pg_boss_job_run_again_after_its_expiry_shows_the_timeout_in_its_row(
 def test_a_pg_boss_queue_whose_workers_are_all_gone_shows_no_instance_working_it(
     pg: PgDatabase, book: Runbook, workers: Workers
 ) -> None:
-    def pg_boss_12(*args: str) -> NodeWorker:
-        process = NodeWorker("pg_boss_latest.mjs", url(pg), "reports", *args, node=NODE_22)
-        workers.started.append(process)
-        wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
-        return process
-
-    worker = pg_boss_12("worker")
-    pg_boss_12("producer")
-    grant_schema(pg, "pgboss")
-    queue = library_queue("pg-boss", "reports")
-    short = replace(queue, thresholds=replace(queue.thresholds, no_consumer_after=2.0))
-    runner = TargetRunner(
-        Target("main", pg.monitor_dsn, interval=0.2, queues=(short,)), Board(), StateStore(None)
-    )
+    worker = pg_boss_12(workers, pg, "worker")
+    pg_boss_12(workers, pg, "producer")
+    runner = watching_short(pg, no_consumer_after=2.0)
     try:
         wait_until(
             lambda: any(row[5] for row in book.sql("queue_no_consumer", "pg-boss-instances")),
@@ -206,3 +213,27 @@ def test_a_pg_boss_queue_whose_workers_are_all_gone_shows_no_instance_working_it
     [dead] = [row for row in rows if row[5]]
     assert dead[2] == worker.process.pid and dead[4] is None
     assert [row for row in rows if not row[5]], "the producer's instance"
+
+
+def test_a_pg_boss_job_whose_handler_hangs_shows_active_with_its_expiry(
+    pg: PgDatabase, book: Runbook, workers: Workers
+) -> None:
+    worker = pg_boss_12(workers, pg, "worker")
+    pg_boss_12(workers, pg, "producer", "12")
+    runner = watching_short(pg, job_duration_floor=1.0)
+    try:
+        wait_until(lambda: worker.count("completed") >= 12, message="the task's history")
+        sender = pg_boss_12(workers, pg, "producer", "hang")
+        job = next(line for line in sender.lines if line.startswith("sent ")).removeprefix("sent ")
+        (finding,) = wait_until(
+            lambda: of_kind(runner, FindingKind.QUEUE_JOB_TOO_LONG), timeout=60, message=job
+        )
+    finally:
+        runner.close()
+    evidence: Any = finding.evidence
+    ((shown_id, name, state, started_on, expires_at),) = book.sql(
+        "queue_job_too_long", "pg-boss-job", id=job
+    )
+    assert (str(shown_id), name, state) == (job, "reports", "active")
+    assert evidence.jobs[0].started_at == started_on
+    assert evidence.jobs[0].library_deadline == expires_at

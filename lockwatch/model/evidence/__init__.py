@@ -25,6 +25,7 @@ from lockwatch.model.evidence.locks import (
     LockEvidence,
     OverflowEvidence,
 )
+from lockwatch.model.evidence.long_jobs import LongJobFacts, LongJobsEvidence
 from lockwatch.model.evidence.pooler import (
     LinkedClientFacts,
     PooledLockEvidence,
@@ -73,6 +74,7 @@ Evidence: TypeAlias = (
     | StuckJobsEvidence
     | RescuedRunsEvidence
     | NoConsumerEvidence
+    | LongJobsEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -102,6 +104,8 @@ __all__ = [
     "LinkedClientFacts",
     "LockEvidence",
     "LockHolderFacts",
+    "LongJobFacts",
+    "LongJobsEvidence",
     "LongRunEvidence",
     "MissedRunEvidence",
     "NoConsumerEvidence",

@@ -68,6 +68,12 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
         "absent when it does not tell.",
         labels,
     )
+    longest = scrape.gauge(
+        "lockwatch_queue_job_longest_running_seconds",
+        "How long the longest-running job of the queue's library has run (0: none runs); "
+        "absent when the source does not tell.",
+        labels,
+    )
     for view in views:
         for queue in view.queues:
             series = (view.target.name, queue.name)
@@ -85,7 +91,9 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
                 growth.add(series, queue.growth_per_second)
             if latest.consumers is not None:
                 consumers.add(series, latest.consumers)
-    yield from (depth, oldest, in_flight, growth, completed, consumers)
+            if queue.longest_job_seconds is not None:
+                longest.add(series, queue.longest_job_seconds)
+    yield from (depth, oldest, in_flight, growth, completed, consumers, longest)
 
 
 def worker_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:

@@ -50,6 +50,8 @@ DEFINITIONS = {
     "rescued_runs_evidence": families.RescuedRunsEvidence,
     "no_consumer_evidence": families.NoConsumerEvidence,
     "consumer_count": families.ConsumerCount,
+    "long_jobs_evidence": families.LongJobsEvidence,
+    "long_job": families.LongJobFacts,
     "rescued_job": families.RescuedJobFacts,
     "queue_run": families.QueueRunFacts,
     "job_run": families.RunFacts,
