@@ -109,6 +109,9 @@ class QueueView:
     workers: tuple[str, ...] = ()  # the worker groups bound to it
     # Seconds the longest-running job of its library has run; None: not told.
     longest_job_seconds: float | None = None
+    # When its last reading was observed, kept when it is too old to show
+    # (``latest`` is then None: unknown); None: never read.
+    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

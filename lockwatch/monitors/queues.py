@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from lockwatch.detect.freshness import is_stale
 from lockwatch.detect.long_jobs import detect_long_jobs, longest_running
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
 from lockwatch.detect.queues import (
@@ -120,6 +121,13 @@ class QueueMonitor(Stateless):
         self._window = {
             name: queue.thresholds.window for queue in target.queues for name in queue.names
         }
+        # Per queue, the interval it is read at: a reading is stale after 3 of them.
+        self._interval = {
+            name: queue.interval or target.interval
+            for queue in target.queues
+            for name in queue.names
+        }
+        self._runner_of = {name: runner for queue, runner in self._queues for name in queue.names}
         self._thresholds = {
             name: queue.thresholds for queue in target.queues for name in queue.names
         }
@@ -186,14 +194,17 @@ class QueueMonitor(Stateless):
             for name in self._window
         ]
         locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
-        verdicts = detect_queues(self.target.name, inputs, locks, now)
+        # Judged only on readings of this attempt's source: a frozen reading must
+        # never make a finding (the source's target_down says why it is silent).
+        judged = [queue for queue in inputs if self._runner_of[queue.name].health.up]
+        verdicts = detect_queues(self.target.name, judged, locks, now)
         down = detect_source_down(self.target.name, [r.health for r in self._runners()], now)
         self._queue_views = tuple(self._queue_view(queue, now) for queue in inputs)
         self._worker_views = tuple(
             self._worker_view(group, now, locks) for group in self.target.workers
         )
         return MonitorResult(
-            (*verdicts.findings, *self._job_findings(inputs, read, now), *down),
+            (*verdicts.findings, *self._job_findings(judged, read, now), *down),
             frozenset(undecided | verdicts.undecided),
         )
 
@@ -211,8 +222,10 @@ class QueueMonitor(Stateless):
                     self._read_runs(name, sample)
                     self._latest[name] = sample
                     self._history[name].append(replace(sample, running=None, task_history=None))
+            # Held while the last reading is recent; released once it is stale.
+            recent = [name for name in queue.names if not self._stale(name, sampling.now)]
             undecided |= undecided_while_down(
-                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
+                runner.health, [Subject(queue=name) for name in recent], self.kinds
             )
         return read, undecided
 
@@ -225,11 +238,17 @@ class QueueMonitor(Stateless):
         for queue in inputs:
             if finding := self._no_consumer(queue, queue.name in read, now):
                 yield finding
-        for name, sample in sorted(self._latest.items()):
-            if finding := detect_long_jobs(target, name, self._thresholds[name], sample, now):
+        for queue in inputs:
+            name = queue.name
+            sample = self._latest.get(name)
+            if sample is not None and (
+                finding := detect_long_jobs(target, name, self._thresholds[name], sample, now)
+            ):
                 yield finding
-        for name, memory in sorted(self._runs.items()):
-            if finding := detect_rescued_running(target, name, memory, now):
+            memory = self._runs.get(name)
+            if memory is not None and (
+                finding := detect_rescued_running(target, name, memory, now)
+            ):
                 yield finding
 
     def _no_consumer(self, queue: QueueInput, fresh: bool, now: datetime) -> Finding | None:
@@ -280,17 +299,33 @@ class QueueMonitor(Stateless):
             self._group_sessions(group),
         )
 
+    def _stale(self, name: str, now: datetime) -> bool:
+        """Whether the queue's source has not answered for 3 of its intervals (a
+        late poll of lockwatch's own never makes a reading its source gave stale)."""
+        latest = self._latest.get(name)
+        if latest is not None and self._runner_of[name].health.up:
+            return False
+        return is_stale(None if latest is None else latest.at, now, self._interval[name])
+
     def _queue_view(self, queue: QueueInput, now: datetime) -> QueueView:
-        samples = in_window(queue.samples, now, queue.thresholds.window)
-        fit = growth(samples)
+        source = next(f"queue/{q.name}" for q, _ in self._queues if queue.name in q.names)
+        latest = self._latest.get(queue.name)
+        observed = None if latest is None else latest.at
+        if self._stale(queue.name, now):  # unknown: nothing frozen is shown
+            workers = tuple(w.group.name for w in queue.workers)
+            return QueueView(
+                queue.name, source, queue.thresholds.window, workers=workers, observed_at=observed
+            )
+        fit = growth(in_window(queue.samples, now, queue.thresholds.window))
         return QueueView(
             name=queue.name,
-            source=next(f"queue/{q.name}" for q, _ in self._queues if queue.name in q.names),
+            source=source,
             window=queue.thresholds.window,
             latest=queue.samples[-1] if queue.samples else None,
             growth_per_second=None if fit is None else fit.slope,
             workers=tuple(w.group.name for w in queue.workers),
-            longest_job_seconds=longest_running(self._latest.get(queue.name), now),
+            longest_job_seconds=longest_running(latest, now),
+            observed_at=observed,
         )
 
     def _worker_view(self, group: WorkerGroup, now: datetime, locks: LockContext) -> WorkerView:

@@ -62,6 +62,28 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
         "(finished rows cleaned up) reads as a counter reset.",
         labels,
     )
+    for view in views:
+        for queue in view.queues:
+            series = (view.target.name, queue.name)
+            latest = queue.latest
+            if latest is None:
+                continue  # never sampled, or stale: a number would claim what is not known
+            depth.add(series, latest.depth)
+            if latest.oldest_age_seconds is not None:
+                oldest.add(series, latest.oldest_age_seconds)
+            if latest.in_flight is not None:
+                in_flight.add(series, latest.in_flight)
+            if latest.completed_total is not None:
+                completed.add(series, latest.completed_total)
+            if queue.growth_per_second is not None:
+                growth.add(series, queue.growth_per_second)
+    yield from (depth, oldest, in_flight, growth, completed)
+    yield from queue_liveness_metrics(views, scrape)
+
+
+def queue_liveness_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
+    """When each queue was last observed, its live consumers and its longest-running job."""
+    labels = ["target", "queue"]
     consumers = scrape.gauge(
         "lockwatch_queue_consumers",
         "Consumers the queue's library knows alive (workers, instances with a heartbeat); "
@@ -74,26 +96,22 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
         "absent when the source does not tell.",
         labels,
     )
+    observed = scrape.gauge(
+        "lockwatch_queue_observed_timestamp_seconds",
+        "When the queue's last reading was observed (Unix time). Its other series go "
+        "away once that is 3 of its intervals old: a silent source shows no frozen backlog.",
+        labels,
+    )
     for view in views:
         for queue in view.queues:
             series = (view.target.name, queue.name)
-            latest = queue.latest
-            if latest is None:
-                continue  # never sampled: 0 would claim an empty queue
-            depth.add(series, latest.depth)
-            if latest.oldest_age_seconds is not None:
-                oldest.add(series, latest.oldest_age_seconds)
-            if latest.in_flight is not None:
-                in_flight.add(series, latest.in_flight)
-            if latest.completed_total is not None:
-                completed.add(series, latest.completed_total)
-            if queue.growth_per_second is not None:
-                growth.add(series, queue.growth_per_second)
-            if latest.consumers is not None:
-                consumers.add(series, latest.consumers)
+            if queue.observed_at is not None:
+                observed.add(series, queue.observed_at.timestamp())
+            if queue.latest is not None and queue.latest.consumers is not None:
+                consumers.add(series, queue.latest.consumers)
             if queue.longest_job_seconds is not None:
                 longest.add(series, queue.longest_job_seconds)
-    yield from (depth, oldest, in_flight, growth, completed, consumers, longest)
+    yield from (consumers, longest, observed)
 
 
 def worker_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
