@@ -67,6 +67,7 @@ PAST = {
     "worker lived",
     FindingKind.QUEUE_NO_CONSUMER: "had work waiting and no consumer",
     FindingKind.QUEUE_JOB_TOO_LONG: "had a job running far past its task's history",
+    FindingKind.QUEUE_CAPACITY_LOST: "completed far less than its normal while work waited",
     FindingKind.JOB_DUPLICATE_START: "started more than once for one run",
     FindingKind.JOB_OVERLAP: "had two runs going at once",
     FindingKind.JOB_MISSED: "missed a scheduled run",

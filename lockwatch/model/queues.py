@@ -109,6 +109,8 @@ class QueueView:
     workers: tuple[str, ...] = ()  # the worker groups bound to it
     # Seconds the longest-running job of its library has run; None: not told.
     longest_job_seconds: float | None = None
+    # Its learned completions per minute while work waits; None while learned.
+    normal_completed_per_minute: float | None = None
     # When its last reading was observed, kept when it is too old to show
     # (``latest`` is then None: unknown); None: never read.
     observed_at: datetime | None = None
@@ -137,3 +139,29 @@ class WorkerView:
     # other); None when the group binds no sessions.
     sessions: Mapping[str, int] | None = None
     waiting_on: tuple[SessionWait, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMinute:
+    """One minute of a queue's readings: what it completed and how its backlog
+    and consumers stood (queue_capacity_lost learns and judges from these)."""
+
+    start: datetime  # the minute's first reading
+    completed: int  # completions counted over the minute (only increases count)
+    depth_first: int
+    depth_last: int
+    depth_min: int  # 0: the queue ran dry, so demand, not capacity, set the pace
+    oldest_age_last: float | None = None
+    in_flight_last: int | None = None  # busy slots, where the library records them
+    consumers_last: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputNormal:
+    """A queue's learned normal while work waited: its completions per minute,
+    busy slots and consumers (medians over its saturated minutes)."""
+
+    completed_per_minute: float
+    minutes: int  # saturated minutes it was learned from
+    in_flight: float | None = None
+    consumers: float | None = None

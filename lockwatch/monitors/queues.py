@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from lockwatch.detect.capacity import detect_capacity_lost, window_minutes
 from lockwatch.detect.freshness import is_stale
 from lockwatch.detect.long_jobs import detect_long_jobs, longest_running
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
@@ -54,6 +55,7 @@ from lockwatch.settings.queues import (
     WorkerGroup,
 )
 from lockwatch.settings.targets import Target
+from lockwatch.state.throughput import QueueThroughput
 
 log = logging.getLogger(__name__)
 
@@ -118,19 +120,12 @@ class QueueMonitor(Stateless):
             (queue, runner(f"queue/{queue.name}", queue_source(queue), queue.interval))
             for queue in target.queues
         ]
-        self._window = {
-            name: queue.thresholds.window for queue in target.queues for name in queue.names
-        }
+        named = [(name, queue, runner) for queue, runner in self._queues for name in queue.names]
+        self._window = {name: queue.thresholds.window for name, queue, _ in named}
         # Per queue, the interval it is read at: a reading is stale after 3 of them.
-        self._interval = {
-            name: queue.interval or target.interval
-            for queue in target.queues
-            for name in queue.names
-        }
-        self._runner_of = {name: runner for queue, runner in self._queues for name in queue.names}
-        self._thresholds = {
-            name: queue.thresholds for queue in target.queues for name in queue.names
-        }
+        self._interval = {name: queue.interval or target.interval for name, queue, _ in named}
+        self._runner_of = {name: runner for name, _, runner in named}
+        self._thresholds = {name: queue.thresholds for name, queue, _ in named}
         self._cpu: dict[str, SourceRunner[WorkerSample]] = {}
         for group in target.workers:
             source = make_cpu_source(group)
@@ -153,6 +148,11 @@ class QueueMonitor(Stateless):
         self._runs: dict[str, RunMemory] = {}
         # Per queue, its latest reading whole: its running jobs and task history.
         self._latest: dict[str, QueueSample] = {}
+        # Per queue, its completions minute by minute and their normal (queue_capacity_lost).
+        self._throughput = {
+            name: QueueThroughput(t.capacity_learning, t.capacity_window)
+            for name, t in self._thresholds.items()
+        }
         # Per queue, since when work has waited with no consumer (queue_no_consumer).
         self._unserved: dict[str, datetime] = {}
         self._latest_sessions: tuple[Backend, ...] | None = None
@@ -221,6 +221,7 @@ class QueueMonitor(Stateless):
                 for name, sample in readings.items():
                     self._read_runs(name, sample)
                     self._latest[name] = sample
+                    self._throughput[name].add(sample)
                     self._history[name].append(replace(sample, running=None, task_history=None))
             # Held while the last reading is recent; released once it is stale.
             recent = [name for name in queue.names if not self._stale(name, sampling.now)]
@@ -245,11 +246,21 @@ class QueueMonitor(Stateless):
                 finding := detect_long_jobs(target, name, self._thresholds[name], sample, now)
             ):
                 yield finding
+            if finding := self._capacity(name, now):
+                yield finding
             memory = self._runs.get(name)
             if memory is not None and (
                 finding := detect_rescued_running(target, name, memory, now)
             ):
                 yield finding
+
+    def _capacity(self, name: str, now: datetime) -> Finding | None:
+        thresholds, throughput = self._thresholds[name], self._throughput[name]
+        normal = throughput.normal(thresholds.capacity_min_minutes, window_minutes(thresholds))
+        longest = longest_running(self._latest.get(name), now)
+        return detect_capacity_lost(
+            self.target.name, name, thresholds, throughput.recent(), normal, longest
+        )
 
     def _no_consumer(self, queue: QueueInput, fresh: bool, now: datetime) -> Finding | None:
         """Fold a fresh reading into since when the queue is unserved, and judge it."""
@@ -325,8 +336,16 @@ class QueueMonitor(Stateless):
             growth_per_second=None if fit is None else fit.slope,
             workers=tuple(w.group.name for w in queue.workers),
             longest_job_seconds=longest_running(latest, now),
+            normal_completed_per_minute=self._normal_rate(queue.name),
             observed_at=observed,
         )
+
+    def _normal_rate(self, name: str) -> float | None:
+        thresholds = self._thresholds[name]
+        normal = self._throughput[name].normal(
+            thresholds.capacity_min_minutes, window_minutes(thresholds)
+        )
+        return None if normal is None else normal.completed_per_minute
 
     def _worker_view(self, group: WorkerGroup, now: datetime, locks: LockContext) -> WorkerView:
         window = self._group_window(group)

@@ -33,6 +33,8 @@ from lockwatch.settings.fields import (
     Secret,
     Section,
     Text,
+    Whole,
+    at_least,
     check,
     not_empty,
     one_of,
@@ -125,6 +127,13 @@ class QueueThresholds(Section):
     # its library's recent successful runs (factor x p99 once there are enough)
     max_job_duration: Budget = Learned.AUTO
     job_duration_floor: PositiveSeconds = 60.0  # seconds no learned job budget goes below
+    # queue_capacity_lost: completions per minute over capacity_window below this
+    # share of the queue's learned normal (learned over capacity_learning from
+    # the minutes work waited, once there are capacity_min_minutes of them)
+    capacity_fraction: Annotated[Number, POSITIVE] = 0.6
+    capacity_window: PositiveSeconds = 900.0
+    capacity_learning: PositiveSeconds = 7 * 86400.0
+    capacity_min_minutes: Annotated[Whole, at_least(1)] = 60
 
 
 @dataclass(frozen=True, slots=True)

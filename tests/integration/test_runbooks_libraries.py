@@ -23,6 +23,7 @@ import pytest
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
+from lockwatch.settings.queues import QueueThresholds
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
@@ -54,6 +55,7 @@ STEPS = (
     ("job_rescued_while_running", "pg-boss"),
     ("queue_no_consumer", "pg-boss-instances"),
     ("queue_job_too_long", "pg-boss-job"),
+    ("queue_capacity_lost", "pg-boss-completions"),
 )
 
 
@@ -103,11 +105,10 @@ def pg_boss_12(workers: Workers, pg: PgDatabase, *args: str) -> NodeWorker:
     return process
 
 
-def watching_short(pg: PgDatabase, **thresholds: float) -> TargetRunner:
+def watching_short(pg: PgDatabase, thresholds: QueueThresholds) -> TargetRunner:
     """A pg-boss 12 queue watched with shorter thresholds than the defaults."""
     grant_schema(pg, "pgboss")
-    queue = library_queue("pg-boss", "reports")
-    short = replace(queue, thresholds=replace(queue.thresholds, **thresholds))
+    short = replace(library_queue("pg-boss", "reports"), thresholds=thresholds)
     target = Target("main", pg.monitor_dsn, interval=0.2, queues=(short,))
     return TargetRunner(target, Board(), StateStore(None))
 
@@ -197,7 +198,7 @@ def test_a_pg_boss_queue_whose_workers_are_all_gone_shows_no_instance_working_it
 ) -> None:
     worker = pg_boss_12(workers, pg, "worker")
     pg_boss_12(workers, pg, "producer")
-    runner = watching_short(pg, no_consumer_after=2.0)
+    runner = watching_short(pg, QueueThresholds(window=5.0, no_consumer_after=2.0))
     try:
         wait_until(
             lambda: any(row[5] for row in book.sql("queue_no_consumer", "pg-boss-instances")),
@@ -220,7 +221,7 @@ def test_a_pg_boss_job_whose_handler_hangs_shows_active_with_its_expiry(
 ) -> None:
     worker = pg_boss_12(workers, pg, "worker")
     pg_boss_12(workers, pg, "producer", "12")
-    runner = watching_short(pg, job_duration_floor=1.0)
+    runner = watching_short(pg, QueueThresholds(window=5.0, job_duration_floor=1.0))
     try:
         wait_until(lambda: worker.count("completed") >= 12, message="the task's history")
         sender = pg_boss_12(workers, pg, "producer", "hang")
@@ -237,3 +238,15 @@ def test_a_pg_boss_job_whose_handler_hangs_shows_active_with_its_expiry(
     assert (str(shown_id), name, state) == (job, "reports", "active")
     assert evidence.jobs[0].started_at == started_on
     assert evidence.jobs[0].library_deadline == expires_at
+
+
+def test_a_pg_boss_queue_counts_its_completions_minute_by_minute(
+    pg: PgDatabase, book: Runbook, workers: Workers
+) -> None:
+    worker = pg_boss_12(workers, pg, "worker")
+    pg_boss_12(workers, pg, "producer", "12")
+    grant_schema(pg, "pgboss")
+    wait_until(lambda: worker.count("completed") >= 12, message="12 jobs completed")
+    minutes = book.sql("queue_capacity_lost", "pg-boss-completions", queue="reports")
+    # The worker's own word: each of its jobs completed once.
+    assert sum(count for _, count in minutes) == worker.count("completed") == 12

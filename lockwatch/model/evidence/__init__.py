@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from lockwatch.model.evidence.capacity import CapacityEvidence
 from lockwatch.model.evidence.jobs import (
     DuplicateStartEvidence,
     FailedRunEvidence,
@@ -75,6 +76,7 @@ Evidence: TypeAlias = (
     | RescuedRunsEvidence
     | NoConsumerEvidence
     | LongJobsEvidence
+    | CapacityEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -91,6 +93,7 @@ __all__ = [
     "SESSION_STATES",
     "STARVED",
     "WAITING",
+    "CapacityEvidence",
     "ChainStep",
     "ChurnEvidence",
     "ConsumerCount",

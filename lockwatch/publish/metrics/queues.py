@@ -82,7 +82,8 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
 
 
 def queue_liveness_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
-    """When each queue was last observed, its live consumers and its longest-running job."""
+    """When each queue was last observed, its live consumers, its longest-running job
+    and its learned normal throughput."""
     labels = ["target", "queue"]
     consumers = scrape.gauge(
         "lockwatch_queue_consumers",
@@ -102,16 +103,24 @@ def queue_liveness_metrics(views: Iterable[TargetView], scrape: Exposition) -> I
         "away once that is 3 of its intervals old: a silent source shows no frozen backlog.",
         labels,
     )
+    normal = scrape.gauge(
+        "lockwatch_queue_normal_completed_per_minute",
+        "The queue's learned completions per minute while work waits (queue_capacity_lost "
+        "compares its window with it); absent while it is learned.",
+        labels,
+    )
     for view in views:
         for queue in view.queues:
             series = (view.target.name, queue.name)
+            if queue.normal_completed_per_minute is not None:
+                normal.add(series, queue.normal_completed_per_minute)
             if queue.observed_at is not None:
                 observed.add(series, queue.observed_at.timestamp())
             if queue.latest is not None and queue.latest.consumers is not None:
                 consumers.add(series, queue.latest.consumers)
             if queue.longest_job_seconds is not None:
                 longest.add(series, queue.longest_job_seconds)
-    yield from (consumers, longest, observed)
+    yield from (consumers, longest, observed, normal)
 
 
 def worker_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:

@@ -52,6 +52,7 @@ DEFINITIONS = {
     "consumer_count": families.ConsumerCount,
     "long_jobs_evidence": families.LongJobsEvidence,
     "long_job": families.LongJobFacts,
+    "capacity_evidence": families.CapacityEvidence,
     "rescued_job": families.RescuedJobFacts,
     "queue_run": families.QueueRunFacts,
     "job_run": families.RunFacts,
