@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from lockwatch.model.evidence import CapacityEvidence
+from lockwatch.model.evidence import CapacityEvidence, WorkerFacts
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueMinute, ThroughputNormal
 from lockwatch.settings.queues import QueueThresholds
@@ -55,6 +55,12 @@ def _changed(evidence: CapacityEvidence) -> tuple[str, ...]:
             changed.append(
                 f"busy slots down to {evidence.in_flight}, usually {evidence.in_flight_normal:g}"
             )
+    for worker in evidence.workers:
+        for wait in worker.waiting_on[:1]:
+            changed.append(
+                f"{wait.sessions} session(s) of {one_line(worker.name)} wait on lock "
+                f"{one_line(wait.lock)}"
+            )
     return tuple(changed)
 
 
@@ -73,6 +79,7 @@ def detect_capacity_lost(
     minutes: Sequence[QueueMinute],
     normal: ThroughputNormal | None,
     longest_job_seconds: float | None = None,
+    workers: tuple[WorkerFacts, ...] = (),
 ) -> Finding | None:
     """The queue's finding while its window completes far below its normal."""
     span = window_minutes(thresholds)
@@ -101,6 +108,7 @@ def detect_capacity_lost(
         in_flight_normal=normal.in_flight,
         longest_job_seconds=longest_job_seconds,
         changed=(),
+        workers=workers,
     )
     evidence = replace(evidence, changed=_changed(evidence))
     return Finding(

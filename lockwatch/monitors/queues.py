@@ -27,6 +27,7 @@ from lockwatch.detect.queues import (
     in_window,
     session_counts,
     waiting_on,
+    worker_facts,
 )
 from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
 from lockwatch.detect.sources import detect_source_down
@@ -204,7 +205,7 @@ class QueueMonitor(Stateless):
             self._worker_view(group, now, locks) for group in self.target.workers
         )
         return MonitorResult(
-            (*verdicts.findings, *self._job_findings(judged, read, now), *down),
+            (*verdicts.findings, *self._job_findings(judged, read, now, locks), *down),
             frozenset(undecided | verdicts.undecided),
         )
 
@@ -231,7 +232,7 @@ class QueueMonitor(Stateless):
         return read, undecided
 
     def _job_findings(
-        self, inputs: list[QueueInput], read: set[str], now: datetime
+        self, inputs: list[QueueInput], read: set[str], now: datetime, locks: LockContext
     ) -> Iterable[Finding]:
         """The findings about consumers and jobs: stuck, unserved, too long, rescued."""
         target = self.target.name
@@ -246,7 +247,7 @@ class QueueMonitor(Stateless):
                 finding := detect_long_jobs(target, name, self._thresholds[name], sample, now)
             ):
                 yield finding
-            if finding := self._capacity(name, now):
+            if finding := self._capacity(queue, now, locks):
                 yield finding
             memory = self._runs.get(name)
             if memory is not None and (
@@ -254,12 +255,15 @@ class QueueMonitor(Stateless):
             ):
                 yield finding
 
-    def _capacity(self, name: str, now: datetime) -> Finding | None:
-        thresholds, throughput = self._thresholds[name], self._throughput[name]
+    def _capacity(self, queue: QueueInput, now: datetime, locks: LockContext) -> Finding | None:
+        name, thresholds, throughput = queue.name, queue.thresholds, self._throughput[queue.name]
         normal = throughput.normal(thresholds.capacity_min_minutes, window_minutes(thresholds))
+        if normal is None:
+            return None
         longest = longest_running(self._latest.get(name), now)
+        workers = tuple(worker_facts(w, now, thresholds, locks) for w in queue.workers)
         return detect_capacity_lost(
-            self.target.name, name, thresholds, throughput.recent(), normal, longest
+            self.target.name, name, thresholds, throughput.recent(), normal, longest, workers
         )
 
     def _no_consumer(self, queue: QueueInput, fresh: bool, now: datetime) -> Finding | None:

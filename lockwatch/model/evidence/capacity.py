@@ -3,8 +3,9 @@ its learned normal while work waits and its backlog grows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from lockwatch.model.evidence.queues import WorkerFacts
 from lockwatch.model.evidence.sessions import FindingFacts
 
 
@@ -27,3 +28,6 @@ class CapacityEvidence(FindingFacts):
     in_flight_normal: float | None  # learned
     longest_job_seconds: float | None  # the longest-running job now, where told
     changed: tuple[str, ...]  # what changed, in words: consumers gone, slots held, ...
+    # The bound worker groups, with the locks their sessions wait on (a queue
+    # losing capacity to a lock wait joins that lock's incident).
+    workers: tuple[WorkerFacts, ...] = field(default=(), kw_only=True)
