@@ -1,4 +1,5 @@
-"""``queue_job_too_long`` with the real pg-boss 12 from npm: a worker that
+"""``queue_job_too_long`` with the real pg-boss 12 from npm (and procrastinate
+3 from PyPI, at a configured budget): a pg-boss worker that
 runs its queue's jobs in 50 ms, then a job whose handler never returns while
 its worker lives. The budget is learned from pg-boss's own rows of the
 task's successful runs (3 x p99, with a 2 s floor here; 60 s by default).
@@ -26,6 +27,9 @@ from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, wait_until
 from tests.integration.test_catalogue_libraries import grant_schema, library_queue
 from tests.integration.test_lib_pg_boss import QUEUE, Boss
+from tests.integration.test_lib_procrastinate import QUEUE as PROCRASTINATE_QUEUE
+from tests.integration.test_lib_procrastinate import Worker as ProcrastinateWorker
+from tests.integration.test_lib_procrastinate import defer, install
 
 pytestmark = pytest.mark.pg
 
@@ -119,3 +123,35 @@ def test_a_hung_handler_is_found_at_its_tasks_learned_budget(pg: PgDatabase, bos
         )
     finally:
         runner.close()
+
+
+def test_a_procrastinate_job_past_its_queues_budget_is_named_with_its_worker(
+    pg: PgDatabase,
+) -> None:
+    install(pg)
+    worker = ProcrastinateWorker(pg)
+    try:
+        wait_until(worker.started, timeout=60, message=f"{worker.lines}")
+        defer(pg, 1)
+        job = worker.job()
+        queue = library_queue("procrastinate", PROCRASTINATE_QUEUE)
+        budget = replace(queue.thresholds, max_job_duration=FLOOR)
+        target = Target(
+            "main", pg.monitor_dsn, interval=POLL, queues=(replace(queue, thresholds=budget),)
+        )
+        runner = TargetRunner(target, Board(), StateStore(None))
+        try:
+            finding = wait_until(lambda: too_long(runner), timeout=60, interval=POLL, message=job)
+        finally:
+            runner.close()
+        [facts] = evidence_as(finding, LongJobsEvidence).jobs
+        # procrastinate's own rows: the job doing, taken by its worker.
+        (status, worker_id) = pg.connect().execute(
+            "SELECT status::text, worker_id FROM procrastinate_jobs WHERE id = %s", (int(job),)
+        ).fetchone() or (None, None)
+        assert status == "doing"
+        assert (facts.job_id, facts.task, facts.workers) == (job, "hang", (f"worker {worker_id}",))
+        assert facts.budget_from == "max_job_duration" and facts.library_deadline is None
+        assert facts.library_action == "procrastinate never ends it by itself"
+    finally:
+        worker.stop()
