@@ -115,7 +115,13 @@ def detect_long_jobs(
     """The queue's finding while any of its running jobs is past its budget."""
     if sample.running is None:
         return None
-    long = [facts for run in sample.running.runs if (facts := _long(run, sample, thresholds, now))]
+    # A job whose worker is gone is job_stuck_running's, not a hung handler.
+    stuck = set(sample.stuck.job_ids) if sample.stuck is not None else set()
+    long = [
+        facts
+        for run in sample.running.runs
+        if run.job_id not in stuck and (facts := _long(run, sample, thresholds, now))
+    ]
     if not long:
         return None
     long.sort(key=lambda job: (job.started_at, job.job_id))

@@ -3,6 +3,7 @@ or the queue's max_job_duration; silent while a task is still learned."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from lockwatch.detect.long_jobs import LEARNING, detect_long_jobs, job_budget, longest_running
 from lockwatch.model.evidence import LongJobsEvidence
 from lockwatch.model.findings import FindingKind, Severity, Subject
-from lockwatch.model.queues import QueueJobRun, QueueSample, RunningJobs, TaskHistory
+from lockwatch.model.queues import QueueJobRun, QueueSample, RunningJobs, StuckJobs, TaskHistory
 from lockwatch.sample.queues import reading_from_row
 from lockwatch.settings.queues import QueueThresholds
 from tests.fixtures.evidence import evidence_as
@@ -123,3 +124,8 @@ def test_the_learned_budget_is_never_below_the_floor_nor_3_p99(
         NOW,
     )
     assert (found is not None) == (running > budget[0])
+
+
+def test_a_job_whose_worker_is_gone_is_left_to_job_stuck_running() -> None:
+    reading = replace(sample(run("7", 3600)), stuck=StuckJobs(1, ("7",), NOW))
+    assert detect_long_jobs("main", "reports", QueueThresholds(), reading, NOW) is None
