@@ -145,6 +145,12 @@ def test_a_procrastinate_job_past_its_queues_budget_is_named_with_its_worker(
         finally:
             runner.close()
         [facts] = evidence_as(finding, LongJobsEvidence).jobs
+        # collected for docs/benchmarks.md: from the job's start, by its own 'started' event
+        (late,) = pg.connect().execute(
+            "SELECT now() - max(at) FROM procrastinate_events WHERE job_id = %s AND type = 'started'",
+            (int(job),),
+        ).fetchone() or (None,)
+        print(f"detection procrastinate-3.10.0 hung task: {late} after its start (budget {FLOOR}s)")
         # procrastinate's own rows: the job doing, taken by its worker.
         (status, worker_id) = pg.connect().execute(
             "SELECT status::text, worker_id FROM procrastinate_jobs WHERE id = %s", (int(job),)
