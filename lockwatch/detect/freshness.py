@@ -2,8 +2,9 @@
 answered for :data:`STALE_INTERVALS` of its intervals. A frozen backlog on a
 page or in ``/metrics`` is worse than none (a gauge frozen at 494 jobs made a
 40-minute false incident for engram-app/Engram#1497): a stale queue shows as
-unknown, with the time it was last observed, and its findings are no longer
-held; the source's own ``target_down`` says which source and why."""
+unknown, with the time it was last observed; no finding is made from it (open
+ones stay undecided: nobody knows whether they cleared), and the source's own
+``target_down`` says which source and why."""
 
 from __future__ import annotations
 

@@ -224,10 +224,10 @@ class QueueMonitor(Stateless):
                     self._latest[name] = sample
                     self._throughput[name].add(sample)
                     self._history[name].append(replace(sample, running=None, task_history=None))
-            # Held while the last reading is recent; released once it is stale.
-            recent = [name for name in queue.names if not self._stale(name, sampling.now)]
+            # Open findings stay as they were (nobody knows whether they cleared);
+            # none is made from the last reading (see poll's judged).
             undecided |= undecided_while_down(
-                runner.health, [Subject(queue=name) for name in recent], self.kinds
+                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
             )
         return read, undecided
 
