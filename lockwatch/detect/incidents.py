@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lockwatch.model.evidence import (
+    CapacityEvidence,
     HolderFacts,
     LockEvidence,
     LockHolderFacts,
@@ -164,7 +165,9 @@ def _queue_root(
     if stall is not None and stall.kind is not RootKind.QUEUE:
         return stall
     evidence = finding.evidence
-    for worker in evidence.workers if isinstance(evidence, QueueEvidence) else ():
+    # The evidence that tells its worker groups' lock waits.
+    told = evidence.workers if isinstance(evidence, QueueEvidence | CapacityEvidence) else ()
+    for worker in told:
         for wait in worker.waiting_on:
             if (wait.database, wait.lock) in by_lock:
                 return by_lock[wait.database, wait.lock]

@@ -204,7 +204,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _worker_facts(
+def worker_facts(
     worker: WorkerInput, now: datetime, thresholds: QueueThresholds, context: LockContext
 ) -> WorkerFacts:
     cpu = in_window(worker.cpu, now, thresholds.window)
@@ -390,7 +390,7 @@ def _queue_evidence(
         completed_in_window=window.completed,
         worker_cpu_cores=_rounded(window.cores),
         stall_cpu_cores=thresholds.stall_cpu,
-        workers=tuple(_worker_facts(w, now, thresholds, context) for w in queue.workers),
+        workers=tuple(worker_facts(w, now, thresholds, context) for w in queue.workers),
         worker_cpu_wait_cores=_rounded(window.waited),
         worker_cpu_state=cpu_state(window.cores, window.waited, thresholds.stall_cpu),
     )

@@ -10,13 +10,16 @@ from datetime import datetime
 from typing import Any
 
 from lockwatch.model.evidence import (
+    CapacityEvidence,
     ChurnEvidence,
     DuplicateStartEvidence,
     Evidence,
     FailedRunEvidence,
     LockEvidence,
+    LongJobsEvidence,
     LongRunEvidence,
     MissedRunEvidence,
+    NoConsumerEvidence,
     OverflowEvidence,
     OverlapEvidence,
     PooledLockEvidence,
@@ -83,6 +86,12 @@ class FindingKind(enum.StrEnum):
     JOB_STUCK_RUNNING = ("job_stuck_running", Family.QUEUES)
     # Its rescuer started it again while the first start's worker lives: two runs.
     JOB_RESCUED_WHILE_RUNNING = ("job_rescued_while_running", Family.QUEUES)
+    # Work waits and no consumer of the queue is alive (not a stall: nobody to stall).
+    QUEUE_NO_CONSUMER = ("queue_no_consumer", Family.QUEUES)
+    # A queue library's job running far past its task's history or its budget.
+    QUEUE_JOB_TOO_LONG = ("queue_job_too_long", Family.QUEUES)
+    # Completions far below the queue's learned normal while its backlog grows.
+    QUEUE_CAPACITY_LOST = ("queue_capacity_lost", Family.QUEUES)
     JOB_DUPLICATE_START = ("job_duplicate_start", Family.JOBS)
     JOB_OVERLAP = ("job_overlap", Family.JOBS)
     JOB_MISSED = ("job_missed", Family.JOBS)
@@ -187,6 +196,9 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),
     FindingKind.JOB_RESCUED_WHILE_RUNNING: (RescuedRunsEvidence,),
+    FindingKind.QUEUE_NO_CONSUMER: (NoConsumerEvidence,),
+    FindingKind.QUEUE_JOB_TOO_LONG: (LongJobsEvidence,),
+    FindingKind.QUEUE_CAPACITY_LOST: (CapacityEvidence,),
     FindingKind.JOB_DUPLICATE_START: (DuplicateStartEvidence,),
     FindingKind.JOB_OVERLAP: (OverlapEvidence,),
     FindingKind.JOB_MISSED: (MissedRunEvidence,),

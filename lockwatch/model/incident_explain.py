@@ -36,6 +36,11 @@ _MEANING = {
     FindingKind.QUEUE_STALLED: "work waits while the workers burn almost no CPU: they are stuck",
     FindingKind.JOB_STUCK_RUNNING: "jobs are marked running but their worker is gone",
     FindingKind.JOB_RESCUED_WHILE_RUNNING: "a job was handed to a second worker while it runs",
+    FindingKind.QUEUE_NO_CONSUMER: "work waits and nothing consumes the queue: no worker is alive",
+    FindingKind.QUEUE_JOB_TOO_LONG: "a job runs far longer than its task ever does: its handler "
+    "is likely hung, holding a worker slot",
+    FindingKind.QUEUE_CAPACITY_LOST: "the queue completes far less than it used to while work "
+    "waits: consumers are gone or stuck on a few jobs, long before a full stop",
     FindingKind.JOB_DUPLICATE_START: "a job started twice for the same run",
     FindingKind.JOB_OVERLAP: "two runs of a job run at once",
     FindingKind.JOB_MISSED: "a scheduled run did not start",

@@ -65,6 +65,9 @@ PAST = {
     FindingKind.JOB_STUCK_RUNNING: "had jobs marked running whose worker was gone",
     FindingKind.JOB_RESCUED_WHILE_RUNNING: "started a rescued job again while its first "
     "worker lived",
+    FindingKind.QUEUE_NO_CONSUMER: "had work waiting and no consumer",
+    FindingKind.QUEUE_JOB_TOO_LONG: "had a job running far past its task's history",
+    FindingKind.QUEUE_CAPACITY_LOST: "completed far less than its normal while work waited",
     FindingKind.JOB_DUPLICATE_START: "started more than once for one run",
     FindingKind.JOB_OVERLAP: "had two runs going at once",
     FindingKind.JOB_MISSED: "missed a scheduled run",

@@ -30,6 +30,21 @@ class QueueJobRun:
     # The library's record says its previous attempt was ended by its rescuer
     # or a timeout, not by the worker that ran it.
     rescued: bool
+    task: str | None = None  # the library's task (or job name) it runs; None: not told
+    sessions: tuple[int, ...] = ()  # the pids of its worker's database sessions, when told
+    # When the library itself will act on it if it is still running (pg-boss's
+    # expiry, graphile-worker's 4-hour lock), and what it will do; None: never.
+    library_deadline: datetime | None = None
+    library_action: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskHistory:
+    """A task's recent successful runs, as its library's own rows record them."""
+
+    runs: int
+    p50_seconds: float
+    p99_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +66,15 @@ class QueueSample:
     completed_total: int | None = None  # finished items, as a count that only grows
     in_flight: int | None = None  # taken by a worker, not finished
     stuck: StuckJobs | None = None  # None: the source cannot tell
+    # The consumers the queue's library knows alive now (workers, instances
+    # with a heartbeat or a session of theirs); None: the source cannot tell.
+    consumers: int | None = None
     # The running jobs, one by one; None: the source cannot tell. Only the
     # latest reading keeps them (the queue monitor drops them from its history).
     running: RunningJobs | None = None
+    # Per task, its recent successful runs (queue_job_too_long learns from
+    # them); None: the source cannot tell. Only the latest reading keeps it.
+    task_history: Mapping[str, TaskHistory] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +107,13 @@ class QueueView:
     # least-squares slope of the depth over the window; None before 2 samples
     growth_per_second: float | None = None
     workers: tuple[str, ...] = ()  # the worker groups bound to it
+    # Seconds the longest-running job of its library has run; None: not told.
+    longest_job_seconds: float | None = None
+    # Its learned completions per minute while work waits; None while learned.
+    normal_completed_per_minute: float | None = None
+    # When its last reading was observed, kept when it is too old to show
+    # (``latest`` is then None: unknown); None: never read.
+    observed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +139,29 @@ class WorkerView:
     # other); None when the group binds no sessions.
     sessions: Mapping[str, int] | None = None
     waiting_on: tuple[SessionWait, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMinute:
+    """One minute of a queue's readings: what it completed and how its backlog
+    and consumers stood (queue_capacity_lost learns and judges from these)."""
+
+    start: datetime  # the minute's first reading
+    completed: int  # completions counted over the minute (only increases count)
+    depth_first: int
+    depth_last: int
+    depth_min: int  # 0: the queue ran dry, so demand, not capacity, set the pace
+    oldest_age_last: float | None = None
+    in_flight_last: int | None = None  # busy slots, where the library records them
+    consumers_last: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputNormal:
+    """A queue's learned normal while work waited: its completions per minute,
+    busy slots and consumers (medians over its saturated minutes)."""
+
+    completed_per_minute: float
+    minutes: int  # saturated minutes it was learned from
+    in_flight: float | None = None
+    consumers: float | None = None

@@ -12,6 +12,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from lockwatch.detect.capacity import detect_capacity_lost, window_minutes
+from lockwatch.detect.freshness import is_stale
+from lockwatch.detect.long_jobs import detect_long_jobs, longest_running
+from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
 from lockwatch.detect.queues import (
     LockContext,
     QueueInput,
@@ -23,12 +27,13 @@ from lockwatch.detect.queues import (
     in_window,
     session_counts,
     waiting_on,
+    worker_facts,
 )
 from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.detect.stuck_jobs import detect_stuck_running
 from lockwatch.detect.worker_cpu import cpu_cores
-from lockwatch.model.findings import Family, FindingKind, Subject
+from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
 from lockwatch.model.views import TargetView
@@ -57,6 +62,7 @@ from lockwatch.settings.queues import (
     WorkerGroup,
 )
 from lockwatch.settings.targets import Target
+from lockwatch.state.throughput import QueueThroughput
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +127,12 @@ class QueueMonitor(Stateless):
             (queue, runner(f"queue/{queue.name}", queue_source(queue), queue.interval))
             for queue in target.queues
         ]
-        self._window = {
-            name: queue.thresholds.window for queue in target.queues for name in queue.names
-        }
-        self._thresholds = {
-            name: queue.thresholds for queue in target.queues for name in queue.names
-        }
+        named = [(name, queue, runner) for queue, runner in self._queues for name in queue.names]
+        self._window = {name: queue.thresholds.window for name, queue, _ in named}
+        # Per queue, the interval it is read at: a reading is stale after 3 of them.
+        self._interval = {name: queue.interval or target.interval for name, queue, _ in named}
+        self._runner_of = {name: runner for name, _, runner in named}
+        self._thresholds = {name: queue.thresholds for name, queue, _ in named}
         self._cpu: dict[str, SourceRunner[WorkerSample]] = {}
         for group in target.workers:
             source = make_cpu_source(group)
@@ -147,8 +153,19 @@ class QueueMonitor(Stateless):
         }
         # Per queue, the starts of its jobs seen so far (job_rescued_while_running).
         self._runs: dict[str, RunMemory] = {}
+        # Per queue, its latest reading whole: its running jobs and task history.
+        self._latest: dict[str, QueueSample] = {}
+        # Per queue, its completions minute by minute and their normal (queue_capacity_lost).
+        self._throughput = {
+            name: QueueThroughput(t.capacity_learning, t.capacity_window)
+            for name, t in self._thresholds.items()
+        }
+        # Per queue, since when work has waited with no consumer (queue_no_consumer).
+        self._unserved: dict[str, datetime] = {}
         self._latest_sessions: tuple[Backend, ...] | None = None
-        # The (kind, subject) a source down at this poll's sample feeds.
+        # The queues read at this poll's sample, and the (kind, subject) a
+        # source down at it feeds.
+        self._read: set[str] = set()
         self._undecided: frozenset[tuple[FindingKind, Subject]] = frozenset()
         self._queue_views: tuple[QueueView, ...] = ()
         self._worker_views: tuple[WorkerView, ...] = ()
@@ -166,16 +183,7 @@ class QueueMonitor(Stateless):
     def sample(self, context: PollContext) -> Sampled:
         """Every source's reading, into the bounded histories."""
         sampling = SampleContext(context.now, context.db)
-        undecided: set[tuple[FindingKind, Subject]] = set()
-        for queue, runner in self._queues:
-            readings = runner.poll(sampling)
-            if readings is not None:
-                for name, sample in readings.items():
-                    self._read_runs(name, sample)
-                    self._history[name].append(replace(sample, running=None))
-            undecided |= undecided_while_down(
-                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
-            )
+        self._read, undecided = self._read_queues(sampling)
         for name, cpu_runner in self._cpu.items():
             reading = cpu_runner.poll(sampling)
             if reading is not None:
@@ -203,22 +211,89 @@ class QueueMonitor(Stateless):
             for name in self._window
         ]
         locks = LockContext(context.snapshot, self.target.locks, context.lock_findings)
-        verdicts = detect_queues(self.target.name, inputs, locks, now)
-        stuck = detect_stuck_running(self.target.name, inputs, now)
-        rescued = [
-            finding
-            for name, memory in sorted(self._runs.items())
-            if (finding := detect_rescued_running(self.target.name, name, memory, now))
-        ]
+        # Judged only on readings of this attempt's source: a frozen reading must
+        # never make a finding (the source's target_down says why it is silent).
+        judged = [queue for queue in inputs if self._runner_of[queue.name].health.up]
+        verdicts = detect_queues(self.target.name, judged, locks, now)
         down = detect_source_down(self.target.name, [r.health for r in self._runners()], now)
         self._queue_views = tuple(self._queue_view(queue, now) for queue in inputs)
         self._worker_views = tuple(
             self._worker_view(group, now, locks) for group in self.target.workers
         )
         return MonitorResult(
-            (*verdicts.findings, *stuck, *rescued, *down),
+            (*verdicts.findings, *self._job_findings(judged, self._read, now, locks), *down),
             self._undecided | verdicts.undecided,
         )
+
+    def _read_queues(
+        self, sampling: SampleContext
+    ) -> tuple[set[str], set[tuple[FindingKind, Subject]]]:
+        """Read the queues that are due: the names read, and what cannot be judged."""
+        undecided: set[tuple[FindingKind, Subject]] = set()
+        read: set[str] = set()
+        for queue, runner in self._queues:
+            readings = runner.poll(sampling)
+            if readings is not None:
+                read.update(readings)
+                for name, sample in readings.items():
+                    self._read_runs(name, sample)
+                    self._latest[name] = sample
+                    self._throughput[name].add(sample)
+                    self._history[name].append(replace(sample, running=None, task_history=None))
+            # Open findings stay as they were (nobody knows whether they cleared);
+            # none is made from the last reading (see judge's judged).
+            undecided |= undecided_while_down(
+                runner.health, [Subject(queue=name) for name in queue.names], self.kinds
+            )
+        return read, undecided
+
+    def _job_findings(
+        self, inputs: list[QueueInput], read: set[str], now: datetime, locks: LockContext
+    ) -> Iterable[Finding]:
+        """The findings about consumers and jobs: stuck, unserved, too long, rescued."""
+        target = self.target.name
+        yield from detect_stuck_running(target, inputs, now)
+        for queue in inputs:
+            if finding := self._no_consumer(queue, queue.name in read, now):
+                yield finding
+        for queue in inputs:
+            name = queue.name
+            sample = self._latest.get(name)
+            if sample is not None and (
+                finding := detect_long_jobs(target, name, self._thresholds[name], sample, now)
+            ):
+                yield finding
+            if finding := self._capacity(queue, now, locks):
+                yield finding
+            memory = self._runs.get(name)
+            if memory is not None and (
+                finding := detect_rescued_running(target, name, memory, now)
+            ):
+                yield finding
+
+    def _capacity(self, queue: QueueInput, now: datetime, locks: LockContext) -> Finding | None:
+        name, thresholds, throughput = queue.name, queue.thresholds, self._throughput[queue.name]
+        normal = throughput.normal(thresholds.capacity_min_minutes, window_minutes(thresholds))
+        if normal is None:
+            return None
+        longest = longest_running(self._latest.get(name), now)
+        workers = tuple(worker_facts(w, now, thresholds, locks) for w in queue.workers)
+        return detect_capacity_lost(
+            self.target.name, name, thresholds, throughput.recent(), normal, longest, workers
+        )
+
+    def _no_consumer(self, queue: QueueInput, fresh: bool, now: datetime) -> Finding | None:
+        """Fold a fresh reading into since when the queue is unserved, and judge it."""
+        if fresh and queue.samples:
+            latest = queue.samples[-1]
+            since = unserved_since(
+                self._unserved.get(queue.name), latest, consumer_counts(latest, queue.workers)
+            )
+            if since is None:
+                self._unserved.pop(queue.name, None)
+            else:
+                self._unserved[queue.name] = since
+        return detect_no_consumer(self.target.name, queue, self._unserved.get(queue.name), now)
 
     def _read_runs(self, name: str, sample: QueueSample) -> None:
         """Fold a reading's running jobs into the queue's memory of starts;
@@ -255,17 +330,42 @@ class QueueMonitor(Stateless):
             self._group_sessions(group),
         )
 
+    def _stale(self, name: str, now: datetime) -> bool:
+        """Whether the queue's source has not answered for 3 of its intervals (a
+        late poll of lockwatch's own never makes a reading its source gave stale)."""
+        latest = self._latest.get(name)
+        if latest is not None and self._runner_of[name].health.up:
+            return False
+        return is_stale(None if latest is None else latest.at, now, self._interval[name])
+
     def _queue_view(self, queue: QueueInput, now: datetime) -> QueueView:
-        samples = in_window(queue.samples, now, queue.thresholds.window)
-        fit = growth(samples)
+        source = next(f"queue/{q.name}" for q, _ in self._queues if queue.name in q.names)
+        latest = self._latest.get(queue.name)
+        observed = None if latest is None else latest.at
+        if self._stale(queue.name, now):  # unknown: nothing frozen is shown
+            workers = tuple(w.group.name for w in queue.workers)
+            return QueueView(
+                queue.name, source, queue.thresholds.window, workers=workers, observed_at=observed
+            )
+        fit = growth(in_window(queue.samples, now, queue.thresholds.window))
         return QueueView(
             name=queue.name,
-            source=next(f"queue/{q.name}" for q, _ in self._queues if queue.name in q.names),
+            source=source,
             window=queue.thresholds.window,
             latest=queue.samples[-1] if queue.samples else None,
             growth_per_second=None if fit is None else fit.slope,
             workers=tuple(w.group.name for w in queue.workers),
+            longest_job_seconds=longest_running(latest, now),
+            normal_completed_per_minute=self._normal_rate(queue.name),
+            observed_at=observed,
         )
+
+    def _normal_rate(self, name: str) -> float | None:
+        thresholds = self._thresholds[name]
+        normal = self._throughput[name].normal(
+            thresholds.capacity_min_minutes, window_minutes(thresholds)
+        )
+        return None if normal is None else normal.completed_per_minute
 
     def _worker_view(self, group: WorkerGroup, now: datetime, locks: LockContext) -> WorkerView:
         window = self._group_window(group)

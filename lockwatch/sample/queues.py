@@ -14,7 +14,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from lockwatch.model.queues import QueueJobRun, QueueSample, RunningJobs, StuckJobs
+from lockwatch.model.queues import (
+    QueueJobRun,
+    QueueSample,
+    RunningJobs,
+    StuckJobs,
+    TaskHistory,
+)
 from lockwatch.sample.base import Database, SampleContext, SampleError
 from lockwatch.settings.queues import LibrarySchema, Queue, SqlQueueSource
 
@@ -26,8 +32,18 @@ REQUIRED = "depth"
 STUCK = ("stuck_count", "stuck_job_ids", "stuck_since")
 # The running jobs one by one (a JSON array of {id, attempt, started_at,
 # workers, rescued}) and the library's workers alive now (an array of text).
+# Optional in each entry: task, sessions (pids), deadline and action (what
+# the library itself will do to it, and when).
 RUNNING = ("running_jobs", "live_workers")
-OPTIONAL = ("oldest_age_seconds", "completed_total", "in_flight", *STUCK, *RUNNING)
+# Per task, its recent successful runs: a JSON object of {runs, p50, p99}.
+TASK_HISTORY = "task_history"
+# The consumers the library knows alive now (for queue_no_consumer).
+CONSUMERS = "consumers"
+OPTIONAL = (
+    *("oldest_age_seconds", "completed_total", "in_flight", CONSUMERS, TASK_HISTORY),
+    *STUCK,
+    *RUNNING,
+)
 LABEL = "queue"
 
 
@@ -62,28 +78,68 @@ def _stuck(queue: str, row: Mapping[str, Any]) -> StuckJobs | None:
     return StuckJobs(count, tuple(ids), since)
 
 
+def _zoned(value: object) -> datetime | None:
+    """An ISO time with its zone, from JSON; None when it is not one."""
+    try:
+        at = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return at if at is not None and at.tzinfo is not None else None
+
+
 def _run(queue: str, item: object) -> QueueJobRun:
     problem = f"queue {queue}: column {RUNNING[0]} has an entry that is not "
     if not isinstance(item, dict):
         raise SampleError(problem + "an object")
-    started = item.get("started_at")
-    try:
-        at = datetime.fromisoformat(started) if isinstance(started, str) else None
-    except ValueError:
-        at = None
+    at = _zoned(item.get("started_at"))
     workers = item.get("workers") or []
     attempt = item.get("attempt")
+    sessions = item.get("sessions") or []
+    task, action = item.get("task"), item.get("action")
     if (
         at is None
-        or at.tzinfo is None
         or not isinstance(attempt, int)
         or not isinstance(workers, list)
         or not all(isinstance(w, str) for w in workers)
+        or not isinstance(sessions, list)
+        or not all(isinstance(pid, int) for pid in sessions)
+        or not isinstance(task, str | None)
+        or not isinstance(action, str | None)
     ):
-        raise SampleError(problem + "{id, attempt, started_at (with its zone), workers, rescued}")
+        raise SampleError(
+            problem + "{id, attempt, started_at (with its zone), workers, rescued"
+            " [, task, sessions (pids), deadline, action]}"
+        )
     return QueueJobRun(
-        str(item.get("id")), attempt, at, tuple(workers), item.get("rescued") is True
+        str(item.get("id")),
+        attempt,
+        at,
+        tuple(workers),
+        item.get("rescued") is True,
+        task=task,
+        sessions=tuple(sessions),
+        library_deadline=_zoned(item.get("deadline")),
+        library_action=action,
     )
+
+
+def _task_history(queue: str, row: Mapping[str, Any]) -> dict[str, TaskHistory] | None:
+    tasks = row.get(TASK_HISTORY)
+    if tasks is None:
+        return None
+    if not isinstance(tasks, dict):
+        raise SampleError(f"queue {queue}: column {TASK_HISTORY} is not a JSON object")
+    history = {}
+    for task, facts in tasks.items():
+        if not isinstance(facts, dict):
+            raise SampleError(f"queue {queue}: {TASK_HISTORY} of {task} is not {{runs, p50, p99}}")
+        runs = _count(queue, TASK_HISTORY, facts.get("runs"))
+        p50 = _number(queue, TASK_HISTORY, facts.get("p50"))
+        p99 = _number(queue, TASK_HISTORY, facts.get("p99"))
+        if runs is None or p50 is None or p99 is None:
+            raise SampleError(f"queue {queue}: {TASK_HISTORY} of {task} is not {{runs, p50, p99}}")
+        history[str(task)] = TaskHistory(runs, p50, p99)
+    return history
 
 
 def _running(queue: str, row: Mapping[str, Any]) -> RunningJobs | None:
@@ -108,8 +164,10 @@ def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueS
         oldest_age_seconds=_number(queue, "oldest_age_seconds", row.get("oldest_age_seconds")),
         completed_total=_count(queue, "completed_total", row.get("completed_total")),
         in_flight=_count(queue, "in_flight", row.get("in_flight")),
+        consumers=_count(queue, CONSUMERS, row.get(CONSUMERS)),
         stuck=_stuck(queue, row),
         running=_running(queue, row),
+        task_history=_task_history(queue, row),
     )
 
 

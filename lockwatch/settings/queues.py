@@ -22,15 +22,19 @@ from lockwatch.settings.fields import (
     INTERNAL,
     POSITIVE,
     UNIQUE,
+    Budget,
     FilePath,
     Flag,
     Interval,
+    Learned,
     Name,
     Number,
     PositiveSeconds,
     Secret,
     Section,
     Text,
+    Whole,
+    at_least,
     check,
     not_empty,
     one_of,
@@ -117,6 +121,19 @@ class QueueThresholds(Section):
     min_growth: Annotated[Number, POSITIVE] = 0.05
     # cores: bound workers using less than this are doing nothing
     stall_cpu: Annotated[Number, POSITIVE] = 0.1
+    # seconds work may wait with no consumer alive before queue_no_consumer
+    no_consumer_after: PositiveSeconds = 120.0
+    # a running job past this -> queue_job_too_long; auto: learned per task from
+    # its library's recent successful runs (factor x p99 once there are enough)
+    max_job_duration: Budget = Learned.AUTO
+    job_duration_floor: PositiveSeconds = 60.0  # seconds no learned job budget goes below
+    # queue_capacity_lost: completions per minute over capacity_window below this
+    # share of the queue's learned normal (learned over capacity_learning from
+    # the minutes work waited, once there are capacity_min_minutes of them)
+    capacity_fraction: Annotated[Number, POSITIVE] = 0.6
+    capacity_window: PositiveSeconds = 900.0
+    capacity_learning: PositiveSeconds = 7 * 86400.0
+    capacity_min_minutes: Annotated[Whole, at_least(1)] = 60
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,11 +107,8 @@ def defer(pg: PgDatabase, count: int) -> None:
     asyncio.run(go())
 
 
-@pytest.mark.slow
-def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
-    pg: PgDatabase, workers: list[Worker]
-) -> None:
-    admin = pg.connect()
+def install(pg: PgDatabase) -> None:
+    """procrastinate's schema, applied as its users apply it, readable by lockwatch."""
     schema = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=pg.admin_dsn))
 
     async def apply() -> None:
@@ -119,8 +116,17 @@ def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
             await schema.schema_manager.apply_schema_async()
 
     asyncio.run(apply())
+    admin = pg.connect()
     for table in ("procrastinate_jobs", "procrastinate_events", "procrastinate_workers"):
         admin.execute(f"GRANT SELECT ON {table} TO {MONITOR_USER}")
+
+
+@pytest.mark.slow
+def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
+    pg: PgDatabase, workers: list[Worker]
+) -> None:
+    admin = pg.connect()
+    install(pg)
     workers.extend(Worker(pg) for _ in range(3))
     for worker in workers:
         wait_until(worker.started, timeout=60, message=f"{worker.lines}")

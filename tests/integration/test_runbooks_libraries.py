@@ -2,7 +2,8 @@
 real libraries from npm on Debian's PostgreSQL 15: a graphile-worker and a
 pg-boss worker killed mid-job (``job_stuck_running``), and a pg-boss job run
 again after its expiry while its first handler runs
-(``job_rescued_while_running``). Their SQL runs as the roles it names: the
+(``job_rescued_while_running``), and pg-boss 12's workers all killed while its
+producer enqueues (``queue_no_consumer``). Their SQL runs as the roles it names: the
 application's (the role the library connects as) for its tables, the on-call
 role for the sessions; graphile-worker's unlock ends the finding.
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -21,6 +23,7 @@ import pytest
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
+from lockwatch.settings.queues import QueueThresholds
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
@@ -32,12 +35,14 @@ from tests.fixtures.postgres import (
 )
 from tests.fixtures.runbooks import ONCALL_PASSWORD, Runbook, debian_cluster
 from tests.integration.test_catalogue_libraries import (
+    NodeWorker,
     Workers,
     grant_graphile_worker,
     grant_schema,
     library_queue,
     url,
 )
+from tests.integration.test_lib_pg_boss import NODE_22
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -48,6 +53,9 @@ STEPS = (
     ("job_stuck_running", "graphile-sessions"),
     ("job_stuck_running", "graphile-unlock"),
     ("job_rescued_while_running", "pg-boss"),
+    ("queue_no_consumer", "pg-boss-instances"),
+    ("queue_job_too_long", "pg-boss-job"),
+    ("queue_capacity_lost", "pg-boss-completions"),
 )
 
 
@@ -86,6 +94,22 @@ def workers() -> Iterator[Workers]:
 
 def watching(pg: PgDatabase, preset: str, queue: str) -> TargetRunner:
     target = Target("main", pg.monitor_dsn, interval=0.2, queues=(library_queue(preset, queue),))
+    return TargetRunner(target, Board(), StateStore(None))
+
+
+def pg_boss_12(workers: Workers, pg: PgDatabase, *args: str) -> NodeWorker:
+    """pg-boss's latest release (on the Node.js 22 it needs) on queue "reports"."""
+    process = NodeWorker("pg_boss_latest.mjs", url(pg), "reports", *args, node=NODE_22)
+    workers.started.append(process)
+    wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
+    return process
+
+
+def watching_short(pg: PgDatabase, thresholds: QueueThresholds) -> TargetRunner:
+    """A pg-boss 12 queue watched with shorter thresholds than the defaults."""
+    grant_schema(pg, "pgboss")
+    short = replace(library_queue("pg-boss", "reports"), thresholds=thresholds)
+    target = Target("main", pg.monitor_dsn, interval=0.2, queues=(short,))
     return TargetRunner(target, Board(), StateStore(None))
 
 
@@ -167,3 +191,62 @@ def test_a_pg_boss_job_run_again_after_its_expiry_shows_the_timeout_in_its_row(
     assert str(shown_id) == job.job_id and retries >= 1
     # The timeout that caused the retry, in pg-boss's words.
     assert "handler execution exceeded" in output["message"], output
+
+
+def test_a_pg_boss_queue_whose_workers_are_all_gone_shows_no_instance_working_it(
+    pg: PgDatabase, book: Runbook, workers: Workers
+) -> None:
+    worker = pg_boss_12(workers, pg, "worker")
+    pg_boss_12(workers, pg, "producer")
+    runner = watching_short(pg, QueueThresholds(window=5.0, no_consumer_after=2.0))
+    try:
+        wait_until(
+            lambda: any(row[5] for row in book.sql("queue_no_consumer", "pg-boss-instances")),
+            message="the worker's instance beating with the queue it works",
+        )
+        worker.kill()
+        wait_until(lambda: of_kind(runner, FindingKind.QUEUE_NO_CONSUMER), message="no consumer")
+    finally:
+        runner.close()
+    rows = book.sql("queue_no_consumer", "pg-boss-instances")
+    # The killed worker's row, which works the queue, beats no more; the
+    # producer's, which beats, works none.
+    [dead] = [row for row in rows if row[5]]
+    assert dead[2] == worker.process.pid and dead[4] is None
+    assert [row for row in rows if not row[5]], "the producer's instance"
+
+
+def test_a_pg_boss_job_whose_handler_hangs_shows_active_with_its_expiry(
+    pg: PgDatabase, book: Runbook, workers: Workers
+) -> None:
+    worker = pg_boss_12(workers, pg, "worker")
+    pg_boss_12(workers, pg, "producer", "12")
+    runner = watching_short(pg, QueueThresholds(window=5.0, job_duration_floor=1.0))
+    try:
+        wait_until(lambda: worker.count("completed") >= 12, message="the task's history")
+        sender = pg_boss_12(workers, pg, "producer", "hang")
+        job = next(line for line in sender.lines if line.startswith("sent ")).removeprefix("sent ")
+        (finding,) = wait_until(
+            lambda: of_kind(runner, FindingKind.QUEUE_JOB_TOO_LONG), timeout=60, message=job
+        )
+    finally:
+        runner.close()
+    evidence: Any = finding.evidence
+    ((shown_id, name, state, started_on, expires_at),) = book.sql(
+        "queue_job_too_long", "pg-boss-job", id=job
+    )
+    assert (str(shown_id), name, state) == (job, "reports", "active")
+    assert evidence.jobs[0].started_at == started_on
+    assert evidence.jobs[0].library_deadline == expires_at
+
+
+def test_a_pg_boss_queue_counts_its_completions_minute_by_minute(
+    pg: PgDatabase, book: Runbook, workers: Workers
+) -> None:
+    worker = pg_boss_12(workers, pg, "worker")
+    pg_boss_12(workers, pg, "producer", "12")
+    grant_schema(pg, "pgboss")
+    wait_until(lambda: worker.count("completed") >= 12, message="12 jobs completed")
+    minutes = book.sql("queue_capacity_lost", "pg-boss-completions", queue="reports")
+    # The worker's own word: each of its jobs completed once.
+    assert sum(count for _, count in minutes) == worker.count("completed") == 12

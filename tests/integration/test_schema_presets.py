@@ -336,6 +336,7 @@ def test_solid_queue_claims_of_a_dead_or_silent_process_are_stuck_running(pg: Pg
     assert sample.oldest_age_seconds is not None and 30 <= sample.oldest_age_seconds < 90
     assert sample.stuck is not None
     assert (sample.stuck.count, sorted(sample.stuck.job_ids)) == (2, ["3", "4"])
+    assert sample.consumers == 1  # the silent worker is no consumer
 
 
 # que-rb/que lib/que/migrations/4/up.sql
@@ -374,6 +375,9 @@ def test_the_que_preset_counts_jobs_its_lockers_hold_as_running(pg: PgDatabase) 
     stranger.execute("SELECT pg_advisory_lock(2)")  # the same key, but no locker's: not Que's
     sample = read(pg, "que")
     assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, None)
+    assert sample.consumers == 1
+    locker.close()  # killed: its row stays, its session is gone
+    wait_until(lambda: read(pg, "que").consumers == 0, message="the locker's session gone")
 
 
 def rescued_jobs(pg: PgDatabase, preset: str, memory: RunMemory) -> RunMemory:

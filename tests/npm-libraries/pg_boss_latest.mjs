@@ -1,7 +1,8 @@
 // pg-boss 12 (its latest release, ESM, Node.js 22) as its users run it.
 // "worker": works the queue (a job in 50 ms) and sends nothing; with "hang",
-// its handler never returns. "producer": sends only, as a web app that
-// enqueues does; with a count it sends that many jobs and keeps running.
+// its handler never returns (as it never does for a job sent with {hang: true}).
+// "producer": sends only, as a web app that enqueues does; with a count it
+// sends that many jobs and keeps running; with "hang", one job that hangs.
 // Each process is its own pg-boss instance (a heartbeat every second here,
 // 30 s by default). Prints "started", then "running <id>" and "completed <id>".
 // Usage: node pg_boss_latest.mjs <connection string> <queue> worker|producer [hang|<count>]
@@ -22,10 +23,12 @@ async function main() {
   if (role === "worker") {
     await boss.work(queue, { pollingIntervalSeconds: 0.5 }, async ([job]) => {
       console.log(`running ${job.id}`);
-      if (mode === "hang") await new Promise(() => {});
+      if (mode === "hang" || job.data?.hang) await new Promise(() => {});
       await new Promise((resolve) => setTimeout(resolve, 50));
       console.log(`completed ${job.id}`);
     });
+  } else if (mode === "hang") {
+    console.log(`sent ${await boss.send(queue, { hang: true })}`);
   } else {
     const count = Number(mode || 0);
     for (let n = 0; n < count; n++) console.log(`sent ${await boss.send(queue, { n })}`);

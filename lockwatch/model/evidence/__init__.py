@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from lockwatch.model.evidence.capacity import CapacityEvidence
 from lockwatch.model.evidence.jobs import (
     DuplicateStartEvidence,
     FailedRunEvidence,
@@ -25,6 +26,7 @@ from lockwatch.model.evidence.locks import (
     LockEvidence,
     OverflowEvidence,
 )
+from lockwatch.model.evidence.long_jobs import LongJobFacts, LongJobsEvidence
 from lockwatch.model.evidence.pooler import (
     LinkedClientFacts,
     PooledLockEvidence,
@@ -35,6 +37,8 @@ from lockwatch.model.evidence.queues import (
     SESSION_STATES,
     STARVED,
     WAITING,
+    ConsumerCount,
+    NoConsumerEvidence,
     QueueEvidence,
     QueueLockChain,
     QueueRunFacts,
@@ -70,6 +74,9 @@ Evidence: TypeAlias = (
     | QueueEvidence
     | StuckJobsEvidence
     | RescuedRunsEvidence
+    | NoConsumerEvidence
+    | LongJobsEvidence
+    | CapacityEvidence
     | QueueStallEvidence
     | DuplicateStartEvidence
     | OverlapEvidence
@@ -86,8 +93,10 @@ __all__ = [
     "SESSION_STATES",
     "STARVED",
     "WAITING",
+    "CapacityEvidence",
     "ChainStep",
     "ChurnEvidence",
+    "ConsumerCount",
     "DuplicateStartEvidence",
     "Evidence",
     "FailedRunEvidence",
@@ -98,8 +107,11 @@ __all__ = [
     "LinkedClientFacts",
     "LockEvidence",
     "LockHolderFacts",
+    "LongJobFacts",
+    "LongJobsEvidence",
     "LongRunEvidence",
     "MissedRunEvidence",
+    "NoConsumerEvidence",
     "OverflowEvidence",
     "OverlapEvidence",
     "PoolFacts",

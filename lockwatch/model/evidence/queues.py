@@ -141,3 +141,25 @@ class RescuedRunsEvidence(FindingFacts):
     queue: str
     jobs: tuple[RescuedJobFacts, ...]  # the earliest second start first, at most 20
     count: int  # every such job running now
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerCount:
+    """Consumers of a queue that one source sees alive: the queue library's own
+    record (its workers, instances or heartbeats), or a bound worker group's
+    database sessions or processes."""
+
+    source: str  # "library", or "<group> sessions" / "<group> processes"
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoConsumerEvidence(FindingFacts):
+    """Work waiting while no consumer of the queue is alive."""
+
+    queue: str
+    depth: int
+    oldest_age_seconds: float | None
+    since: datetime  # the first reading with work waiting and no consumer
+    budget_seconds: float  # how long that may last before the finding (no_consumer_after)
+    consumers: tuple[ConsumerCount, ...]  # every source that tells, all at 0

@@ -23,6 +23,9 @@ def _queue_entry(queue: QueueView) -> dict[str, Any]:
         "name": queue.name,
         "source": queue.source,
         "sampled_at": None if latest is None else iso_utc(latest.at),
+        # When it was last read, even once that is too old to show (stale: true).
+        "observed_at": iso_utc(queue.observed_at),
+        "stale": latest is None and queue.observed_at is not None,
         "depth": None if latest is None else latest.depth,
         "oldest_age_seconds": None if latest is None else _round(latest.oldest_age_seconds),
         "in_flight": None if latest is None else latest.in_flight,

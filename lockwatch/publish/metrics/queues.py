@@ -67,7 +67,7 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
             series = (view.target.name, queue.name)
             latest = queue.latest
             if latest is None:
-                continue  # never sampled: 0 would claim an empty queue
+                continue  # never sampled, or stale: a number would claim what is not known
             depth.add(series, latest.depth)
             if latest.oldest_age_seconds is not None:
                 oldest.add(series, latest.oldest_age_seconds)
@@ -78,6 +78,49 @@ def queue_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[F
             if queue.growth_per_second is not None:
                 growth.add(series, queue.growth_per_second)
     yield from (depth, oldest, in_flight, growth, completed)
+    yield from queue_liveness_metrics(views, scrape)
+
+
+def queue_liveness_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:
+    """When each queue was last observed, its live consumers, its longest-running job
+    and its learned normal throughput."""
+    labels = ["target", "queue"]
+    consumers = scrape.gauge(
+        "lockwatch_queue_consumers",
+        "Consumers the queue's library knows alive (workers, instances with a heartbeat); "
+        "absent when it does not tell.",
+        labels,
+    )
+    longest = scrape.gauge(
+        "lockwatch_queue_job_longest_running_seconds",
+        "How long the longest-running job of the queue's library has run (0: none runs); "
+        "absent when the source does not tell.",
+        labels,
+    )
+    observed = scrape.gauge(
+        "lockwatch_queue_observed_timestamp_seconds",
+        "When the queue's last reading was observed (Unix time). Its other series go "
+        "away once that is 3 of its intervals old: a silent source shows no frozen backlog.",
+        labels,
+    )
+    normal = scrape.gauge(
+        "lockwatch_queue_normal_completed_per_minute",
+        "The queue's learned completions per minute while work waits (queue_capacity_lost "
+        "compares its window with it); absent while it is learned.",
+        labels,
+    )
+    for view in views:
+        for queue in view.queues:
+            series = (view.target.name, queue.name)
+            if queue.normal_completed_per_minute is not None:
+                normal.add(series, queue.normal_completed_per_minute)
+            if queue.observed_at is not None:
+                observed.add(series, queue.observed_at.timestamp())
+            if queue.latest is not None and queue.latest.consumers is not None:
+                consumers.add(series, queue.latest.consumers)
+            if queue.longest_job_seconds is not None:
+                longest.add(series, queue.longest_job_seconds)
+    yield from (consumers, longest, observed, normal)
 
 
 def worker_metrics(views: Iterable[TargetView], scrape: Exposition) -> Iterator[Family]:

@@ -182,15 +182,19 @@ def _queue_rows(page: Page, target: str, queues: list[dict[str, Any]]) -> str:
         chart = sparkline(
             page.history.points(target, queue_series(queue["name"])), page.history.window
         )
+        # A stale queue shows unknown, never its frozen backlog, and when it was last read.
+        depth = "unknown" if queue["stale"] else queue["depth"]
         rows.append(
-            f"<tr><td>{escape(queue['name'])}</td><td>{escape(queue['depth'])}</td>"
+            f"<tr><td>{escape(queue['name'])}</td><td>{escape(depth)}</td>"
             f"<td>{seconds_text(queue['oldest_age_seconds'])}</td><td>{escape(queue['in_flight'])}</td>"
             f"<td>{escape(None if growth is None else f'{growth:+.2f}/s')}</td>"
-            f"<td>{escape(', '.join(queue['workers']))}</td><td>{chart}</td></tr>"
+            f"<td>{escape(', '.join(queue['workers']))}</td>"
+            f"<td>{moment(page.now, queue['observed_at'])}</td><td>{chart}</td></tr>"
         )
     return (
         "<table><thead><tr><th>queue</th><th>pending</th><th>oldest</th><th>in flight</th>"
-        "<th>growth</th><th>workers</th><th>pending, up to the last hour</th></tr></thead>"
+        "<th>growth</th><th>workers</th><th>read</th><th>pending, up to the last hour</th>"
+        "</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 

@@ -9,14 +9,21 @@
 -- that ran LISTEN "jobs:insert" (src/main.ts) and nothing since; a job locked
 -- before every such session connected (10 s of slack for a worker that takes
 -- jobs while its listener connects) belongs to a worker that is gone.
+-- Consumers: those listening sessions, one per live worker process.
+-- Running: the jobs locked within the 4 hours, by task and worker (locked_by),
+-- each freed by graphile-worker 4 hours after it was locked. No task history:
+-- graphile-worker deletes a job when it succeeds (give max_job_duration).
 -- Schema: graphile-worker 0.16.6 (its migrations, applied by run()). Needs
 -- SELECT on graphile_worker._private_jobs and _private_tasks, and, as the
 -- two tables have row security on with no policy, a policy on each that
 -- lets the monitoring role read it (CREATE POLICY ... FOR SELECT TO ... USING (true)).
 WITH jobs AS (
-    SELECT j.* FROM graphile_worker._private_jobs AS j
+    SELECT j.*, t.identifier FROM graphile_worker._private_jobs AS j
     JOIN graphile_worker._private_tasks AS t ON t.id = j.task_id
     WHERE %(queue)s::text IS NULL OR t.identifier = %(queue)s::text
+), running AS (
+    SELECT j.id, j.identifier, j.attempts, j.locked_at, j.locked_by FROM jobs AS j
+    WHERE j.locked_at >= now() - interval '4 hours' ORDER BY j.locked_at DESC LIMIT 200
 ), stuck AS (
     SELECT j.id, j.locked_at FROM jobs AS j
     WHERE j.locked_at >= now() - interval '4 hours'
@@ -40,5 +47,18 @@ SELECT count(*) FILTER (
        (SELECT count(*) FROM stuck) AS stuck_count,
        (SELECT array_agg(s.id::text ORDER BY s.locked_at)
         FROM (SELECT * FROM stuck ORDER BY locked_at LIMIT 20) AS s) AS stuck_job_ids,
-       (SELECT min(locked_at) FROM stuck) AS stuck_since
+       (SELECT min(locked_at) FROM stuck) AS stuck_since,
+       (SELECT count(*) FROM pg_catalog.pg_stat_activity AS a
+        WHERE a.datname = current_database()
+          AND a.query LIKE 'LISTEN "jobs:insert"%%') AS consumers,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+            'id', r.id::text,
+            'attempt', r.attempts,
+            'started_at', r.locked_at,
+            'workers', jsonb_build_array(r.locked_by),
+            'rescued', false,
+            'task', r.identifier,
+            'deadline', r.locked_at + interval '4 hours',
+            'action', 'graphile-worker frees its lock 4 hours after it was taken and runs it again'
+        ) ORDER BY r.locked_at DESC), '[]'::jsonb) FROM running AS r) AS running_jobs
 FROM jobs AS j

@@ -15,6 +15,10 @@
 -- known), plus, per dead instance that crashed (never stopped), the jobs of
 -- the queue it had in hand at its last beat that are still active and
 -- started while it lived (counted: which of them was its own is not told).
+-- Consumers: the live instances working the queue (a producer works none).
+-- Each running job's task is its name, its sessions those of its live takers,
+-- and pg-boss expires it expire_seconds after its start; task_history: per
+-- name, the latest successful runs (queue_job_too_long learns from them).
 -- Waiting, running and completions as pg_boss_11.sql.
 -- Schema: pg-boss 12.38.0 dist/plans.js (createTableInstance, createTableJob,
 -- fetchNextJob, INSTANCE_QUIET_BEATS). Needs SELECT on pgboss.job and
@@ -23,7 +27,7 @@ WITH jobs AS (
     SELECT * FROM pgboss.job AS j
     WHERE %(queue)s::text IS NULL OR j.name = %(queue)s::text
 ), instances AS (
-    SELECT i.id, i.started_on, i.heartbeat_on, i.stopped_on, i.workers,
+    SELECT i.id, i.started_on, i.heartbeat_on, i.stopped_on, i.workers, i.application_name,
            i.heartbeat_seconds * interval '1 second' AS beat,
            format('instance %%s (pid %%s on %%s)', left(i.id::text, 8), i.pid, i.host) AS name,
            i.stopped_on IS NULL
@@ -36,7 +40,7 @@ WITH jobs AS (
     FROM pgboss.instance AS i
 ), takers AS (
     -- Who may have taken each active job: instances working its queue, alive at its start.
-    SELECT j.id AS job_id, i.id AS instance_id, i.name, i.alive
+    SELECT j.id AS job_id, i.id AS instance_id, i.name, i.alive, i.application_name
     FROM jobs AS j JOIN instances AS i
       ON i.workers @> jsonb_build_array(jsonb_build_object('queue', j.name))
      AND i.started_on <= j.started_on
@@ -65,8 +69,15 @@ WITH jobs AS (
       AND (%(queue)s::text IS NULL OR q.name = %(queue)s::text)
     GROUP BY i.id, i.workers, q.name
 ), running AS (
-    SELECT j.id, j.retry_count, j.started_on, j.output FROM jobs AS j
+    SELECT j.id, j.name, j.retry_count, j.started_on, j.output, j.expire_seconds FROM jobs AS j
     WHERE j.state = 'active' ORDER BY j.started_on DESC LIMIT 200
+), took AS (
+    -- The latest successful runs (of the last 2 days, at most 1000) per job name.
+    SELECT c.name, EXTRACT(epoch FROM c.completed_on - c.started_on) AS seconds
+    FROM jobs AS c
+    WHERE c.state = 'completed' AND c.started_on IS NOT NULL
+      AND c.completed_on >= now() - interval '2 days'
+    ORDER BY c.completed_on DESC LIMIT 1000
 )
 SELECT count(*) FILTER (
            WHERE j.state IN ('created', 'retry') AND j.start_after <= now()
@@ -87,6 +98,15 @@ SELECT count(*) FILTER (
             'started_at', r.started_on,
             'workers', (SELECT COALESCE(jsonb_agg(t.name ORDER BY t.name), '[]'::jsonb)
                         FROM takers AS t WHERE t.job_id = r.id),
+            'task', r.name,
+            'sessions', (SELECT COALESCE(jsonb_agg(a.pid ORDER BY a.pid), '[]'::jsonb)
+                         FROM pg_catalog.pg_stat_activity AS a
+                         WHERE a.datname = current_database()
+                           AND a.application_name IN (SELECT t.application_name FROM takers AS t
+                                                      WHERE t.job_id = r.id AND t.alive)),
+            'deadline', r.started_on + r.expire_seconds * interval '1 second',
+            'action', format('pg-boss expires it (expire_seconds %%s) and retries or fails it',
+                             r.expire_seconds),
             'rescued', r.retry_count > 0 AND (
                 COALESCE(r.output->>'message', r.output->'value'->>'message')
                     IN ('job timed out', 'job heartbeat timeout')
@@ -94,5 +114,15 @@ SELECT count(*) FILTER (
                     LIKE 'handler execution exceeded %%')
         ) ORDER BY r.started_on DESC), '[]'::jsonb) FROM running AS r) AS running_jobs,
        (SELECT COALESCE(array_agg(i.name ORDER BY i.name), '{}') FROM instances AS i
-        WHERE i.alive AND jsonb_array_length(i.workers) > 0) AS live_workers
+        WHERE i.alive AND jsonb_array_length(i.workers) > 0) AS live_workers,
+       (SELECT COALESCE(jsonb_object_agg(h.name, jsonb_build_object(
+            'runs', h.runs, 'p50', h.p50, 'p99', h.p99)), '{}'::jsonb)
+        FROM (SELECT t.name, count(*) AS runs,
+                     percentile_disc(0.5) WITHIN GROUP (ORDER BY t.seconds) AS p50,
+                     percentile_disc(0.99) WITHIN GROUP (ORDER BY t.seconds) AS p99
+              FROM took AS t GROUP BY t.name) AS h) AS task_history,
+       (SELECT count(*) FROM instances AS i
+        WHERE i.alive AND EXISTS (
+            SELECT 1 FROM jsonb_array_elements(i.workers) AS w
+            WHERE %(queue)s::text IS NULL OR w->>'queue' = %(queue)s::text)) AS consumers
 FROM jobs AS j

@@ -8,11 +8,31 @@
 -- job's worker_id set NULL). The worker is judged per job, so a dead worker
 -- is seen while others live; procrastinate itself retries such jobs only when
 -- asked (retry_stalled_jobs). Since: each stuck job's 'started' event.
+-- Consumers: the workers with a fresh heartbeat (by the same rule; a worker's
+-- row does not say which queues it takes, so any live worker counts).
+-- Running: the jobs 'doing', by task and worker, since their 'started' event
+-- (procrastinate never ends one by itself); task_history: per task, its
+-- latest successful runs, from their 'started' and 'succeeded' events.
 -- Schema: procrastinate 3.10.0 sql/schema.sql, sql/queries.sql.
 -- Needs SELECT on procrastinate_jobs, procrastinate_events and procrastinate_workers.
 WITH jobs AS (
     SELECT * FROM procrastinate_jobs AS j
     WHERE %(queue)s::text IS NULL OR j.queue_name = %(queue)s::text
+), running AS (
+    SELECT j.id, j.task_name, j.attempts, j.worker_id,
+           (SELECT max(e.at) FROM procrastinate_events AS e
+            WHERE e.job_id = j.id AND e.type = 'started') AS started_at
+    FROM jobs AS j WHERE j.status = 'doing'
+    ORDER BY j.id DESC LIMIT 200
+), took AS (
+    -- The latest successful runs (of the last 2 days, at most 1000) per task.
+    SELECT j.task_name,
+           EXTRACT(epoch FROM done.at - (SELECT max(e.at) FROM procrastinate_events AS e
+                                        WHERE e.job_id = j.id AND e.type = 'started')) AS seconds
+    FROM procrastinate_events AS done
+    JOIN jobs AS j ON j.id = done.job_id
+    WHERE done.type = 'succeeded' AND done.at >= now() - interval '2 days'
+    ORDER BY done.at DESC LIMIT 1000
 ), stuck AS (
     SELECT j.id,
            (SELECT max(e.at) FROM procrastinate_events AS e
@@ -39,5 +59,24 @@ SELECT count(*) FILTER (
        (SELECT count(*) FROM stuck) AS stuck_count,
        (SELECT array_agg(s.id::text ORDER BY s.started_at)
         FROM (SELECT * FROM stuck ORDER BY started_at LIMIT 20) AS s) AS stuck_job_ids,
-       (SELECT min(started_at) FROM stuck) AS stuck_since
+       (SELECT min(started_at) FROM stuck) AS stuck_since,
+       (SELECT count(*) FROM procrastinate_workers AS w
+        WHERE w.last_heartbeat >= now() - interval '30 seconds') AS consumers,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+            'id', r.id::text,
+            'attempt', r.attempts,
+            'started_at', r.started_at,
+            'workers', CASE WHEN r.worker_id IS NULL THEN '[]'::jsonb
+                            ELSE jsonb_build_array(format('worker %%s', r.worker_id)) END,
+            'rescued', false,
+            'task', r.task_name,
+            'action', 'procrastinate never ends it by itself'
+        ) ORDER BY r.started_at DESC), '[]'::jsonb)
+        FROM running AS r WHERE r.started_at IS NOT NULL) AS running_jobs,
+       (SELECT COALESCE(jsonb_object_agg(h.task_name, jsonb_build_object(
+            'runs', h.runs, 'p50', h.p50, 'p99', h.p99)), '{}'::jsonb)
+        FROM (SELECT t.task_name, count(*) AS runs,
+                     percentile_disc(0.5) WITHIN GROUP (ORDER BY t.seconds) AS p50,
+                     percentile_disc(0.99) WITHIN GROUP (ORDER BY t.seconds) AS p99
+              FROM took AS t WHERE t.seconds IS NOT NULL GROUP BY t.task_name) AS h) AS task_history
 FROM jobs AS j

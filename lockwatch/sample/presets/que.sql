@@ -4,6 +4,8 @@
 -- while a worker runs it, so running is read from pg_locks. Waiting: not
 -- finished, not expired, due and not locked. Que deletes a job when it
 -- succeeds (unless the job calls finish), so there is no count of completions.
+-- Consumers: lockers working the queue whose session is still connected (a
+-- killed process leaves its row until the next locker starts).
 -- Schema: que-rb/que lib/que/migrations/4/up.sql (que_jobs, que_lockers).
 -- Needs SELECT on que_jobs and que_lockers.
 WITH jobs AS (
@@ -25,5 +27,9 @@ SELECT count(*) FILTER (
        EXTRACT(epoch FROM now() - min(j.run_at) FILTER (
            WHERE j.finished_at IS NULL AND j.expired_at IS NULL AND j.run_at <= now()
              AND j.id NOT IN (SELECT id FROM locked)
-       )) AS oldest_age_seconds
+       )) AS oldest_age_seconds,
+       (SELECT count(*) FROM que_lockers AS q
+        WHERE (%(queue)s::text IS NULL OR %(queue)s::text = ANY (q.queues))
+          AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = q.pid))
+         AS consumers
 FROM jobs AS j

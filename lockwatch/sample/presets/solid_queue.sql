@@ -8,6 +8,8 @@
 -- solid_queue_processes, or no heartbeat for 5 minutes (Solid Queue's
 -- process_alive_threshold), so nobody runs the job and no supervisor has
 -- released it.
+-- Consumers: Worker processes with a heartbeat within those 5 minutes (a
+-- process's row does not say which queues it takes: any live worker counts).
 -- Schema: rails/solid_queue lib/generators/solid_queue/install/templates/db/
 -- queue_schema.rb. Needs SELECT on solid_queue_jobs, _ready_executions,
 -- _claimed_executions and _processes.
@@ -34,4 +36,7 @@ SELECT (SELECT count(*) FROM ready) AS depth,
        (SELECT count(*) FROM stuck) AS stuck_count,
        (SELECT array_agg(s.job_id::text ORDER BY s.created_at)
         FROM (SELECT * FROM stuck ORDER BY created_at LIMIT 20) AS s) AS stuck_job_ids,
-       (SELECT min(created_at) AT TIME ZONE 'UTC' FROM stuck) AS stuck_since
+       (SELECT min(created_at) AT TIME ZONE 'UTC' FROM stuck) AS stuck_since,
+       (SELECT count(*) FROM solid_queue_processes AS p
+        WHERE p.kind = 'Worker'
+          AND p.last_heartbeat_at >= (now() AT TIME ZONE 'UTC') - interval '5 minutes') AS consumers

@@ -279,3 +279,41 @@ def test_the_readme_queue_example_loads(tmp_path: Path) -> None:
     (app,) = settings.targets
     assert [q.name for q in app.queues] == ["webhooks", "emails"]
     assert app.workers[0].sessions == ("webhook-worker-*",)
+
+
+def test_the_slow_failure_thresholds_load_from_defaults_and_each_queue(tmp_path: Path) -> None:
+    settings = load(
+        tmp_path,
+        target(
+            """
+            queues:
+              - name: reports
+                preset: pg-boss
+                queue: reports
+                max_job_duration: 10m
+                capacity_window: 30m
+              - name: mail
+                preset: procrastinate
+                max_job_duration: auto
+            """,
+            defaults="defaults:\n  queues: {no_consumer_after: 5m, capacity_fraction: 0.5}\n",
+        ),
+    )
+    assert not isinstance(settings, ConfigError), str(settings)
+    reports, mail = (queue.thresholds for queue in settings.targets[0].queues)
+    assert (reports.no_consumer_after, reports.capacity_fraction) == (300.0, 0.5)
+    assert (reports.max_job_duration, reports.capacity_window) == (600.0, 1800.0)
+    assert mail.max_job_duration == "auto" and mail.job_duration_floor == 60.0
+    bad = problems(
+        tmp_path,
+        target(
+            """
+            queues:
+              - {name: q, preset: procrastinate, capacity_min_minutes: 0, no_consumer_after: 0s}
+            """
+        ),
+    )
+    assert set(bad) == {
+        "targets[0].queues[0].capacity_min_minutes",
+        "targets[0].queues[0].no_consumer_after",
+    }

@@ -12,12 +12,14 @@ from lockwatch.detect.incidents import group_findings, tell_incidents
 from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, is_overflow
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import (
+    CapacityEvidence,
     LinkedClientFacts,
     LockEvidence,
     LockHolderFacts,
     PooledLockEvidence,
     PoolFacts,
     PreparedFacts,
+    QueueEvidence,
     QueueLockChain,
     QueueStallEvidence,
     ServerConnectionFacts,
@@ -30,7 +32,13 @@ from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.queues import SessionWait
 from lockwatch.model.remediation import sql_literal, terminate_sql
 from lockwatch.settings.locks import LockSettings, NamedLock
-from tests.fixtures.evidence import findings_of_every_kind, holder, lock_evidence, queue_evidence
+from tests.fixtures.evidence import (
+    evidence_of,
+    findings_of_every_kind,
+    holder,
+    lock_evidence,
+    queue_evidence,
+)
 from tests.fixtures.incident_values import worded
 from tests.fixtures.paths import ROOT
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, key, snapshot
@@ -330,3 +338,24 @@ def test_a_queue_whose_jobs_run_twice_is_titled_by_its_finding_not_as_growing() 
     assert worded(told)[0] == f"queue {rescued.subject.queue}: {rescued.summary}"
     (both,) = tell_incidents([rescued, growing(rescued.subject.queue or "")], None)
     assert worded(both)[0].startswith(f"queue {rescued.subject.queue}: ")
+
+
+def test_a_queue_losing_capacity_to_a_lock_wait_joins_the_lock_holder_s_incident() -> None:
+    locks = detect_locks(seed_002_convoy(), SEED_002, NOW)
+    waiting = waiting_growth(DB).evidence
+    assert isinstance(waiting, QueueEvidence)
+    capacity = evidence_of(FindingKind.QUEUE_CAPACITY_LOST, Subject(queue="webhooks"))
+    assert isinstance(capacity, CapacityEvidence)
+    lost = Finding(
+        FindingKind.QUEUE_CAPACITY_LOST,
+        TARGET,
+        Subject(queue="webhooks"),
+        Severity.WARNING,
+        NOW,
+        "",
+        replace(capacity, workers=waiting.workers),
+    )
+    (told,) = group_findings([*locks, lost])
+    assert told.root.pid == 1234
+    alone = replace(lost, evidence=evidence_of(lost.kind, lost.subject))
+    assert group_findings([alone])[0].root.kind is RootKind.QUEUE
