@@ -125,6 +125,7 @@ class LockMonitor:
             summary=self._summary,
             server_seconds=raw.server_seconds,
             lock_manager_waits=raw.lock_manager_waits,
+            waits=raw.waits,
         )
         self._timeouts(time.monotonic() if context.monotonic is None else context.monotonic)
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))

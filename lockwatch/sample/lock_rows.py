@@ -23,6 +23,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
+from lockwatch.model.lock_waits import LockRowFact
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 
 # Bits of the flags in the ``owners`` array of advisory_locks.sql.
@@ -38,8 +39,20 @@ LOCK_COLUMNS = ("owners", "keys", "waitstarts", "prepared")
 FLAG_BITS = 3  # an owner is pid << FLAG_BITS | flags
 FLAG_MASK = (1 << FLAG_BITS) - 1
 HALF = 0xFFFFFFFF  # a key's low half: objid (a pair's key2)
-# The per-lock arrays, by their elements' types: owners int4[], keys int8[].
-PER_LOCK_COLUMNS = {"owners": "int4", "keys": "int8"}
+# The per-lock arrays, by their elements' types: owners int4[], keys int8[],
+# and the pids of the other locktypes' rows (other_pids int4[]).
+PER_LOCK_COLUMNS = {"owners": "int4", "keys": "int8", "other_pids": "int4"}
+# The columns of advisory_locks.sql's row with one element per row of the
+# other locktypes some session waits on, in LockRowFact's order.
+OTHER_COLUMNS = (
+    "other_pids",
+    "other_types",
+    "other_tags",
+    "other_modes",
+    "other_granted",
+    "other_waitstarts",
+    "other_relations",
+)
 
 
 class ArrayBytesLoader(Loader):
@@ -86,6 +99,18 @@ def _ints(column: str, value: Any) -> Any:
 def listed(arrays: Mapping[str, Any]) -> dict[str, Any]:
     """``arrays`` with the per-lock arrays as lists."""
     return {column: _ints(column, value) for column, value in arrays.items()}
+
+
+def other_rows(arrays: Mapping[str, Any]) -> list[LockRowFact]:
+    """The rows of the locktypes some session waits on (none: no session
+    waits on a lock but an advisory one). Few and rare, so made one by one."""
+    if arrays.get("other_pids") is None:
+        return []
+    columns = [_ints(name, arrays[name]) for name in OTHER_COLUMNS]
+    return [
+        LockRowFact(pid, locktype, f"{locktype}:{tag}", mode, granted, wait_start, relation)
+        for pid, locktype, tag, mode, granted, wait_start, relation in zip(*columns, strict=True)
+    ]
 
 
 def decode_locks(
