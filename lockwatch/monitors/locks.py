@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.detect.sources import detect_source_down
@@ -156,6 +157,7 @@ class LockMonitor:
             held=self.held,
         )
         within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
+        findings.extend(detect_lock_waits(snapshot, self.target.locks, now))
         if self.pooler is None:
             return MonitorResult(tuple(findings), undecided=within)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))

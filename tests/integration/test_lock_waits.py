@@ -52,6 +52,10 @@ def lock_waiters(pg: PgDatabase) -> dict[int, list[int]]:
     return {pid: sorted(blockers) for pid, blockers in rows}
 
 
+def waiters_are(pg: PgDatabase, count: int) -> None:
+    wait_until(lambda: len(lock_waiters(pg)) == count, message=f"{count} sessions wait")
+
+
 def start(conn: psycopg.Connection[Any], statement: str) -> Background[Any]:
     return run_in_thread(lambda: conn.execute(statement))
 
@@ -64,11 +68,10 @@ def alter_queue(pg: PgDatabase, readers: int) -> tuple[psycopg.Connection[Any], 
     reader.execute("SELECT count(*) FROM jobs")
     migration = pg.connect("migration")
     waiting = [start(migration, "ALTER TABLE jobs ADD COLUMN note text")]
-    wait_until(lambda: len(lock_waiters(pg)) == 1, message="the ALTER waits")
+    waiters_are(pg, 1)
     for number in range(readers):
         waiting.append(start(pg.connect(f"worker-{number}"), "SELECT * FROM jobs"))
-        queued = number + 2
-        wait_until(lambda: len(lock_waiters(pg)) == queued, message="a reader queues")
+        waiters_are(pg, number + 2)
     return reader, waiting
 
 
