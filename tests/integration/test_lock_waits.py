@@ -4,15 +4,27 @@ lock queue, a row lock convoy and routine short waits."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import closing
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
 
 from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.model.evidence import LockWaitEvidence
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.views import TargetView
+from lockwatch.runner import TargetRunner
 from lockwatch.sample.locks import PgLockSampler, RawSample
+from lockwatch.settings.locks import LockSettings
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import (
     MATRIX_SETTINGS,
     MONITOR_PASSWORD,
@@ -95,3 +107,162 @@ def test_every_waiter_is_blocked_by_whom_pg_blocking_pids_names(db: PgDatabase) 
     reader.rollback()
     for background in waiting:
         background.join()
+
+
+@pytest.fixture
+def runners() -> Iterator[list[TargetRunner]]:
+    made: list[TargetRunner] = []
+    yield made
+    for runner in made:
+        runner.close()
+
+
+def runner_for(made: list[TargetRunner], pg: PgDatabase, locks: LockSettings) -> TargetRunner:
+    made.append(
+        TargetRunner(Target("main", pg.monitor_dsn, locks=locks), Board(), StateStore(None))
+    )
+    return made[-1]
+
+
+def of_kind(view: TargetView, kind: FindingKind) -> list[Finding]:
+    return [finding for finding in view.findings if finding.kind is kind]
+
+
+def claim_and_release(worker: psycopg.Connection[Any], claim: str) -> None:
+    """A worker claiming a job: it waits for the row, then lets it go at once."""
+    worker.execute(claim)
+    worker.rollback()
+
+
+def polled_with(runner: TargetRunner, kind: FindingKind) -> TargetView | None:
+    """A poll's view when it has a finding of ``kind``."""
+    view = runner.poll_once()
+    return view if of_kind(view, kind) else None
+
+
+def superuser_look(pg: PgDatabase, query: str, *args: object) -> list[tuple[Any, ...]]:
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+        return admin.execute(query, args).fetchall()
+
+
+def test_an_alter_behind_an_idle_reader_is_a_lock_queue_within_one_poll_rooted_at_the_reader(
+    db: PgDatabase, runners: list[TargetRunner]
+) -> None:
+    # Budgets of 0 s: the finding is due the moment the second session queues.
+    locks = LockSettings(queue_wait=0.0, idle_blocker_wait=0.0)
+    runner = runner_for(runners, db, locks)
+    reader, waiting = alter_queue(db, 1)
+    assert of_kind(runner.poll_once(), FindingKind.LOCK_QUEUE) == []  # one queued: no queue yet
+    waiting.append(start(db.connect("worker-1"), "SELECT * FROM jobs"))
+    waiters_are(db, 3)
+    view = runner.poll_once()
+
+    (queue,) = of_kind(view, FindingKind.LOCK_QUEUE)
+    evidence = evidence_as(queue, LockWaitEvidence)
+    # Ground truth, as a superuser sees pg_locks: who holds the table, who waits for it.
+    ((holder,),) = superuser_look(
+        db,
+        "SELECT pid FROM pg_locks WHERE relation = 'jobs'::regclass AND granted"
+        " AND mode = 'AccessShareLock'",
+    )
+    ((alter,),) = superuser_look(
+        db,
+        "SELECT pid FROM pg_locks WHERE relation = 'jobs'::regclass AND NOT granted"
+        " AND mode = 'AccessExclusiveLock'",
+    )
+    ((xact_age,),) = superuser_look(
+        db, "SELECT now() - xact_start FROM pg_stat_activity WHERE pid = %s", holder
+    )
+    assert holder == reader.info.backend_pid
+    assert (evidence.root.pid, evidence.root.state) == (holder, "idle in transaction")
+    assert evidence.root.xact_seconds is not None
+    assert timedelta(seconds=evidence.root.xact_seconds) <= xact_age + timedelta(seconds=1)
+    assert evidence.waiting is not None and evidence.waiting.pid == alter
+    assert evidence.waiting.query == "ALTER TABLE jobs ADD COLUMN note text"
+    assert (evidence.queued, evidence.relation) == (2, "jobs")
+    # One incident: the reader's, with the idle blocker beside the queue.
+    (incident,) = view.incidents
+    assert incident.root.pid == holder
+    assert {f.kind for f in incident.findings} == {
+        FindingKind.LOCK_QUEUE,
+        FindingKind.IDLE_IN_TRANSACTION_BLOCKER,
+    }
+    assert "pg_cancel_backend" in incident.next_step.action
+    reader.rollback()
+    for background in waiting:
+        background.join()
+    assert runner.poll_once().findings == ()
+
+
+def test_workers_behind_a_hung_worker_s_row_lock_are_a_row_lock_convoy_naming_it(
+    db: PgDatabase, runners: list[TargetRunner]
+) -> None:
+    db.connect("setup").execute(
+        "CREATE TABLE jobs AS SELECT id, 'new' AS state FROM generate_series(1, 10) AS id"
+    )
+    hung = db.connect("worker-0", autocommit=False)
+    claim = "SELECT id FROM jobs WHERE state = 'new' ORDER BY id LIMIT 1 FOR UPDATE"
+    hung.execute(claim)  # and then hangs in its HTTP call, inside its transaction
+    workers = [db.connect(f"worker-{n}", autocommit=False) for n in (1, 2, 3)]
+    claims = [run_in_thread(partial(claim_and_release, worker, claim)) for worker in workers]
+    waiters_are(db, 3)
+    runner = runner_for(runners, db, LockSettings(row_lock_wait=0.5))
+    view = wait_until(lambda: polled_with(runner, FindingKind.ROW_LOCK_CONVOY), message="a convoy")
+    (convoy,) = of_kind(view, FindingKind.ROW_LOCK_CONVOY)
+    evidence = evidence_as(convoy, LockWaitEvidence)
+    truth = lock_waiters(db)
+    pid = hung.info.backend_pid
+    # The server's own word: one worker waits on the hung one's transaction, the others queue behind it.
+    assert sorted(truth) == sorted(w.info.backend_pid for w in workers)
+    assert any(blockers == [pid] for blockers in truth.values())
+    assert (evidence.root.pid, evidence.root.state) == (pid, "idle in transaction")
+    assert evidence.root.query == claim and evidence.root.application_name == "worker-0"
+    assert (evidence.queued, evidence.relation) == (3, "jobs")
+    (incident,) = view.incidents
+    assert incident.root.pid == pid
+    hung.rollback()
+    for claiming in claims:
+        claiming.join()
+
+
+def test_a_burst_of_routine_short_row_lock_waits_is_no_finding(
+    db: PgDatabase, runners: list[TargetRunner]
+) -> None:
+    """pgbench's TPC-B in small: clients updating one branch row and a few
+    tellers in short transactions wait on each other's row locks all the time."""
+    setup = db.connect("setup")
+    setup.execute("CREATE TABLE branches AS SELECT 1 AS id, 0 AS balance")
+    setup.execute(
+        "CREATE TABLE tellers AS SELECT id, 0 AS balance FROM generate_series(1, 4) AS id"
+    )
+    stop = threading.Event()
+
+    def client(number: int) -> None:
+        conn = db.connect(f"bench-{number}", autocommit=False)
+        while not stop.is_set():
+            conn.execute(
+                "UPDATE tellers SET balance = balance + 1 WHERE id = %s", (number % 4 + 1,)
+            )
+            conn.execute("UPDATE branches SET balance = balance + 1 WHERE id = 1")
+            conn.execute("SELECT pg_sleep(0.005)")
+            conn.commit()
+
+    clients = [run_in_thread(partial(client, number)) for number in range(8)]
+    runner = runner_for(runners, db, LockSettings())
+    views = []
+
+    def saw_waits() -> bool:
+        views.append(runner.poll_once())
+        status = views[-1].status
+        return (
+            sum(bool(v.status and v.status.snapshot and v.status.snapshot.waits) for v in views)
+            >= 5
+            and status is not None
+        )
+
+    wait_until(saw_waits, timeout=60, message="five polls that saw row lock waits")
+    stop.set()
+    for background in clients:
+        background.join()
+    assert all(view.findings == () for view in views)
+    assert all(view.incidents == () for view in views)
