@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from datetime import timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,6 +36,7 @@ from tests.fixtures.postgres import (
     version_bin_dir,
     wait_until,
 )
+from tests.integration.test_catalogue_libraries import NODE_PG_MIGRATE, NodeWorker, url
 
 pytestmark = pytest.mark.pg
 
@@ -266,3 +268,50 @@ def test_a_burst_of_routine_short_row_lock_waits_is_no_finding(
         background.join()
     assert all(view.findings == () for view in views)
     assert all(view.incidents == () for view in views)
+
+
+def test_node_pg_migrate_s_alter_behind_an_idle_reader_is_one_lock_queue_incident(
+    db: PgDatabase, runners: list[TargetRunner], tmp_path: Path
+) -> None:
+    """A real migration tool adds a column while a report sits idle in its
+    transaction and workers keep reading the table."""
+    migrations = tmp_path / "migrations"
+    migrations.mkdir()
+    (migrations / "1_add_note.sql").write_text(
+        "-- Up Migration\nALTER TABLE jobs ADD COLUMN note text;\n-- Down Migration\n",
+        encoding="utf-8",
+    )
+    db.connect("setup").execute("CREATE TABLE jobs (id int PRIMARY KEY, state text)")
+    reader = db.connect("report", autocommit=False)
+    reader.execute("SELECT count(*) FROM jobs")
+    runner = runner_for(runners, db, LockSettings(queue_wait=0.0))
+    deploy = NodeWorker(
+        NODE_PG_MIGRATE,
+        *("up", "-m", str(migrations)),
+        env={"DATABASE_URL": url(db)},
+    )
+    try:
+        waiters_are(db, 1)  # the migration's ALTER waits behind the report
+        readers = [start(db.connect(f"worker-{n}"), "SELECT * FROM jobs") for n in (1, 2)]
+        waiters_are(db, 3)
+        view = runner.poll_once()
+        (queue,) = of_kind(view, FindingKind.LOCK_QUEUE)
+        evidence = evidence_as(queue, LockWaitEvidence)
+        assert evidence.root.pid == reader.info.backend_pid
+        assert evidence.root.xact_seconds is not None
+        assert evidence.waiting is not None
+        assert "ALTER TABLE jobs ADD COLUMN note text" in (evidence.waiting.query or "")
+        assert evidence.queued == 2
+        (incident,) = view.incidents
+        assert incident.root.pid == reader.info.backend_pid
+        reader.rollback()
+        assert deploy.process.wait(timeout=60) == 0, deploy.lines
+        for background in readers:
+            background.join()
+        columns = superuser_look(
+            db, "SELECT column_name FROM information_schema.columns WHERE table_name = 'jobs'"
+        )
+        assert ("note",) in columns
+        assert runner.poll_once().findings == ()
+    finally:
+        deploy.stop()
