@@ -4,6 +4,8 @@ lock queue, a row lock convoy and routine short waits."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import closing
@@ -315,3 +317,89 @@ def test_node_pg_migrate_s_alter_behind_an_idle_reader_is_one_lock_queue_inciden
         assert runner.poll_once().findings == ()
     finally:
         deploy.stop()
+
+
+ALEMBIC_ENV = """\
+from alembic import context
+from sqlalchemy import create_engine
+
+engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+with engine.connect() as connection:
+    context.configure(connection=connection)
+    with context.begin_transaction():
+        context.run_migrations()
+"""
+ALEMBIC_REVISION = """\
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0001"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.add_column("jobs", sa.Column("note", sa.Text()))
+
+
+def downgrade():
+    op.drop_column("jobs", "note")
+"""
+
+
+def alembic_project(root: Path, pg: PgDatabase) -> Path:
+    """An alembic project whose one revision adds a column to ``jobs``."""
+    (root / "versions").mkdir(parents=True)
+    (root / "env.py").write_text(ALEMBIC_ENV, encoding="utf-8")
+    (root / "versions" / "0001_add_note.py").write_text(ALEMBIC_REVISION, encoding="utf-8")
+    server = pg.server
+    ini = root / "alembic.ini"
+    ini.write_text(
+        "[alembic]\n"
+        f"script_location = {root}\n"
+        f"sqlalchemy.url = postgresql+psycopg://postgres@127.0.0.1:{server.port}/{pg.database}\n",
+        encoding="utf-8",
+    )
+    return ini
+
+
+def test_alembic_s_upgrade_behind_an_idle_reader_is_one_lock_queue_incident(
+    db: PgDatabase, runners: list[TargetRunner], tmp_path: Path
+) -> None:
+    ini = alembic_project(tmp_path / "alembic", db)
+    db.connect("setup").execute("CREATE TABLE jobs (id int PRIMARY KEY, state text)")
+    reader = db.connect("report", autocommit=False)
+    reader.execute("SELECT count(*) FROM jobs")
+    runner = runner_for(runners, db, LockSettings(queue_wait=0.0))
+    alembic = Path(sys.executable).parent / "alembic"
+    upgrade = subprocess.Popen(
+        [str(alembic), "-c", str(ini), "upgrade", "head"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        waiters_are(db, 1)  # alembic's ALTER waits behind the report
+        readers = [start(db.connect(f"worker-{n}"), "SELECT * FROM jobs") for n in (1, 2)]
+        waiters_are(db, 3)
+        view = runner.poll_once()
+        (queue,) = of_kind(view, FindingKind.LOCK_QUEUE)
+        evidence = evidence_as(queue, LockWaitEvidence)
+        assert evidence.root.pid == reader.info.backend_pid
+        assert evidence.waiting is not None
+        assert "ALTER TABLE jobs ADD COLUMN note TEXT" in (evidence.waiting.query or "")
+        assert (evidence.queued, evidence.relation) == (2, "jobs")
+        (incident,) = view.incidents
+        assert incident.root.pid == reader.info.backend_pid
+        reader.rollback()
+        output, _ = upgrade.communicate(timeout=60)
+        assert upgrade.returncode == 0, output
+        for background in readers:
+            background.join()
+        assert superuser_look(db, "SELECT version_num FROM alembic_version") == [("0001",)]
+        assert runner.poll_once().findings == ()
+    finally:
+        if upgrade.poll() is None:
+            upgrade.kill()
+            upgrade.communicate()
