@@ -131,13 +131,15 @@ def lock_waits(rows: Iterable[LockRowFact]) -> tuple[LockWait, ...]:
         if not queue:
             continue
         holders = [row for row in group if row.granted]
+        # The waiters ahead by the mode they ask for: a queue of N plain
+        # readers behind one ALTER costs N steps, not N^2.
+        ahead: dict[str, list[int]] = {}
         for position, wait in enumerate(queue):
-            hard = {h.pid for h in holders if h.pid != wait.pid and conflicts(h.mode, wait.mode)}
-            soft = {
-                ahead.pid
-                for ahead in queue[:position]
-                if ahead.pid != wait.pid and conflicts(ahead.mode, wait.mode)
-            } - hard
+            conflicting = CONFLICTS.get(wait.mode, frozenset())
+            hard = {h.pid for h in holders if h.pid != wait.pid and h.mode in conflicting}
+            soft = {pid for mode in conflicting for pid in ahead.get(mode, ())}
+            soft -= hard | {wait.pid}
+            ahead.setdefault(wait.mode, []).append(wait.pid)
             relation = wait.relation or tuple_relation.get(wait.pid)
             waits.append(
                 LockWait(
@@ -170,3 +172,68 @@ def roots_of(waits: Iterable[LockWait]) -> dict[int, int]:
             current = blocker_of[current]
         roots[pid] = current
     return roots
+
+
+@dataclass(frozen=True, slots=True)
+class LockTreeNode:
+    """A session in a lock tree: the wait that puts it under its parent
+    (None for a root, which waits on nothing), and who waits on it."""
+
+    pid: int
+    wait: LockWait | None
+    waiters: tuple[LockTreeNode, ...]
+    size: int  # the sessions in its subtree, itself included
+
+
+def lock_forest(waits: Iterable[LockWait]) -> tuple[LockTreeNode, ...]:
+    """The lock trees of ``waits``, the root first: one tree per session that
+    blocks others and waits on nothing (or the session a deadlock cycle
+    comes back to), the largest tree first. A waiter with several blockers
+    sits under the first one met breadth first from its root, and its wait
+    names them all (``blocked_by``); under another root it is there again,
+    as it waits for that root too."""
+    waits = tuple(waits)
+    waiting = {wait.pid: wait for wait in waits}
+    waiters_of: dict[int, list[LockWait]] = {}
+    for wait in sorted(waits, key=_queue_place):
+        for blocker in wait.blockers:
+            waiters_of.setdefault(blocker, []).append(wait)
+    roots = {pid for pid in waiters_of if pid not in waiting}
+    roots |= {root for root in roots_of(waits).values() if root in waiting}
+    trees = [_tree(root, waiting, waiters_of) for root in roots]
+    return tuple(sorted(trees, key=lambda tree: (-tree.size, tree.pid)))
+
+
+def _queue_place(wait: LockWait) -> tuple[int, bool, datetime | None, int]:
+    return (wait.position, wait.wait_start is None, wait.wait_start, wait.pid)
+
+
+def _tree(
+    root: int, waiting: Mapping[int, LockWait], waiters_of: Mapping[int, list[LockWait]]
+) -> LockTreeNode:
+    """The tree under ``root``, each session once, under the first blocker
+    met breadth first (so a long queue makes a wide tree, never a deep one)."""
+    children: dict[int, list[int]] = {}
+    seen, frontier = {root}, [root]
+    while frontier:
+        following = []
+        for pid in frontier:
+            for wait in waiters_of.get(pid, ()):
+                if wait.pid not in seen:
+                    seen.add(wait.pid)
+                    children.setdefault(pid, []).append(wait.pid)
+                    following.append(wait.pid)
+        frontier = following
+    built: dict[int, LockTreeNode] = {}
+    for pid in reversed(list(_breadth_first(root, children))):
+        under = tuple(built[child] for child in children.get(pid, ()))
+        through = None if pid == root else waiting.get(pid)
+        built[pid] = LockTreeNode(pid, through, under, 1 + sum(node.size for node in under))
+    return built[root]
+
+
+def _breadth_first(root: int, children: Mapping[int, list[int]]) -> Iterable[int]:
+    order = [root]
+    for pid in order:
+        order.extend(children.get(pid, ()))
+    return order

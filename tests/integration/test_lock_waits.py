@@ -16,11 +16,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
+from lockwatch.cli import main
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import LockWaitEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.views import TargetView
+from lockwatch.publish.api.locks import locks_document
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.locks import PgLockSampler, RawSample
 from lockwatch.settings.locks import LockSettings
@@ -192,6 +195,20 @@ def test_an_alter_behind_an_idle_reader_is_a_lock_queue_within_one_poll_rooted_a
         FindingKind.IDLE_IN_TRANSACTION_BLOCKER,
     }
     assert "pg_cancel_backend" in incident.next_step.action
+    # The lock tree: the reader at the root, the ALTER under it, the queue under the ALTER.
+    queued = sorted(pid for pid, blockers in lock_waiters(db).items() if blockers == [alter])
+    assert view.status is not None
+    (tree,) = locks_document((view,), view.status.checked_at)["targets"][0]["lock_trees"]
+    assert (tree["pid"], tree["wait"], tree["state"]) == (holder, None, "idle in transaction")
+    (under,) = tree["waiters"]
+    assert (under["pid"], under["wait"]["blocked_by"]) == (alter, [holder])
+    assert sorted(w["pid"] for w in under["waiters"]) == queued and len(queued) == 2
+    shown = CliRunner().invoke(main, ["snapshot", "--dsn", db.monitor_dsn])
+    # Not 5 s queued yet (the default budget): the tree, and no problem.
+    assert shown.exit_code == 0, shown.output
+    assert f"pid {holder} report from" in shown.output
+    assert f"wants AccessExclusiveLock on relation jobs (blocked by {holder})" in shown.output
+    assert shown.output.count(f"wants AccessShareLock on relation jobs (blocked by {alter})") == 2
     reader.rollback()
     for background in waiting:
         background.join()

@@ -11,7 +11,9 @@ from lockwatch.model.lock_waits import (
     CONFLICTS,
     MODES,
     LockRowFact,
+    LockTreeNode,
     conflicts,
+    lock_forest,
     lock_waits,
     roots_of,
 )
@@ -149,3 +151,59 @@ def test_blockers_are_exactly_conflicting_holders_and_conflicting_earlier_waiter
     # A root waits on nothing, or sits on a cycle among the waiters.
     for root in roots.values():
         assert root not in waiting or root in roots
+
+
+def flatten(node: LockTreeNode) -> list[int]:
+    return [node.pid, *(pid for child in node.waiters for pid in flatten(child))]
+
+
+def test_the_lock_tree_puts_the_root_first_and_the_queue_under_the_alter() -> None:
+    rows = [
+        held(1, "AccessShareLock"),
+        waits(2, "AccessExclusiveLock", 10),
+        waits(3, "AccessShareLock", 11),
+        waits(4, "RowExclusiveLock", 12),
+    ]
+    (tree,) = lock_forest(lock_waits(rows))
+    assert (tree.pid, tree.wait, tree.size) == (1, None, 4)
+    (alter,) = tree.waiters
+    assert alter.pid == 2 and alter.wait is not None and alter.wait.mode == "AccessExclusiveLock"
+    assert [child.pid for child in alter.waiters] == [3, 4]
+
+
+def test_a_waiter_of_two_roots_is_in_both_trees_naming_both_blockers() -> None:
+    rows = [
+        held(1, "AccessShareLock"),
+        held(2, "RowExclusiveLock"),
+        waits(3, "AccessExclusiveLock", 0),
+    ]
+    trees = lock_forest(lock_waits(rows))
+    assert [tree.pid for tree in trees] == [1, 2]
+    for tree in trees:
+        (waiter,) = tree.waiters
+        assert waiter.wait is not None and waiter.wait.blockers == (1, 2)
+
+
+def test_a_long_queue_makes_a_wide_tree_not_a_deep_one() -> None:
+    rows = [held(1, "AccessShareLock")]
+    rows += [waits(pid, "AccessExclusiveLock", pid) for pid in range(2, 2002)]
+    (tree,) = lock_forest(lock_waits(rows))
+    assert tree.size == 2001 and len(tree.waiters) == 2000
+
+
+@given(_rows)
+def test_every_waiter_is_in_the_forest_once_per_root_it_reaches(
+    raw: list[tuple[int, str, str, bool, int]],
+) -> None:
+    rows = [
+        LockRowFact(pid, tag.partition(":")[0], tag, mode, granted, T0 + timedelta(seconds=at))
+        for pid, tag, mode, granted, at in raw
+    ]
+    found = lock_waits(rows)
+    forest = lock_forest(found)
+    blocked = {wait.pid for wait in found if wait.blockers}
+    in_trees = {pid for tree in forest for pid in flatten(tree)[1:]}
+    assert blocked <= in_trees | {tree.pid for tree in forest}
+    for tree in forest:
+        pids = flatten(tree)
+        assert len(pids) == len(set(pids)) == tree.size
