@@ -156,6 +156,7 @@ def test_the_docs_name_the_metrics_and_labels_metrics_serves(
             "lockwatch_advisory_lock_hold_duration_seconds",
             "lockwatch_advisory_lock_wait_duration_seconds",
             "lockwatch_lock_waiting_sessions",
+            "lockwatch_lock_waiter_seconds_total",
         )
         return series if all(series.get(name) for name in labelled) else None
 

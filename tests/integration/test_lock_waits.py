@@ -241,6 +241,16 @@ def test_workers_behind_a_hung_worker_s_row_lock_are_a_row_lock_convoy_naming_it
     assert (evidence.queued, evidence.relation) == (3, "jobs")
     (incident,) = view.incidents
     assert incident.root.pid == pid
+    # Waiter-seconds by the locktypes the server says they wait on: the first
+    # worker on the hung one's transaction id, the others on the row's tuple,
+    # all on a row of jobs.
+    awaited = superuser_look(db, "SELECT DISTINCT locktype FROM pg_locks WHERE NOT granted")
+    blocked = view.lock_waiter_seconds
+    assert {locktype for _, locktype, _ in blocked} == {locktype for (locktype,) in awaited}
+    assert (
+        blocked[db.database, "tuple", "jobs"] > 0
+        and blocked[db.database, "transactionid", "jobs"] > 0
+    )
     hung.rollback()
     for claiming in claims:
         claiming.join()

@@ -26,7 +26,16 @@ def lock_wait_metrics(
         "How long the longest of them has waited (0 where the server does not date waits).",
         labels,
     )
+    seconds = scrape.counter(
+        "lockwatch_lock_waiter_seconds",
+        "Seconds sessions spent waiting on locks of this locktype (not advisory) since lockwatch "
+        "started, per database and relation (a target's first 20 relations, the rest as "
+        "'(other)'; '' where the wait names none).",
+        ["target", "database", "locktype", "relation"],
+    )
     for view in views:
+        for (database, locktype, relation), total in sorted(view.lock_waiter_seconds.items()):
+            seconds.add((view.target.name, database, locktype, relation), total)
         snapshot = None if view.status is None else view.status.snapshot
         if snapshot is None or not snapshot.waits:
             continue
@@ -40,4 +49,4 @@ def lock_wait_metrics(
             names = (view.target.name, locktype)
             waiting.add(names, count)
             longest.add(names, max(0.0, longest_by_type[locktype]))
-    yield from (waiting, longest)
+    yield from (waiting, longest, seconds)
