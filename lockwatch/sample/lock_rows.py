@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import compress, repeat
 from operator import is_
 from typing import Any, cast
@@ -39,20 +39,8 @@ LOCK_COLUMNS = ("owners", "keys", "waitstarts", "prepared")
 FLAG_BITS = 3  # an owner is pid << FLAG_BITS | flags
 FLAG_MASK = (1 << FLAG_BITS) - 1
 HALF = 0xFFFFFFFF  # a key's low half: objid (a pair's key2)
-# The per-lock arrays, by their elements' types: owners int4[], keys int8[],
-# and the pids of the other locktypes' rows (other_pids int4[]).
-PER_LOCK_COLUMNS = {"owners": "int4", "keys": "int8", "other_pids": "int4"}
-# The columns of advisory_locks.sql's row with one element per row of the
-# other locktypes some session waits on, in LockRowFact's order.
-OTHER_COLUMNS = (
-    "other_pids",
-    "other_types",
-    "other_tags",
-    "other_modes",
-    "other_granted",
-    "other_waitstarts",
-    "other_relations",
-)
+# The per-lock arrays, by their elements' types: owners int4[], keys int8[].
+PER_LOCK_COLUMNS = {"owners": "int4", "keys": "int8"}
 
 
 class ArrayBytesLoader(Loader):
@@ -103,14 +91,24 @@ def listed(arrays: Mapping[str, Any]) -> dict[str, Any]:
 
 def other_rows(arrays: Mapping[str, Any]) -> list[LockRowFact]:
     """The rows of the locktypes some session waits on (none: no session
-    waits on a lock but an advisory one). Few and rare, so made one by one."""
-    if arrays.get("other_pids") is None:
-        return []
-    columns = [_ints(name, arrays[name]) for name in OTHER_COLUMNS]
-    return [
-        LockRowFact(pid, locktype, f"{locktype}:{tag}", mode, granted, wait_start, relation)
-        for pid, locktype, tag, mode, granted, wait_start, relation in zip(*columns, strict=True)
-    ]
+    waits on a lock but an advisory one), from ``others``: one text array a
+    row. Few and rare, so made one by one."""
+    return [_other_row(*row) for row in arrays.get("others") or ()]
+
+
+def _other_row(
+    pid: str,
+    locktype: str,
+    tag: str,
+    mode: str,
+    granted: str,
+    waitstart: str | None,
+    relation: str | None,
+) -> LockRowFact:
+    wait_start = None if waitstart is None else datetime.fromtimestamp(float(waitstart), UTC)
+    return LockRowFact(
+        int(pid), locktype, f"{locktype}:{tag}", mode, granted == "true", wait_start, relation
+    )
 
 
 def decode_locks(

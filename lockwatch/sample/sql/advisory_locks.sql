@@ -26,16 +26,19 @@
 -- statement ends, which the poll's pace follows (state/pace.py): read from
 -- each backend's status by id, which builds no row per backend as
 -- pg_stat_activity does.
--- other_*: the rows of the other locktypes some session waits on (relation,
+-- others: the rows of the other locktypes some session waits on (relation,
 -- transactionid, tuple, ...: a Lock wait event is named by its locktype),
 -- from the same copy of the lock table, for sample/lock_rows.py's
--- waits_from: their waiters and every holder or waiter of those locktypes.
+-- other_rows: their waiters and every holder or waiter of those locktypes.
 -- The awaited locktypes are read from the backends' status by id (an
 -- InitPlan, run once); with no session waiting on a lock but an advisory one
--- it is empty, no other row passes and these arrays are NULL.
--- other_tags names the locked object by every column that can; a relation's
--- name is looked up only for a waiter's row and a tuple lock (the row a
--- transaction id wait is about).
+-- it is empty, no other row passes and others is NULL. Each row is one text
+-- array (pid, locktype, tag, mode, granted, waitstart's epoch, relation) in
+-- one aggregate: an array per column cost every advisory row a FILTER check
+-- per column, 15-20 % more at 50,000 locks with no waiter; this costs none
+-- measurable. The tag names the locked object by every column that can; a
+-- relation's name is looked up only for a waiter's row and a tuple lock (the
+-- row a transaction id wait is about).
 SELECT pg_catalog.statement_timestamp() AS read_at,
        (SELECT pg_catalog.count(*)::pg_catalog.int4
         FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
@@ -54,19 +57,16 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
            FILTER (WHERE NOT l.granted AND l.locktype = 'advisory') AS waitstarts,
        pg_catalog.array_agg(l.virtualtransaction)
            FILTER (WHERE l.pid IS NULL AND l.locktype = 'advisory') AS prepared,
-       pg_catalog.array_agg(COALESCE(l.pid, 0)) FILTER (WHERE l.locktype <> 'advisory') AS other_pids,
-       pg_catalog.array_agg(l.locktype) FILTER (WHERE l.locktype <> 'advisory') AS other_types,
-       pg_catalog.array_agg(pg_catalog.concat_ws(':', l.database, l.relation, l.page, l.tuple,
-                                                 l.virtualxid, l.transactionid, l.classid,
-                                                 l.objid, l.objsubid))
-           FILTER (WHERE l.locktype <> 'advisory') AS other_tags,
-       pg_catalog.array_agg(l.mode) FILTER (WHERE l.locktype <> 'advisory') AS other_modes,
-       pg_catalog.array_agg(l.granted) FILTER (WHERE l.locktype <> 'advisory') AS other_granted,
-       pg_catalog.array_agg({waitstart}) FILTER (WHERE l.locktype <> 'advisory') AS other_waitstarts,
-       pg_catalog.array_agg(CASE WHEN l.relation IS NOT NULL
-                                      AND (NOT l.granted OR l.locktype = 'tuple')
-                                 THEN l.relation::pg_catalog.regclass::pg_catalog.text END)
-           FILTER (WHERE l.locktype <> 'advisory') AS other_relations
+       pg_catalog.array_agg(ARRAY[COALESCE(l.pid, 0)::pg_catalog.text, l.locktype,
+                                  pg_catalog.concat_ws(':', l.database, l.relation, l.page, l.tuple,
+                                                       l.virtualxid, l.transactionid, l.classid,
+                                                       l.objid, l.objsubid),
+                                  l.mode, l.granted::pg_catalog.text,
+                                  EXTRACT(epoch FROM {waitstart})::pg_catalog.text,
+                                  CASE WHEN l.relation IS NOT NULL
+                                            AND (NOT l.granted OR l.locktype = 'tuple')
+                                       THEN l.relation::pg_catalog.regclass::pg_catalog.text END])
+           FILTER (WHERE l.locktype <> 'advisory') AS others
 FROM pg_catalog.pg_locks AS l
 WHERE (l.locktype = 'advisory'
        OR l.locktype = ANY (ARRAY(
