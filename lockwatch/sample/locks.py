@@ -231,6 +231,23 @@ def wait_blockers(waits: Iterable[LockWait], backends: Mapping[int, Backend]) ->
     return filled
 
 
+def _in_scope(
+    waits: tuple[LockWait, ...], backends: Mapping[int, Backend], scope: LockScope, own: str
+) -> tuple[LockWait, ...]:
+    """The waits of sessions in the databases the target judges: a
+    transaction id's lock is in no database, so another target of the server
+    reads it too, and judges only its own databases' waiters on it."""
+
+    def judged(wait: LockWait) -> bool:
+        backend = backends.get(wait.pid)
+        database = None if backend is None else backend.database
+        if scope.kind is ScopeKind.OWN:
+            return database == own
+        return database not in scope.skipped
+
+    return tuple(filter(judged, waits))
+
+
 def _waiting_pids(rows: list[LockRowFact]) -> frozenset[int]:
     """Every waiter of ``rows`` and whoever holds a lock it waits for (the
     same pids whatever the order of its queue, which may be dated later)."""
@@ -306,6 +323,8 @@ def read_advisory_locks(
     else:
         locks = decoder.decode(row, backends, _prepared(conn, row["prepared"]))
     waits = waits_of(others, backends, server_version) if others else ()
+    if waits and scope.kind is not ScopeKind.WHOLE:
+        waits = _in_scope(waits, backends, scope, conn.info.dbname)
     backends = wait_blockers(waits, backends)
     if row["waitstarts"] is not None:  # some advisory lock waits: its blockers come from the locks
         backends = advisory_blockers(locks.values(), backends)

@@ -17,15 +17,17 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg.rows import dict_row
 
 from lockwatch.cli import main
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import LockWaitEvidence
 from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.servers import LockScope, ScopeKind
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.runner import TargetRunner
-from lockwatch.sample.locks import PgLockSampler, RawSample
+from lockwatch.sample.locks import PgLockSampler, RawSample, read_advisory_locks
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
@@ -430,3 +432,30 @@ def test_alembic_s_upgrade_behind_an_idle_reader_is_one_lock_queue_incident(
         if upgrade.poll() is None:
             upgrade.kill()
             upgrade.communicate()
+
+
+def test_a_target_of_one_database_judges_its_own_waiters_on_a_transaction_id_only(
+    db: PgDatabase, pg_server_12_18: LocalCluster
+) -> None:
+    """A transaction id's lock is in no database: a second target of the same
+    server reads it too, and must not judge the first database's waiters."""
+    db.connect("setup").execute("CREATE TABLE jobs AS SELECT 1 AS id")
+    holder = db.connect("holder", autocommit=False)
+    holder.execute("SELECT * FROM jobs FOR UPDATE")
+    waiter = db.connect("waiter", autocommit=False)
+    claiming = run_in_thread(partial(claim_and_release, waiter, "SELECT * FROM jobs FOR UPDATE"))
+    waiters_are(db, 1)
+    with closing(PgDatabase(pg_server_12_18)) as other:
+        for database, scope, expected in (
+            (db, LockScope(ScopeKind.OWN, judge="b"), {waiter.info.backend_pid}),
+            (other, LockScope(ScopeKind.OWN, judge="a"), set()),
+            (other, LockScope(ScopeKind.EXCEPT, (("app", "c"),)), {waiter.info.backend_pid}),
+            (other, LockScope(ScopeKind.EXCEPT, ((db.database, "a"),)), set()),
+        ):
+            with psycopg.connect(
+                database.monitor_dsn, autocommit=True, row_factory=dict_row
+            ) as conn:
+                read = read_advisory_locks(conn, database.major_version * 10000, scope=scope)
+            assert {wait.pid for wait in read.waits} == expected, (database.database, scope)
+    holder.rollback()
+    claiming.join()

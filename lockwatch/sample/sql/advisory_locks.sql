@@ -35,7 +35,7 @@
 -- it is empty, no other row passes and others is NULL. Each row is one text
 -- array (pid, locktype, tag, mode, granted, waitstart's epoch, relation) in
 -- one aggregate: an array per column cost every advisory row a FILTER check
--- per column, 15-20 % more at 50,000 locks with no waiter; this costs none
+-- per column, a fifth more at 50,000 locks with no waiter; this costs none
 -- measurable. The tag names the locked object by every column that can; a
 -- relation's name is looked up only for a waiter's row and a tuple lock (the
 -- row a transaction id wait is about).
