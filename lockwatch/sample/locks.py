@@ -231,6 +231,20 @@ def wait_blockers(waits: Iterable[LockWait], backends: Mapping[int, Backend]) ->
     return filled
 
 
+def _judged_waits(
+    rows: list[LockRowFact],
+    backends: Mapping[int, Backend],
+    server_version: int,
+    scope: LockScope,
+    own: str,
+) -> tuple[LockWait, ...]:
+    """The waits of ``rows`` this target judges (``own``: its database)."""
+    waits = waits_of(rows, backends, server_version) if rows else ()
+    if waits and scope.kind is not ScopeKind.WHOLE:
+        waits = _in_scope(waits, backends, scope, own)
+    return waits
+
+
 def _in_scope(
     waits: tuple[LockWait, ...], backends: Mapping[int, Backend], scope: LockScope, own: str
 ) -> tuple[LockWait, ...]:
@@ -322,9 +336,7 @@ def read_advisory_locks(
         locks = decoder.nothing()
     else:
         locks = decoder.decode(row, backends, _prepared(conn, row["prepared"]))
-    waits = waits_of(others, backends, server_version) if others else ()
-    if waits and scope.kind is not ScopeKind.WHOLE:
-        waits = _in_scope(waits, backends, scope, conn.info.dbname)
+    waits = _judged_waits(others, backends, server_version, scope, conn.info.dbname)
     backends = wait_blockers(waits, backends)
     if row["waitstarts"] is not None:  # some advisory lock waits: its blockers come from the locks
         backends = advisory_blockers(locks.values(), backends)
