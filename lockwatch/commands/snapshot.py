@@ -23,8 +23,10 @@ from typing import Any
 
 from lockwatch.config import load
 from lockwatch.detect.evidence import blocking_chain
+from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.findings import Finding
+from lockwatch.model.lock_waits import LockTreeNode, lock_forest
 from lockwatch.model.locks import (
     HIDDEN,
     UNTRACKED_STATE,
@@ -110,7 +112,8 @@ def problems(view: TargetView) -> list[Finding]:
     settings = view.target.locks
     if undated_waits(snapshot):
         settings = replace(settings, convoy_wait=0.0)
-    return detect_locks(snapshot, settings, snapshot.taken_at)
+    now = snapshot.taken_at
+    return [*detect_locks(snapshot, settings, now), *detect_lock_waits(snapshot, settings, now)]
 
 
 def undated_waits(snapshot: LockSnapshot) -> bool:
@@ -148,6 +151,7 @@ def take_snapshot(target: Target, *, statement_timeout: float) -> TargetView:
         raw.backends,
         raw.seconds,
         sampler.session.visibility,
+        waits=raw.waits,
     )
     return TargetView(
         target, TargetStatus(target.name, now, snapshot), polls_total=1, last_success=now
@@ -330,8 +334,44 @@ def render_snapshot(
         lines += ["", "waiting on keys nobody is seen to hold:"]
         for (database, key), waiters in orphan_queues[:limit]:
             lines += _waiters(view, snapshot, database, key, waiters)
+    lines += _tree_lines(snapshot, now, limit * TREE_LINES_PER_HOLDER)
     lines += ["", _problems(problems, limit, snapshot.sessions_hidden)]
     return "\n".join(lines)
+
+
+TREE_LINES_PER_HOLDER = 5  # lock tree lines per holder shown; the rest are counted
+
+
+def _tree_lines(snapshot: LockSnapshot, now: datetime, budget: int) -> list[str]:
+    """Who waits on whom on relations, rows and transaction ids: each root
+    first, its waiters indented under it with the lock they wait for and all
+    their blockers."""
+    forest = lock_forest(snapshot.waits)
+    if not forest:
+        return []
+    lines = ["", "waits on relations, rows and transactions (root first):"]
+    stack: list[tuple[LockTreeNode, int]] = [(tree, 1) for tree in reversed(forest)]
+    while stack and len(lines) - 2 < budget:
+        node, depth = stack.pop()
+        backend = snapshot.backends.get(node.pid)
+        text = f"{'  ' * depth}{'└ ' if node.wait else ''}{_who(backend, node.pid)}, {_state(backend, now)}"
+        if backend is not None and backend.visible and backend.xact_start is not None:
+            text += (
+                f", transaction open {format_duration((now - backend.xact_start).total_seconds())}"
+            )
+        if node.wait is not None:
+            wait = node.wait
+            what = f"{wait.locktype} {one_line(wait.relation)}" if wait.relation else wait.locktype
+            blockers = ",".join(str(pid) for pid in wait.blockers)
+            text += f"; wants {wait.mode} on {what} (blocked by {blockers})"
+        if backend is not None and backend.visible and backend.query:
+            text += f": {one_line(backend.query, 80)}"
+        lines.append(text)
+        stack.extend((child, depth + 1) for child in reversed(node.waiters))
+    left = sum(tree.size for tree in forest) - (len(lines) - 2)
+    if left > 0:
+        lines.append(f"  … and {left} more session(s) in these trees")
+    return lines
 
 
 def _problems(problems: Sequence[Finding], limit: int, blind: bool = False) -> str:

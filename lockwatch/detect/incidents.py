@@ -18,6 +18,7 @@ from lockwatch.model.evidence import (
     HolderFacts,
     LockEvidence,
     LockHolderFacts,
+    LockWaitEvidence,
     OverflowEvidence,
     PooledLockEvidence,
     QueueEvidence,
@@ -68,9 +69,10 @@ def _own_root(finding: Finding) -> IncidentRoot | None:
     joins its queue's stall when there is one."""
     evidence, target, subject = finding.evidence, finding.target, finding.subject
     family = finding.kind.family
-    if isinstance(evidence, OverflowEvidence):
+    # Past the cap, or a wait on another locktype: the session it names.
+    if isinstance(evidence, OverflowEvidence | LockWaitEvidence):
         pooled = finding.kind is FindingKind.LOCK_POOLED_SESSION
-        holders = evidence.holders
+        holders = evidence.named_holders
         return holder_root(target, holders[0], pooled=pooled) if holders else _lock_root(finding)
     if isinstance(evidence, LockEvidence):
         if evidence.holder_pid is None or not evidence.holders:

@@ -16,6 +16,7 @@ from lockwatch.model.evidence import (
     Evidence,
     FailedRunEvidence,
     LockEvidence,
+    LockWaitEvidence,
     LongJobsEvidence,
     LongRunEvidence,
     MissedRunEvidence,
@@ -80,6 +81,10 @@ class FindingKind(enum.StrEnum):
     LEADER_LOCK_CHURN = ("leader_lock_churn", Family.LOCKS)
     # A migration tool's lock held past its budget while its session migrates.
     LOCK_MIGRATION_RUNNING = ("lock_migration_running", Family.LOCKS)
+    # Waits on locks of other locktypes, each about the session at their root.
+    LOCK_QUEUE = ("lock_queue", Family.LOCKS)
+    ROW_LOCK_CONVOY = ("row_lock_convoy", Family.LOCKS)
+    IDLE_IN_TRANSACTION_BLOCKER = ("idle_in_transaction_blocker", Family.LOCKS)
     QUEUE_GROWING = ("queue_growing", Family.QUEUES)
     QUEUE_STALLED = ("queue_stalled", Family.QUEUES)
     # A queue library's job: the queue monitor reads it with the queue's preset.
@@ -192,6 +197,9 @@ EVIDENCE_FAMILIES: Mapping[FindingKind, tuple[type[Evidence], ...]] = {
     FindingKind.LEADER_LOCK_MISSING: _LOCK_FAMILIES,
     FindingKind.LEADER_LOCK_CHURN: (ChurnEvidence, OverflowEvidence),
     FindingKind.LOCK_MIGRATION_RUNNING: _LOCK_FAMILIES,
+    FindingKind.LOCK_QUEUE: (LockWaitEvidence,),
+    FindingKind.ROW_LOCK_CONVOY: (LockWaitEvidence,),
+    FindingKind.IDLE_IN_TRANSACTION_BLOCKER: (LockWaitEvidence,),
     FindingKind.QUEUE_GROWING: (QueueEvidence,),
     FindingKind.QUEUE_STALLED: (QueueStallEvidence,),
     FindingKind.JOB_STUCK_RUNNING: (StuckJobsEvidence,),

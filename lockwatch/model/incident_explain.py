@@ -30,6 +30,13 @@ _MEANING = {
     FindingKind.LOCK_UNEXPECTED_HOLDER: "the lock is held by a session it was not meant for",
     FindingKind.LOCK_MIGRATION_RUNNING: "a schema migration holds its tool's lock for long: "
     "deploys wait on it; let it finish",
+    FindingKind.LOCK_QUEUE: "a strong lock (DDL, LOCK TABLE, ...) waits behind a holder and "
+    "every later query on the table queues behind it: an outage from a statement that takes "
+    "milliseconds",
+    FindingKind.ROW_LOCK_CONVOY: "sessions wait on a row one session holds: workers stall "
+    "behind it",
+    FindingKind.IDLE_IN_TRANSACTION_BLOCKER: "a session idle in transaction holds locks others "
+    "wait on: it will not let go until its client ends the transaction",
     FindingKind.LEADER_LOCK_MISSING: "nobody holds the leader lock: the leader's work is not done",
     FindingKind.LEADER_LOCK_CHURN: "the leader lock changes hands too often",
     FindingKind.QUEUE_GROWING: "work arrives faster than it is done",

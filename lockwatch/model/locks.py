@@ -12,6 +12,7 @@ from itertools import compress, islice
 from operator import attrgetter
 from typing import NamedTuple
 
+from lockwatch.model.lock_waits import LockWait
 from lockwatch.text import client_address
 
 # The states of a session that runs no SQL right now.
@@ -402,8 +403,9 @@ class LockSnapshot:
     taken_at: datetime
     server_version: int  # server_version_num, e.g. 180001
     locks: tuple[AdvisoryLock, ...]
-    # Every backend that holds or waits for an advisory lock, plus the backends
-    # that block them (so a blocking chain can be followed past advisory locks).
+    # Every backend that holds or waits for an advisory lock, and every backend
+    # waiting on a lock of another locktype with those blocking it (so a
+    # blocking chain can be followed past advisory locks).
     backends: Mapping[int, Backend] = field(default_factory=dict)
     poll_seconds: float = 0.0
     visibility: SessionVisibility | None = None  # None: not known (a synthetic snapshot)
@@ -413,6 +415,9 @@ class LockSnapshot:
     server_seconds: float | None = None
     # The server's sessions waiting on the lock manager as the locks were read.
     lock_manager_waits: int | None = None
+    # Every wait on a lock of another locktype (relation, row, transaction
+    # id, ...), with who blocks it; their sessions are in ``backends``.
+    waits: tuple[LockWait, ...] = ()
 
     def lock_summary(self) -> LockSummary:
         if self.summary is not None and self.summary.locks is self.locks:

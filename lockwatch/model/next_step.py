@@ -7,8 +7,10 @@ other word of an incident does."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 
-from lockwatch.model.evidence import PooledLockEvidence, TargetDownEvidence
+from lockwatch.model.evidence import LockWaitEvidence, PooledLockEvidence, TargetDownEvidence
 from lockwatch.model.findings import MORE_HOLDERS_SUBJECT, Finding, FindingKind
 from lockwatch.model.incident_text import (
     HOLDING,
@@ -21,6 +23,7 @@ from lockwatch.model.incident_text import (
 from lockwatch.model.incidents import IncidentRoot, NextStep, RootKind
 from lockwatch.model.remediation import (
     GUARD_ROLES,
+    cancel_sql,
     linked_client,
     rollback_prepared_sql,
     terminate_cost,
@@ -100,7 +103,33 @@ def _holder_step(
         )
     if any(f.kind is FindingKind.LOCK_MIGRATION_RUNNING for f in findings):
         return NextStep(MIGRATION_STEP, None, None, runbook)
-    return _terminate_step(root, findings, incident_id, runbook)
+    step = _terminate_step(root, findings, incident_id, runbook)
+    queued = _queued_statement(findings)
+    if queued is None:
+        return step
+    pid, started = queued
+    # Either frees the queue: cancelling the waiting statement loses nothing
+    # done yet, ending the root loses its open transaction's work.
+    return replace(
+        step,
+        action=(
+            f"cancel the statement waiting for its strong lock (pid {pid}) with the SQL "
+            f"below as a role with {GUARD_ROLES}: {cancel_sql(pid, started)} - or {step.action}. "
+            "Run migrations under a lock_timeout (SET lock_timeout = '5s', and retry) so one "
+            "that cannot get its lock fails fast instead of queueing every query behind it"
+        ),
+    )
+
+
+def _queued_statement(findings: Sequence[Finding]) -> tuple[int, datetime] | None:
+    """The pid and session start of a lock_queue's waiting strong lock."""
+    for finding in findings:
+        evidence = finding.evidence
+        if finding.kind is FindingKind.LOCK_QUEUE and isinstance(evidence, LockWaitEvidence):
+            waiting = evidence.waiting
+            if waiting is not None and waiting.backend_start is not None:
+                return waiting.pid, waiting.backend_start
+    return None
 
 
 def next_step(

@@ -92,6 +92,39 @@ def terminate_sql(pid: int, backend_start: datetime) -> str:
     )
 
 
+def cancel_sql(pid: int, backend_start: datetime) -> str:
+    """Cancel the statement of ``pid`` only while it is the session that
+    started at ``backend_start`` and still waits on a lock (a DDL queued
+    behind a holder, with every later query queued behind it); its one row
+    says what happened. Its transaction is rolled back, its session lives.
+
+    >>> from datetime import UTC
+    >>> start = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    >>> print(cancel_sql(7024, start).split(" WHEN ")[5][:75])
+    pg_cancel_backend(a.pid) THEN 'cancelled: pid 7024 stops waiting; the queue
+    """
+    pid = int(pid)
+    start = sql_literal(backend_start.isoformat())
+    return " ".join(
+        (
+            "SELECT CASE",
+            f"WHEN a.pid IS NULL THEN 'gone: no session has pid {pid} now: nothing to cancel'",
+            f"WHEN a.backend_start IS NULL THEN 'hidden: your role cannot see when pid {pid} "
+            "started: nothing done (GRANT pg_read_all_stats, or pg_monitor, to it)'",
+            f"WHEN a.backend_start <> {start} THEN 'reused: pid {pid} is another session now: "
+            "nothing done'",
+            "WHEN a.wait_event_type IS DISTINCT FROM 'Lock' THEN 'not waiting: pid "
+            f"{pid} got its lock or gave up: nothing done'",
+            f"WHEN pg_cancel_backend(a.pid) THEN 'cancelled: pid {pid} stops waiting; the queue "
+            "behind it moves'",
+            f"ELSE 'not signalled: pid {pid} ended meanwhile'",
+            "END AS outcome",
+            f"FROM (VALUES ({pid})) AS waiting (pid)",
+            "LEFT JOIN pg_stat_activity a ON a.pid = waiting.pid;",
+        )
+    )
+
+
 def rollback_prepared_sql(gid: str) -> str:
     """End a prepared transaction (it has no session); PostgreSQL raises when
     no prepared transaction has ``gid`` any more.

@@ -102,6 +102,9 @@ class TargetView:
     poll_interval: float | None = None
     # Slots of its interval left unpolled, by why (state/pace.py REASONS).
     slots_skipped: Mapping[str, int] = field(default_factory=dict)
+    # Seconds sessions waited on locks of other locktypes than advisory, by
+    # (database, locktype, relation), since lockwatch started (state/waiter_seconds.py).
+    lock_waiter_seconds: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
 
     @property
     def up(self) -> bool:

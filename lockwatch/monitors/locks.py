@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.pooler import PoolMemory, infer_pooled
 from lockwatch.detect.sources import detect_source_down
@@ -35,6 +36,7 @@ from lockwatch.sample.session import TargetSession
 from lockwatch.settings.targets import Target
 from lockwatch.state.hold_history import HoldHistory
 from lockwatch.state.holds import HoldTracker
+from lockwatch.state.waiter_seconds import WaiterSeconds
 
 # A lock seen again after at most this many intervals (and never less than
 # the floor) counts as held throughout.
@@ -70,6 +72,7 @@ class LockMonitor:
         self.reader = AdvisoryLockReader(session)
         self.tracker = HoldTracker(continuity_gap=continuity_gap(target))
         self.history = HoldHistory()
+        self.waiter_seconds = WaiterSeconds()  # time blocked on other locktypes
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
         # Backends seen to be a pooler's from PostgreSQL's view (no admin console).
@@ -125,6 +128,7 @@ class LockMonitor:
             summary=self._summary,
             server_seconds=raw.server_seconds,
             lock_manager_waits=raw.lock_manager_waits,
+            waits=raw.waits,
         )
         self._timeouts(time.monotonic() if context.monotonic is None else context.monotonic)
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
@@ -143,6 +147,7 @@ class LockMonitor:
             return MonitorResult(held_kinds=self.kinds)
         snapshot, pooled, now = reading.snapshot, reading.pooler, context.now
         self.history.update(self.tracker.ended, self.tracker.began, self.target.locks, now)
+        self.waiter_seconds.observe(snapshot.waits, snapshot.backends, now)
         inferred, self.pool_memory = infer_pooled(snapshot, self.pool_memory)
         findings = detect_locks(
             snapshot,
@@ -155,6 +160,7 @@ class LockMonitor:
             held=self.held,
         )
         within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
+        findings.extend(detect_lock_waits(snapshot, self.target.locks, now))
         if self.pooler is None:
             return MonitorResult(tuple(findings), undecided=within)
         findings.extend(detect_source_down(self.target.name, [self.pooler.health], now))
@@ -194,7 +200,12 @@ class LockMonitor:
         return self._offset
 
     def publish(self, view: TargetView) -> TargetView:
-        view = replace(view, lock_history=self.history.published(), held_locks=self.held)
+        view = replace(
+            view,
+            lock_history=self.history.published(),
+            held_locks=self.held,
+            lock_waiter_seconds=self.waiter_seconds.published(),
+        )
         if self.pooler is None:
             return view
         return replace(view, sources=(*view.sources, self.pooler.health))
@@ -222,6 +233,7 @@ class LockMonitor:
             old.tracker.continuity_gap = self.tracker.continuity_gap
             self.tracker = old.tracker
             self.history = old.history
+            self.waiter_seconds = old.waiter_seconds
             self.holds = old.holds
             self.pool_memory = old.pool_memory
 

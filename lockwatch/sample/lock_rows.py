@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import compress, repeat
 from operator import is_
 from typing import Any, cast
@@ -23,6 +23,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
+from lockwatch.model.lock_waits import LockRowFact
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 
 # Bits of the flags in the ``owners`` array of advisory_locks.sql.
@@ -86,6 +87,28 @@ def _ints(column: str, value: Any) -> Any:
 def listed(arrays: Mapping[str, Any]) -> dict[str, Any]:
     """``arrays`` with the per-lock arrays as lists."""
     return {column: _ints(column, value) for column, value in arrays.items()}
+
+
+def other_rows(arrays: Mapping[str, Any]) -> list[LockRowFact]:
+    """The rows of the locktypes some session waits on (none: no session
+    waits on a lock but an advisory one), from ``others``: one text array a
+    row. Few and rare, so made one by one."""
+    return [_other_row(*row) for row in arrays.get("others") or ()]
+
+
+def _other_row(
+    pid: str,
+    locktype: str,
+    tag: str,
+    mode: str,
+    granted: str,
+    waitstart: str | None,
+    relation: str | None,
+) -> LockRowFact:
+    wait_start = None if waitstart is None else datetime.fromtimestamp(float(waitstart), UTC)
+    return LockRowFact(
+        int(pid), locktype, f"{locktype}:{tag}", mode, granted == "true", wait_start, relation
+    )
 
 
 def decode_locks(

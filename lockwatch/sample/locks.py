@@ -6,7 +6,7 @@ sessions that block those, in as few round trips as the last poll allows.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
@@ -17,14 +17,13 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg import sql
 
+from lockwatch.model.lock_waits import LockRowFact, LockWait, lock_waits
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
 from lockwatch.model.servers import WHOLE_SERVER, LockScope, ScopeKind
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
-from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor
+from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor, other_rows
 from lockwatch.sample.server_time import PollServerTime
 from lockwatch.sample.session import TargetSession
-
-MAX_CHAIN = 4  # blocking steps followed past the advisory-lock sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +43,8 @@ class RawSample:
     server_seconds: float | None = None
     # The server's sessions waiting on the lock manager as the locks were read.
     lock_manager_waits: int | None = None
+    # The waits on locks of other locktypes, and who blocks each.
+    waits: tuple[LockWait, ...] = ()
 
     def moved(self, offset: timedelta, known: MovedBackends | None = None) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
@@ -64,7 +65,13 @@ class RawSample:
                 else replace(lock, wait_start=lock.wait_start + offset)
                 for lock in locks
             )
-        return replace(self, locks=locks, backends=backends, read_at=self.read_at + offset)
+        waits = tuple(
+            wait if wait.wait_start is None else replace(wait, wait_start=wait.wait_start + offset)
+            for wait in self.waits
+        )
+        return replace(
+            self, locks=locks, backends=backends, read_at=self.read_at + offset, waits=waits
+        )
 
 
 class MovedBackends:
@@ -118,10 +125,12 @@ _OWN_DATABASE = (
 )
 _SCOPES = {
     ScopeKind.WHOLE: "",
-    ScopeKind.OWN: f"\n  AND l.database = {_OWN_DATABASE}",
+    # A transaction id or virtualxid lock is in no database (NULL).
+    ScopeKind.OWN: f"\n  AND (l.database IS NULL OR l.database = {_OWN_DATABASE})",
     ScopeKind.EXCEPT: (
-        "\n  AND l.database <> ALL (ARRAY(SELECT d.oid FROM pg_catalog.pg_database AS d"
-        " WHERE d.datname = ANY (%(skip)s::pg_catalog.text[])))"
+        "\n  AND (l.database IS NULL"
+        " OR l.database <> ALL (ARRAY(SELECT d.oid FROM pg_catalog.pg_database AS d"
+        " WHERE d.datname = ANY (%(skip)s::pg_catalog.text[]))))"
     ),
 }
 
@@ -196,38 +205,80 @@ def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
     return {"pids": sorted(pids), "query_chars": QUERY_CHARS}
 
 
-# What asks the server for the sessions of some pids (lock_sessions.sql).
-FetchSessions = Callable[[Collection[int]], Mapping[int, Backend]]
+def waits_of(
+    rows: list[LockRowFact], backends: Mapping[int, Backend], server_version: int
+) -> tuple[LockWait, ...]:
+    """The waits of ``rows``; before PostgreSQL 14 (no waitstart) each
+    waiter's wait is dated by its query's start, which is when a statement
+    that waits on a lock usually began waiting."""
+    if server_version < 140000:
+        rows = [
+            row
+            if row.granted or (backend := backends.get(row.pid)) is None
+            else replace(row, wait_start=backend.query_start)
+            for row in rows
+        ]
+    return lock_waits(rows)
 
 
-def _chains(
-    sessions: dict[int, Backend], pids: Iterable[int], fetch: FetchSessions
-) -> dict[int, Backend]:
-    """The sessions of ``pids`` and those blocking them, MAX_CHAIN steps deep,
-    from ``sessions`` (which may hold others: they are left out), fetching the
-    blockers it lacks. A blocker is rare (a session waiting on a heavyweight
-    lock other than an advisory one), and the last poll's are usually among
-    ``sessions`` already, so most polls fetch nothing here."""
-    keep = {pid for pid in pids if pid in sessions}
-    step = keep
-    for _ in range(MAX_CHAIN):
-        step = {b for pid in step for b in sessions[pid].blocked_by} - keep
-        # 0: a prepared transaction, which has no session.
-        missing = step - sessions.keys() - {0}
-        if missing:
-            sessions.update(fetch(missing))
-        step &= sessions.keys()
-        keep |= step
-    return {pid: sessions[pid] for pid in sorted(keep)}
+def wait_blockers(waits: Iterable[LockWait], backends: Mapping[int, Backend]) -> dict[int, Backend]:
+    """``backends`` with each waiter's ``blocked_by`` filled from its wait."""
+    filled = dict(backends)
+    for wait in waits:
+        backend = filled.get(wait.pid)
+        if backend is not None:
+            filled[wait.pid] = replace(backend, blocked_by=wait.blockers)
+    return filled
+
+
+def _judged_waits(
+    rows: list[LockRowFact],
+    backends: Mapping[int, Backend],
+    server_version: int,
+    scope: LockScope,
+    own: str,
+) -> tuple[LockWait, ...]:
+    """The waits of ``rows`` this target judges (``own``: its database)."""
+    waits = waits_of(rows, backends, server_version) if rows else ()
+    if waits and scope.kind is not ScopeKind.WHOLE:
+        waits = _in_scope(waits, backends, scope, own)
+    return waits
+
+
+def _in_scope(
+    waits: tuple[LockWait, ...], backends: Mapping[int, Backend], scope: LockScope, own: str
+) -> tuple[LockWait, ...]:
+    """The waits of sessions in the databases the target judges: a
+    transaction id's lock is in no database, so another target of the server
+    reads it too, and judges only its own databases' waiters on it."""
+
+    def judged(wait: LockWait) -> bool:
+        backend = backends.get(wait.pid)
+        database = None if backend is None else backend.database
+        if scope.kind is ScopeKind.OWN:
+            return database == own
+        return database not in scope.skipped
+
+    return tuple(filter(judged, waits))
+
+
+def _waiting_pids(rows: list[LockRowFact]) -> frozenset[int]:
+    """Every waiter of ``rows`` and whoever holds a lock it waits for (the
+    same pids whatever the order of its queue, which may be dated later)."""
+    waiting = lock_waits(rows)
+    pids = {pid for wait in waiting for pid in (wait.pid, *wait.hard)}
+    pids.discard(0)  # a prepared transaction's locks have no session
+    return frozenset(pids)
 
 
 class LockRead(NamedTuple):
     """What one reading of the advisory locks found."""
 
     locks: dict[LockRow, AdvisoryLock]
-    backends: dict[int, Backend]  # the sessions behind them, and their blockers
+    backends: dict[int, Backend]  # the sessions behind them, and every waiter and its blockers
     read_at: datetime | None  # the server's time as it read the locks
     lock_manager_waits: int | None  # sessions waiting on LWLock:LockManager then
+    waits: tuple[LockWait, ...] = ()  # the waits on locks of other locktypes
 
 
 def read_advisory_locks(
@@ -240,15 +291,15 @@ def read_advisory_locks(
     seen: SessionRows | None = None,
     scope: LockScope = WHOLE_SERVER,
 ) -> LockRead:
-    """Every advisory lock and the sessions behind them (and their blockers),
-    the server's time as it read them, and its sessions on the lock manager.
+    """Every advisory lock and the sessions behind them, every wait on a lock
+    of another locktype with its blockers (model/lock_waits.py), the server's
+    time as it read them, and its sessions on the lock manager.
 
     Two statements: the locks, as arrays, and the sessions that hold or await
     them. Which sessions those are is only known from the locks, so the
     sessions of ``expected`` (the last poll's) are asked for in the same round
-    trip, in a pipeline; only sessions that took a lock since cost a second,
-    and blockers of a chain past a non-advisory lock not seen at the last poll
-    one more per step.
+    trip, in a pipeline; only sessions that took a lock or began a wait since
+    cost a second.
     Through a pooler (``prepare=False``) nothing is prepared on the server: the
     next statement may run on another backend. ``decoder`` (the last poll's)
     makes an unchanged answer cost no work per lock, and ``seen`` (the last
@@ -272,23 +323,24 @@ def read_advisory_locks(
         guessed = sessions_of(expected) if expected else None
     row = arrays.fetchone()
     assert row is not None  # an aggregate without GROUP BY answers one row
-    if row["owners"] is None:
+    others = other_rows(row)
+    if row["owners"] is None and not others:
         return LockRead(decoder.nothing(), {}, row["read_at"], row["lock_manager_waits"])
-    pids = decoder.pids(row)
-
-    def fetch(wanted: Collection[int]) -> dict[int, Backend]:
-        return seen.backends(sessions_of(wanted))
-
+    pids = decoder.pids(row) | _waiting_pids(others)
     sessions = seen.backends(guessed) if guessed is not None else {}
     missing = pids.difference(sessions)
     if missing:
-        sessions.update(fetch(missing))
-    backends = _chains(sessions, pids, fetch)
-    prepared = _prepared(conn, row["prepared"])
-    locks = decoder.decode(row, backends, prepared)
-    if row["waitstarts"] is not None:  # some wait: their blockers come from the locks
+        sessions.update(seen.backends(sessions_of(missing)))
+    backends = {pid: sessions[pid] for pid in sorted(pids) if pid in sessions}
+    if row["owners"] is None:
+        locks = decoder.nothing()
+    else:
+        locks = decoder.decode(row, backends, _prepared(conn, row["prepared"]))
+    waits = _judged_waits(others, backends, server_version, scope, conn.info.dbname)
+    backends = wait_blockers(waits, backends)
+    if row["waitstarts"] is not None:  # some advisory lock waits: its blockers come from the locks
         backends = advisory_blockers(locks.values(), backends)
-    return LockRead(locks, dict(backends), row["read_at"], row["lock_manager_waits"])
+    return LockRead(locks, backends, row["read_at"], row["lock_manager_waits"], waits)
 
 
 class AdvisoryLockReader:
@@ -314,7 +366,7 @@ class AdvisoryLockReader:
         scope = self.session.lock_scope(self._read_at)
         with self.session.step(keep_open=False) as conn:
             known = self._decoder.locks
-            locks, backends, read_at, lock_manager_waits = read_advisory_locks(
+            locks, backends, read_at, lock_manager_waits, waits = read_advisory_locks(
                 conn,
                 self.session.server_version,
                 self._decoder,
@@ -341,6 +393,7 @@ class AdvisoryLockReader:
             waiting=self._waiting,
             server_seconds=server_seconds,
             lock_manager_waits=lock_manager_waits,
+            waits=waits,
         )
 
 

@@ -208,6 +208,13 @@ class LockSettings(Section):
         2  # waiting sessions on one key that make a convoy
     )
     convoy_wait: Seconds = 5.0  # ... once the longest of them has waited this long
+    # lock_queue: sessions queued behind a strong lock's wait (DDL, LOCK TABLE, ...)
+    queue_waiters: Annotated[Whole, at_least(1)] = 2
+    queue_wait: Seconds = 5.0  # ... once that many have queued this long
+    # row_lock_convoy: a session waiting this long on a row (or transaction id) held by one session
+    row_lock_wait: Seconds = 30.0
+    # idle_in_transaction_blocker: a session idle in transaction that one waited on this long
+    idle_blocker_wait: Seconds = 10.0
     # unnamed locks exported individually, longest-held first
     top_n: Annotated[Whole, at_least(0), at_most(MAX_TOP_N)] = 20
     # keys libraries hold on purpose

@@ -16,7 +16,13 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.paths import ROOT
-from tests.fixtures.postgres import PgDatabase, free_port, queue_on_lock, wait_until
+from tests.fixtures.postgres import (
+    PgDatabase,
+    free_port,
+    queue_on_lock,
+    run_in_thread,
+    wait_until,
+)
 from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -127,6 +133,12 @@ def test_the_docs_name_the_metrics_and_labels_metrics_serves(
     holder.execute("SELECT pg_advisory_lock(42)")
     blocked = [queue_on_lock(pg.connect(f"webhook-worker-{n}"), 42) for n in (2, 3)]
     wait_until(lambda: lockwatch.finding("lock_convoy", "app"), message="a convoy")
+    # A wait on a row: the lock wait series get their samples.
+    pg.connect("setup").execute("CREATE TABLE jobs AS SELECT 1 AS id")
+    row_holder = pg.connect("row-holder", autocommit=False)
+    row_holder.execute("SELECT * FROM jobs FOR UPDATE")
+    row_waiter = pg.connect("row-waiter")
+    claim = run_in_thread(lambda: row_waiter.execute("SELECT * FROM jobs FOR UPDATE"))
     auth = {"Authorization": f"Bearer {TOKEN}"}
     start = requests.post(f"{lockwatch.base}/ping/nightly/start", headers=auth, json={}, timeout=5)
     run_id = start.json()["run_id"]
@@ -143,6 +155,8 @@ def test_the_docs_name_the_metrics_and_labels_metrics_serves(
             "lockwatch_job_last_duration_seconds",
             "lockwatch_advisory_lock_hold_duration_seconds",
             "lockwatch_advisory_lock_wait_duration_seconds",
+            "lockwatch_lock_waiting_sessions",
+            "lockwatch_lock_waiter_seconds_total",
         )
         return series if all(series.get(name) for name in labelled) else None
 
@@ -150,6 +164,8 @@ def test_the_docs_name_the_metrics_and_labels_metrics_serves(
     holder.close()
     for call in blocked:
         call.join()
+    row_holder.rollback()
+    claim.join()
 
     docs = documented()
     assert not set(docs) - set(series), "documented but not served"

@@ -15,11 +15,18 @@ from tests.fixtures.runbooks import NON_KIND_SECTIONS, PLACEHOLDER, runbook_step
 from tests.integration import (
     test_runbooks_jobs,
     test_runbooks_libraries,
+    test_runbooks_lock_waits,
     test_runbooks_locks,
     test_runbooks_pooler,
 )
 
-MODULES = (test_runbooks_locks, test_runbooks_pooler, test_runbooks_jobs, test_runbooks_libraries)
+MODULES = (
+    test_runbooks_locks,
+    test_runbooks_pooler,
+    test_runbooks_jobs,
+    test_runbooks_libraries,
+    test_runbooks_lock_waits,
+)
 # The roles an SQL block may name, each described in the runbooks' *Tools used below*.
 ROLES = {"superuser", "oncall", "monitor", "app", "owner"}
 

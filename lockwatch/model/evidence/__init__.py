@@ -1,7 +1,8 @@
 """The facts behind findings, one frozen family per kind of problem.
 
 ``Evidence`` is what a finding carries: lock facts (with pgbouncer's for a
-pooled session, or the count of findings past the cap), queue facts (with the
+pooled session, or the count of findings past the cap), waits on locks of
+other locktypes with the session at their root, queue facts (with the
 lock a stall waits on), job runs, or a target or source that is down.
 ``json_form`` turns any of them into JSON and back.
 """
@@ -65,6 +66,7 @@ from lockwatch.model.evidence.targets import (
     TargetDownEvidence,
     TransactionPooledEvidence,
 )
+from lockwatch.model.evidence.waits import LockWaitEvidence, WaitingFacts
 
 Evidence: TypeAlias = (
     LockEvidence
@@ -87,6 +89,7 @@ Evidence: TypeAlias = (
     | TransactionPooledEvidence
     | PrivilegesMissingEvidence
     | SourceDownEvidence
+    | LockWaitEvidence
 )
 
 __all__ = [
@@ -107,6 +110,7 @@ __all__ = [
     "LinkedClientFacts",
     "LockEvidence",
     "LockHolderFacts",
+    "LockWaitEvidence",
     "LongJobFacts",
     "LongJobsEvidence",
     "LongRunEvidence",
@@ -134,5 +138,6 @@ __all__ = [
     "TargetDownEvidence",
     "TransactionPooledEvidence",
     "WaiterFacts",
+    "WaitingFacts",
     "WorkerFacts",
 ]

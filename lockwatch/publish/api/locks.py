@@ -13,6 +13,7 @@ from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
 from lockwatch.model.locks import AdvisoryLock, Backend, KeyRows, LockKey, LockSnapshot, LockTable
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
+from lockwatch.publish.api.lock_tree import lock_tree_entries
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.board import Board
 from lockwatch.text import format_short_duration, iso_utc
@@ -268,6 +269,8 @@ def _target_entry(
         "checked_at": None if status is None else iso_utc(status.checked_at),
         # Every key with a history, held now or not (named, catalogued, the top N, the rest as one).
         "history": [history_entry(h, settings, now) for h in view.lock_history],
+        # Who waits on whom on locks of other locktypes (relations, rows, ...), root first.
+        "lock_trees": [] if snapshot is None else lock_tree_entries(snapshot, now),
     }
     # Only what is shown is built: a page of 50,000 keys costs a sort key per lock.
     wanted = shown if page is None else page.offset + page.limit

@@ -28,6 +28,7 @@ from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.families import Exposition, Family, Format, Histogram
 from lockwatch.publish.metrics.incidents import NO_LINKS, WebLinks, incident_metrics
 from lockwatch.publish.metrics.jobs import job_metrics
+from lockwatch.publish.metrics.lock_waits import lock_wait_metrics
 from lockwatch.publish.metrics.locks import exported_locks, history_metrics, holder_label
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
@@ -105,6 +106,7 @@ def board_families(
     yield from _pace_metrics(views, scrape)
     yield from _lock_metrics(views, now, scrape, detail)
     yield from history_metrics(views, scrape)
+    yield from lock_wait_metrics(views, now, scrape)
     yield from _finding_metrics(views, scrape, detail)
     yield from incident_metrics(views, scrape, web, detail=detail)
     yield from source_metrics(views, scrape)

@@ -95,6 +95,42 @@ def _lock_block(lock: dict[str, Any], roots: dict[object, str]) -> str:
     )
 
 
+def _tree_item(node: dict[str, Any], roots: dict[object, str]) -> str:
+    """One session of a lock tree and, nested under it, who waits on it."""
+    wait = node.get("wait")
+    parts = [f"pid {escape(node['pid'])} {escape(node.get('application_name') or '')}"]
+    if node.get("pid") in roots:
+        incident = escape(roots[node["pid"]])
+        parts.insert(0, f'<a class="mark" href="#incident-{incident}">root</a>')
+    if wait is None:
+        parts.append(
+            f"{escape(node.get('state'))}, transaction open "
+            f"{seconds_text(node.get('xact_seconds'))}"
+        )
+    else:
+        blockers = ", ".join(str(pid) for pid in wait["blocked_by"])
+        parts.append(
+            f"wants {escape(wait['mode'])} on {escape(wait['locktype'])} "
+            f"{escape(wait['relation'] or '')} for {seconds_text(wait['wait_seconds'])} "
+            f"(blocked by {escape(blockers)})"
+        )
+    if node.get("query"):
+        parts.append(f"<code>{escape(node['query'])}</code>")
+    under = "".join(_tree_item(child, roots) for child in node["waiters"])
+    left = node.get("waiters_left_out") or 0
+    if left:
+        under += f"<li>and {escape(left)} more waiting</li>"
+    return f"<li>{' · '.join(parts)}{f'<ul>{under}</ul>' if under else ''}</li>"
+
+
+def _trees_block(entry: dict[str, Any], roots: dict[object, str]) -> str:
+    trees = entry.get("lock_trees") or []
+    if not trees:
+        return ""
+    items = "".join(_tree_item(tree, roots) for tree in trees)
+    return f'<h4>waits on relations, rows and transactions, root first</h4><ul class="tree">{items}</ul>'
+
+
 def _target_block(view: TargetView, entry: dict[str, Any], roots: dict[object, str]) -> str:
     shown = entry.get("locks") or []
     if not view.up:
@@ -111,7 +147,7 @@ def _target_block(view: TargetView, entry: dict[str, Any], roots: dict[object, s
                 f"<p>and {escape(left_out)} more, held for less long: page through them at "
                 f'<a href="{more}">{more}</a></p>'
             )
-    return f"<h3>{escape(view.target.name)}</h3>{body}"
+    return f"<h3>{escape(view.target.name)}</h3>{body}{_trees_block(entry, roots)}"
 
 
 def locks_section(

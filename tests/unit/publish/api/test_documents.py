@@ -208,6 +208,7 @@ def test_a_target_that_never_polled_or_failed_has_no_locks() -> None:
             "checked_at": None,
             "locks": [],
             "history": [],
+            "lock_trees": [],
         },
         {
             "target": "down",
@@ -216,6 +217,7 @@ def test_a_target_that_never_polled_or_failed_has_no_locks() -> None:
             "checked_at": NOW.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "locks": [],
             "history": [],
+            "lock_trees": [],
         },
     ]
 

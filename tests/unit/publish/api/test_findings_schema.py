@@ -65,6 +65,8 @@ DEFINITIONS = {
     "privileges_missing_evidence": families.PrivilegesMissingEvidence,
     "target_down_evidence": families.TargetDownEvidence,
     "source_down_evidence": families.SourceDownEvidence,
+    "lock_wait_evidence": families.LockWaitEvidence,
+    "waiting": families.WaitingFacts,
     "subject": Subject,
 }
 
