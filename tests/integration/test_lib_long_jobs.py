@@ -118,6 +118,9 @@ def test_a_hung_handler_is_found_at_its_tasks_learned_budget(pg: PgDatabase, bos
         }
         assert set(facts.sessions) == pids and pids
         assert f"job {job} ({QUEUE}) running for" in finding.summary
+        # lockwatch_queue_job_longest_running_seconds' value: the hung job's run so far.
+        (queue_view,) = [q for q in runner.poll_once().queues if q.name == QUEUE]
+        assert (queue_view.longest_job_seconds or 0) >= facts.running_seconds
         assert db.execute("SELECT state FROM pgboss.job WHERE id = %s", (job,)).fetchone() == (
             "active",
         )
