@@ -352,8 +352,11 @@ def test_two_runs_at_once_one_stopped_and_a_duplicate_start_confirmed(
 ) -> None:
     book = watched.book
     wrappers = {w.pid: w for w in (runs.start("overlap", "sleep", "300") for _ in range(2))}
+    # Each run is a Python process (lockwatch exec) that starts, then pings:
+    # on a busy machine that alone can take seconds.
     both = wait_until(
         lambda: len(found := run_pid(watched, "job_overlap", "overlap")) == 2 and found,
+        timeout=60,
         message="overlap",
     )
     # A run's pid is its command's; its wrapper is that process's parent.
