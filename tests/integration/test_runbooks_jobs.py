@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import psycopg
 import pytest
 import requests
@@ -350,17 +351,28 @@ def test_two_runs_at_once_one_stopped_and_a_duplicate_start_confirmed(
     watched: Watched, runs: Runs
 ) -> None:
     book = watched.book
-    first = runs.start("overlap", "sleep", "300")
-    runs.start("overlap", "sleep", "300")
-    both = wait_until(lambda: run_pid(watched, "job_overlap", "overlap"), message="overlap")
+    wrappers = {w.pid: w for w in (runs.start("overlap", "sleep", "300") for _ in range(2))}
+    # Each run is a Python process (lockwatch exec) that starts, then pings:
+    # on a busy machine that alone can take seconds.
+    both = wait_until(
+        lambda: len(found := run_pid(watched, "job_overlap", "overlap")) == 2 and found,
+        timeout=60,
+        message="overlap",
+    )
+    # A run's pid is its command's; its wrapper is that process's parent.
+    wrapper_of = {r["pid"]: wrappers[psutil.Process(r["pid"]).ppid()] for r in both}
     (confirm,) = book.sh("job_overlap", "confirm")
     told = json_values(confirm.out)
     assert sorted(r["pid"] for r in told) == sorted(r["pid"] for r in both)
+    # The two start within the same instant, so which is "later" is whatever the
+    # runs reported: the kept one is the other, whichever that is.
     later = max(told, key=lambda r: r["started_at"])
+    (kept,) = (w for pid, w in wrapper_of.items() if pid != later["pid"])
     (kill,) = book.sh("job_overlap", "stop", run_pid=later["pid"])
     assert kill.code == 0, kill
     wait_until(lambda: not run_pid(watched, "job_overlap", "overlap"), message="one run left")
-    assert first.poll() is None, "the run kept goes on"
+    assert wrapper_of[later["pid"]].wait(timeout=30) != 0, "the stopped run reports a failure"
+    assert kept.poll() is None, "the run kept goes on"
 
     # Two schedulers run the same night's job.
     for twice in [runs.start("dup", "true", run_key="2026-12-01") for _ in range(2)]:

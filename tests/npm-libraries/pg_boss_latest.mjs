@@ -4,7 +4,7 @@
 // "producer": sends only, as a web app that enqueues does; with a count it
 // sends that many jobs and keeps running; with "hang", one job that hangs.
 // Each process is its own pg-boss instance (a heartbeat every second here,
-// 30 s by default). Prints "started", then "running <id>" and "completed <id>".
+// or every PGBOSS_HEARTBEAT_SECONDS; 30 s by default). Prints "started", then "running <id>" and "completed <id>".
 // Usage: node pg_boss_latest.mjs <connection string> <queue> worker|producer [hang|<count>]
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -14,7 +14,8 @@ const entry = join(process.env.NODE_PATH, "pg-boss-latest", "dist", "index.js");
 const { PgBoss } = await import(pathToFileURL(entry).href);
 
 const [connectionString, queue, role, mode] = process.argv.slice(2);
-const boss = new PgBoss({ connectionString, instanceHeartbeatSeconds: 1 });
+const instanceHeartbeatSeconds = Number(process.env.PGBOSS_HEARTBEAT_SECONDS || 1);
+const boss = new PgBoss({ connectionString, instanceHeartbeatSeconds });
 boss.on("error", (error) => console.log(`error ${error.message}`));
 
 async function main() {

@@ -10,8 +10,9 @@
 -- name (a killed process's sessions end at once, so it is dead as soon as it
 -- misses a beat; a live worker that polls keeps a session between beats).
 -- A job's workers are the instances that work its queue and lived when it
--- started; a send-only producer works no queue, so it never keeps a dead
--- worker's job alive. Stuck: an active job whose workers are all dead (ids
+-- started, and those not yet beaten since registering (their work() calls are
+-- not written yet); a send-only producer works no queue, so once it has
+-- beaten it never keeps a dead worker's job alive. Stuck: an active job whose workers are all dead (ids
 -- known), plus, per dead instance that crashed (never stopped), the jobs of
 -- the queue it had in hand at its last beat that are still active and
 -- started while it lived (counted: which of them was its own is not told).
@@ -39,10 +40,15 @@ WITH jobs AS (
                         AND a.application_name = i.application_name)) AS alive
     FROM pgboss.instance AS i
 ), takers AS (
-    -- Who may have taken each active job: instances working its queue, alive at its start.
+    -- Who may have taken each active job: instances working its queue, alive at
+    -- its start. An instance that has not beaten since it registered has
+    -- workers '[]' whatever its work() calls (the list is written by a beat),
+    -- so it may have taken any job: a worker killed before its first beat
+    -- (a crash on its first job) leaves that job's stuck.
     SELECT j.id AS job_id, i.id AS instance_id, i.name, i.alive, i.application_name
     FROM jobs AS j JOIN instances AS i
-      ON i.workers @> jsonb_build_array(jsonb_build_object('queue', j.name))
+      ON (i.workers @> jsonb_build_array(jsonb_build_object('queue', j.name))
+          OR i.heartbeat_on = i.started_on)
      AND i.started_on <= j.started_on
      AND j.started_on <= i.heartbeat_on + i.beat + interval '5 seconds'
     WHERE j.state = 'active'
