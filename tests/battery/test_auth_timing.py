@@ -6,7 +6,6 @@ higher one.)"""
 from __future__ import annotations
 
 import secrets
-import statistics
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 USER = "prometheus"
 COST = 13  # each step doubles bcrypt's time: twice the default of 12
-TRIES = 4  # of each kind, taken in turn
+TRIES = 6  # of each kind, taken in turn
 
 
 class GuardedLockwatch(LockwatchProcess):
@@ -66,8 +65,10 @@ def test_an_unknown_user_is_refused_no_sooner_than_a_known_one_with_a_wrong_pass
             unknown.append(refused_in("admin"))
     finally:
         lockwatch.stop()
-    ratio = statistics.median(unknown) / statistics.median(known)
-    # Equal work gives about 1; the default-cost decoy gave a half.
+    # The fastest of each: other work on the machine only ever adds time, so the
+    # minimum is the check's own cost. Equal work gives about 1; the
+    # default-cost decoy gave a half.
+    ratio = min(unknown) / min(known)
     assert ratio > 0.75, f"unknown {unknown} against known {known}"
     battery(
         "auth-timing",

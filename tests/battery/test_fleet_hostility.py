@@ -33,10 +33,10 @@ from tests.fixtures.tarpit import Tarpit
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-PITS = 400  # discovered addresses that never answer
+PITS = 200  # discovered addresses that never answer
 CONNECT_TIMEOUT = 2.0
 TIMEOUT_STOP = 20.0  # systemd/lockwatch.service's TimeoutStopSec
-BACKED_OFF = 8.0  # seconds between looks by which the fleet counts as backed off
+BACKED_OFF = 4.0  # seconds between looks (8 intervals) by which the fleet counts as backed off
 
 
 @pytest.fixture
