@@ -32,6 +32,7 @@ from typing import Any
 import requests
 from prometheus_client.registry import Collector
 
+from lockwatch.model.incidents import Resolution
 from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.election import Election
 from lockwatch.notify.inbox import DEFAULT_BACKOFF, Backoff, Inbox
@@ -125,17 +126,22 @@ class ChannelWorker:
 
     def _resolve_removed(self, state: ChannelState, targets: Collection[str]) -> None:
         """Incidents announced for a target no longer configured: nobody will poll
-        it, so they are told resolved at the first step, once."""
+        it, so they are told ended at the first step, once: no longer watched,
+        not resolved (nobody saw them end), as a target removed by a reload."""
         removed = Counter(
             told.notice.target
             for told in state.announced.values()
             if told.notice.target not in targets
         )
+        for key, told in list(state.announced.items()):
+            if told.notice.target in removed:
+                unwatched = replace(told.notice, resolution=Resolution.UNWATCHED.value)
+                state.announced[key] = replace(told, notice=unwatched)
         for target, count in sorted(removed.items()):
             self.inbox.close_target(target)
             log.warning(
                 "notify %s: target %s is no longer configured; its %d announced "
-                "incident(s) are told resolved",
+                "incident(s) are told no longer watched",
                 self.name,
                 target,
                 count,

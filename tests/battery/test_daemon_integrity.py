@@ -284,6 +284,11 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
         polls_pass(6)
         after_restart = told_about(standin, "second")
         restart_log = lockwatch.log()
+        restart_headlines = [
+            message.text.splitlines()[0]
+            for message in standin.delivered("telegram")
+            if "second" in message.text
+        ][len(headlines) :]
     finally:
         final = lockwatch.stop() if lockwatch.proc is not None else 0
         standin.close()
@@ -297,6 +302,9 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
     assert re.search(r"resolved lock_held_too_long second/", reload_log), reload_log
     assert any("NO LONGER WATCHED" in line for line in headlines), headlines
     assert not any("RESOLVED" in line for line in headlines), headlines
+    # Removed while lockwatch was stopped: no more seen to end than by a reload.
+    assert any("NO LONGER WATCHED" in line for line in restart_headlines), restart_headlines
+    assert not any("RESOLVED" in line for line in restart_headlines), restart_headlines
     said = [line for line in restart_log.splitlines() if "no longer configured" in line]
     assert said, restart_log
     battery(
@@ -309,7 +317,7 @@ def test_a_target_removed_by_reload_or_while_stopped_is_resolved_once(
         did=(
             "on the reload: its findings resolved, logged and told once, its incident told "
             "'NO LONGER WATCHED' (lock 5 still held: not 'RESOLVED'); on the restart: "
-            f"'{said[0].split(': ', 1)[1]}', told resolved once"
+            f"'{said[0].split(': ', 1)[1]}', told 'NO LONGER WATCHED' once"
         ),
         intact=(
             f"yes: {after_restart.count('resolved')} resolutions for 2 removals, 0 reminders "

@@ -323,7 +323,7 @@ notify:
     assert unknown.exit_code == 2 and "no channel named pager" in unknown.output
 
 
-def test_incidents_of_a_target_removed_while_stopped_are_told_resolved_once(
+def test_incidents_of_a_target_removed_while_stopped_are_told_unwatched_once(
     standin: ChatStandin, tmp_path: Path
 ) -> None:
     clock = Clock()
@@ -336,8 +336,9 @@ def test_incidents_of_a_target_removed_while_stopped_are_told_resolved_once(
     for _ in range(3):
         for worker in restarted.workers:
             worker.step()
-    (_fired, resolved) = standin.delivered("telegram")
-    assert resolved.text.startswith("✅ RESOLVED:"), resolved.text
+    (_fired, ended) = standin.delivered("telegram")
+    # Nobody saw it end: no longer watched, as a target removed by a reload.
+    assert ended.text.startswith("👁 NO LONGER WATCHED:"), ended.text
     assert not any(w.state.announced for w in restarted.workers)
 
 
