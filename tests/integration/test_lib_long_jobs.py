@@ -9,14 +9,10 @@ Ground truth: pg-boss's job row (active since its start, expiring at
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import replace
 
 import pytest
 
-from lockwatch.demo.pgbinaries import embedded_bin_dir
-from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import LongJobsEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
@@ -24,39 +20,20 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, wait_until
+from tests.fixtures.postgres import PgDatabase, wait_until
 from tests.integration.test_catalogue_libraries import grant_schema, library_queue
-from tests.integration.test_lib_pg_boss import QUEUE, Boss
+from tests.integration.test_lib_pg_boss import QUEUE, Boss, boss, pg, server
 from tests.integration.test_lib_procrastinate import QUEUE as PROCRASTINATE_QUEUE
 from tests.integration.test_lib_procrastinate import Worker as ProcrastinateWorker
 from tests.integration.test_lib_procrastinate import defer, install
+
+__all__ = ["boss", "pg", "server"]  # test_lib_pg_boss's fixtures, used here
 
 pytestmark = pytest.mark.pg
 
 POLL = 0.5
 FLOOR = 2.0  # job_duration_floor: the learned budget of 50 ms jobs
 HISTORY = 12  # successful runs before the hung one (10 are enough to learn)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalCluster]:
-    with LocalCluster(embedded_bin_dir()) as cluster:
-        cluster.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
-        yield cluster
-
-
-@pytest.fixture
-def pg(server: LocalCluster) -> Iterator[PgDatabase]:
-    with closing(PgDatabase(server)) as database:
-        yield database
-
-
-@pytest.fixture
-def boss(pg: PgDatabase) -> Iterator[Boss]:
-    made = Boss(pg)
-    yield made
-    for process in made.started:
-        process.stop()
 
 
 def watching(pg: PgDatabase) -> TargetRunner:

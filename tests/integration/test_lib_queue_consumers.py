@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import replace
 
 import pytest
 
-from lockwatch.demo.pgbinaries import embedded_bin_dir
-from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import ConsumerCount, NoConsumerEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
@@ -28,7 +25,7 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, wait_until
+from tests.fixtures.postgres import PgDatabase, wait_until
 from tests.integration.test_catalogue_libraries import (
     Workers,
     grant_graphile_worker,
@@ -36,33 +33,14 @@ from tests.integration.test_catalogue_libraries import (
     library_queue,
     url,
 )
-from tests.integration.test_lib_pg_boss import QUEUE, Boss
+from tests.integration.test_lib_pg_boss import QUEUE, Boss, boss, pg, server
+
+__all__ = ["boss", "pg", "server"]  # test_lib_pg_boss's fixtures, used here
 
 pytestmark = pytest.mark.pg
 
 POLL = 0.5
 BUDGET = 3.0  # no_consumer_after, short for the test (2 minutes by default)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalCluster]:
-    with LocalCluster(embedded_bin_dir()) as cluster:
-        cluster.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
-        yield cluster
-
-
-@pytest.fixture
-def pg(server: LocalCluster) -> Iterator[PgDatabase]:
-    with closing(PgDatabase(server)) as database:
-        yield database
-
-
-@pytest.fixture
-def boss(pg: PgDatabase) -> Iterator[Boss]:
-    made = Boss(pg)
-    yield made
-    for process in made.started:
-        process.stop()
 
 
 @pytest.fixture
