@@ -120,8 +120,9 @@ def board_families(
     yield from _poll_metrics(views, scrape)
     yield from _cost_metrics(views, scrape)
     yield from _pace_metrics(views, scrape)
-    yield from _lock_metrics(views, now, scrape, detail, {} if granted is None else granted)
-    yield from history_metrics(views, scrape)
+    locks, quiet = _lock_metrics(views, now, scrape, detail, {} if granted is None else granted)
+    yield from locks
+    yield from history_metrics(views, scrape, quiet)
     yield from lock_wait_metrics(views, now, scrape)
     yield from _finding_metrics(views, scrape, detail)
     yield from incident_metrics(views, scrape, web, detail=detail)
@@ -242,7 +243,9 @@ def _lock_metrics(
     scrape: Exposition,
     detail: bool,
     granted: dict[str, GrantedLocks],
-) -> Iterator[Family]:
+) -> tuple[tuple[Family, ...], frozenset[str]]:
+    """The lock families, and the targets found quiet (nothing wrong, nobody
+    waiting on a lock they export) when ``detail`` is not asked for."""
     counts = scrape.gauge(
         "lockwatch_advisory_locks",
         "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
@@ -270,6 +273,7 @@ def _lock_metrics(
         "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
         labels,
     )
+    quiet_targets: list[str] = []
     for view in views:
         snapshot = None if view.status is None else view.status.snapshot
         if snapshot is None:
@@ -290,6 +294,8 @@ def _lock_metrics(
             counts.add((target, database, "held"), held)
             counts.add((target, database, "waiting"), waiting)
         quiet = not detail and not _wrong(view) and not any(w for _, (_, w) in tallies)
+        if quiet:
+            quiet_targets.append(target)
         top = min(settings.top_n, QUIET_TOP) if quiet else settings.top_n
         groups = lock_groups(snapshot, settings, now, top=top, table=table)
         for database, lock, exported in exported_locks(groups, settings):
@@ -304,7 +310,7 @@ def _lock_metrics(
                 continue  # nobody waits: a quiet key's waits say nothing moved
             waiters.add(series, len(exported.waiters))
             longest_wait.add(series, exported.longest_wait_seconds or 0.0)
-    yield from (counts, hold, waiters, longest_wait)
+    return (counts, hold, waiters, longest_wait), frozenset(quiet_targets)
 
 
 def _wrong(view: TargetView) -> bool:
