@@ -5,7 +5,7 @@ whenever they are asked for."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,15 +15,13 @@ from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.granted_locks import GrantedLocks
 from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.fixtures.snapshots import DB, NOW, held, key, lock_snapshots, snapshot, waiting
+from tests.unit.publish.api.test_lock_order import nows
 
 # Keys sharing their first number (a bigint and pairs): found by that number
 # first, they must still be told apart.
 colliding_keys = st.sampled_from(
     (LockKey.bigint(7), LockKey.int_pair(7, 1), LockKey.int_pair(7, 2), LockKey.bigint(8))
 )
-# Before, at and after the snapshot's time: a hold first seen at ``now`` or
-# later is not among the longest held, and comes from the lock table.
-nows = st.sampled_from((0.0, 0.5, 30.0, -30.0, -2000.0)).map(lambda s: NOW + timedelta(seconds=s))
 
 
 @st.composite
