@@ -193,7 +193,8 @@ def _cost_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
         "lockwatch_poll_server_seconds",
         "The target's server time per poll of lockwatch, over the last minute: the "
         "execution time pg_stat_statements counts for lockwatch's role in the target's "
-        "database. Absent where pg_stat_statements is not installed (lockwatch's log says so).",
+        "database. Absent where pg_stat_statements is not installed or counts none of "
+        "lockwatch's statements (lockwatch's log says so).",
         ["target"],
     )
     for view in views:
