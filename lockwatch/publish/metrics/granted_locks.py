@@ -47,7 +47,7 @@ class GrantedLocks:
         }
         self._rows: dict[LockKey, tuple[KeyRows, ...]] = {}
         # The keys found longest-held first so far, each with its first hold,
-        # and the first sightings of the locks not popped yet (made when asked).
+        # and, while a scrape reads them, the locks' first sightings in a heap.
         self._order: list[tuple[datetime, KeyRows]] = []
         self._found: set[tuple[str, LockKey]] = set()
         self._heap: list[tuple[datetime, str, LockKey]] | None = None
@@ -78,16 +78,22 @@ class GrantedLocks:
         before ``now`` popped from the heap, the rest (held since ``now``, or
         with no known hold) from the lock table, made only if asked for."""
         shown = 0
-        while shown < len(self._order) or self._pop(now):
-            first, rows = self._order[shown]
-            if first >= now:
-                break
-            shown += 1
-            yield rows
+        try:
+            while shown < len(self._order) or self._pop(now):
+                first, rows = self._order[shown]
+                if first >= now:
+                    break
+                shown += 1
+                yield rows
+        finally:
+            # The keys found are kept, the heap not (a lock's worth each): a
+            # later scrape reads no further than this one did, mostly.
+            self._heap = None
         yield from islice(LockTable.of(self.locks).longest_held(now), shown, None)
 
     def _pop(self, now: datetime) -> bool:
-        """Finds the next key first held before ``now``; False when none is left."""
+        """Finds the next key first held before ``now``; False when none is left
+        (the keys found already are passed over when the heap is made again)."""
         if self._heap is None:
             self._heap = list(map(_PLACE, filter(_FIRST_SEEN, self.locks)))
             heapify(self._heap)
