@@ -4,9 +4,10 @@ info, and what the daemon registers: poll lateness, the notifier, the fleet).
 
 A scrape is proportional to what is wrong: a quiet target (no active finding
 or open incident, nobody waiting on a lock it exports) gets its summary
-series, its named locks and its longest-held key; the per-key series of its
-other ``top_n`` keys and the findings' zeros (every kind and severity at 0)
-say nothing moved, and come only with ``?detail=full`` or for one target
+series, its named locks (with their hold histograms) and its longest-held
+key; the per-key series and histograms of its other keys and the findings'
+zeros (every kind and severity at 0) say nothing moved, and come only with
+``?detail=full`` or for one target
 (``?target=``), as an exporter's optional collectors do. A target with
 something wrong gets every series, as before."""
 
