@@ -284,13 +284,14 @@ def _lock_metrics(
         target = view.target.name
         settings = view.target.locks
         # A target that may be quiet needs a few keys, found without grouping every lock.
+        # (A scrape with every series leaves what the others keep as it is.)
         table = None
         if not detail and not _wrong(view):
             table = GrantedLocks.of(snapshot, granted.get(target))
-        if table is None:
-            granted.pop(target, None)
-        else:
+        if table is not None:
             granted[target] = table
+        elif not detail:
+            granted.pop(target, None)
         tallies = sorted(lock_counts(snapshot, settings, table).items())
         for database, (held, waiting) in tallies:
             counts.add((target, database, "held"), held)
