@@ -141,13 +141,15 @@ class RenderCost:
 
 
 def polled_again(board: Board) -> None:
-    """Every view published anew with a new summary of the same locks, as
-    after a poll in which the locks changed: what is kept per poll is gone."""
+    """Every view published anew with a new tuple of the same locks and its
+    summary, as after a poll in which the locks changed: what is kept per
+    poll's locks is gone."""
     for view in board.views():
         status = view.status
         if status is None or status.snapshot is None:
             continue
-        snapshot = replace(status.snapshot, summary=LockSummary.of(status.snapshot.locks))
+        locks = tuple(list(status.snapshot.locks))
+        snapshot = replace(status.snapshot, locks=locks, summary=LockSummary.of(locks))
         board.publish(replace(view, status=replace(status, snapshot=snapshot)))
 
 

@@ -27,6 +27,7 @@ import contextlib
 import math
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import threading
@@ -42,6 +43,7 @@ from bench.markdown import ms, table, write_into
 from bench.poll_cost import bench_target
 from bench.server import BenchServer
 from lockwatch.model.views import TargetView
+from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.runner import TargetRunner, start_spread
 from lockwatch.scheduler import PollScheduler
 from lockwatch.state.board import Board
@@ -122,6 +124,37 @@ class Scale:
     late_p50_ms: float
     late_p99_ms: float
     late_max_ms: float
+    scrape: Scrape
+
+
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """What ``/metrics`` of the arm's board cost as its polls went on:
+    the median of SCRAPES renderings (the daemon's ``Metrics.render``)."""
+
+    cpu_ms: float  # of the rendering thread
+    bytes_per_target: float
+    full_cpu_ms: float  # with ?detail=full: every series of every target
+    full_bytes_per_target: float
+
+
+SCRAPES = 5
+
+
+def scrape_cost(board: Board, targets: int) -> Scrape:
+    """Renders /metrics as Prometheus asks for it, then with ``?detail=full``."""
+    metrics = Metrics(board)
+    accept = "application/openmetrics-text; version=1.0.0"
+    costs = []
+    for detail in (False, True):
+        timings, size = [], 0
+        for _ in range(SCRAPES):
+            started = time.thread_time()
+            size = len(metrics.render(accept, detail=detail)[0])
+            timings.append(1000 * (time.thread_time() - started))
+        costs.append((statistics.median(timings), size / targets))
+    (cpu, per_target), (full_cpu, full_per_target) = costs
+    return Scrape(cpu, per_target, full_cpu, full_per_target)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -202,6 +235,7 @@ def measure(
         delays = [d for runner in runners for d in list(runner.delays)]
         threads = threading.active_count()
         rss = psutil.Process().memory_info().rss / 2**20
+        scrape = scrape_cost(board, targets)  # after the window: its CPU is not the polls'
     finally:
         stop.set()
         for runner in runners:
@@ -226,6 +260,7 @@ def measure(
         late_p50_ms=1000 * percentile(delays, 0.5),
         late_p99_ms=1000 * percentile(delays, 0.99),
         late_max_ms=1000 * max(delays),
+        scrape=scrape,
     )
 
 
@@ -268,13 +303,17 @@ def render(scales: Sequence[Scale], postgres: str, servers: int, command: str) -
         "`spread` a thread per target with the pool's spread first polls. Lateness: how long "
         "after its due time each poll started. CPU: this process (getrusage) and the "
         "servers' processes, in % of one core. Target: p99 under 100 ms, under 25 % of a "
-        "core at 10 s, under 500 MiB.",
+        "core at 10 s, under 500 MiB. Scrape: `/metrics` (OpenMetrics) rendered from the "
+        f"arm's board as its polls went on, CPU of the rendering thread (median of {SCRAPES}) "
+        "and bytes per target, by default and with `?detail=full`; target at 1,000 quiet "
+        "targets: 150 ms and 2 kB.",
         "",
         *table(
             [
                 *("arm", "targets", "every", "load", "polls", "threads"),
                 *("CPU %", "CPU ms per poll", "server CPU %", "RSS MiB"),
                 *("late p50 ms", "late p99 ms", "late max ms"),
+                *("scrape CPU ms", "bytes per target", "full: ms", "full: bytes"),
             ],
             (
                 [
@@ -282,6 +321,8 @@ def render(scales: Sequence[Scale], postgres: str, servers: int, command: str) -
                     *(f"{s.polls:,}", str(s.threads), f"{s.cpu_percent:.1f}"),
                     *(ms(s.cpu_ms_per_poll), f"{s.server_cpu_percent:.1f}", f"{s.rss_mib:.0f}"),
                     *(ms(s.late_p50_ms), ms(s.late_p99_ms), ms(s.late_max_ms)),
+                    *(ms(s.scrape.cpu_ms), f"{s.scrape.bytes_per_target:,.0f}"),
+                    *(ms(s.scrape.full_cpu_ms), f"{s.scrape.full_bytes_per_target:,.0f}"),
                 ]
                 for s in scales
             ),

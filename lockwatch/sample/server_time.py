@@ -5,8 +5,9 @@ target's database, read once a minute and divided by the polls since.
 Reading pg_stat_statements walks its whole table (up to
 ``pg_stat_statements.max`` entries), so it is read once a minute, not each
 poll. Where the extension is not installed in the target's database (or not
-preloaded), nothing is known: said once in the log, and looked for again
-every ten minutes. Everything lockwatch's role runs in the database counts,
+preloaded), or where it counts none of lockwatch's statements
+(``pg_stat_statements.track = none`` for its role or database), nothing is
+known: said once in the log, and looked for again every ten minutes. Everything lockwatch's role runs in the database counts,
 every monitor's statement with the locks': a role shared with other clients,
 or several lockwatch replicas under one role, add theirs.
 """
@@ -74,8 +75,8 @@ class PollServerTime:
         except SampleError as exc:
             self._lost(f"{exc}: {UNKNOWN}")
             return self.seconds
-        if exec_ms is None:
-            self._lost(f"{session.where}: pg_stat_statements is not installed there: {UNKNOWN}")
+        if isinstance(exec_ms, str):
+            self._lost(f"{session.where}: {exec_ms}: {UNKNOWN}")
             return self.seconds
         if self._missing is not None:
             log.info("%s: pg_stat_statements can be read again", session.where)
@@ -86,16 +87,22 @@ class PollServerTime:
             self.seconds = (exec_ms - last[0]) / 1000 / (self._polls - last[1])
         return self.seconds
 
-    def _read(self, session: TargetSession) -> float | None:
+    def _read(self, session: TargetSession) -> float | str:
+        """The role's execution ms in the database so far, or why it is not known."""
         with session.step("pg_stat_statements read", "pg_read_all_stats") as conn:
             if self._schema is None:
                 row = conn.execute(FIND).fetchone()
                 if row is None:
-                    return None
+                    return "pg_stat_statements is not installed there"
                 self._schema = str(row["nspname"])
             query = own_server_time_query(self._schema, session.server_version)
             found = conn.execute(query).fetchone()
-        return None if found is None else float(found["exec_ms"])
+        if found is None or found["exec_ms"] is None:
+            return (
+                "pg_stat_statements counts none of lockwatch's statements there "
+                "(pg_stat_statements.track is none for its role or database?)"
+            )
+        return float(found["exec_ms"])
 
     def _lost(self, reason: str) -> None:
         self.seconds, self._last, self._schema = None, None, None

@@ -175,6 +175,9 @@ def test_the_scale_rows_time_every_poll_in_both_arms(
         assert row.late_max_ms >= row.late_p99_ms >= row.late_p50_ms >= 0
         assert row.cpu_ms_per_poll > 0 and row.rss_mib > 0
         assert row.server_cpu_percent >= 0  # in clock ticks: 0 over a short row
+        # Every target's series, more of them with ?detail=full.
+        assert row.scrape.full_bytes_per_target > row.scrape.bytes_per_target > 0
+        assert row.scrape.cpu_ms >= 0 and row.scrape.full_cpu_ms >= 0
     text = scale.render(scales, postgres, servers, "python -m bench.scale --tiny")
     assert len(table_rows(text, "### Scale")) == len(scales)
 

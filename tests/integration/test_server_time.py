@@ -1,7 +1,7 @@
 """lockwatch's own server time per poll, read from pg_stat_statements once a
 minute (every poll here), against what pg_stat_statements says to a
-superuser; and a poll that goes on unharmed where the extension is missing
-or not preloaded, saying so once."""
+superuser; and a poll that goes on unharmed where the extension is missing,
+not preloaded or counts none of lockwatch's statements, saying so once."""
 
 from __future__ import annotations
 
@@ -88,3 +88,23 @@ def test_a_missing_or_unloaded_pg_stat_statements_is_said_once_and_costs_no_poll
             r.getMessage() for r in caplog.records if "lockwatch_poll_server_seconds" in r.message
         ]
         assert len(said) == 1 and "shared_preload_libraries" in said[0]
+
+
+def test_a_role_whose_statements_are_not_counted_has_no_server_time_not_zero(
+    counted: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    with closing(PgDatabase(counted)) as db:
+        admin = db.connect("admin")
+        admin.execute("CREATE EXTENSION pg_stat_statements")
+        admin.execute(
+            f"ALTER ROLE {MONITOR_USER} IN DATABASE {db.database} SET pg_stat_statements.track = none"
+        )
+        db.connect("holder").execute("SELECT pg_advisory_lock(9)")
+        with closing(every_poll(db.monitor_dsn)) as sampler, caplog.at_level(logging.INFO):
+            samples = [sampler.sample() for _ in range(3)]
+        assert [s.server_seconds for s in samples] == [None] * 3
+        assert [[lock.key.render() for lock in s.locks] for s in samples] == [["9"]] * 3
+        said = [
+            r.getMessage() for r in caplog.records if "lockwatch_poll_server_seconds" in r.message
+        ]
+        assert len(said) == 1 and "counts none" in said[0]

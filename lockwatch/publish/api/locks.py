@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
-from typing import Any
+from typing import Any, Protocol
 
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
-from lockwatch.model.locks import AdvisoryLock, Backend, KeyRows, LockKey, LockSnapshot, LockTable
+from lockwatch.model.locks import AdvisoryLock, Backend, KeyRows, LockKey, LockSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.publish.api.lock_tree import lock_tree_entries
@@ -59,8 +59,20 @@ def _rows_order(rows: KeyRows, now: datetime) -> GroupOrder:
     return (-(_age(now, rows.first_held) or 0.0), -rows.waiters, rows.database, rows.key)
 
 
+class KeyTable(Protocol):
+    """What the publishers read of a poll's locks per key: the poll's
+    ``LockTable``, or a quiet target's ``GrantedLocks`` (``publish/metrics``)."""
+
+    @property
+    def counts(self) -> Mapping[str, tuple[int, int]]: ...
+
+    def rows(self, key: LockKey) -> tuple[KeyRows, ...]: ...
+
+    def longest_held(self, now: datetime) -> Iterator[KeyRows]: ...
+
+
 def _chosen(
-    table: LockTable, configured: set[LockKey], now: datetime, top: int | None
+    table: KeyTable, configured: set[LockKey], now: datetime, top: int | None
 ) -> list[KeyRows]:
     """Every key longest-held first; with ``top``, the keys configured (named
     or ignored) and only the ``top`` longest-held others, found without
@@ -110,6 +122,7 @@ def lock_groups(
     top: int | None = None,
     skip: int = 0,
     held: HeldLocks | None = None,
+    table: KeyTable | None = None,
 ) -> list[LockGroup]:
     """The snapshot's advisory locks grouped per (database, key), longest-held first.
 
@@ -118,19 +131,23 @@ def lock_groups(
     the snapshot's lock table (made once per poll) has them in order, so a
     scrape of 50,000 locks walks ``top`` keys, not 50,000.
     With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
-    ``held`` names the locks the queue libraries hold on purpose.
+    ``held`` names the locks the queue libraries hold on purpose; ``table``
+    stands for the snapshot's lock table.
     """
     configured = configured_keys(settings)
-    chosen = _chosen(snapshot.lock_table(), configured, now, top)
+    chosen = _chosen(snapshot.lock_table() if table is None else table, configured, now, top)
     if top is not None and configured:
         # The configured keys join the others (already in order) where their order puts them.
         chosen.sort(key=lambda rows: _rows_order(rows, now))
     return [_group(rows, settings, now, held) for rows in chosen[skip:]]
 
 
-def lock_counts(snapshot: LockSnapshot, settings: LockSettings) -> dict[str, tuple[int, int]]:
-    """(held, waiting) rows per database, not counting ignored keys."""
-    table = snapshot.lock_table()
+def lock_counts(
+    snapshot: LockSnapshot, settings: LockSettings, table: KeyTable | None = None
+) -> dict[str, tuple[int, int]]:
+    """(held, waiting) rows per database, not counting ignored keys (``table``
+    stands for the snapshot's lock table)."""
+    table = snapshot.lock_table() if table is None else table
     tallies = {database: list(counts) for database, counts in table.counts.items()}
     for key in configured_keys(settings):
         for rows in table.rows(key):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from lockwatch.model.evidence import Evidence
 from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHistory
@@ -59,35 +59,43 @@ def holder_label(evidence: Evidence) -> str:
     return printable(f"pid {holder.pid} ({app} from {where})")
 
 
-def history_label(history: KeyHistory, settings: LockSettings) -> str:
-    """The ``lock`` label of a key's history: its name when it has one."""
-    if history.key is not None:
-        named = settings.named_lock(history.database, history.key)
-        if named is not None:
-            return named.name
-    return history.lock
+def _history_name(history: KeyHistory, settings: LockSettings) -> str | None:
+    """The name of a key's history, a named or catalogued lock's; None for
+    another key, whose ``lock`` label is the key (or ``(other keys)``)."""
+    if history.key is None:
+        return None
+    named = settings.named_lock(history.database, history.key)
+    return None if named is None else named.name
 
 
-def history_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator[Histogram]:
+def history_metrics(
+    views: tuple[TargetView, ...], scrape: Exposition, quiet: Collection[str] = ()
+) -> Iterator[Histogram]:
     """The completed holds and waits of every key with a history (named,
-    catalogued, the top N), and of all other keys as one ``(other keys)``."""
+    catalogued, the top N), and of all other keys as one ``(other keys)``;
+    of a ``quiet`` target, only its named (and catalogued) keys'."""
     labels = ["target", "database", "lock"]
     holds = scrape.histogram(
         "lockwatch_advisory_lock_hold_duration_seconds",
         "Completed holds of the lock, from the first to the last poll that saw them "
-        "(within one poll interval either way; a hold seen by one poll only counts as 0).",
+        "(within one poll interval either way; a hold seen by one poll only counts as 0). "
+        "Of a target with nothing wrong, its named locks' only, unless ?detail=full or ?target=.",
         labels,
     )
     waits = scrape.histogram(
         "lockwatch_advisory_lock_wait_duration_seconds",
         "Completed waits for the lock (granted or given up), from the first to the last "
-        "poll that saw them waiting.",
+        "poll that saw them waiting; the same locks as the holds'.",
         labels,
     )
     for view in views:
         seen: set[tuple[str, str]] = set()
+        named_only = view.target.name in quiet
         for history in view.lock_history:
-            series = (history.database, history_label(history, view.target.locks))
+            name = _history_name(history, view.target.locks)
+            if named_only and name is None:
+                continue  # a quiet target's unnamed keys' past says nothing moved
+            series = (history.database, history.lock if name is None else name)
             if series in seen:
                 continue  # a name equal to another key's rendering: the first wins
             seen.add(series)

@@ -4,9 +4,10 @@ info, and what the daemon registers: poll lateness, the notifier, the fleet).
 
 A scrape is proportional to what is wrong: a quiet target (no active finding
 or open incident, nobody waiting on a lock it exports) gets its summary
-series, its named locks and its longest-held key; the per-key series of its
-other ``top_n`` keys and the findings' zeros (every kind and severity at 0)
-say nothing moved, and come only with ``?detail=full`` or for one target
+series, its named locks (with their hold histograms) and its longest-held
+key; the per-key series and histograms of its other keys and the findings'
+zeros (every kind and severity at 0) say nothing moved, and come only with
+``?detail=full`` or for one target
 (``?target=``), as an exporter's optional collectors do. A target with
 something wrong gets every series, as before."""
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
@@ -26,6 +28,7 @@ from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.families import Exposition, Family, Format, Histogram
+from lockwatch.publish.metrics.granted_locks import GrantedLocks
 from lockwatch.publish.metrics.incidents import NO_LINKS, WebLinks, incident_metrics
 from lockwatch.publish.metrics.jobs import job_metrics
 from lockwatch.publish.metrics.lock_waits import lock_wait_metrics
@@ -69,6 +72,10 @@ class Metrics:
             "lockwatch_build", "The lockwatch build that is running.", registry=self.registry
         )
         build.info({"version": lockwatch.__version__, "python_version": platform.python_version()})
+        # Each quiet target's keys found so far, kept while its locks stay the
+        # same tuple; one scrape at a time reads and grows them.
+        self._granted: dict[str, GrantedLocks] = {}
+        self._scraping = threading.Lock()
 
     def render(
         self, accept: str = "", target: str | None = None, *, detail: bool = False
@@ -79,13 +86,21 @@ class Metrics:
         all of them; with ``detail`` every target's, quiet or not."""
         encoder, content_type = choose_encoder(accept)
         scrape = Exposition(Format.of(content_type))
-        views = self._board.views()
+        views = every = self._board.views()
         if target is not None:
             views = tuple(view for view in views if view.target.name == target)
-        families = board_families(
-            views, self._clock(), scrape, self.web, detail=detail or bool(target)
-        )
-        board = scrape.text(families).encode("utf-8")
+        with self._scraping:
+            families = board_families(
+                views,
+                self._clock(),
+                scrape,
+                self.web,
+                detail=detail or bool(target),
+                granted=self._granted,
+            )
+            board = scrape.text(families).encode("utf-8")
+            for gone in self._granted.keys() - {view.target.name for view in every}:
+                del self._granted[gone]
         rest = scrape.form.end.encode("utf-8") if target is not None else encoder(self.registry)
         return board + rest, content_type
 
@@ -97,15 +112,18 @@ def board_families(
     web: WebLinks = NO_LINKS,
     *,
     detail: bool,
+    granted: dict[str, GrantedLocks] | None = None,
 ) -> Iterator[Family | Histogram]:
     """The board's latest state as fresh metric families, at each scrape;
     without ``detail``, a quiet target's series that say nothing moved are
-    left out."""
+    left out. ``granted``: the quiet targets' keys found by earlier scrapes,
+    per target, kept up to date."""
     yield from _poll_metrics(views, scrape)
     yield from _cost_metrics(views, scrape)
     yield from _pace_metrics(views, scrape)
-    yield from _lock_metrics(views, now, scrape, detail)
-    yield from history_metrics(views, scrape)
+    locks, quiet = _lock_metrics(views, now, scrape, detail, {} if granted is None else granted)
+    yield from locks
+    yield from history_metrics(views, scrape, quiet)
     yield from lock_wait_metrics(views, now, scrape)
     yield from _finding_metrics(views, scrape, detail)
     yield from incident_metrics(views, scrape, web, detail=detail)
@@ -176,7 +194,8 @@ def _cost_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
         "lockwatch_poll_server_seconds",
         "The target's server time per poll of lockwatch, over the last minute: the "
         "execution time pg_stat_statements counts for lockwatch's role in the target's "
-        "database. Absent where pg_stat_statements is not installed (lockwatch's log says so).",
+        "database. Absent where pg_stat_statements is not installed or counts none of "
+        "lockwatch's statements (lockwatch's log says so).",
         ["target"],
     )
     for view in views:
@@ -221,8 +240,14 @@ QUIET_TOP = 1
 
 
 def _lock_metrics(
-    views: tuple[TargetView, ...], now: datetime, scrape: Exposition, detail: bool
-) -> Iterator[Family]:
+    views: tuple[TargetView, ...],
+    now: datetime,
+    scrape: Exposition,
+    detail: bool,
+    granted: dict[str, GrantedLocks],
+) -> tuple[tuple[Family, ...], frozenset[str]]:
+    """The lock families, and the targets found quiet (nothing wrong, nobody
+    waiting on a lock they export) when ``detail`` is not asked for."""
     counts = scrape.gauge(
         "lockwatch_advisory_locks",
         "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
@@ -250,6 +275,7 @@ def _lock_metrics(
         "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
         labels,
     )
+    quiet_targets: list[str] = []
     for view in views:
         snapshot = None if view.status is None else view.status.snapshot
         if snapshot is None:
@@ -257,13 +283,24 @@ def _lock_metrics(
             continue
         target = view.target.name
         settings = view.target.locks
-        tallies = sorted(lock_counts(snapshot, settings).items())
+        # A target that may be quiet needs a few keys, found without grouping every lock.
+        # (A scrape with every series leaves what the others keep as it is.)
+        table = None
+        if not detail and not _wrong(view):
+            table = GrantedLocks.of(snapshot, granted.get(target))
+        if table is not None:
+            granted[target] = table
+        elif not detail:
+            granted.pop(target, None)
+        tallies = sorted(lock_counts(snapshot, settings, table).items())
         for database, (held, waiting) in tallies:
             counts.add((target, database, "held"), held)
             counts.add((target, database, "waiting"), waiting)
-        quiet = not detail and _quiet(view, tallies)
+        quiet = not detail and not _wrong(view) and not any(w for _, (_, w) in tallies)
+        if quiet:
+            quiet_targets.append(target)
         top = min(settings.top_n, QUIET_TOP) if quiet else settings.top_n
-        groups = lock_groups(snapshot, settings, now, top=top)
+        groups = lock_groups(snapshot, settings, now, top=top, table=table)
         for database, lock, exported in exported_locks(groups, settings):
             series = (target, database, lock)
             if exported is None:
@@ -276,13 +313,13 @@ def _lock_metrics(
                 continue  # nobody waits: a quiet key's waits say nothing moved
             waiters.add(series, len(exported.waiters))
             longest_wait.add(series, exported.longest_wait_seconds or 0.0)
-    yield from (counts, hold, waiters, longest_wait)
+    return (counts, hold, waiters, longest_wait), frozenset(quiet_targets)
 
 
-def _quiet(view: TargetView, tallies: Iterable[tuple[str, tuple[int, int]]]) -> bool:
-    """Nothing wrong on the target: no active finding or open incident, and
-    nobody waiting on a lock it exports."""
-    return not view.findings and not view.incidents and not any(w for _, (_, w) in tallies)
+def _wrong(view: TargetView) -> bool:
+    """Something wrong on the target: an active finding or an open incident
+    (else it is quiet, unless somebody waits on a lock it exports)."""
+    return bool(view.findings or view.incidents)
 
 
 def _finding_metrics(

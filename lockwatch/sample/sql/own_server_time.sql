@@ -3,8 +3,9 @@
 -- (sample/server_time.py). {statements} is the extension's function in the
 -- schema it was created in, asked without the statements' texts (false), so
 -- that no query text is read; {exec_time} is total_exec_time (13+) or
--- total_time (12).
-SELECT COALESCE(pg_catalog.sum(s.{exec_time}), 0)::pg_catalog.float8 AS exec_ms
+-- total_time (12). NULL when it counts no statement of the role here
+-- (pg_stat_statements.track = none, say): unknown, not 0.
+SELECT pg_catalog.sum(s.{exec_time})::pg_catalog.float8 AS exec_ms
 FROM {statements}(false) AS s
 WHERE s.userid = (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = CURRENT_USER)
   AND s.dbid = (SELECT d.oid FROM pg_catalog.pg_database AS d

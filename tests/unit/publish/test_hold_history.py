@@ -4,6 +4,7 @@ series per key with a history (named by its name), summaries in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
@@ -17,6 +18,7 @@ from lockwatch.settings.locks import Learning, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from tests.fixtures.metrics import metrics_of, scraped
+from tests.fixtures.notify import finding
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, snapshot
 
 NAMED = NamedLock("webhook-delivery", LockKey.bigint(42))
@@ -44,21 +46,37 @@ def view() -> TargetView:
     )
 
 
-def registry() -> CollectorRegistry:
-    return scraped(metrics_of(view()))
+HOLDS = "lockwatch_advisory_lock_hold_duration_seconds"
+WAITS = "lockwatch_advisory_lock_wait_duration_seconds_count"
+
+
+def registry(*, detail: bool = False) -> CollectorRegistry:
+    return scraped(metrics_of(view()), detail=detail)
+
+
+def histories(metrics: CollectorRegistry) -> dict[str, float | None]:
+    """Each lock's count of holds, None where it has no series."""
+    counts = {}
+    for lock in ("webhook-delivery", "7", "(other keys)"):
+        labels = {"target": TARGET, "database": "" if lock == "(other keys)" else DB, "lock": lock}
+        counts[lock] = metrics.get_sample_value(f"{HOLDS}_count", labels)
+        bucket = metrics.get_sample_value(f"{HOLDS}_bucket", {**labels, "le": "+Inf"})
+        assert bucket == counts[lock]
+    return counts
 
 
 def test_each_key_with_a_history_is_one_histogram_series_named_like_its_lock() -> None:
-    metrics = registry()
-    name = "lockwatch_advisory_lock_hold_duration_seconds"
-    for lock, count in (("webhook-delivery", 10), ("7", 2), ("(other keys)", 5)):
-        database = "" if lock == "(other keys)" else DB
-        labels = {"target": TARGET, "database": database, "lock": lock}
-        assert metrics.get_sample_value(f"{name}_count", labels) == count
-        assert metrics.get_sample_value(f"{name}_bucket", {**labels, "le": "+Inf"}) == count
-    waits = "lockwatch_advisory_lock_wait_duration_seconds_count"
-    assert metrics.get_sample_value(waits, {"target": TARGET, "database": DB, "lock": "7"}) == 1
-    assert metrics.get_sample_value(waits, {"target": TARGET, "database": DB, "lock": "42"}) is None
+    metrics = registry(detail=True)
+    assert histories(metrics) == {"webhook-delivery": 10, "7": 2, "(other keys)": 5}
+    assert metrics.get_sample_value(WAITS, {"target": TARGET, "database": DB, "lock": "7"}) == 1
+    assert metrics.get_sample_value(WAITS, {"target": TARGET, "database": DB, "lock": "42"}) is None
+
+
+def test_a_quiet_target_has_its_named_locks_histograms_only_unless_detail_is_asked() -> None:
+    assert histories(registry()) == {"webhook-delivery": 10, "7": None, "(other keys)": None}
+    wrong = replace(view(), findings=(finding(lock="7"),))
+    every = histories(scraped(metrics_of(wrong)))
+    assert every == {"webhook-delivery": 10, "7": 2, "(other keys)": 5}
 
 
 def test_the_locks_document_serves_each_keys_summary_and_learned_budget() -> None:

@@ -223,6 +223,29 @@ def test_a_quiet_target_exports_its_named_locks_and_its_longest_held_key_only() 
     assert registry.get_sample_value("lockwatch_advisory_locks", counts) == 51
 
 
+def test_scrape_after_scrape_a_quiet_target_exports_the_locks_of_its_last_poll() -> None:
+    board = Board()
+    metrics = Metrics(board, clock=lambda: NOW)
+
+    def longest_held(*, detail: bool = False) -> set[str]:
+        registry = scraped(metrics, detail=detail)
+        return {s["lock"] for s in series(registry, "lockwatch_advisory_lock_hold_seconds")}
+
+    board.publish(polled(snapshot(held(1, 10, held_for=5), held(2, 11, held_for=9))))
+    assert longest_held() == {"2"}
+    assert longest_held() == {"2"}
+    assert longest_held(detail=True) == {"1", "2"}
+    board.publish(polled(snapshot(held(1, 10, held_for=5), held(3, 12, held_for=60))))
+    assert longest_held() == {"3"}
+    # Somebody waits: not quiet, every top_n key.
+    waited = snapshot(held(1, 10, held_for=5), waiting(1, 13, waited_for=1))
+    board.publish(polled(waited))
+    assert longest_held() == {"1"}
+    # Quiet again, with new locks.
+    board.publish(polled(snapshot(held(4, 14, held_for=1), held(1, 10, held_for=5))))
+    assert longest_held() == {"1"}
+
+
 def test_a_target_with_a_finding_or_a_waiter_exports_its_top_n_without_detail() -> None:
     locks = LockSettings(top_n=3)
     unnamed = [held(1000 + n, 2000 + n, held_for=n) for n in range(10)]
