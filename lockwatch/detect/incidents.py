@@ -56,6 +56,7 @@ def holder_root(target: str, holder: Holder, *, pooled: bool = False) -> Inciden
         client_addr=holder.client_addr,
         client_port=holder.client_port,
         client_hostname=holder.client_hostname,
+        client_unknown=isinstance(holder, HolderFacts) and holder.pooled is not None,
     )
 
 
