@@ -311,27 +311,15 @@ def check_config(config_file: Path, shards: int | None) -> None:
     hints = pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets)
     for hint in hints + server_notes(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
-    _check_library_versions(config_file, settings)
+    from lockwatch.commands.library_versions import check_library_versions
+
+    check_library_versions(config_file, settings.targets)
     _check_history_store(config_file, settings)
     if shards is not None:
         from lockwatch.commands.fleet import shard_lines
 
         for line in shard_lines(settings, shards):
             click.echo(line)
-
-
-def _check_library_versions(config_file: Path, settings: Settings) -> None:
-    """A queue library whose installed schema version lockwatch does not
-    know: a warning for a newer one (read as the latest known), a problem,
-    exit 1, for one it cannot read (the config itself is fine)."""
-    from lockwatch.commands.library_versions import version_notes
-
-    notes = version_notes(settings.targets)
-    for note in notes:
-        word = "problem" if note.problem else "warning"
-        click.echo(f"{config_file}: {word}: {note.text}", err=note.problem)
-    if any(note.problem for note in notes):
-        sys.exit(1)
 
 
 def _check_history_store(config_file: Path, settings: Settings) -> None:

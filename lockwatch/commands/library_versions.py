@@ -4,10 +4,13 @@ knows (a release that changed its tables fails every poll otherwise)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import click
 import psycopg
 
 from lockwatch.sample.base import SampleError
@@ -92,3 +95,15 @@ def _judged(
             continue
         if note is not None:
             yield VersionNote(f"{where}: {note}")
+
+
+def check_library_versions(config_file: Path, targets: tuple[Target, ...]) -> None:
+    """check-config's lines for the libraries' versions: a warning for a newer
+    one (read as the latest known), a problem, exit 1, for one it cannot read
+    (the config itself is fine)."""
+    notes = version_notes(targets)
+    for note in notes:
+        word = "problem" if note.problem else "warning"
+        click.echo(f"{config_file}: {word}: {note.text}", err=note.problem)
+    if any(note.problem for note in notes):
+        sys.exit(1)
