@@ -13,20 +13,26 @@ from click.testing import CliRunner, Result
 
 from lockwatch.cli import main
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
-from tests.integration.test_catalogue_libraries import grant_schema
+from tests.integration.test_catalogue_libraries import (
+    Workers,
+    grant_graphile_worker,
+    grant_schema,
+    url,
+    workers,
+)
 from tests.integration.test_lib_pg_boss import QUEUE, Boss, boss, pg, server
 
-__all__ = ["boss", "pg", "server"]  # test_lib_pg_boss's fixtures, used here
+__all__ = ["boss", "pg", "server", "workers"]  # fixtures of other files, used here
 
 pytestmark = pytest.mark.pg
 
 
-def check(pg: PgDatabase, tmp_path: Path) -> Result:
+def check(pg: PgDatabase, tmp_path: Path, preset: str = "pg-boss") -> Result:
     config = tmp_path / "lockwatch.yml"
     config.write_text(
         "targets:\n"
         f"  - name: main\n    dsn: {pg.monitor_dsn!r}\n"
-        f"    queues:\n      - name: {QUEUE}\n        preset: pg-boss\n        queue: {QUEUE}\n"
+        f"    queues:\n      - name: {QUEUE}\n        preset: {preset}\n        queue: {QUEUE}\n"
     )
     return CliRunner().invoke(main, ["check-config", str(config)], catch_exceptions=False)
 
@@ -65,3 +71,27 @@ def test_check_config_judges_the_installed_pg_boss_schema_version(
         "lockwatch reads"
     ) in older.stderr
     assert MONITOR_PASSWORD not in older.output + newer.output
+
+
+def test_check_config_judges_the_installed_graphile_worker_schema_version(
+    pg: PgDatabase, workers: Workers, tmp_path: Path
+) -> None:
+    workers.start("graphile_worker.js", url(pg), QUEUE)
+    grant_graphile_worker(pg)
+    admin = pg.connect()
+    (installed,) = admin.execute("SELECT max(id) FROM graphile_worker.migrations").fetchone() or (
+        None,
+    )
+    assert installed == 18, "graphile-worker 0.16.6's last migration"
+
+    known = check(pg, tmp_path, "graphile-worker")
+    assert known.exit_code == 0, known.output
+    assert "warning" not in known.output and "problem" not in known.output, known.output
+
+    admin.execute("INSERT INTO graphile_worker.migrations (id) VALUES (21)")
+    newer = check(pg, tmp_path, "graphile-worker")
+    assert newer.exit_code == 0, newer.output
+    assert (
+        f"warning: target main, queue {QUEUE}: graphile-worker schema version 21 is newer "
+        "than lockwatch knows (up to 20, graphile-worker 0.16 to 0.18)"
+    ) in newer.stdout

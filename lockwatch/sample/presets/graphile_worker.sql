@@ -1,4 +1,4 @@
--- graphile-worker 0.16 (PostgreSQL): its graphile_worker._private_jobs table,
+-- graphile-worker 0.16 to 0.18 (PostgreSQL): its graphile_worker._private_jobs table,
 -- one task identifier (the "queue" lockwatch watches) or every task when
 -- %(queue)s is NULL. Waiting: due, not locked (or locked longer ago than the
 -- 4 hours after which graphile-worker takes it again), attempts left;
@@ -13,8 +13,10 @@
 -- Running: the jobs locked within the 4 hours, by task and worker (locked_by),
 -- each freed by graphile-worker 4 hours after it was locked. No task history:
 -- graphile-worker deletes a job when it succeeds (give max_job_duration).
--- Schema: graphile-worker 0.16.6 (its migrations, applied by run()). Needs
--- SELECT on graphile_worker._private_jobs and _private_tasks, and, as the
+-- Schema: graphile-worker 0.16.6 (its migrations, applied by run()), the
+-- same tables in 0.18.0 (migrations 19-20). Needs SELECT on
+-- graphile_worker._private_jobs, _private_tasks and migrations (the installed
+-- schema's version, read before this), and, as the
 -- two tables have row security on with no policy, a policy on each that
 -- lets the monitoring role read it (CREATE POLICY ... FOR SELECT TO ... USING (true)).
 WITH jobs AS (
