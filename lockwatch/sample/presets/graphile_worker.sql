@@ -7,8 +7,11 @@
 -- Stuck: jobs locked within the 4 hours that no live worker could have
 -- locked. Every graphile-worker process keeps one session for its whole life
 -- that ran LISTEN "jobs:insert" (src/main.ts) and nothing since; a job locked
--- before every such session connected (10 s of slack for a worker that takes
--- jobs while its listener connects) belongs to a worker that is gone.
+-- before every such session connected belongs to a worker that is gone. The
+-- slack, 2 s, is for a worker that takes its first job while its listener
+-- connects (runTaskList asks for the listener's connection after starting
+-- its workers: milliseconds apart); a replacement worker started later than
+-- that does not hide its predecessor's job, as 10 s of slack did.
 -- Consumers: those listening sessions, one per live worker process.
 -- Running: the jobs locked within the 4 hours, by task and worker (locked_by),
 -- each freed by graphile-worker 4 hours after it was locked. No task history:
@@ -33,7 +36,7 @@ WITH jobs AS (
           SELECT 1 FROM pg_catalog.pg_stat_activity AS a
           WHERE a.datname = current_database()
             AND a.query LIKE 'LISTEN "jobs:insert"%%'
-            AND a.backend_start <= j.locked_at + interval '10 seconds'
+            AND a.backend_start <= j.locked_at + interval '2 seconds'
       )
 )
 SELECT count(*) FILTER (

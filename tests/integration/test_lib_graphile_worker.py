@@ -1,0 +1,92 @@
+"""graphile-worker 0.16.6 from npm (issue 25 item 3, in part): a worker killed
+mid-job and replaced a few seconds later, within the 10 s the preset used to
+allow a worker's listener to connect. The job stays locked by the dead worker
+(graphile-worker takes it again only after 4 hours), and job_stuck_running
+keeps saying so while the replacement works. Ground truth: graphile-worker's
+own job row (locked_by, locked_at) and the workers' own output."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import pytest
+
+from lockwatch.model.evidence import StuckJobsEvidence
+from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.runner import TargetRunner
+from lockwatch.settings.targets import Target
+from lockwatch.state.board import Board
+from lockwatch.state.statefile import StateStore
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.postgres import PgDatabase, wait_until
+from tests.integration.test_catalogue_libraries import (
+    Workers,
+    grant_graphile_worker,
+    library_queue,
+    url,
+    workers,
+)
+
+__all__ = ["workers"]  # test_catalogue_libraries' fixture, used here
+
+pytestmark = pytest.mark.pg
+
+QUEUE = "reports"
+SLACK = 2.0  # the preset's: a listener that connected this long after the lock is not its worker's
+
+
+def stuck(runner: TargetRunner) -> Finding | None:
+    view = runner.poll_once()
+    return next((f for f in view.findings if f.kind is FindingKind.JOB_STUCK_RUNNING), None)
+
+
+def test_a_replacement_worker_does_not_hide_the_job_its_predecessor_left_locked(
+    pg: PgDatabase, workers: Workers
+) -> None:
+    first = workers.start("graphile_worker.js", url(pg), QUEUE, "hang")
+    job_id = wait_until(
+        lambda: next((x for x in list(first.lines) if x.startswith("running ")), None),
+        timeout=60,
+        message=f"the job running: {first.lines}",
+    ).removeprefix("running ")
+    grant_graphile_worker(pg)
+    admin = pg.connect()
+
+    def lock() -> tuple[str, datetime, float]:
+        row = admin.execute(
+            "SELECT locked_by, locked_at, EXTRACT(epoch FROM now() - locked_at)::float8"
+            " FROM graphile_worker._private_jobs WHERE id = %s",
+            (int(job_id),),
+        ).fetchone()
+        assert row is not None and row[0] is not None, "the job is locked"
+        return str(row[0]), row[1], float(row[2])
+
+    # Killed once its lock is older than the slack; replaced at once, within
+    # the 10 s that hid the job before.
+    wait_until(lambda: lock()[2] > SLACK, message="the lock older than the slack")
+    locked_by, locked_at, _ = lock()
+    killed = time.monotonic()
+    first.kill()
+    second = workers.start("graphile_worker.js", url(pg), QUEUE)
+    assert lock()[2] < 10.0, "replaced within the old slack"
+    target = Target(
+        "main", pg.monitor_dsn, interval=0.5, queues=(library_queue("graphile-worker", QUEUE),)
+    )
+    runner = TargetRunner(target, Board(), StateStore(None))
+    try:
+        finding = wait_until(lambda: stuck(runner), timeout=30, message="the stuck job reported")
+        # collected for docs/benchmarks.md (the runner starts after the replacement)
+        print(f"detection graphile-worker-0.16.6 replaced: {time.monotonic() - killed:.1f}s")
+        for _ in range(5):  # the replacement works on: the job stays its dead predecessor's
+            again = stuck(runner)
+            assert again is not None
+            assert evidence_as(again, StuckJobsEvidence).job_ids == (job_id,)
+    finally:
+        runner.close()
+    evidence = evidence_as(finding, StuckJobsEvidence)
+    assert evidence.job_ids == (job_id,) and evidence.stuck_count == 1
+    assert lock()[:2] == (locked_by, locked_at), "still locked by the dead worker"
+    # The replacement works (its own word) while the job stays the dead one's.
+    wait_until(lambda: second.count("completed") > 0, message="the replacement runs jobs")
+    assert lock()[:2] == (locked_by, locked_at)
