@@ -112,9 +112,15 @@ class Workers:
     def __init__(self) -> None:
         self.started: list[NodeWorker] = []
 
-    def start(self, script: str, *args: str) -> NodeWorker:
+    def start(
+        self,
+        script: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        node: str | Path = "node",
+    ) -> NodeWorker:
         """Run ``script`` and wait until it has started its library."""
-        worker = NodeWorker(script, *args)
+        worker = NodeWorker(script, *args, env=env, node=node)
         self.started.append(worker)
         wait_until(lambda: worker.count("started"), timeout=60, message=f"started: {worker.lines}")
         return worker
