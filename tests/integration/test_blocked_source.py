@@ -21,10 +21,16 @@ from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import PgDatabase, wait_until
-from tests.integration.test_catalogue_libraries import grant_schema, library_queue
+from tests.integration.test_catalogue_libraries import (
+    Workers,
+    grant_schema,
+    library_queue,
+    url,
+    workers,
+)
 from tests.integration.test_lib_pg_boss import QUEUE, Boss, boss, pg, server
 
-__all__ = ["boss", "pg", "server"]  # test_lib_pg_boss's fixtures, used here
+__all__ = ["boss", "pg", "server", "workers"]  # other files' fixtures, used here
 
 pytestmark = pytest.mark.pg
 
@@ -35,25 +41,41 @@ BLOCKER = FindingKind.IDLE_IN_TRANSACTION_BLOCKER
 def test_a_source_blocked_by_an_incidents_root_joins_that_incident(
     pg: PgDatabase, boss: Boss
 ) -> None:
+    """pg-boss 12.38 (its latest release): a migration holds its job table."""
     worker = boss.start("worker")
     boss.start("producer", "3")
     wait_until(lambda: worker.count("completed") >= 3, timeout=60, message="pg-boss works")
+    joins_the_holders_incident(pg, QUEUE, "pgboss.job", "12.38.0")
+
+
+def test_pg_boss_10s_archive_held_joins_the_maintenance_convoys_incident(
+    pg: PgDatabase, workers: Workers
+) -> None:
+    """pg-boss 10.4.2 (its oldest supported release), as the issue saw it: a
+    session holding pgboss.archive stalls pg-boss's maintenance and times out
+    the preset's own query, one root cause."""
+    worker = workers.start("pg_boss_worker.js", url(pg), "reports")
+    wait_until(lambda: worker.count("maintenance") >= 2, timeout=60, message="pg-boss maintains")
+    joins_the_holders_incident(pg, "reports", "pgboss.archive", "10.4.2")
+
+
+def joins_the_holders_incident(pg: PgDatabase, queue_name: str, table: str, release: str) -> None:
     grant_schema(pg, "pgboss")
-    queue = library_queue("pg-boss", QUEUE)
+    queue = library_queue("pg-boss", queue_name)
     locks = LockSettings(idle_blocker_wait=1.0)
     target = Target("main", pg.monitor_dsn, interval=0.5, queues=(queue,), locks=locks)
     runner = TargetRunner(target, Board(), StateStore(None))
     deploy = pg.connect("deploy-migration")
     try:
         deploy.execute("BEGIN")
-        deploy.execute("LOCK TABLE pgboss.job IN ACCESS EXCLUSIVE MODE")
+        deploy.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         locked = time.monotonic()
         holder = deploy.info.backend_pid
         admin = pg.connect()
         assert admin.execute(
             "SELECT count(*) FROM pg_locks WHERE pid = %s AND mode = 'AccessExclusiveLock'"
-            " AND relation = 'pgboss.job'::regclass AND granted",
-            (holder,),
+            " AND relation = %s::regclass AND granted",
+            (holder, table),
         ).fetchone() == (1,)
 
         def joined() -> TargetView | None:
@@ -64,7 +86,9 @@ def test_a_source_blocked_by_an_incidents_root_joins_that_incident(
 
         view = wait_until(joined, timeout=60, message="the queue blocked, the source down")
         # collected for docs/benchmarks.md
-        print(f"detection pg-boss-12.38.0 source blocked: joined {time.monotonic() - locked:.1f}s")
+        print(
+            f"detection pg-boss-{release} source blocked: joined {time.monotonic() - locked:.1f}s"
+        )
     finally:
         runner.close()
         deploy.close()
@@ -74,7 +98,7 @@ def test_a_source_blocked_by_an_incidents_root_joins_that_incident(
     assert (blocker.pid, blocker.mode, blocker.relation) == (
         holder,
         "AccessExclusiveLock",
-        "pgboss.job",
+        table,
     )
     assert blocker.application_name == "deploy-migration"
     assert f"blocked by pid {holder} (deploy-migration) holding AccessExclusiveLock" in down.summary
