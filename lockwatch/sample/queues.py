@@ -46,7 +46,8 @@ OPTIONAL = (
     *RUNNING,
 )
 LABEL = "queue"
-# Who holds a relation the query names in the one mode that blocks a read
+# Who holds a relation the query names (schema.name, or a name on the
+# search_path) in the one mode that blocks a read
 # (ACCESS EXCLUSIVE: DDL, LOCK TABLE, VACUUM FULL), asked when the query
 # timed out: what it waited on, for its target_down to join their incident.
 BLOCKERS_SQL = """
@@ -59,7 +60,9 @@ WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock'
   AND l.database = (SELECT oid FROM pg_catalog.pg_database
                     WHERE datname = pg_catalog.current_database())
   AND l.pid <> pg_catalog.pg_backend_pid()
-  AND pg_catalog.strpos(%(query)s, c.relname) > 0
+  AND (pg_catalog.strpos(%(query)s, n.nspname || '.' || c.relname) > 0
+       OR (pg_catalog.strpos(%(query)s, c.relname) > 0
+           AND n.nspname = ANY (pg_catalog.current_schemas(false))))
 ORDER BY l.pid, relation
 LIMIT 5
 """
