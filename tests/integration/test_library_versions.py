@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from lockwatch.cli import main
+from lockwatch.demo.pgcluster import free_port
 from tests.fixtures.postgres import MONITOR_PASSWORD, PgDatabase
 from tests.integration.test_catalogue_libraries import (
     Workers,
@@ -95,3 +96,18 @@ def test_check_config_judges_the_installed_graphile_worker_schema_version(
         f"warning: target main, queue {QUEUE}: graphile-worker schema version 21 is newer "
         "than lockwatch knows (up to 20, graphile-worker 0.16 to 0.18)"
     ) in newer.stdout
+
+
+def test_check_config_says_an_unreachable_targets_versions_were_not_read(tmp_path: Path) -> None:
+    """A warning without the password; the config itself is fine (exit 0)."""
+    port = free_port()  # nothing listens there
+    config = tmp_path / "lockwatch.yml"
+    config.write_text(
+        "targets:\n"
+        f"  - name: main\n    dsn: 'postgresql://u:s3cret-pw@127.0.0.1:{port}/db'\n"
+        "    queues:\n      - name: jobs\n        preset: graphile-worker\n"
+    )
+    result = CliRunner().invoke(main, ["check-config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"{config}: warning: target main: library versions not read: " in result.stdout
+    assert "s3cret-pw" not in result.output
