@@ -311,6 +311,9 @@ def check_config(config_file: Path, shards: int | None) -> None:
     hints = pooled_dsn_hints(settings.targets) + serverless_hints(settings.targets)
     for hint in hints + server_notes(settings.targets):
         click.echo(f"{config_file}: note: {hint}")
+    from lockwatch.commands.library_versions import check_library_versions
+
+    check_library_versions(config_file, settings.targets)
     _check_history_store(config_file, settings)
     if shards is not None:
         from lockwatch.commands.fleet import shard_lines

@@ -23,6 +23,7 @@ from lockwatch.model.evidence import (
     PooledLockEvidence,
     QueueEvidence,
     QueueStallEvidence,
+    SourceDownEvidence,
 )
 from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.incidents import IncidentRoot, RootGroup, RootKind, RootLoad
@@ -56,6 +57,7 @@ def holder_root(target: str, holder: Holder, *, pooled: bool = False) -> Inciden
         client_addr=holder.client_addr,
         client_port=holder.client_port,
         client_hostname=holder.client_hostname,
+        client_unknown=isinstance(holder, HolderFacts) and holder.pooled is not None,
     )
 
 
@@ -82,8 +84,24 @@ def _own_root(finding: Finding) -> IncidentRoot | None:
     if family is Family.JOBS:
         return IncidentRoot(RootKind.JOB, target, job=subject.job)
     if family is Family.TARGETS:
-        return IncidentRoot(RootKind.TARGET, target, source=subject.source)
+        return _target_root(finding)
     return None  # a queue's: decided once the holders of this poll are known
+
+
+def _target_root(finding: Finding) -> IncidentRoot:
+    """A target's or a source's root: the target, or the session holding what
+    a source's query timed out waiting on (its incident's; its backend_start
+    is the one that session's lock findings know)."""
+    evidence = finding.evidence
+    if isinstance(evidence, SourceDownEvidence) and evidence.blocked_by:
+        blocker = evidence.blocked_by[0]
+        return IncidentRoot(
+            RootKind.SESSION,
+            finding.target,
+            pid=blocker.pid,
+            application_name=blocker.application_name,
+        )
+    return IncidentRoot(RootKind.TARGET, finding.target, source=finding.subject.source)
 
 
 def _stall_root(

@@ -264,7 +264,8 @@ def with_lifetime(draft: Draft, timeouts: ServerSettings | None) -> Draft:
         holder = next((h for h in draft.group.holders if h.lock.pid == built.holder_pid), None)
         if holder is None or holder.lock.prepared is not None:
             return built
-        pooler = None if holder.pooled is None else PoolerTimeouts(None, None, "transaction", False)
+        pooled = holder.pooled is not None and holder.pooled.known
+        pooler = PoolerTimeouts(None, None, "transaction", False) if pooled else None
         backend = holder.backend
         role = backend.usename if backend is not None else None
         server = timeouts_for(timeouts, role, holder.lock.database)

@@ -181,7 +181,10 @@ def who(holder: Holder, *, addr: bool = True) -> str:
     if backend is None:
         return f"pid {holder.lock.pid}"
     if holder.pooled is not None:
-        return f"pid {holder.lock.pid} ({pooled_note(holder.pooled, backend)})"
+        # Never the last client's name: it did not take the lock (or may not have).
+        if not holder.pooled.known:
+            return f"backend {holder.lock.pid}, client unknown"
+        return f"pid {holder.lock.pid} ({_pooled_backend(holder.pooled)}; client unknown)"
     app = one_line(backend.application_name) or "no application_name"
     if addr:
         return f"pid {holder.lock.pid} ({app} from {one_line(backend.where)})"
@@ -191,13 +194,20 @@ def who(holder: Holder, *, addr: bool = True) -> str:
 def pooled_note(pooled: PooledBackend, backend: Backend) -> str:
     """``pooled backend of pool app/app; the client that took the lock is
     unknown; last client: web-worker from 127.0.0.1``"""
-    of = f"pool {one_line(pooled.pool)}" if pooled.pool else "a pooler"
-    how = " (inferred)" if pooled.inferred else ""
     app = one_line(backend.application_name) or "no application_name"
-    return (
-        f"pooled backend of {of}{how}; the client that took the lock is unknown; "
-        f"last client: {app} from {one_line(backend.where)}"
-    )
+    last = f"last client: {app} from {one_line(backend.where)}"
+    if not pooled.known:
+        return (
+            f"backend {backend.pid}, client unknown: clients may come through a pooler "
+            f"whose console is not read, so its name may be a pool's; {last}"
+        )
+    return f"{_pooled_backend(pooled)}; the client that took the lock is unknown; {last}"
+
+
+def _pooled_backend(pooled: PooledBackend) -> str:
+    """``pooled backend of pool app/app``, or ``of a pooler (inferred)``"""
+    of = f"pool {one_line(pooled.pool)}" if pooled.pool else "a pooler"
+    return f"pooled backend of {of}{' (inferred)' if pooled.inferred else ''}"
 
 
 def doing(holder: Holder) -> str:

@@ -31,7 +31,7 @@ from lockwatch.detect.lock_groups import (
     who,
 )
 from lockwatch.detect.migrations import migration_lock, migration_running
-from lockwatch.detect.pooler import known_pooled, pooled_session
+from lockwatch.detect.pooler import known_pooled, pooled_session, unknown_pooling
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
@@ -366,6 +366,7 @@ def detect_locks(
     timeouts: ServerSettings | None = None,
     inferred: Mapping[int, str] | None = None,
     held: HeldLocks | None = None,
+    through_pooler: bool = False,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
     pooler's view of the same server (or the backends ``inferred`` pooled,
@@ -373,7 +374,10 @@ def detect_locks(
     history, learned budgets and leader churn; with the server's timeouts
     (and its roles' and databases'), how long an orphan can live there; with the locks the target's queue
     libraries hold on purpose (``held``), those named and never held too long
-    nor orphaned.
+    nor orphaned. Without the pooler's view, when clients may come through a
+    pooler (``settings.clients_through_pooler``, or lockwatch's own session
+    goes ``through_pooler``), a session lock's holder not found pooled is
+    named by its backend alone: its client is unknown.
 
     At most one finding per kind and subject, ordered by kind, database and key;
     findings about the same subject name each other in ``related``.
@@ -382,6 +386,8 @@ def detect_locks(
     inferred = inferred if pooler is None else None
     pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
     pooled.update(known_pooled(pooler, snapshot))
+    if pooler is None and (through_pooler or settings.clients_through_pooler):
+        pooled.update(unknown_pooling(snapshot, pooled))
     caps: dict[FindingKind, Cap] = {}
     leaders: list[KeyGroup] = []
     pooling = _Pooling(pooler, pooled, inferred)

@@ -105,6 +105,21 @@ def known_pooled(pooler: PoolerSnapshot | None, snapshot: LockSnapshot) -> dict[
     return found
 
 
+def unknown_pooling(
+    snapshot: LockSnapshot, pooled: Mapping[int, PooledBackend]
+) -> dict[int, PooledBackend]:
+    """The session-lock holders not known pooled, where no pooler's console
+    tells pooled backends from clients' own: pid -> a backend whose pooling is
+    unknown. Its application_name and address may be the last client's of a
+    pool (one client only, a pool's name never changes under the lock), so
+    nobody is named as its holder."""
+    return {
+        pid: PooledBackend(None, inferred=False, known=False)
+        for pid in snapshot.lock_summary().session_holders
+        if pid not in pooled
+    }
+
+
 def infer_pooled(snapshot: LockSnapshot, previous: PoolMemory) -> tuple[dict[int, str], PoolMemory]:
     """Backends PostgreSQL shows to be a pooler's, without its admin console:
     pid -> how it shows, and what the next poll needs.

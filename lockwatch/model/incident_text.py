@@ -143,9 +143,13 @@ def runbook_link(base: str, kind: str) -> str:
 
 
 def holder_text(root: IncidentRoot) -> str:
-    """The root holder in a title: its pid and application, or its gid."""
+    """The root holder in a title: its pid and application, or its gid.
+    >>> holder_text(IncidentRoot(RootKind.SESSION, "m", pid=7, client_unknown=True))
+    'backend 7, client unknown'"""
     if root.kind is RootKind.PREPARED:
         return f"prepared transaction {one_line(root.gid)}"
+    if root.client_unknown:
+        return f"backend {root.pid}, client unknown"
     name = f" {one_line(root.application_name)}" if root.application_name else ""
     return f"pid {root.pid}{name}"
 
@@ -160,7 +164,9 @@ def root_text(root: IncidentRoot) -> str:
     """
     if root.kind in (RootKind.SESSION, RootKind.POOLED_BACKEND) and root.pid is not None:
         where = client_address(root.client_addr, root.client_port, root.client_hostname)
-        names = (root.application_name or "-", where)
+        names = (
+            ("client unknown",) if root.client_unknown else (root.application_name or "-", where)
+        )
         return " · ".join((f"pid {root.pid}", *(one_line(n, LABEL_LIMIT) for n in names)))
     if root.kind is RootKind.PREPARED:
         return f"prepared transaction {one_line(root.gid or '-', LABEL_LIMIT)}"

@@ -55,6 +55,9 @@ class IncidentRoot:
     client_addr: str | None = None
     client_port: int | None = None  # finds the client's process: ss -tnp 'sport = :PORT'
     client_hostname: str | None = None
+    # The backend may serve several clients (a pooler's, or one nobody can
+    # tell): the names above are then unknown, not its last client's.
+    client_unknown: bool = False
 
     @property
     def identity(self) -> tuple[str, ...]:

@@ -68,6 +68,10 @@ class PooledBackend:
 
     pool: str | None  # ``database/user`` as the pooler names it; None: not known
     inferred: bool  # from PostgreSQL's view alone, without a pooler's admin console
+    # False: it may be a pooler's, or a client's own; nobody can tell (no
+    # console, clients that may come through a pooler). Its client is unknown
+    # either way, and it is never judged pooled.
+    known: bool = True
 
 
 # What lockwatch's own session does differently when it runs through a

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lockwatch.model.catalogue import HeldLocks
+from lockwatch.model.evidence.targets import SourceBlocker
 from lockwatch.model.findings import Finding
 from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.incidents import Incident
@@ -47,13 +48,17 @@ class SourceHealth:
     failing_since: datetime | None = None
     samples_total: int = 0
     errors_total: int = 0
+    # Who held what its last failed query waited on (it timed out).
+    blocked_by: tuple[SourceBlocker, ...] = ()
 
     def succeeded(self, now: datetime) -> SourceHealth:
         return SourceHealth(
             self.name, True, now, None, None, self.samples_total + 1, self.errors_total
         )
 
-    def failed(self, now: datetime, error: str) -> SourceHealth:
+    def failed(
+        self, now: datetime, error: str, blocked_by: tuple[SourceBlocker, ...] = ()
+    ) -> SourceHealth:
         return SourceHealth(
             self.name,
             False,
@@ -62,6 +67,7 @@ class SourceHealth:
             self.failing_since or now,
             self.samples_total + 1,
             self.errors_total + 1,
+            blocked_by,
         )
 
     def skipped(self, now: datetime, reason: str) -> SourceHealth:

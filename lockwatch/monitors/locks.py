@@ -56,6 +56,8 @@ class _Reading:
 
     snapshot: LockSnapshot
     pooler: PoolerSnapshot | None  # None: no pgbouncer, or it could not be read
+    # lockwatch's own session goes through a pooler: so may the clients'
+    through_pooler: bool = False
 
 
 def continuity_gap(target: Target) -> float:
@@ -134,7 +136,7 @@ class LockMonitor:
         pooled = None if self.pooler is None else self.pooler.poll(SampleContext(now, None))
         if self.held_locks.queries:
             self.held = self.held_locks.read(context.db)
-        self._reading = _Reading(snapshot, pooled)
+        self._reading = _Reading(snapshot, pooled, self.reader.session.through_pooler)
         return Sampled(snapshot)
 
     def judge(self, context: PollContext) -> MonitorResult:
@@ -158,6 +160,7 @@ class LockMonitor:
             timeouts=self.timeouts,
             inferred=inferred,
             held=self.held,
+            through_pooler=reading.through_pooler,
         )
         within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         findings.extend(detect_lock_waits(snapshot, self.target.locks, now))

@@ -19,6 +19,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from psycopg import sql
 
+from lockwatch.model.evidence.targets import SourceBlocker
 from lockwatch.model.views import SourceHealth
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,19 @@ JITTER = 0.2
 
 class SampleError(Exception):
     """Sampling failed; the message is safe to show (no secrets)."""
+
+
+class TimedOutError(SampleError):
+    """A statement cancelled by statement_timeout or lock_timeout: it may
+    have waited on a lock someone else holds."""
+
+
+class BlockedError(SampleError):
+    """A source's query timed out waiting on locks these sessions hold."""
+
+    def __init__(self, message: str, blocked_by: tuple[SourceBlocker, ...]) -> None:
+        super().__init__(message)
+        self.blocked_by = blocked_by
 
 
 class TargetUnavailableError(SampleError):
@@ -116,7 +130,8 @@ class SourceRunner(Generic[R]):
             message = str(exc)
             if health.failing_since is None:
                 log.error("%s: %s cannot be sampled: %s", self.target, self.name, message)
-            self._health = health.failed(context.now, message)
+            blocked_by = exc.blocked_by if isinstance(exc, BlockedError) else ()
+            self._health = health.failed(context.now, message, blocked_by)
             return None
         if health.failing_since is not None:
             log.info("%s: %s is sampled again", self.target, self.name)

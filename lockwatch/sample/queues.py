@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from lockwatch.model.evidence.targets import SourceBlocker
 from lockwatch.model.queues import (
     QueueJobRun,
     QueueSample,
@@ -21,7 +22,7 @@ from lockwatch.model.queues import (
     StuckJobs,
     TaskHistory,
 )
-from lockwatch.sample.base import Database, SampleContext, SampleError
+from lockwatch.sample.base import BlockedError, Database, SampleContext, SampleError, TimedOutError
 from lockwatch.settings.queues import LibrarySchema, Queue, SqlQueueSource
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,26 @@ OPTIONAL = (
     *RUNNING,
 )
 LABEL = "queue"
+# Who holds a relation the query names (schema.name, or a name on the
+# search_path) in the one mode that blocks a read
+# (ACCESS EXCLUSIVE: DDL, LOCK TABLE, VACUUM FULL), asked when the query
+# timed out: what it waited on, for its target_down to join their incident.
+BLOCKERS_SQL = """
+SELECT l.pid, l.mode, n.nspname || '.' || c.relname AS relation, a.application_name
+FROM pg_catalog.pg_locks l
+JOIN pg_catalog.pg_class c ON c.oid = l.relation
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock'
+  AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                    WHERE datname = pg_catalog.current_database())
+  AND l.pid <> pg_catalog.pg_backend_pid()
+  AND (pg_catalog.strpos(%(query)s, n.nspname || '.' || c.relname) > 0
+       OR (pg_catalog.strpos(%(query)s, c.relname) > 0
+           AND n.nspname = ANY (pg_catalog.current_schemas(false))))
+ORDER BY l.pid, relation
+LIMIT 5
+"""
 
 
 def _number(queue: str, column: str, value: object) -> float | None:
@@ -262,6 +283,21 @@ def schema_query(schema: LibrarySchema, version: int) -> tuple[str, str | None]:
     )
 
 
+def _blockers(db: Database, query: str) -> tuple[SourceBlocker, ...]:
+    """The sessions holding a relation ``query`` names in ACCESS EXCLUSIVE
+    mode; none when that cannot be read either."""
+    try:
+        rows = db.query(BLOCKERS_SQL, {"query": query})
+    except SampleError:
+        return ()
+    return tuple(
+        SourceBlocker(
+            int(row["pid"]), str(row["mode"]), str(row["relation"]), row["application_name"]
+        )
+        for row in rows
+    )
+
+
 class SqlQueueSampler:
     """One queue entry's query, on the target's session; a preset's library
     read by its installed schema's version, asked at each poll (one row)."""
@@ -288,11 +324,17 @@ class SqlQueueSampler:
 
     def sample(self, context: SampleContext) -> dict[str, QueueSample]:
         db = context.database()
+        query = ""
         try:
-            rows = db.query(self._query(db), self.spec.params or None)
+            query = self._query(db)
+            rows = db.query(query, self.spec.params or None)
         except SampleError as exc:
             note = f" ({self._told})" if self._told else ""
-            raise type(exc)(f"queue {self.queue.name}: {exc}{note}") from None
+            message = f"queue {self.queue.name}: {exc}{note}"
+            blocked_by = _blockers(db, query) if isinstance(exc, TimedOutError) else ()
+            if blocked_by:
+                raise BlockedError(message, blocked_by) from None
+            raise type(exc)(message) from None
         return readings_from_rows(self.queue, rows, context.now)
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ from psycopg.rows import dict_row
 from lockwatch.model.locks import HIDDEN_SESSION_LOSSES, SessionVisibility
 from lockwatch.model.pooler import POOLED_SESSION_LOSSES, SessionPooling
 from lockwatch.model.servers import WHOLE_SERVER, LockScope, ServerIdentity, ServerSeat
-from lockwatch.sample.base import SampleError, TargetUnavailableError
+from lockwatch.sample.base import SampleError, TargetUnavailableError, TimedOutError
 from lockwatch.sample.pooling import per_transaction, through_pooler
 from lockwatch.text import one_line
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
@@ -374,7 +374,9 @@ class TargetSession:
             message = redact(f"{self.where}: {exc}", self._secrets)
         if self._aborted:
             message = f"poll did not answer within {self.step_limit:g}s ({message})"
-        return SampleError(message)
+            return SampleError(message)
+        timed_out = (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)
+        return TimedOutError(message) if isinstance(exc, timed_out) else SampleError(message)
 
     def _explain(self, exc: psycopg.Error, what: str, grant: str) -> str:
         if isinstance(exc, psycopg.errors.QueryCanceled):

@@ -227,6 +227,11 @@ class LockSettings(Section):
     # A leader lock whose holder changed this many times within the window churns.
     leader_churn_changes: Annotated[Whole, at_least(2), at_most(MAX_HOLDER_CHANGES)] = 3
     leader_churn_window: PositiveSeconds = 6 * 3600.0
+    # Clients may reach the server through a pooler whose console lockwatch does
+    # not read: a backend holding a session lock may be a pooler's, its
+    # application_name and address its last client's, so its holder is
+    # "backend N, client unknown" unless it is found pooled.
+    clients_through_pooler: Flag = False
 
     @property
     def static_max_hold(self) -> float:

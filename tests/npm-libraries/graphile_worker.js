@@ -1,13 +1,22 @@
-// A graphile-worker 0.16 runner as an application runs it: one task, a job
+// A graphile-worker runner as an application runs it: one task, a job
 // added every 200 ms and run in 50 ms. Prints one line per job run.
 // With "hang", one job is added and its task never returns, as a worker
-// stuck mid-job that the test then kills.
+// stuck mid-job that the test then kills. GRAPHILE_WORKER_PACKAGE names the
+// release: graphile-worker (0.16, CommonJS) or graphile-worker-latest (ESM,
+// Node.js 22), loaded from NODE_PATH as ESM does not search it.
 // Usage: node graphile_worker.js <connection string> <task> [hang]
-const { run } = require("graphile-worker");
+const { join } = require("node:path");
+const { pathToFileURL } = require("node:url");
+
+const release = process.env.GRAPHILE_WORKER_PACKAGE || "graphile-worker";
 
 const [connectionString, task, mode] = process.argv.slice(2);
 
 async function main() {
+  const { run } =
+    release === "graphile-worker"
+      ? require(release)
+      : await import(pathToFileURL(join(process.env.NODE_PATH, release, "dist", "index.js")).href);
   const runner = await run({
     connectionString,
     concurrency: 2,

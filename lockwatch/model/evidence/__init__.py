@@ -62,6 +62,7 @@ from lockwatch.model.evidence.sessions import (
 )
 from lockwatch.model.evidence.targets import (
     PrivilegesMissingEvidence,
+    SourceBlocker,
     SourceDownEvidence,
     TargetDownEvidence,
     TransactionPooledEvidence,
@@ -133,6 +134,7 @@ __all__ = [
     "ServerConnectionFacts",
     "SessionCounts",
     "SessionFacts",
+    "SourceBlocker",
     "SourceDownEvidence",
     "StuckJobsEvidence",
     "TargetDownEvidence",

@@ -10,6 +10,17 @@ from lockwatch.model.evidence.sessions import FindingFacts
 
 
 @dataclass(frozen=True, slots=True)
+class SourceBlocker:
+    """A session holding a lock on a relation a source's query reads, in a
+    mode that blocks the read, when the query timed out."""
+
+    pid: int
+    mode: str
+    relation: str  # schema.name
+    application_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TargetDownEvidence(FindingFacts):
     error: str  # the whole (secret-free) text
     down_seconds: float
@@ -21,6 +32,9 @@ class SourceDownEvidence(FindingFacts):
     error: str
     down_seconds: float
     errors_total: int
+    # Who held what the source's query waited on when it timed out: the
+    # source is down because of them, and joins their incident.
+    blocked_by: tuple[SourceBlocker, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

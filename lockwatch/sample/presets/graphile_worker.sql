@@ -1,4 +1,4 @@
--- graphile-worker 0.16 (PostgreSQL): its graphile_worker._private_jobs table,
+-- graphile-worker 0.16 to 0.18 (PostgreSQL): its graphile_worker._private_jobs table,
 -- one task identifier (the "queue" lockwatch watches) or every task when
 -- %(queue)s is NULL. Waiting: due, not locked (or locked longer ago than the
 -- 4 hours after which graphile-worker takes it again), attempts left;
@@ -7,14 +7,19 @@
 -- Stuck: jobs locked within the 4 hours that no live worker could have
 -- locked. Every graphile-worker process keeps one session for its whole life
 -- that ran LISTEN "jobs:insert" (src/main.ts) and nothing since; a job locked
--- before every such session connected (10 s of slack for a worker that takes
--- jobs while its listener connects) belongs to a worker that is gone.
+-- before every such session connected belongs to a worker that is gone. The
+-- slack, 2 s, is for a worker that takes its first job while its listener
+-- connects (runTaskList asks for the listener's connection after starting
+-- its workers: milliseconds apart); a replacement worker started later than
+-- that does not hide its predecessor's job, as 10 s of slack did.
 -- Consumers: those listening sessions, one per live worker process.
 -- Running: the jobs locked within the 4 hours, by task and worker (locked_by),
 -- each freed by graphile-worker 4 hours after it was locked. No task history:
 -- graphile-worker deletes a job when it succeeds (give max_job_duration).
--- Schema: graphile-worker 0.16.6 (its migrations, applied by run()). Needs
--- SELECT on graphile_worker._private_jobs and _private_tasks, and, as the
+-- Schema: graphile-worker 0.16.6 (its migrations, applied by run()), the
+-- same tables in 0.18.0 (migrations 19-20). Needs SELECT on
+-- graphile_worker._private_jobs, _private_tasks and migrations (the installed
+-- schema's version, read before this), and, as the
 -- two tables have row security on with no policy, a policy on each that
 -- lets the monitoring role read it (CREATE POLICY ... FOR SELECT TO ... USING (true)).
 WITH jobs AS (
@@ -31,7 +36,7 @@ WITH jobs AS (
           SELECT 1 FROM pg_catalog.pg_stat_activity AS a
           WHERE a.datname = current_database()
             AND a.query LIKE 'LISTEN "jobs:insert"%%'
-            AND a.backend_start <= j.locked_at + interval '10 seconds'
+            AND a.backend_start <= j.locked_at + interval '2 seconds'
       )
 )
 SELECT count(*) FILTER (

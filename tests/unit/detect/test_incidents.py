@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from lockwatch.detect.incidents import group_findings, tell_incidents
 from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, is_overflow
 from lockwatch.detect.locks import detect_locks
+from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.evidence import (
     CapacityEvidence,
     LinkedClientFacts,
@@ -23,6 +24,7 @@ from lockwatch.model.evidence import (
     QueueLockChain,
     QueueStallEvidence,
     ServerConnectionFacts,
+    SourceBlocker,
     WorkerFacts,
 )
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
@@ -31,6 +33,7 @@ from lockwatch.model.incidents import IncidentRoot, RootKind
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.queues import SessionWait
 from lockwatch.model.remediation import sql_literal, terminate_sql
+from lockwatch.model.views import SourceHealth
 from lockwatch.settings.locks import LockSettings, NamedLock
 from tests.fixtures.evidence import (
     evidence_of,
@@ -359,3 +362,28 @@ def test_a_queue_losing_capacity_to_a_lock_wait_joins_the_lock_holder_s_incident
     assert told.root.pid == 1234
     alone = replace(lost, evidence=evidence_of(lost.kind, lost.subject))
     assert group_findings([alone])[0].root.kind is RootKind.QUEUE
+
+
+def test_a_source_timed_out_behind_a_holder_joins_the_holders_incident() -> None:
+    """One root cause, one incident: the holder's convoy and the queue source
+    its lock timed out (issue 25 item 6); a source down for another reason
+    stays the target's."""
+    snap = seed_002_convoy()
+    locks = detect_locks(snap, LockSettings(), NOW)
+    blocker = SourceBlocker(1234, "AccessExclusiveLock", "pgboss.job", "webhook-worker-1")
+    failing = SourceHealth(
+        "queue/mail", failing_since=NOW, error="lock timeout", blocked_by=(blocker,)
+    )
+    (down,) = detect_source_down(TARGET, [failing], NOW)
+    assert down.summary.endswith(
+        "; blocked by pid 1234 (webhook-worker-1) holding AccessExclusiveLock on pgboss.job"
+    )
+    (other,) = detect_source_down(
+        TARGET, [SourceHealth("queue/other", failing_since=NOW, error="boom")], NOW
+    )
+    groups = group_findings([*locks, down, other])
+    assert [(g.root.kind, g.root.pid) for g in groups] == [
+        (RootKind.SESSION, 1234),
+        (RootKind.TARGET, None),
+    ]
+    assert down in groups[0].findings and other in groups[1].findings

@@ -293,3 +293,51 @@ def test_a_direct_client_that_keeps_its_name_is_never_inferred_pooled(states: li
     sessions = [[pooled_backend(state=state)] for state in states]
     inferred, memory = polls(*sessions)
     assert inferred == {} and not memory.pooled
+
+
+def unread_pool_findings(lock: AdvisoryLock, *, through_pooler: bool = False) -> list[Finding]:
+    """A lock held by web-worker's backend, the pooler's console unread."""
+    session = pooled_backend(application_name="web-worker", state_change=ago(900))
+    settings = LockSettings(orphan_after=60, clients_through_pooler=not through_pooler)
+    snap = snapshot(lock, backends=[session])
+    return detect_locks(snap, settings, NOW, through_pooler=through_pooler)
+
+
+@pytest.mark.parametrize("through_pooler", [False, True])
+def test_a_session_lock_whose_pooling_cannot_be_told_names_no_client(
+    through_pooler: bool,
+) -> None:
+    """Clients may come through a pooler lockwatch cannot read (told so, or
+    lockwatch's own DSN goes through one): the backend's name may be the last
+    client's of a pool, so the holder is the backend alone."""
+    findings = unread_pool_findings(session_lock(), through_pooler=through_pooler)
+    (orphan,) = [f for f in findings if f.kind is FindingKind.LOCK_ORPHANED]
+    assert f"held by backend {BACKEND_PID}, client unknown" in orphan.summary
+    assert "web-worker" not in orphan.summary
+    (holder,) = evidence_as(orphan, LockEvidence).holders
+    assert (holder.application_name, holder.client_addr) == (None, None)
+    assert holder.pooled is not None and not holder.pooled.inferred
+    assert holder.pooled.last_client_application_name == "web-worker"
+    assert holder.pooled.note.startswith(f"backend {BACKEND_PID}, client unknown:")
+    assert not [f for f in findings if f.kind is FindingKind.LOCK_POOLED_SESSION]
+
+
+def test_a_transaction_lock_is_its_clients_even_where_clients_may_be_pooled() -> None:
+    """A pooler lends a backend for a whole transaction: the client running
+    the transaction that holds a transaction lock is the one that took it."""
+    findings = unread_pool_findings(
+        replace(held(42, BACKEND_PID, held_for=900), session_level=False)
+    )
+    assert findings
+    for finding in findings:
+        (holder,) = evidence_as(finding, LockEvidence).holders
+        assert holder.application_name == "web-worker" and holder.pooled is None
+
+
+def test_with_the_console_read_no_holder_is_left_unknown() -> None:
+    session = pooled_backend(application_name="web-worker", state_change=ago(900))
+    settings = LockSettings(orphan_after=60, clients_through_pooler=True)
+    snap = snapshot(session_lock(), backends=[session])
+    findings = detect_locks(snap, settings, NOW, pooler("transaction", server(BACKEND_PID + 1)))
+    (orphan,) = [f for f in findings if f.kind is FindingKind.LOCK_ORPHANED]
+    assert "web-worker" in orphan.summary, "SHOW SERVERS does not list it: a direct session"
