@@ -26,7 +26,7 @@ findings are *undecided*: active ones stay, none fire.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -45,7 +45,8 @@ from lockwatch.model.evidence import (
     SessionCounts,
     WorkerFacts,
 )
-from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.findings import Family, Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.lock_waits import LockWait, roots_of, wait_label
 from lockwatch.model.locks import Backend, LockKey, LockSnapshot
 from lockwatch.model.queues import QueueSample, SessionWait, WorkerSample
 from lockwatch.settings.locks import LockSettings
@@ -228,19 +229,20 @@ def worker_facts(
 def _lock_chain(
     queue: QueueInput, now: datetime, context: LockContext
 ) -> tuple[QueueLockChain | None, tuple[Related, ...]]:
-    """The advisory lock most of the queue's worker sessions wait on, its
-    holders, and the lock findings about it."""
+    """The advisory lock most of the queue's worker sessions wait on (else
+    the root of their waits on other locktypes), its holders, and the lock
+    findings about it."""
     snapshot = context.snapshot
     bound = [w for w in queue.workers if w.sessions is not None]
     if snapshot is None or not bound:
         return None, ()
     sessions = [backend for w in bound for backend in w.sessions or ()]
+    group_of = {backend.pid: w.group.name for w in bound for backend in w.sessions or ()}
     waits = waiting_on(sessions, snapshot, context.settings)
     if not waits:
-        return None, ()
+        return _other_lock_chain(sessions, group_of, now, context)
     wait = waits[0]
     key = LockKey.parse(wait.key)
-    group_of = {backend.pid: w.group.name for w in bound for backend in w.sessions or ()}
     holders = tuple(
         LockHolderFacts(
             **session_args(snapshot.backends.get(lock.pid), lock.pid, now),
@@ -265,15 +267,66 @@ def _lock_chain(
     return chain, related
 
 
+def _other_lock_chain(
+    sessions: Sequence[Backend], group_of: Mapping[int, str], now: datetime, context: LockContext
+) -> tuple[QueueLockChain | None, tuple[Related, ...]]:
+    """The session most of the queue's worker sessions wait on through a lock
+    of another locktype (a row a hung worker claimed with FOR UPDATE, a table
+    an ALTER waits for): the root of their waits, which the lock wait findings
+    about that root name too, so the stall joins their incident."""
+    snapshot = context.snapshot
+    pids = {backend.pid for backend in sessions}
+    mine = [wait for wait in snapshot.waits if wait.pid in pids] if snapshot else []
+    if snapshot is None or not mine:
+        return None, ()
+    roots = roots_of(snapshot.waits)
+    by_root: dict[int, list[LockWait]] = {}
+    for wait in mine:
+        by_root.setdefault(roots[wait.pid], []).append(wait)
+    root, waits = min(by_root.items(), key=lambda item: (-len(item[1]), item[0]))
+    label = wait_label(waits[0])
+    backend = snapshot.backends.get(root)
+    holders = (
+        ()
+        if root == 0 or root in roots  # a prepared transaction's, or a deadlock's
+        else (
+            LockHolderFacts(
+                **session_args(backend, root, now),
+                held_seconds=None,  # pg_locks does not date a grant
+                worker_group=group_of.get(root),
+                backend_start=_backend_start(backend),
+            ),
+        )
+    )
+    waiter = snapshot.backends.get(waits[0].pid)
+    chain = QueueLockChain(
+        database=waiter.database if waiter and waiter.database else "",
+        lock=label,
+        key=label,
+        waiting_sessions=len(waits),
+        worker_sessions=len(sessions),
+        holders=holders,
+        locktype=waits[0].locktype,
+    )
+    blamed = f"pid {root}"
+    related = tuple(
+        Related(f.kind, f.target, f.subject)
+        for f in context.findings
+        if f.subject.lock == blamed and f.kind.family is Family.LOCKS
+    )
+    return chain, related
+
+
 def _backend_start(backend: Backend | None) -> datetime | None:
     return None if backend is None else backend.backend_start
 
 
 def _chain_text(chain: QueueLockChain) -> str:
     label = chain.lock if chain.lock == chain.key else f"{chain.lock} ({chain.key})"
+    on = "lock " if chain.locktype == "advisory" else ""
     text = (
         f"{chain.waiting_sessions} of {chain.worker_sessions} worker sessions wait on "
-        f"lock {one_line(label)}"
+        f"{on}{one_line(label)}"
     )
     if not chain.holders:
         return text + ", holder not seen"

@@ -105,6 +105,26 @@ class LockWait:
         return self.mode in STRONG_MODES
 
 
+def wait_label(wait: LockWait) -> str:
+    """What a wait is on, in words: a row of its relation, the relation
+    itself, or the locktype and the object's tag.
+
+    >>> wait = LockWait(7, "transactionid", "ShareLock", "transactionid:731", "jobs", None, (), (), 0)
+    >>> wait_label(wait)
+    'a row of jobs'
+    >>> from dataclasses import replace
+    >>> wait_label(replace(wait, locktype="relation", mode="AccessExclusiveLock"))
+    'relation jobs'
+    >>> wait_label(replace(wait, relation=None))
+    'transactionid:731'
+    """
+    if wait.relation is None:
+        return wait.tag
+    if wait.locktype in ROW_LOCKTYPES:
+        return f"a row of {wait.relation}"
+    return f"{wait.locktype} {wait.relation}"
+
+
 def _queue_order(row: LockRowFact) -> tuple[bool, datetime | None, int]:
     # Undated waits last (a server without waitstart whose session showed no
     # query start); the pid keeps the order total.

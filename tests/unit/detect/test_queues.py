@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockwatch.detect.incidents import tell_incidents
+from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.queues import (
     LockContext,
@@ -24,6 +27,8 @@ from lockwatch.detect.queues import (
 from lockwatch.model.evidence import QueueEvidence, QueueStallEvidence
 from lockwatch.model.evidence.json_form import to_json
 from lockwatch.model.findings import Finding, FindingKind, Related, Subject
+from lockwatch.model.incidents import RootKind
+from lockwatch.model.lock_waits import LockRowFact, lock_waits
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, WorkerSample
 from lockwatch.settings.locks import LockSettings, NamedLock
@@ -312,6 +317,63 @@ def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> Non
     assert to_json(workers_facts.waiting_on) == [
         {"database": DB, "lock": "webhook-delivery", "key": "42", "sessions": 5}
     ]
+
+
+def test_a_stall_behind_a_hung_worker_s_row_lock_is_one_incident_with_its_row_lock_convoy() -> None:
+    """Workers claiming with FOR UPDATE (no SKIP LOCKED) behind one that hangs
+    in an HTTP call inside its transaction: the first waits on its
+    transaction id, the others on the row's tuple behind the first."""
+    hung = backend(
+        1234,
+        "webhook-worker-6",
+        state="idle in transaction",
+        idle_for=340,
+        xact_for=345,
+        query="SELECT id FROM jobs LIMIT 1 FOR UPDATE",
+    )
+    waiters = [backend(1300 + n, f"webhook-worker-{n}", waits_on=[1234]) for n in range(1, 6)]
+    rows = [
+        LockRowFact(1234, "transactionid", "transactionid:900", "ExclusiveLock", True),
+        LockRowFact(1301, "transactionid", "transactionid:900", "ShareLock", False, ago(300)),
+        LockRowFact(1301, "tuple", "tuple:5:16384:0:1", "ExclusiveLock", True, None, "jobs"),
+        *(
+            LockRowFact(
+                w.pid, "tuple", "tuple:5:16384:0:1", "ExclusiveLock", False, ago(290), "jobs"
+            )
+            for w in waiters[1:]
+        ),
+    ]
+    snap = replace(snapshot(backends=[hung, *waiters]), waits=lock_waits(rows))
+    settings_ = LockSettings(row_lock_wait=30.0)
+    lock_findings = tuple(detect_lock_waits(snap, settings_, NOW))
+    context = LockContext(snap, settings_, lock_findings)
+
+    findings, _ = judge(
+        series(lambda t: 100 + 0.5 * t, completed=lambda t: 77),
+        workers(sessions=[*waiters, hung]),
+        context,
+    )
+
+    stalled = only(findings, STALLED)
+    chain = evidence_as(stalled, QueueStallEvidence).lock
+    assert chain is not None
+    assert (chain.lock, chain.locktype, chain.database) == ("a row of jobs", "transactionid", DB)
+    assert (chain.waiting_sessions, chain.worker_sessions) == (5, 6)
+    (facts,) = chain.holders
+    assert (facts.pid, facts.state, facts.worker_group) == (
+        1234,
+        "idle in transaction",
+        "webhook-workers",
+    )
+    assert "5 of 6 worker sessions wait on a row of jobs held by pid 1234" in stalled.summary
+    convoy = next(f for f in lock_findings if f.kind is FindingKind.ROW_LOCK_CONVOY)
+    assert Related(FindingKind.ROW_LOCK_CONVOY, TARGET, convoy.subject) in stalled.related
+    (group,) = tell_incidents([*lock_findings, stalled], snap)
+    assert {f.kind for f in group.findings} >= {FindingKind.ROW_LOCK_CONVOY, STALLED}
+    assert (group.root.kind, group.root.pid) == (RootKind.SESSION, 1234)
+    # The same root whichever fires first: the stall alone names the hung worker too.
+    (alone,) = tell_incidents([stalled], snap)
+    assert alone.root.identity == group.root.identity
 
 
 def test_a_stall_without_lock_waits_has_no_lock_in_its_evidence() -> None:
