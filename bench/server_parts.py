@@ -62,7 +62,7 @@ def _statements(server_version: int) -> dict[str, bytes]:
         ROWS: f"SELECT pg_catalog.count(*){ADVISORY}".encode(),
         ONE_ARRAY: f"SELECT pg_catalog.array_agg({KEYS}){ADVISORY}".encode(),
         LOCKS: advisory_locks_query(server_version),
-        SESSIONS: lock_sessions_query(),
+        SESSIONS: lock_sessions_query(server_version),
     }
     return {part: text + (MARK + part).encode() for part, text in bare.items()}
 

@@ -158,6 +158,9 @@ class Backend:
     # others, pg_stat_activity shows pid, user and application_name, and NULL
     # for the address, state, times and query, which say nothing of them.
     visible: bool = True
+    # The server's id of its query (PostgreSQL 14+ with compute_query_id);
+    # None: not computed, not read, or hidden.
+    query_id: int | None = None
 
     @property
     def where(self) -> str:

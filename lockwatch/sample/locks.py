@@ -150,8 +150,9 @@ def advisory_locks_query(server_version: int, scope: ScopeKind = ScopeKind.WHOLE
 
 
 @cache
-def lock_sessions_query() -> bytes:
-    return sql.SQL(_sql_text("lock_sessions.sql")).as_bytes()
+def lock_sessions_query(server_version: int) -> bytes:
+    query_id = sql.SQL("a.query_id" if server_version >= 140000 else "NULL::int8")
+    return sql.SQL(_sql_text("lock_sessions.sql")).format(query_id=query_id).as_bytes()
 
 
 @cache
@@ -311,7 +312,8 @@ def read_advisory_locks(
     def sessions_of(wanted: Collection[int]) -> psycopg.Cursor[tuple[Any, ...]]:
         cursor = seen.cursor(conn)
         params = _sessions_params(wanted)
-        return cursor.execute(lock_sessions_query(), params, prepare=prepare, binary=True)
+        query = lock_sessions_query(server_version)
+        return cursor.execute(query, params, prepare=prepare, binary=True)
 
     with conn.pipeline():
         arrays = lock_cursor(conn).execute(

@@ -4,6 +4,7 @@ lock queue, a row lock convoy and routine short waits."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from lockwatch.cli import main
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import LockWaitEvidence
 from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.incidents import incident_json
 from lockwatch.model.servers import LockScope, ScopeKind
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
@@ -31,6 +33,7 @@ from lockwatch.sample.locks import PgLockSampler, RawSample, read_advisory_locks
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import (
@@ -459,3 +462,83 @@ def test_a_target_of_one_database_judges_its_own_waiters_on_a_transaction_id_onl
             assert {wait.pid for wait in read.waits} == expected, (database.database, scope)
     holder.rollback()
     claiming.join()
+
+
+def test_a_lock_queue_s_blocking_episode_is_kept_with_its_incident_and_shown_by_lockwatch_incidents(
+    db: PgDatabase, tmp_path: Path
+) -> None:
+    """The episode of an ALTER's queue behind an idle reader: its waiter-seconds,
+    the most waiters at once, the reader's transaction age and idle time, and
+    the queries as fingerprints (the server's query_id where it computes
+    one, on 14+), kept in the history once the incident resolves."""
+    state = tmp_path / "state"
+    history = FileHistory(state)
+    target = Target("main", db.monitor_dsn, locks=LockSettings(queue_wait=0.0, episode_gap=1.0))
+    runner = TargetRunner(target, Board(), StateStore(state), history=history)
+    try:
+        db.connect("setup").execute("CREATE TABLE jobs (id int PRIMARY KEY, state text)")
+        reader = db.connect("report", autocommit=False)
+        computed = db.major_version >= 14
+        if computed:
+            reader.execute("SET compute_query_id = on")
+        reader.execute("SELECT count(*) FROM jobs WHERE state = 'secret-state' AND id > 41")
+        waiting = [start(db.connect("migration"), "ALTER TABLE jobs ADD COLUMN note text")]
+        waiters_are(db, 1)
+        for number in range(2):
+            waiting.append(start(db.connect(f"worker-{number}"), "SELECT * FROM jobs WHERE id = 7"))
+            waiters_are(db, number + 2)
+        wait_until(lambda: polled_with(runner, FindingKind.LOCK_QUEUE), message="lock_queue")
+        opened = runner.poll_once()
+        (incident,) = opened.incidents
+        (going,) = incident.episodes
+        ((query_id, xact_age),) = superuser_look(
+            db,
+            "SELECT query_id, now() - xact_start FROM pg_stat_activity WHERE pid = %s"
+            if computed
+            else "SELECT NULL, now() - xact_start FROM pg_stat_activity WHERE pid = %s",
+            reader.info.backend_pid,
+        )
+        assert (going.pid, going.ended, going.max_waiters) == (reader.info.backend_pid, False, 3)
+        assert going.waiter_seconds > 0
+        assert going.blocker_xact_seconds is not None
+        assert timedelta(seconds=going.blocker_xact_seconds) <= xact_age + timedelta(seconds=1)
+        assert going.blocker_idle_in_transaction_seconds is not None
+        assert going.locktypes == ("relation",) and going.relations == ("jobs",)
+        if computed:
+            assert going.blocker_fingerprint == f"query_id:{query_id}"
+        else:
+            assert going.blocker_fingerprint == (
+                "SELECT count(*) FROM jobs WHERE state = ? AND id > ?"
+            )
+        queries = {q.fingerprint: q.most_at_once for q in going.waiter_queries}
+        assert queries == {
+            "ALTER TABLE jobs ADD COLUMN note text": 1,
+            "SELECT * FROM jobs WHERE id = ?": 2,
+        }
+
+        reader.rollback()
+        for background in waiting:
+            background.join()
+        waiters_are(db, 0)
+        resolved = wait_until(lambda: runner.poll_once().resolved_incidents, message="resolved")
+        (kept,) = history.resolved()
+        assert kept.id == resolved[0].id == incident.id
+        (episode,) = kept.episodes
+        assert episode.ended and episode.waiter_seconds >= going.waiter_seconds
+        assert episode.started_at == going.started_at
+        # The findings' evidence shows the reader's last query as it ran; its
+        # episodes, kept for the postmortem and fit for labels, never a constant.
+        episodes = json.dumps(incident_json(kept)["episodes"])
+        assert "secret-state" not in episodes and "= 7" not in episodes
+        shown = CliRunner().invoke(main, ["incidents", "--state-dir", str(state), "--id", kept.id])
+        assert shown.exit_code == 0, shown.output
+        assert "blocking episodes:" in shown.output
+        assert f"at most 3 waiting on pid {reader.info.backend_pid} (relation of jobs)" in (
+            shown.output
+        )
+        on_reader = f"waiting on pid {reader.info.backend_pid}"
+        (line,) = [line for line in shown.output.splitlines() if on_reader in line]
+        assert "secret-state" not in line
+    finally:
+        runner.close()
+        history.close()
