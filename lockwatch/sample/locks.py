@@ -311,8 +311,7 @@ def read_advisory_locks(
 
     def sessions_of(wanted: Collection[int]) -> psycopg.Cursor[tuple[Any, ...]]:
         cursor = seen.cursor(conn)
-        params = _sessions_params(wanted)
-        query = lock_sessions_query(server_version)
+        query, params = lock_sessions_query(server_version), _sessions_params(wanted)
         return cursor.execute(query, params, prepare=prepare, binary=True)
 
     with conn.pipeline():

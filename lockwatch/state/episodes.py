@@ -57,8 +57,9 @@ class _Going:
 
 def waits_by_root(snapshot: LockSnapshot) -> dict[int, list[_Wait]]:
     """Every wait of the snapshot under the pid at the end of its chain:
-    the first blocker's, step by step (a deadlock cycle roots at the pid it
-    comes back to; a prepared transaction's root is pid 0)."""
+    the first blocker's, step by step (a prepared transaction's root is pid
+    0). A wait whose chain comes back to it (a deadlock, which the server
+    breaks) or whose blockers were not seen is under no root."""
     first: dict[int, int] = {}
     waits: list[_Wait] = []
     for other in snapshot.waits:
@@ -80,7 +81,8 @@ def waits_by_root(snapshot: LockSnapshot) -> dict[int, list[_Wait]]:
         while current in first and current not in seen:
             seen.add(current)
             current = first[current]
-        by_root.setdefault(current, []).append(wait)
+        if current != wait.pid:  # a wait whose blockers were not seen blocks nobody
+            by_root.setdefault(current, []).append(wait)
     return by_root
 
 

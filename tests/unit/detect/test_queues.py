@@ -16,14 +16,8 @@ from hypothesis import strategies as st
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
-from lockwatch.detect.queues import (
-    LockContext,
-    QueueInput,
-    WorkerInput,
-    completed_in,
-    detect_queues,
-    fit_line,
-)
+from lockwatch.detect.queue_locks import LockContext
+from lockwatch.detect.queues import QueueInput, WorkerInput, completed_in, detect_queues, fit_line
 from lockwatch.model.evidence import QueueEvidence, QueueStallEvidence
 from lockwatch.model.evidence.json_form import to_json
 from lockwatch.model.findings import Finding, FindingKind, Related, Subject
