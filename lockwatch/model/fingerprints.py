@@ -13,6 +13,10 @@ and for the history, whatever a client sent.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+
+from lockwatch.model.findings import Finding
+from lockwatch.model.locks import HIDDEN
 
 FINGERPRINT_CHARS = 160
 
@@ -84,3 +88,11 @@ def query_fingerprint(query: str, query_id: int | None) -> str | None:
     if len(normalised) <= FINGERPRINT_CHARS:
         return normalised
     return normalised[: FINGERPRINT_CHARS - 1] + "…"
+
+
+def holder_fingerprint(findings: Sequence[Finding]) -> str:
+    """The fingerprint of the query of the first holder the findings name
+    (its text as a finding shows it: no query_id there); "" for none."""
+    holders = (holder for f in findings for holder in f.evidence.named_holders)
+    query = next((h.query for h in holders if h.query and h.query != HIDDEN), None)
+    return (query_fingerprint(query, None) or "") if query else ""

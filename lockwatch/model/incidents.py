@@ -173,6 +173,8 @@ class Naming:
     # the first of several
     lock: str = ""
     queue: str = ""  # the queue a holder's incident stalls, when it opened with the stall
+    # the holder's query fingerprint (model/fingerprints.py), never a constant
+    blocking_query: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,6 +204,7 @@ class IncidentBook:
         root = group.root
         fingerprint = root.fingerprint
         first = min(group.findings, key=lambda f: f.since)
+        blocking = next((e.blocker_fingerprint for e in _episode(poll, fingerprint)), None)
         incident = Incident(
             id=incident_id(fingerprint, poll.now),
             fingerprint=fingerprint,
@@ -222,7 +223,7 @@ class IncidentBook:
             timeline=(),
             impact=Impact(),
             next_step=NextStep("", None, None, ""),  # worded by _advance, at once
-            naming=naming(root, group.findings, opening_kinds(group.findings)[0]),
+            naming=naming(root, group.findings, opening_kinds(group.findings)[0], blocking),
         )
         record = Record(incident, group.findings)
         kinds = ", ".join(dict.fromkeys(f.kind.value for f in group.findings))

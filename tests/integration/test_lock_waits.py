@@ -510,6 +510,7 @@ def test_a_lock_queue_s_blocking_episode_is_kept_with_its_incident_and_shown_by_
             assert going.blocker_fingerprint == (
                 "SELECT count(*) FROM jobs WHERE state = ? AND id > ?"
             )
+        assert incident.naming.blocking_query == going.blocker_fingerprint  # its series' label
         queries = {q.fingerprint: q.most_at_once for q in going.waiter_queries}
         assert queries == {
             "ALTER TABLE jobs ADD COLUMN note text": 1,

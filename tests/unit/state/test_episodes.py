@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.lock_waits import detect_lock_waits
+from lockwatch.model.incident_text import root_labels
 from lockwatch.model.incidents import incident_json, load_incident
 from lockwatch.model.lock_waits import LockRowFact, lock_waits
 from lockwatch.model.locks import LockSnapshot
@@ -148,6 +149,10 @@ def test_the_episode_rides_on_its_root_s_incident_and_ends_with_it() -> None:
     (incident,) = changes.opened
     (episode,) = incident.episodes
     assert (episode.pid, episode.max_waiters, episode.ended) == (1, 3, False)
+    # The blocker's fingerprint, a bounded label on the incident's series and its alert.
+    blocking = "SELECT count(*) FROM jobs WHERE owner = ?"
+    assert incident.naming.blocking_query == blocking
+    assert root_labels(incident)["blocking_query"] == blocking
     later = NOW + timedelta(seconds=2)
     (resolved,) = book.update([], later, 2.0, snapshot=quiet(later)).resolved
     (kept,) = resolved.episodes
