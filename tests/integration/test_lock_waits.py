@@ -24,7 +24,7 @@ from lockwatch.cli import main
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import LockWaitEvidence
 from lockwatch.model.findings import Finding, FindingKind
-from lockwatch.model.incidents import incident_json
+from lockwatch.model.incidents import RootKind, incident_json
 from lockwatch.model.servers import LockScope, ScopeKind
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
@@ -543,3 +543,43 @@ def test_a_lock_queue_s_blocking_episode_is_kept_with_its_incident_and_shown_by_
     finally:
         runner.close()
         history.close()
+
+
+def test_workers_behind_a_prepared_transaction_s_row_are_a_row_lock_convoy_rooted_at_it(
+    db: PgDatabase, runners: list[TargetRunner]
+) -> None:
+    """A deploy script updated a job row and prepared its transaction (two-phase
+    commit) and never finished: the row stays locked with no session at all."""
+    db.connect("setup").execute(
+        "CREATE TABLE jobs AS SELECT id, 'new' AS state FROM generate_series(1, 10) AS id"
+    )
+    deploy = db.connect("deploy", autocommit=False)
+    deploy.execute("UPDATE jobs SET state = 'moved' WHERE id = 1")
+    deploy.execute("PREPARE TRANSACTION 'deploy-7'")
+    workers = [db.connect(f"worker-{n}", autocommit=False) for n in (1, 2, 3)]
+    claim = "SELECT id FROM jobs WHERE id = 1 FOR UPDATE"
+    claims = [run_in_thread(partial(claim_and_release, worker, claim)) for worker in workers]
+    try:
+        waiters_are(db, 3)
+        runner = runner_for(runners, db, LockSettings(row_lock_wait=0.5))
+        view = wait_until(
+            lambda: polled_with(runner, FindingKind.ROW_LOCK_CONVOY), message="a convoy"
+        )
+        # Ground truth: the server's blockers are pid 0 (no session) or a worker
+        # queued ahead, and pg_prepared_xacts names the transaction.
+        truth = lock_waiters(db)
+        assert any(blockers == [0] for blockers in truth.values())
+        ((gid, xid),) = superuser_look(db, "SELECT gid, transaction::text FROM pg_prepared_xacts")
+        (convoy,) = of_kind(view, FindingKind.ROW_LOCK_CONVOY)
+        evidence = evidence_as(convoy, LockWaitEvidence)
+        assert evidence.root.pid == 0 and evidence.root.prepared is not None
+        assert (evidence.root.prepared.gid, str(evidence.root.prepared.transaction)) == (gid, xid)
+        assert (evidence.queued, evidence.relation) == (3, "jobs")
+        assert "prepared transaction 'deploy-7'" in convoy.summary
+        (incident,) = view.incidents
+        assert (incident.root.kind, incident.root.gid) == (RootKind.PREPARED, "deploy-7")
+        assert "ROLLBACK PREPARED 'deploy-7'" in (incident.next_step.sql or "")
+    finally:
+        db.connect("admin").execute("ROLLBACK PREPARED 'deploy-7'")
+        for claiming in claims:
+            claiming.join()

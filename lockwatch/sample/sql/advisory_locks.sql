@@ -33,7 +33,8 @@
 -- The awaited locktypes are read from the backends' status by id (an
 -- InitPlan, run once); with no session waiting on a lock but an advisory one
 -- it is empty, no other row passes and others is NULL. Each row is one text
--- array (pid, locktype, tag, mode, granted, waitstart's epoch, relation) in
+-- array (pid, locktype, tag, mode, granted, waitstart's epoch, relation, and
+-- a prepared transaction's virtualtransaction, for prepared_xacts.sql) in
 -- one aggregate: an array per column cost every advisory row a FILTER check
 -- per column, a fifth more at 50,000 locks with no waiter; this costs none
 -- measurable. The tag names the locked object by every column that can; a
@@ -65,7 +66,8 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
                                   EXTRACT(epoch FROM {waitstart})::pg_catalog.text,
                                   CASE WHEN l.relation IS NOT NULL
                                             AND (NOT l.granted OR l.locktype = 'tuple')
-                                       THEN l.relation::pg_catalog.regclass::pg_catalog.text END])
+                                       THEN l.relation::pg_catalog.regclass::pg_catalog.text END,
+                                  CASE WHEN l.pid IS NULL THEN l.virtualtransaction END])
            FILTER (WHERE l.locktype <> 'advisory') AS others
 FROM pg_catalog.pg_locks AS l
 WHERE (l.locktype = 'advisory'
