@@ -28,7 +28,7 @@ from lockwatch.demo.scenarios import (
 )
 from tests.fixtures.paths import ROOT, WORKLOADS
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
-from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.processes import LOCKS, LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -119,6 +119,23 @@ def holder_of_42(database: PgDatabase) -> int | None:
     return None if row is None else int(row[0])
 
 
+def seed_002(
+    tmp_path: Path, port: int, database: PgDatabase, extra: str, locks: str = LOCKS
+) -> tuple[LockwatchProcess, Blackhole, Receiver, Producer]:
+    """A lockwatch run watching ``database`` as ``main`` (``extra``: its
+    queues and workers), and seed 002's receivers and producer: its eighth
+    job goes to a receiver that never answers."""
+    config = write_config(
+        tmp_path, port, {"main": database.monitor_dsn}, locks=locks, extra={"main": extra}
+    )
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    blackhole, receiver = Blackhole(), Receiver()
+    producer = Producer(
+        database.admin_dsn, 4.0, lambda n: blackhole.url if n == 8 else receiver.url
+    )
+    return lockwatch, blackhole, receiver, producer
+
+
 @ONE_VERSION
 def polls_of(lockwatch: LockwatchProcess) -> float:
     return lockwatch.metric("lockwatch_polls_total", target="main") or 0
@@ -143,12 +160,7 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
         + "workers:\n"
         + worker_group("webhook-workers", "webhooks", tag, sessions="webhook-worker-*")
     )
-    config = write_config(tmp_path, port, {"main": database.monitor_dsn}, extra={"main": extra})
-    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-    blackhole, receiver = Blackhole(), Receiver()
-    producer = Producer(
-        database.admin_dsn, 4.0, lambda n: blackhole.url if n == 8 else receiver.url
-    )
+    lockwatch, blackhole, receiver, producer = seed_002(tmp_path, port, database, extra)
     try:
         lockwatch.start()
         for number in range(1, 7):
@@ -308,14 +320,7 @@ def test_seed_002_with_a_row_lock_the_stall_and_the_row_lock_convoy_are_one_inci
         + worker_group("webhook-workers", "webhooks", tag, sessions="webhook-worker-*")
     )
     locks = "{max_hold: 1h, orphan_after: 1h, row_lock_wait: 2s}"
-    config = write_config(
-        tmp_path, port, {"main": database.monitor_dsn}, locks=locks, extra={"main": extra}
-    )
-    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-    blackhole, receiver = Blackhole(), Receiver()
-    producer = Producer(
-        database.admin_dsn, 4.0, lambda n: blackhole.url if n == 8 else receiver.url
-    )
+    lockwatch, blackhole, receiver, producer = seed_002(tmp_path, port, database, extra, locks)
     try:
         lockwatch.start()
         for number in range(1, 5):

@@ -18,7 +18,7 @@ from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.queue_locks import LockContext
 from lockwatch.detect.queues import QueueInput, WorkerInput, completed_in, detect_queues, fit_line
-from lockwatch.model.evidence import QueueEvidence, QueueStallEvidence
+from lockwatch.model.evidence import QueueEvidence, QueueLockChain, QueueStallEvidence
 from lockwatch.model.evidence.json_form import to_json
 from lockwatch.model.findings import Finding, FindingKind, Related, Subject
 from lockwatch.model.incidents import RootKind
@@ -254,6 +254,18 @@ def test_completions_count_only_increases() -> None:
     assert completed_in([QueueSample(NOW, 5)]) is None
 
 
+def stalled_chain(context: LockContext, sessions: list[Backend]) -> tuple[Finding, QueueLockChain]:
+    """The stall of a queue growing with nothing completed, whose workers'
+    ``sessions`` wait as ``context`` says, and the lock chain it names."""
+    findings, _ = judge(
+        series(lambda t: 100 + 0.5 * t, completed=lambda t: 77), workers(sessions=sessions), context
+    )
+    stalled = only(findings, STALLED)
+    chain = evidence_as(stalled, QueueStallEvidence).lock
+    assert chain is not None
+    return stalled, chain
+
+
 def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> None:
     settings_ = LockSettings(
         convoy_waiters=2,
@@ -274,17 +286,8 @@ def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> Non
         backends=[holder, *waiters],
     )
     lock_findings = tuple(detect_locks(snap, settings_, NOW))
-    context = LockContext(snap, settings_, lock_findings)
 
-    findings, _ = judge(
-        series(lambda t: 100 + 0.5 * t, completed=lambda t: 77),
-        workers(sessions=[*waiters, holder]),
-        context,
-    )
-
-    stalled = only(findings, STALLED)
-    chain = evidence_as(stalled, QueueStallEvidence).lock
-    assert chain is not None
+    stalled, chain = stalled_chain(LockContext(snap, settings_, lock_findings), [*waiters, holder])
     assert chain.lock == "webhook-delivery"
     assert chain.key == "42"
     assert chain.waiting_sessions == 5
@@ -340,17 +343,8 @@ def test_a_stall_behind_a_hung_worker_s_row_lock_is_one_incident_with_its_row_lo
     snap = replace(snapshot(backends=[hung, *waiters]), waits=lock_waits(rows))
     settings_ = LockSettings(row_lock_wait=30.0)
     lock_findings = tuple(detect_lock_waits(snap, settings_, NOW))
-    context = LockContext(snap, settings_, lock_findings)
 
-    findings, _ = judge(
-        series(lambda t: 100 + 0.5 * t, completed=lambda t: 77),
-        workers(sessions=[*waiters, hung]),
-        context,
-    )
-
-    stalled = only(findings, STALLED)
-    chain = evidence_as(stalled, QueueStallEvidence).lock
-    assert chain is not None
+    stalled, chain = stalled_chain(LockContext(snap, settings_, lock_findings), [*waiters, hung])
     assert (chain.lock, chain.locktype, chain.database) == ("a row of jobs", "transactionid", DB)
     assert (chain.waiting_sessions, chain.worker_sessions) == (5, 6)
     (facts,) = chain.holders
