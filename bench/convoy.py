@@ -1,8 +1,11 @@
 """``python -m bench.convoy``: the cost of one poll with one holder and N
-sessions queued on one advisory key, on a server of its own (max_connections
-raised, pg_stat_statements on). Target: under 0.5 s of server time at 2,000
-waiters, growing at most linearly. Written to docs/benchmarks.md between its
-own markers."""
+sessions queued on one advisory key, and with N sessions queued behind one
+``ALTER TABLE`` that waits behind an idle-in-transaction reader (the lock
+queue), on a server of its own (max_connections raised, pg_stat_statements
+on). Targets: under 0.5 s of server time at 2,000 waiters, growing at most
+linearly; the lock queue polled under the default statement_timeout without
+``target_down``, its ``lock_queue`` found. Written to docs/benchmarks.md
+between its own markers."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ import psycopg
 from bench.markdown import ms, table
 from bench.server import SETTINGS, bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.model.findings import FindingKind
+from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
@@ -36,8 +41,13 @@ ROLE = "lockwatch"
 SERVER_TARGET_MS = 500.0  # at 2,000 waiters
 
 
+ADVISORY = "advisory key"
+ALTER = "ALTER TABLE"
+
+
 @dataclass(frozen=True, slots=True)
 class ConvoyCost:
+    queue: str  # ADVISORY or ALTER: what the sessions queue on
     waiters: int
     polls: int
     poll_wall_ms: float  # median
@@ -57,10 +67,45 @@ def _server_ms(admin: psycopg.Connection[Any]) -> float:
     return float(row[0]) if row else 0.0
 
 
-def _poll(runner: TargetRunner, waiters: int) -> bool:
-    view = runner.poll_once()
+def _waiting(view: TargetView, queue: str) -> int:
     snapshot = view.status.snapshot if view.status else None
-    return snapshot is not None and sum(not lock.granted for lock in snapshot.locks) == waiters
+    if snapshot is None:
+        return -1
+    if queue == ADVISORY:
+        return sum(not lock.granted for lock in snapshot.locks)
+    return len(snapshot.waits) - 1  # the ALTER itself waits too
+
+
+def _polled(view: TargetView, queue: str) -> None:
+    """A measured poll is what it claims: the target read, the queue found."""
+    kinds = {finding.kind for finding in view.findings}
+    if FindingKind.TARGET_DOWN in kinds:
+        raise RuntimeError(f"target_down while {queue} waiters queued")
+    if queue == ALTER and FindingKind.LOCK_QUEUE not in kinds:
+        raise RuntimeError("no lock_queue for the sessions queued behind the ALTER")
+
+
+def _queue_up(server: LocalCluster, queue: str, queued: list[psycopg.Connection[Any]]) -> None:
+    """One more session queued, sent and not waited for."""
+    conn = psycopg.connect(server.dsn(), autocommit=True)
+    statement = f"SELECT pg_advisory_lock({KEY})" if queue == ADVISORY else "SELECT * FROM jobs"
+    conn.pgconn.send_query(statement.encode())
+    queued.append(conn)
+
+
+def _measured(
+    runner: TargetRunner, admin: psycopg.Connection[Any], queue: str, size: int, polls: int
+) -> ConvoyCost:
+    while _waiting(runner.poll_once(), queue) != size:  # every waiter queued, a warm-up poll
+        pass
+    before, walls = _server_ms(admin), []
+    for _ in range(polls):
+        started = time.perf_counter()
+        view = runner.poll_once()
+        walls.append((time.perf_counter() - started) * 1000)
+        _polled(view, queue)
+    spent = (_server_ms(admin) - before) / polls
+    return ConvoyCost(queue, size, polls, statistics.median(walls), spent)
 
 
 def measure(sizes: tuple[int, ...], polls: int, workdir: Path) -> list[ConvoyCost]:
@@ -70,36 +115,49 @@ def measure(sizes: tuple[int, ...], polls: int, workdir: Path) -> list[ConvoyCos
         admin = psycopg.connect(server.dsn(), autocommit=True)
         admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         admin.execute(f"CREATE ROLE {ROLE} LOGIN IN ROLE pg_monitor")
-        admin.execute("SELECT pg_advisory_lock(%s)", (KEY,))
-        target = Target(
-            "convoy",
-            server.dsn(user=ROLE),
-            statement_timeout=60.0,
-            locks=LockSettings(max_hold=86400.0, orphan_after=86400.0),
-        )
-        runner = TargetRunner(target, Board(), StateStore(None), lambda: datetime.now(UTC))
-        queued: list[psycopg.Connection[Any]] = []
+        admin.execute("CREATE TABLE jobs (id int PRIMARY KEY, state text)")
         try:
-            for size in sorted(sizes):
-                while len(queued) < size:
-                    conn = psycopg.connect(server.dsn(), autocommit=True)
-                    conn.pgconn.send_query(f"SELECT pg_advisory_lock({KEY})".encode())
-                    queued.append(conn)
-                while not _poll(runner, size):  # every waiter queued, and a warm-up poll
-                    pass
-                before, walls = _server_ms(admin), []
-                for _ in range(polls):
-                    started = time.perf_counter()
-                    runner.poll_once()
-                    walls.append((time.perf_counter() - started) * 1000)
-                spent = (_server_ms(admin) - before) / polls
-                costs.append(ConvoyCost(size, polls, statistics.median(walls), spent))
+            for queue in (ADVISORY, ALTER):
+                costs += _queue_costs(server, admin, queue, sizes, polls)
         finally:
-            runner.close()
             server.stop()
-            for conn in queued:
-                conn.close()
             admin.close()
+    return costs
+
+
+def _queue_costs(
+    server: LocalCluster,
+    admin: psycopg.Connection[Any],
+    queue: str,
+    sizes: tuple[int, ...],
+    polls: int,
+) -> list[ConvoyCost]:
+    """The polls' cost with ``sizes`` sessions queued on ``queue`` in turn, under
+    the default statement_timeout, its budgets passed at once."""
+    holder = psycopg.connect(server.dsn(), autocommit=queue == ADVISORY)
+    if queue == ADVISORY:
+        holder.execute("SELECT pg_advisory_lock(%s)", (KEY,))
+    else:
+        holder.execute("SELECT count(*) FROM jobs")  # and stays idle in its transaction
+    locks = LockSettings(max_hold=86400.0, orphan_after=86400.0, queue_wait=0.0)
+    target = Target("convoy", server.dsn(user=ROLE), locks=locks)
+    runner = TargetRunner(target, Board(), StateStore(None), lambda: datetime.now(UTC))
+    queued: list[psycopg.Connection[Any]] = []
+    costs = []
+    try:
+        if queue == ALTER:
+            alter = psycopg.connect(server.dsn(), autocommit=True)
+            alter.pgconn.send_query(b"ALTER TABLE jobs ADD COLUMN note text")
+            queued.append(alter)
+        for size in sorted(sizes):
+            while len(queued) < size + (queue == ALTER):
+                _queue_up(server, queue, queued)
+            costs.append(_measured(runner, admin, queue, size, polls))
+    finally:
+        runner.close()
+        holder.close()  # the ALTER goes through, and the queue with it
+        for conn in queued:
+            conn.close()
     return costs
 
 
@@ -107,18 +165,22 @@ def render(costs: list[ConvoyCost], command: str) -> str:
     last = costs[-1]
     return "\n".join(
         [
-            "### A convoy on one key",
+            "### A convoy on one key, and a lock queue behind one ALTER TABLE",
             "",
             f"Measured {datetime.now(UTC):%Y-%m-%d} with `{command}`: one poll "
-            "(`TargetRunner.poll_once()`) with one holder and N sessions queued on one "
-            f"advisory key; client time the median of {last.polls} polls, server time the "
-            "mean from pg_stat_statements. Target: under "
-            f"{SERVER_TARGET_MS:.0f} ms of server time at 2,000 waiters, at most linear.",
+            "(`TargetRunner.poll_once()`, the default 5 s statement_timeout) with one holder "
+            "and N sessions queued on one advisory key; then with a reader idle in "
+            "transaction, an `ALTER TABLE` waiting behind it and N sessions queued behind "
+            "the ALTER (each measured poll has its `lock_queue`, none a `target_down`); "
+            f"client time the median of {last.polls} polls, server time the mean from "
+            f"pg_stat_statements. Target: under {SERVER_TARGET_MS:.0f} ms of server time at "
+            "2,000 waiters, at most linear.",
             "",
             *table(
-                ["waiters", "poll, client", "server", "server per waiter"],
+                ["queued on", "waiters", "poll, client", "server", "server per waiter"],
                 (
                     [
+                        c.queue,
                         f"{c.waiters:,}",
                         ms(c.poll_wall_ms),
                         ms(c.server_ms),

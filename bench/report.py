@@ -264,9 +264,10 @@ def parts_section(parts: Sequence[ServerParts]) -> list[str]:
     return [
         "### Where a poll's server time goes",
         "",
-        "Server time (pg_stat_statements) of the floor, of two steps towards lockwatch's "
+        "Server time (pg_stat_statements) of the floor, of three steps towards lockwatch's "
         "lock statement (the floor's rows filtered to advisory locks; one array of their "
-        "keys, the least an answer naming each lock can send), of lockwatch's two "
+        "keys, the least an answer naming each lock can send; the advisory arrays alone, "
+        "the lock statement before it read the waits on other locktypes), of lockwatch's two "
         "statements, and of both, on one connection, in an order that turns from round to "
         f"round: ms, and the ratio to the floor of the same round, median [min-max] over "
         f"{rounds} rounds.",
@@ -282,6 +283,12 @@ def parts_section(parts: Sequence[ServerParts]) -> list[str]:
                 for p in parts
             ),
         ),
+        "",
+        "The lock statement over the advisory arrays alone, round by round (what reading "
+        "the waits on other locktypes costs a poll with no such waiter; target at most "
+        "1.05x): "
+        + "; ".join(f"{p.locks:,} locks {spread(p.waits_ratio, ratio)}" for p in parts)
+        + ".",
     ]
 
 

@@ -2,11 +2,14 @@
 of lockwatch's two statements adds to it, measured in the same rounds.
 
 A poll runs two statements: the locks (``advisory_locks.sql``: every advisory
-lock of ``pg_locks`` as arrays in one row) and the sessions behind them
-(``lock_sessions.sql``). Between the floor (``SELECT count(*) FROM
-pg_locks``) and the lock statement sit two steps that tell what costs what:
-the floor's rows filtered to advisory locks, and one array of their keys
-(the least any answer that names each lock can send). Every statement runs
+lock of ``pg_locks`` as arrays in one row, and the rows of the locktypes some
+session waits on) and the sessions behind them (``lock_sessions.sql``).
+Between the floor (``SELECT count(*) FROM pg_locks``) and the lock statement
+sit three steps that tell what costs what: the floor's rows filtered to
+advisory locks, one array of their keys (the least any answer that names
+each lock can send), and the advisory arrays alone (the lock statement as it
+was before it read the waits on other locktypes: with no such waiter, the
+lock statement should cost at most 5 % more). Every statement runs
 prepared on one connection of a role of their own, in an order that turns
 from round to round, and pg_stat_statements tells them apart by a trailing
 comment that names each (it keeps the text a statement first came with), so
@@ -35,15 +38,30 @@ from lockwatch.sample.session import WORK_MEM
 
 ADVISORY = " FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory'"
 KEYS = "(l.classid::pg_catalog.int8 << 32) | l.objid::pg_catalog.int8"
+# The lock statement as it was before it read the waits on other locktypes
+# (issue 26): the advisory arrays alone, which a poll with no such waiter
+# must cost no more than 5 % over.
+ADVISORY_ARRAYS_SQL = (
+    "SELECT pg_catalog.statement_timestamp(), (SELECT pg_catalog.count(*)::pg_catalog.int4"
+    " FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)"
+    " WHERE pg_catalog.pg_stat_get_backend_wait_event(b.id) IN ('LockManager', 'lock_manager')),"
+    " pg_catalog.array_agg(COALESCE(l.pid, 0) * 8 + CASE WHEN l.objsubid = 2 THEN 1 ELSE 0 END"
+    " + CASE WHEN l.mode = 'ShareLock' THEN 2 ELSE 0 END + CASE WHEN l.granted THEN 0 ELSE 4 END),"
+    " pg_catalog.array_agg((l.classid::pg_catalog.int8 << 32) | l.objid::pg_catalog.int8),"
+    " pg_catalog.array_agg(WAITSTART) FILTER (WHERE NOT l.granted),"
+    " pg_catalog.array_agg(l.virtualtransaction) FILTER (WHERE l.pid IS NULL)"
+    " FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory'"
+)
 # The parts, in the order they are shown; the last two are a poll's statements.
-FLOOR, ROWS, ONE_ARRAY, LOCKS, SESSIONS = (
+FLOOR, ROWS, ONE_ARRAY, ADVISORY_ARRAYS, LOCKS, SESSIONS = (
     "the floor",
     "advisory rows only",
     "one array (the keys)",
+    "the advisory arrays alone",
     "lock statement",
     "sessions statement",
 )
-PARTS = (FLOOR, ROWS, ONE_ARRAY, LOCKS, SESSIONS)
+PARTS = (FLOOR, ROWS, ONE_ARRAY, ADVISORY_ARRAYS, LOCKS, SESSIONS)
 POLL = "a poll (both statements)"
 MARK = "\n-- bench part: "  # the trailing comment pg_stat_statements keeps
 
@@ -54,6 +72,9 @@ class ServerParts:
     rounds: int
     ms: dict[str, Spread]  # server ms of each part (and of a poll), per round
     ratio: dict[str, Spread]  # each to the floor of the same round
+    # The lock statement to the advisory arrays alone of the same round: what
+    # reading the waits on other locktypes costs a poll with no such waiter.
+    waits_ratio: Spread
 
 
 def _statements(server_version: int) -> dict[str, bytes]:
@@ -61,8 +82,11 @@ def _statements(server_version: int) -> dict[str, bytes]:
         FLOOR: COUNT_SQL.encode(),
         ROWS: f"SELECT pg_catalog.count(*){ADVISORY}".encode(),
         ONE_ARRAY: f"SELECT pg_catalog.array_agg({KEYS}){ADVISORY}".encode(),
+        ADVISORY_ARRAYS: ADVISORY_ARRAYS_SQL.replace(
+            "WAITSTART", "l.waitstart" if server_version >= 140000 else "NULL::timestamptz"
+        ).encode(),
         LOCKS: advisory_locks_query(server_version),
-        SESSIONS: lock_sessions_query(),
+        SESSIONS: lock_sessions_query(server_version),
     }
     return {part: text + (MARK + part).encode() for part, text in bare.items()}
 
@@ -108,6 +132,7 @@ def measure_parts(server: BenchServer, rounds: int) -> ServerParts:
                 per_round[part].append(after[part] - before[part])
             per_round[POLL].append(per_round[LOCKS][-1] + per_round[SESSIONS][-1])
     floor = per_round[FLOOR]
+    alone = per_round[ADVISORY_ARRAYS]
     return ServerParts(
         locks=server.locks_held,
         rounds=rounds,
@@ -116,6 +141,7 @@ def measure_parts(server: BenchServer, rounds: int) -> ServerParts:
             part: Spread.of([v / f for v, f in zip(values, floor, strict=True)])
             for part, values in per_round.items()
         },
+        waits_ratio=Spread.of([v / a for v, a in zip(per_round[LOCKS], alone, strict=True)]),
     )
 
 

@@ -198,7 +198,7 @@ def lockwatch_sql(server: BenchServer) -> str:
             " WHERE locktype = 'advisory'"
         ).fetchone()
         pids = list(row[0]) if row else []
-        sessions = lock_sessions_query().replace(b")b", b")s")
+        sessions = lock_sessions_query(version).replace(b")b", b")s")
         rendered = psycopg.ClientCursor(conn).mogrify(
             sessions.decode(), {"pids": pids, "query_chars": QUERY_CHARS}
         )

@@ -122,6 +122,7 @@ class TargetRunner:
             self.target.name,
             on_resolved=self._resolved_outside_poll,
             runbooks=self.runbooks,
+            episode_gap=self.target.locks.episode_gap,
         )
         # What lockwatch terminate did, from the state dir onto the incidents' timelines.
         self.actions = ActionInbox(self.store.directory, self.target.name)
@@ -241,7 +242,9 @@ class TargetRunner:
         roots = tell_incidents(transitions.active, status.snapshot, poll.previous)
         self._judging = True
         try:
-            changes = self.incidents.update(roots, status.checked_at, poll.monotonic, poll.alive)
+            changes = self.incidents.update(
+                roots, status.checked_at, poll.monotonic, poll.alive, snapshot=status.snapshot
+            )
         finally:
             self._judging = False
         return status, replace(transitions, incidents=changes)
@@ -481,6 +484,7 @@ class TargetRunner:
         self.ledger = old.ledger
         self.incidents = old.incidents
         self.incidents.runbooks = self.runbooks
+        self.incidents.episodes.gap = self.target.locks.episode_gap
         self.incidents.on_resolved = self._resolved_outside_poll
         self.actions = old.actions
         self._view = replace(old._view, target=self.target)

@@ -16,6 +16,7 @@ import click
 from lockwatch.commands.incident_places import CannotLookError, Found, find_incidents
 from lockwatch.config.peek import peek_places
 from lockwatch.config.reader import ConfigError
+from lockwatch.model.episodes import BlockingEpisode
 from lockwatch.model.incidents import Incident, IncidentState, incident_json
 from lockwatch.publish.api.encode import json_safe
 from lockwatch.publish.api.incidents import (
@@ -72,12 +73,37 @@ def story(incident: Incident) -> str:
     ]
     if step.sql is not None:
         lines += [f"  {one_line(step.sql, 600)}", f"  cost: {step.cost}"]
-    lines += [f"runbook: {step.runbook}", "timeline:"]
+    lines += [f"runbook: {step.runbook}"]
+    if incident.episodes:
+        lines += ["blocking episodes:", *(f"  {episode_text(e)}" for e in incident.episodes)]
+    lines += ["timeline:"]
     lines += [
         f"  {iso_utc(e.at)}  {e.event.value:<16} {one_line(e.detail, 200)}"
         for e in incident.timeline
     ]
     return "\n".join(lines)
+
+
+def episode_text(episode: BlockingEpisode) -> str:
+    """A blocking episode on one line: when, what it cost, the blocker, the queries."""
+    how = "ended" if episode.ended else "going on"
+    on = ", ".join(episode.locktypes) + (
+        f" of {', '.join(episode.relations)}" if episode.relations else ""
+    )
+    text = (
+        f"{iso_utc(episode.started_at)} for {format_duration(episode.seconds)} ({how}): "
+        f"{format_duration(episode.waiter_seconds)} of waiting, at most {episode.max_waiters} "
+        f"waiting on pid {episode.pid} ({on})"
+    )
+    if episode.blocker_xact_seconds is not None:
+        text += f"; its transaction {format_duration(episode.blocker_xact_seconds)}"
+    idle = episode.blocker_idle_in_transaction_seconds
+    if idle is not None:
+        text += f", idle in transaction {format_duration(idle)}"
+    if episode.blocker_fingerprint is not None:
+        text += f"; it ran: {episode.blocker_fingerprint}"
+    waiters = "; ".join(f"{q.fingerprint} ({q.most_at_once})" for q in episode.waiter_queries)
+    return one_line(text + (f"; the waiters ran: {waiters}" if waiters else ""), 600)
 
 
 @click.command("incidents")

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from lockwatch.detect.evidence import age_seconds, seconds_between, session_args
-from lockwatch.model.evidence import HolderFacts, LockWaitEvidence, WaitingFacts
+from lockwatch.model.evidence import HolderFacts, LockWaitEvidence, PreparedFacts, WaitingFacts
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
-from lockwatch.model.lock_waits import ROW_LOCKTYPES, LockWait, roots_of
+from lockwatch.model.lock_waits import ROW_LOCKTYPES, LockWait, PreparedXact, roots_of
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.remediation import IN_TRANSACTION
 from lockwatch.settings.locks import LockSettings
@@ -36,10 +36,11 @@ LOCK_TIMEOUT_ADVICE = (
 
 @dataclass(frozen=True, slots=True)
 class _Rooted:
-    """The waits whose chains end at one session."""
+    """The waits whose chains end at one session (or prepared transaction)."""
 
-    root: int
+    root: int  # 0: a prepared transaction's
     waits: tuple[LockWait, ...]  # the longest-waiting first
+    prepared: PreparedXact | None = None
 
 
 def detect_lock_waits(
@@ -55,14 +56,41 @@ def detect_lock_waits(
         by_root.setdefault(roots[wait.pid], []).append(wait)
     findings: list[Finding] = []
     for root, waits in sorted(by_root.items()):
-        if root in roots or root == 0:
-            continue  # a deadlock cycle (the server breaks it) or a prepared transaction's
-        rooted = _Rooted(root, tuple(sorted(waits, key=lambda w: -_waited(w, now))))
-        for check in (_lock_queue, _row_lock_convoy, _idle_blocker):
-            finding = check(snapshot, settings, now, rooted)
-            if finding is not None:
-                findings.append(finding)
+        if root in roots:
+            continue  # a deadlock cycle: the server breaks it
+        for rooted in _rooted(root, waits, snapshot.waits, now):
+            for check in (_lock_queue, _row_lock_convoy, _idle_blocker):
+                finding = check(snapshot, settings, now, rooted)
+                if finding is not None:
+                    findings.append(finding)
     return findings
+
+
+def _rooted(
+    root: int, waits: list[LockWait], every: tuple[LockWait, ...], now: datetime
+) -> list[_Rooted]:
+    """The waits of one root; those of pid 0 by the prepared transaction at
+    the end of each chain (one it waits on directly, or through the waiter
+    ahead of it), a chain to one not read left out."""
+    if root != 0:
+        return [_Rooted(root, tuple(sorted(waits, key=lambda w: -_waited(w, now))))]
+    waiting = {wait.pid: wait for wait in every}
+    by_gid: dict[str, list[LockWait]] = {}
+    prepared: dict[str, PreparedXact] = {}
+    for wait in waits:
+        step, seen = wait, {wait.pid}
+        while step.prepared is None and (ahead := waiting.get(step.blockers[0])) is not None:
+            if ahead.pid in seen:
+                break
+            step = ahead
+            seen.add(step.pid)
+        if step.prepared is not None:
+            prepared[step.prepared.gid] = step.prepared
+            by_gid.setdefault(step.prepared.gid, []).append(wait)
+    return [
+        _Rooted(0, tuple(sorted(gid_waits, key=lambda w: -_waited(w, now))), prepared[gid])
+        for gid, gid_waits in sorted(by_gid.items())
+    ]
 
 
 def _waited(wait: LockWait, now: datetime) -> float:
@@ -87,7 +115,7 @@ def _lock_queue(
         summary = (
             f"{one_line(strong.mode)} on {one_line(strong.relation or strong.tag)} "
             f"(pid {strong.pid}: {one_line(waiting.query or '?')}) waits behind "
-            f"{_who(snapshot, rooted.root, now)}, with {len(behind)} sessions queued behind it"
+            f"{_who(snapshot, rooted, now)}, with {len(behind)} sessions queued behind it"
         )
         advice = (
             f"cancel the waiting statement (pid {strong.pid}) or end the session at the root; "
@@ -115,7 +143,7 @@ def _row_lock_convoy(
     relation = next((wait.relation for wait in rows if wait.relation), None)
     summary = (
         f"{len(rows)} sessions wait on a row{_on(relation)} held by "
-        f"{_who(snapshot, rooted.root, now)}, the longest for "
+        f"{_who(snapshot, rooted, now)}, the longest for "
         f"{format_duration(_waited(rows[0], now))}"
     )
     advice = (
@@ -146,7 +174,7 @@ def _idle_blocker(
         return None
     relation = next((wait.relation for wait in rooted.waits if wait.relation), None)
     summary = (
-        f"{_who(snapshot, rooted.root, now)} is idle in transaction while "
+        f"{_who(snapshot, rooted, now)} is idle in transaction while "
         f"{len(rooted.waits)} sessions wait on it{_on(relation)}, the longest for "
         f"{format_duration(longest)}"
     )
@@ -169,8 +197,13 @@ def _on(relation: str | None) -> str:
     return f" of {one_line(relation)}" if relation else ""
 
 
-def _who(snapshot: LockSnapshot, pid: int, now: datetime) -> str:
-    """The root in words: pid, application, state and transaction age."""
+def _who(snapshot: LockSnapshot, rooted: _Rooted, now: datetime) -> str:
+    """The root in words: pid, application, state and transaction age; or
+    the prepared transaction, its gid and age."""
+    pid, prepared = rooted.root, rooted.prepared
+    if prepared is not None:
+        age = format_duration(prepared.age_seconds)
+        return f"prepared transaction {one_line(prepared.gid)!r} (prepared {age} ago, no session)"
     backend = snapshot.backends.get(pid)
     if backend is None:
         return f"pid {pid}"
@@ -198,7 +231,7 @@ def _finding(
     backend = snapshot.backends.get(rooted.root)
     longest = _waited(rooted.waits[0], now)
     evidence = LockWaitEvidence(
-        root=_root_facts(snapshot, rooted.root, now),
+        root=_root_facts(snapshot, rooted, now),
         relation=relation,
         waiting=waiting,
         queued=queued,
@@ -210,10 +243,13 @@ def _finding(
     )
     since = rooted.waits[0].wait_start or now
     database = backend.database if backend is not None else None
+    subject = Subject(database, f"pid {rooted.root}")
+    if rooted.prepared is not None:
+        subject = Subject(rooted.prepared.database, f"prepared {rooted.prepared.gid}")
     return Finding(
         kind,
         snapshot.target,
-        Subject(database, f"pid {rooted.root}"),
+        subject,
         severity,
         since,
         summary,
@@ -221,7 +257,8 @@ def _finding(
     )
 
 
-def _root_facts(snapshot: LockSnapshot, pid: int, now: datetime) -> HolderFacts:
+def _root_facts(snapshot: LockSnapshot, rooted: _Rooted, now: datetime) -> HolderFacts:
+    pid, prepared = rooted.root, rooted.prepared
     backend = snapshot.backends.get(pid)
     return HolderFacts(
         **session_args(backend, pid, now),
@@ -230,6 +267,15 @@ def _root_facts(snapshot: LockSnapshot, pid: int, now: datetime) -> HolderFacts:
         mode="",
         xact_seconds=age_seconds(now, backend.xact_start) if backend else None,
         backend_start=backend.backend_start if backend else None,
+        prepared=None
+        if prepared is None
+        else PreparedFacts(
+            prepared.gid,
+            prepared.owner,
+            prepared.database,
+            prepared.prepared,
+            prepared.transaction,
+        ),
     )
 
 

@@ -32,13 +32,12 @@ from datetime import datetime
 from itertools import pairwise
 from typing import TypeVar
 
-from lockwatch.detect.evidence import age_seconds, session_args
+from lockwatch.detect.queue_locks import LockContext, chain_text, lock_chain, waiting_on
 from lockwatch.detect.worker_cpu import cpu_cores, cpu_state, cpu_wait_cores, per_second
 from lockwatch.model.evidence import (
     SESSION_STATES,
     STARVED,
     WAITING,
-    LockHolderFacts,
     QueueEvidence,
     QueueLockChain,
     QueueStallEvidence,
@@ -46,11 +45,10 @@ from lockwatch.model.evidence import (
     WorkerFacts,
 )
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
-from lockwatch.model.locks import Backend, LockKey, LockSnapshot
-from lockwatch.model.queues import QueueSample, SessionWait, WorkerSample
-from lockwatch.settings.locks import LockSettings
+from lockwatch.model.locks import Backend
+from lockwatch.model.queues import QueueSample, WorkerSample
 from lockwatch.settings.queues import QueueThresholds, WorkerGroup
-from lockwatch.text import client_address, format_duration, one_line
+from lockwatch.text import format_duration, one_line
 
 COVERAGE = 0.8  # share of the window the samples must span before a queue is judged
 MIN_SAMPLES = 3
@@ -135,29 +133,6 @@ def session_counts(sessions: Iterable[Backend]) -> dict[str, int]:
     return counts
 
 
-def lock_label(database: str, key: LockKey, settings: LockSettings) -> str:
-    named = settings.named_lock(database, key)
-    return named.name if named is not None else key.render()
-
-
-def waiting_on(
-    sessions: Iterable[Backend], snapshot: LockSnapshot | None, settings: LockSettings
-) -> tuple[SessionWait, ...]:
-    """The advisory locks these sessions wait on, most waiters first."""
-    if snapshot is None:
-        return ()
-    pids = {backend.pid for backend in sessions}
-    waits: dict[tuple[str, LockKey], int] = {}
-    for lock in snapshot.locks:
-        if not lock.granted and lock.pid in pids:
-            waits[lock.database, lock.key] = waits.get((lock.database, lock.key), 0) + 1
-    ordered = sorted(waits.items(), key=lambda item: (-item[1], item[0]))
-    return tuple(
-        SessionWait(database, lock_label(database, key, settings), key.render(), count)
-        for (database, key), count in ordered
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class WorkerInput:
     group: WorkerGroup
@@ -171,15 +146,6 @@ class QueueInput:
     thresholds: QueueThresholds
     samples: tuple[QueueSample, ...]
     workers: tuple[WorkerInput, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LockContext:
-    """The same poll's advisory locks, to explain a stall."""
-
-    snapshot: LockSnapshot | None
-    settings: LockSettings
-    findings: tuple[Finding, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,71 +189,6 @@ def worker_facts(
         host_cpu_pressure=_rounded(per_second(cpu, "host_pressure_seconds")) if whole else None,
         cpu_state=cpu_state(cores, waited, thresholds.stall_cpu),
     )
-
-
-def _lock_chain(
-    queue: QueueInput, now: datetime, context: LockContext
-) -> tuple[QueueLockChain | None, tuple[Related, ...]]:
-    """The advisory lock most of the queue's worker sessions wait on, its
-    holders, and the lock findings about it."""
-    snapshot = context.snapshot
-    bound = [w for w in queue.workers if w.sessions is not None]
-    if snapshot is None or not bound:
-        return None, ()
-    sessions = [backend for w in bound for backend in w.sessions or ()]
-    waits = waiting_on(sessions, snapshot, context.settings)
-    if not waits:
-        return None, ()
-    wait = waits[0]
-    key = LockKey.parse(wait.key)
-    group_of = {backend.pid: w.group.name for w in bound for backend in w.sessions or ()}
-    holders = tuple(
-        LockHolderFacts(
-            **session_args(snapshot.backends.get(lock.pid), lock.pid, now),
-            held_seconds=age_seconds(now, lock.first_seen),
-            worker_group=group_of.get(lock.pid),
-            backend_start=_backend_start(snapshot.backends.get(lock.pid)),
-        )
-        for lock in sorted(snapshot.holders(wait.database, key), key=lambda lock: lock.pid)
-    )
-    subject = Subject(wait.database, wait.lock)
-    related = tuple(
-        Related(f.kind, f.target, f.subject) for f in context.findings if f.subject == subject
-    )
-    chain = QueueLockChain(
-        database=wait.database,
-        lock=wait.lock,
-        key=wait.key,
-        waiting_sessions=wait.sessions,
-        worker_sessions=len(sessions),
-        holders=holders,
-    )
-    return chain, related
-
-
-def _backend_start(backend: Backend | None) -> datetime | None:
-    return None if backend is None else backend.backend_start
-
-
-def _chain_text(chain: QueueLockChain) -> str:
-    label = chain.lock if chain.lock == chain.key else f"{chain.lock} ({chain.key})"
-    text = (
-        f"{chain.waiting_sessions} of {chain.worker_sessions} worker sessions wait on "
-        f"lock {one_line(label)}"
-    )
-    if not chain.holders:
-        return text + ", holder not seen"
-    holder = chain.holders[0]
-    where = one_line(client_address(holder.client_addr, holder.client_port, holder.client_hostname))
-    text += (
-        f" held by pid {holder.pid} "
-        f"({one_line(holder.application_name or 'no application_name')} from {where})"
-    )
-    if holder.state_seconds is not None and holder.state != "active":
-        text += f" {one_line(holder.state)} {format_duration(holder.state_seconds)}"
-    if holder.query:
-        text += f' since "{one_line(holder.query)}"'
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +323,7 @@ def _stall_summary(
     summary = (
         f"queue {one_line(queue.name)} stalled: {window.last.depth} pending ({trend}), {because}"
     )
-    return summary if chain is None else f"{summary}; {_chain_text(chain)}"
+    return summary if chain is None else f"{summary}; {chain_text(chain)}"
 
 
 def _judge(
@@ -456,7 +357,8 @@ def _judge(
             )
         )
     if stalled_because is not None:
-        chain, lock_related = _lock_chain(queue, now, context)
+        bound = [(w.group.name, w.sessions) for w in queue.workers if w.sessions is not None]
+        chain, lock_related = lock_chain(bound, now, context)
         grew = (Related(FindingKind.QUEUE_GROWING, target, subject),) if growing else ()
         findings.append(
             Finding(

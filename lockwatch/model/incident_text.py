@@ -20,6 +20,7 @@ from lockwatch.model.evidence import (
     TargetDownEvidence,
 )
 from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.fingerprints import holder_fingerprint
 from lockwatch.model.incidents import (
     SEVERITY_RANK,
     Impact,
@@ -47,7 +48,7 @@ HOLDING = (RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED)
 # ``lock``, ``database``, ``queue``, ``application`` and ``holder`` as it opened.
 ROOT_LABELS = (
     *("incident", "fingerprint", "root", "kind", "severity", "database", "lock", "queue"),
-    *("job_name", "source", "pid", "application", "holder"),
+    *("job_name", "source", "pid", "application", "holder", "blocking_query"),
 )
 
 # What a resolved incident of a root that holds nothing was, by its leading kind.
@@ -244,9 +245,12 @@ def held_locks(findings: Sequence[Finding]) -> list[tuple[str, str]]:
     return list(held)
 
 
-def naming(root: IncidentRoot, findings: Sequence[Finding], lead: FindingKind) -> Naming:
+def naming(
+    root: IncidentRoot, findings: Sequence[Finding], lead: FindingKind, query: str | None = None
+) -> Naming:
     """What an incident opening with ``findings`` names for as long as it is
-    open: its holder, and the lock of its leading finding (or the first it holds)."""
+    open: its holder, the lock of its leading finding (or the first it holds),
+    the holder's query fingerprint (``query``: its blocking episode's)."""
     about = held_locks([lead_finding(findings, lead), *findings])
     database, lock = about[0] if about else (root.database or "", root.lock or "")
     holding = root.kind in HOLDING
@@ -257,6 +261,7 @@ def naming(root: IncidentRoot, findings: Sequence[Finding], lead: FindingKind) -
         database=database,
         lock=lock,
         queue=one_line(stalled, LABEL_LIMIT) if holding else "",
+        blocking_query=(query or holder_fingerprint(findings)) if holding else "",
     )
 
 
@@ -291,6 +296,7 @@ def root_labels(incident: Incident) -> dict[str, str]:
         "queue": named.queue or root.queue or "",
         "application": named.application or root.application_name or "",
         "holder": named.holder,
+        "blocking_query": named.blocking_query,
     }
     return {name: printable(one_line(values[name], LABEL_LIMIT)) for name in ROOT_LABELS}
 

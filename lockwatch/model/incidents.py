@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from lockwatch.model.episodes import BlockingEpisode
 from lockwatch.model.evidence.json_form import JsonObject, JsonShapeError, from_json, to_json
 from lockwatch.model.findings import Finding, FindingKind, Severity, finding_json, load_finding
 
@@ -175,6 +176,8 @@ class Naming:
     # the first of several
     lock: str = ""
     queue: str = ""  # the queue a holder's incident stalls, when it opened with the stall
+    # the holder's query fingerprint (model/fingerprints.py), never a constant
+    blocking_query: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,9 @@ class Incident:
     naming: Naming = Naming()  # what its alert names, as it opened
     # When it opened again, its root back within the reopen grace (flapping).
     reopened: tuple[datetime, ...] = ()
+    # Its root's blocking episodes (the latest few, oldest first): who waited
+    # on it, how long, with what queries; ended once the incident is.
+    episodes: tuple[BlockingEpisode, ...] = ()
 
     @property
     def open(self) -> bool:
@@ -270,6 +276,7 @@ def load_incident(entry: Any) -> Incident | None:
             # an incident saved by an older lockwatch names nothing more than its root
             naming=Naming() if naming is None else from_json(Naming, naming),
             reopened=tuple(_moment(at) for at in entry.get("reopened", ())),
+            episodes=tuple(from_json(BlockingEpisode, e) for e in entry.get("episodes", ())),
         )
     except (KeyError, TypeError, ValueError, AttributeError, JsonShapeError):
         return None

@@ -67,6 +67,20 @@ def conflicts(held: str, wanted: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class PreparedXact:
+    """A prepared (two-phase) transaction, a row of ``pg_prepared_xacts``: it
+    holds its locks with no session at all, across server restarts, until
+    someone runs COMMIT PREPARED or ROLLBACK PREPARED."""
+
+    transaction: int  # its xid
+    gid: str
+    owner: str | None
+    database: str | None
+    prepared: datetime  # when it was prepared, by the server's clock
+    age_seconds: float  # since then, by the server's clock, as the locks were read
+
+
+@dataclass(frozen=True, slots=True)
 class LockRowFact:
     """One row of pg_locks of a locktype a waiter waits on: its session (pid
     0 for a prepared transaction), the locked object (``tag``: every column
@@ -79,6 +93,7 @@ class LockRowFact:
     granted: bool
     wait_start: datetime | None = None  # pg_locks.waitstart (14+), else the query's start
     relation: str | None = None  # the relation's name, for a relation, page or tuple lock
+    prepared_vxid: str | None = None  # a prepared transaction's (pid 0) virtualtransaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +109,8 @@ class LockWait:
     hard: tuple[int, ...]  # holders in a conflicting mode
     soft: tuple[int, ...]  # earlier waiters asking for a conflicting mode
     position: int  # its place in the wait queue, 0 first
+    # The prepared transaction among its hard blockers (pid 0), when read.
+    prepared: PreparedXact | None = None
 
     @property
     def blockers(self) -> tuple[int, ...]:
@@ -103,6 +120,26 @@ class LockWait:
     @property
     def strong(self) -> bool:
         return self.mode in STRONG_MODES
+
+
+def wait_label(wait: LockWait) -> str:
+    """What a wait is on, in words: a row of its relation, the relation
+    itself, or the locktype and the object's tag.
+
+    >>> wait = LockWait(7, "transactionid", "ShareLock", "transactionid:731", "jobs", None, (), (), 0)
+    >>> wait_label(wait)
+    'a row of jobs'
+    >>> from dataclasses import replace
+    >>> wait_label(replace(wait, locktype="relation", mode="AccessExclusiveLock"))
+    'relation jobs'
+    >>> wait_label(replace(wait, relation=None))
+    'transactionid:731'
+    """
+    if wait.relation is None:
+        return wait.tag
+    if wait.locktype in ROW_LOCKTYPES:
+        return f"a row of {wait.relation}"
+    return f"{wait.locktype} {wait.relation}"
 
 
 def _queue_order(row: LockRowFact) -> tuple[bool, datetime | None, int]:

@@ -12,7 +12,7 @@ from itertools import compress, islice
 from operator import attrgetter
 from typing import NamedTuple
 
-from lockwatch.model.lock_waits import LockWait
+from lockwatch.model.lock_waits import LockWait, PreparedXact
 from lockwatch.text import client_address
 
 # The states of a session that runs no SQL right now.
@@ -158,6 +158,9 @@ class Backend:
     # others, pg_stat_activity shows pid, user and application_name, and NULL
     # for the address, state, times and query, which say nothing of them.
     visible: bool = True
+    # The server's id of its query (PostgreSQL 14+ with compute_query_id);
+    # None: not computed, not read, or hidden.
+    query_id: int | None = None
 
     @property
     def where(self) -> str:
@@ -178,20 +181,6 @@ class Backend:
     @property
     def waiting_on_lock(self) -> bool:
         return self.wait_event_type == "Lock"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedXact:
-    """A prepared (two-phase) transaction, a row of ``pg_prepared_xacts``: it
-    holds its locks with no session at all, across server restarts, until
-    someone runs COMMIT PREPARED or ROLLBACK PREPARED."""
-
-    transaction: int  # its xid
-    gid: str
-    owner: str | None
-    database: str | None
-    prepared: datetime  # when it was prepared, by the server's clock
-    age_seconds: float  # since then, by the server's clock, as the locks were read
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from lockwatch.detect.capacity import detect_capacity_lost, window_minutes
 from lockwatch.detect.freshness import is_stale
 from lockwatch.detect.long_jobs import detect_long_jobs, longest_running
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
+from lockwatch.detect.queue_locks import LockContext, waiting_on
 from lockwatch.detect.queues import (
-    LockContext,
     QueueInput,
     S,
     WorkerInput,
@@ -26,7 +26,6 @@ from lockwatch.detect.queues import (
     growth,
     in_window,
     session_counts,
-    waiting_on,
     worker_facts,
 )
 from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs

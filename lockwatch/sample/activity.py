@@ -39,6 +39,7 @@ def backend_from_row(row: Mapping[str, Any]) -> Backend:
         client_port=row["client_port"],
         client_hostname=row["client_hostname"] if row["visible"] else None,
         visible=row["visible"],
+        query_id=row.get("query_id") if row["visible"] else None,
     )
 
 

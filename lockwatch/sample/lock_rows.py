@@ -23,8 +23,8 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
-from lockwatch.model.lock_waits import LockRowFact
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
+from lockwatch.model.lock_waits import LockRowFact, PreparedXact
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
 
 # Bits of the flags in the ``owners`` array of advisory_locks.sql.
 PAIR_KEY, SHARED, WAITING = 1, 2, 4
@@ -104,10 +104,18 @@ def _other_row(
     granted: str,
     waitstart: str | None,
     relation: str | None,
+    prepared_vxid: str | None = None,
 ) -> LockRowFact:
     wait_start = None if waitstart is None else datetime.fromtimestamp(float(waitstart), UTC)
     return LockRowFact(
-        int(pid), locktype, f"{locktype}:{tag}", mode, granted == "true", wait_start, relation
+        int(pid),
+        locktype,
+        f"{locktype}:{tag}",
+        mode,
+        granted == "true",
+        wait_start,
+        relation,
+        prepared_vxid,
     )
 
 

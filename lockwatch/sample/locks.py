@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg import sql
 
-from lockwatch.model.lock_waits import LockRowFact, LockWait, lock_waits
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
+from lockwatch.model.lock_waits import LockRowFact, LockWait, PreparedXact, lock_waits
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
 from lockwatch.model.servers import WHOLE_SERVER, LockScope, ScopeKind
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
 from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor, other_rows
@@ -150,8 +150,9 @@ def advisory_locks_query(server_version: int, scope: ScopeKind = ScopeKind.WHOLE
 
 
 @cache
-def lock_sessions_query() -> bytes:
-    return sql.SQL(_sql_text("lock_sessions.sql")).as_bytes()
+def lock_sessions_query(server_version: int) -> bytes:
+    query_id = sql.SQL("a.query_id" if server_version >= 140000 else "NULL::int8")
+    return sql.SQL(_sql_text("lock_sessions.sql")).format(query_id=query_id).as_bytes()
 
 
 @cache
@@ -232,17 +233,37 @@ def wait_blockers(waits: Iterable[LockWait], backends: Mapping[int, Backend]) ->
 
 
 def _judged_waits(
+    conn: psycopg.Connection[dict[str, Any]],
     rows: list[LockRowFact],
     backends: Mapping[int, Backend],
     server_version: int,
     scope: LockScope,
-    own: str,
 ) -> tuple[LockWait, ...]:
-    """The waits of ``rows`` this target judges (``own``: its database)."""
+    """The waits of ``rows`` this target judges (those of its database's
+    sessions when it shares the server), each naming the prepared
+    transaction among its hard blockers."""
     waits = waits_of(rows, backends, server_version) if rows else ()
     if waits and scope.kind is not ScopeKind.WHOLE:
-        waits = _in_scope(waits, backends, scope, own)
-    return waits
+        waits = _in_scope(waits, backends, scope, conn.info.dbname)
+    return _with_prepared(conn, rows, waits)
+
+
+def _with_prepared(
+    conn: psycopg.Connection[dict[str, Any]],
+    rows: list[LockRowFact],
+    waits: tuple[LockWait, ...],
+) -> tuple[LockWait, ...]:
+    """``waits`` with the prepared transaction each waits on directly (a row
+    it updated before PREPARE TRANSACTION), read only when one is waited on."""
+    held = {row.tag: row.prepared_vxid for row in rows if row.granted and row.prepared_vxid}
+    wanted = {held[wait.tag] for wait in waits if 0 in wait.hard and wait.tag in held}
+    if not wanted:
+        return waits
+    prepared = _prepared(conn, wanted)
+    return tuple(
+        replace(wait, prepared=prepared.get(held.get(wait.tag, ""))) if 0 in wait.hard else wait
+        for wait in waits
+    )
 
 
 def _in_scope(
@@ -310,8 +331,8 @@ def read_advisory_locks(
 
     def sessions_of(wanted: Collection[int]) -> psycopg.Cursor[tuple[Any, ...]]:
         cursor = seen.cursor(conn)
-        params = _sessions_params(wanted)
-        return cursor.execute(lock_sessions_query(), params, prepare=prepare, binary=True)
+        query, params = lock_sessions_query(server_version), _sessions_params(wanted)
+        return cursor.execute(query, params, prepare=prepare, binary=True)
 
     with conn.pipeline():
         arrays = lock_cursor(conn).execute(
@@ -336,7 +357,7 @@ def read_advisory_locks(
         locks = decoder.nothing()
     else:
         locks = decoder.decode(row, backends, _prepared(conn, row["prepared"]))
-    waits = _judged_waits(others, backends, server_version, scope, conn.info.dbname)
+    waits = _judged_waits(conn, others, backends, server_version, scope)
     backends = wait_blockers(waits, backends)
     if row["waitstarts"] is not None:  # some advisory lock waits: its blockers come from the locks
         backends = advisory_blockers(locks.values(), backends)

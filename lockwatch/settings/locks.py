@@ -43,6 +43,7 @@ MAX_HOLDER_CHANGES = 64
 # a budget of 9.5 s to become 315 s in 15 holds, and would have gone on.
 CEILING_FACTOR = 10.0
 DEFAULT_MAX_HOLD = 300.0
+DEFAULT_EPISODE_GAP = 30.0  # seconds with no waiter on a root that end its episode
 DEFAULT_ORPHAN_AFTER = 600.0
 
 
@@ -215,6 +216,8 @@ class LockSettings(Section):
     row_lock_wait: Seconds = 30.0
     # idle_in_transaction_blocker: a session idle in transaction that one waited on this long
     idle_blocker_wait: Seconds = 10.0
+    # a blocking episode ends once no session has waited on its root this long
+    episode_gap: PositiveSeconds = DEFAULT_EPISODE_GAP
     # unnamed locks exported individually, longest-held first
     top_n: Annotated[Whole, at_least(0), at_most(MAX_TOP_N)] = 20
     # keys libraries hold on purpose

@@ -30,7 +30,8 @@ from lockwatch.model.actions import ActionRecord
 from lockwatch.model.evidence.json_form import JsonObject, JsonShapeError, from_json, to_json
 from lockwatch.model.incidents import EventKind, TimelineEvent
 from lockwatch.state.incident_history import IncidentHistory
-from lockwatch.state.incidents import IncidentBook, with_event
+from lockwatch.state.incident_records import with_event
+from lockwatch.state.incidents import IncidentBook
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lockwatch.model.incidents import EventKind, Incident, TimelineEvent
-from lockwatch.state.incidents import with_event
+from lockwatch.state.incident_records import with_event
 from lockwatch.state.statefile import StateStore
 
 INCIDENTS_KEPT = 1000  # incidents whose deliveries are kept, the latest told

@@ -11,16 +11,15 @@ later incident of the same root gets a new one.
 
 from __future__ import annotations
 
-import bisect
-import contextlib
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from lockwatch.model.episodes import BlockingEpisode, merged_episodes
 from lockwatch.model.evidence import MissedRunEvidence, QueueEvidence
-from lockwatch.model.evidence.json_form import JsonObject, to_json
-from lockwatch.model.findings import Finding, FindingKind, Subject, finding_json, load_finding
+from lockwatch.model.evidence.json_form import JsonObject
+from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.incident_text import (
     RUNBOOKS_PATH,
     holder_measures,
@@ -45,18 +44,23 @@ from lockwatch.model.incidents import (
     RootKind,
     RootLoad,
     TimelineEvent,
-    incident_json,
-    load_incident,
     session_ending,
 )
+from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.next_step import next_step
 from lockwatch.model.remediation import linked_client
+from lockwatch.settings.locks import DEFAULT_EPISODE_GAP
+from lockwatch.state.episodes import BlockingEpisodes
+from lockwatch.state.incident_records import (
+    FINDINGS_KEPT,
+    Record,
+    dump_record,
+    load_record,
+    with_event,
+)
 from lockwatch.state.reopen import DEFAULT_REOPEN_GRACE, reopenable, reopened, still_resolved
 from lockwatch.text import one_line
 
-TIMELINE_FIRST = 10  # events kept from an incident's start...
-TIMELINE_LIMIT = 50  # ...and in all, the latest ones after those
-FINDINGS_KEPT = 20  # findings a resolved incident keeps from its worst moment
 RECENT_RESOLVED = 20  # resolved incidents a target's view carries
 WAITER_SAMPLE = timedelta(seconds=60)  # a steady waiter count is noted this often at most
 SLOTS_KEPT = 1000  # missed job slots counted per incident
@@ -75,53 +79,6 @@ def incident_id(fingerprint: str, opened_at: datetime) -> str:
     return f"{fingerprint[:12]}-{int(opened_at.timestamp() * 1000)}"
 
 
-def _at(event: TimelineEvent) -> datetime:
-    return event.at
-
-
-def _bounded(events: list[TimelineEvent]) -> list[TimelineEvent]:
-    if len(events) <= TIMELINE_LIMIT:
-        return events
-    return events[:TIMELINE_FIRST] + events[-(TIMELINE_LIMIT - TIMELINE_FIRST) :]
-
-
-def with_event(incident: Incident, event: TimelineEvent) -> Incident:
-    """``incident`` with ``event`` on its timeline in time order (bounded), once."""
-    if event in incident.timeline:
-        return incident
-    timeline = list(incident.timeline)
-    bisect.insort_right(timeline, event, key=_at)
-    return replace(incident, timeline=tuple(_bounded(timeline)))
-
-
-@dataclass
-class _Record:
-    """An open incident and what the book remembers to tell its story."""
-
-    incident: Incident
-    worst: tuple[Finding, ...]  # its findings at its worst moment so far
-    worst_rank: tuple[int, int, int] = (len(SEVERITY_RANK), 0, 0)
-    idle_noted: bool = False
-    waiters_noted: int = 0
-    waiters_noted_at: datetime | None = None
-    linked_client: str | None = None  # pgbouncer's client of the holder's backend
-    start_depths: dict[str, int] = field(default_factory=dict)  # queue -> depth at first sight
-    missed_slots: set[str] = field(default_factory=set)
-    last_monotonic: float | None = None  # unknown after a restart: that interval is not counted
-
-    def note(
-        self,
-        at: datetime,
-        event: EventKind,
-        detail: str,
-        kind: FindingKind | None = None,
-        value: float | None = None,
-    ) -> None:
-        # In time order: an event dated back (when the holder went idle) goes
-        # before what was noted since; equal times keep the order they came in.
-        self.incident = with_event(self.incident, TimelineEvent(at, event, detail, kind, value))
-
-
 @dataclass(frozen=True, slots=True)
 class _Poll:
     now: datetime
@@ -129,6 +86,12 @@ class _Poll:
     # Which sessions at the root of an ending incident still exist; None: unknown.
     alive: frozenset[LiveSession] | None = None
     unwatched: bool = False  # the target was removed: its incidents end unseen
+    episodes: Mapping[str, BlockingEpisode] | None = None  # by their root's fingerprint
+
+
+def _episode(poll: _Poll, fingerprint: str) -> tuple[BlockingEpisode, ...]:
+    episode = (poll.episodes or {}).get(fingerprint)
+    return () if episode is None else (episode,)
 
 
 def _rank(findings: Sequence[Finding], waiters: int) -> tuple[int, int, int]:
@@ -147,12 +110,14 @@ class IncidentBook:
         on_resolved: ResolvedSink | None = None,
         runbooks: str = RUNBOOKS_PATH,
         reopen_grace: float = DEFAULT_REOPEN_GRACE,
+        episode_gap: float = DEFAULT_EPISODE_GAP,
     ) -> None:
         self.target = target
+        self.episodes = BlockingEpisodes(target, episode_gap)  # its roots' blocking, as it goes
         self.reopen_grace = reopen_grace  # a root back this soon reopens its incident
         self.on_resolved = on_resolved  # where resolved incidents go: the history
         self.runbooks = runbooks
-        self._open: dict[str, _Record] = {}  # by fingerprint
+        self._open: dict[str, Record] = {}  # by fingerprint
         self._recent: list[Incident] = []  # resolved, newest first
         self._lock = threading.Lock()  # read from other threads (a retired target's)
 
@@ -197,16 +162,18 @@ class IncidentBook:
         alive: frozenset[LiveSession] | None = None,
         *,
         unwatched: bool = False,
+        snapshot: LockSnapshot | None = None,
     ) -> IncidentChanges:
         """Fold one poll's root causes (``detect.incidents.tell_incidents`` of
         its active findings) into incidents: which opened, got worse, resolved.
         ``monotonic`` is lockwatch's own clock, for the waiter-seconds;
         ``alive``: which sessions at the roots of open incidents still exist,
         read before this judgement (None: unknown): how those that end ended;
-        ``unwatched``: the target was removed, so what ends was not seen to end."""
-        poll = _Poll(now, monotonic, alive, unwatched)
-        opened: list[_Record] = []
-        worsened: list[_Record] = []
+        ``unwatched``: the target was removed, so what ends was not seen to end;
+        ``snapshot``: the poll's locks, whose waits make the roots' episodes."""
+        poll = _Poll(now, monotonic, alive, unwatched, self.episodes.observe(snapshot, now))
+        opened: list[Record] = []
+        worsened: list[Record] = []
         resolved: list[Incident] = []
         with self._lock:
             seen = set()
@@ -233,10 +200,11 @@ class IncidentBook:
                 self.on_resolved(incident)
         return replace(changes, active=self.open)
 
-    def _opened(self, group: RootGroup, poll: _Poll) -> _Record:
+    def _opened(self, group: RootGroup, poll: _Poll) -> Record:
         root = group.root
         fingerprint = root.fingerprint
         first = min(group.findings, key=lambda f: f.since)
+        blocking = next((e.blocker_fingerprint for e in _episode(poll, fingerprint)), None)
         incident = Incident(
             id=incident_id(fingerprint, poll.now),
             fingerprint=fingerprint,
@@ -255,25 +223,25 @@ class IncidentBook:
             timeline=(),
             impact=Impact(),
             next_step=NextStep("", None, None, ""),  # worded by _advance, at once
-            naming=naming(root, group.findings, opening_kinds(group.findings)[0]),
+            naming=naming(root, group.findings, opening_kinds(group.findings)[0], blocking),
         )
-        record = _Record(incident, group.findings)
+        record = Record(incident, group.findings)
         kinds = ", ".join(dict.fromkeys(f.kind.value for f in group.findings))
         record.note(poll.now, EventKind.OPENED, f"first seen: {kinds}")
         return record
 
-    def _reopened(self, fingerprint: str, poll: _Poll) -> _Record | None:
+    def _reopened(self, fingerprint: str, poll: _Poll) -> Record | None:
         """The record of the incident this returning root reopens (flapping), if any."""
         resolved = reopenable(self._recent, fingerprint, poll.now, self.reopen_grace)
         if resolved is None:
             return None
         self._recent = [i for i in self._recent if i.id != resolved.id]
         incident, event = reopened(resolved, poll.now)
-        record = _Record(replace(incident, findings=()), resolved.findings)
+        record = Record(replace(incident, findings=()), resolved.findings)
         record.note(event.at, event.event, event.detail, value=event.value)
         return record
 
-    def _advance(self, record: _Record, group: RootGroup, poll: _Poll) -> bool:
+    def _advance(self, record: Record, group: RootGroup, poll: _Poll) -> bool:
         """Fold one poll into an incident; True when it got worse (a new kind
         joined after it opened, or its severity rose)."""
         findings, load, waiters = group.findings, group.load, group.waiters
@@ -302,11 +270,12 @@ class IncidentBook:
             next_step=next_step(group.root, findings, lead, self.runbooks, record.incident.id),
             locks=before.locks if load is None else load.locks,
             waiters=waiters,
+            episodes=merged_episodes(before.episodes, _episode(poll, before.fingerprint)),
         )
         record.last_monotonic = poll.monotonic
         return worse and bool(before.kinds)
 
-    def _note_kinds(self, record: _Record, findings: Sequence[Finding], now: datetime) -> bool:
+    def _note_kinds(self, record: Record, findings: Sequence[Finding], now: datetime) -> bool:
         incident = record.incident
         present = list(opening_kinds(findings))  # the leading one first
         joined = [kind for kind in present if kind not in incident.kinds]
@@ -327,7 +296,7 @@ class IncidentBook:
         return bool(joined)
 
     def _note_holder(
-        self, record: _Record, findings: Sequence[Finding], waiters: int, now: datetime
+        self, record: Record, findings: Sequence[Finding], waiters: int, now: datetime
     ) -> None:
         idle = holder_measures(record.incident.root, findings).idle_seconds
         if idle is not None and not record.idle_noted:
@@ -346,7 +315,7 @@ class IncidentBook:
 
     def _impact(
         self,
-        record: _Record,
+        record: Record,
         findings: Sequence[Finding],
         load: RootLoad | None,
         waiters: int,
@@ -377,7 +346,7 @@ class IncidentBook:
             missed_runs=len(record.missed_slots),
         )
 
-    def _resolve(self, record: _Record, poll: _Poll) -> Incident:
+    def _resolve(self, record: Record, poll: _Poll) -> Incident:
         root = record.incident.root
         if poll.unwatched:
             how, detail = Resolution.UNWATCHED, "no longer watched: the target was removed"
@@ -407,6 +376,7 @@ class IncidentBook:
             findings=record.worst[:FINDINGS_KEPT],
             finding_count=len(record.worst),
             waiters=0,
+            episodes=tuple(replace(e, ended=True) for e in record.incident.episodes),
         )
         incident = replace(incident, title=resolved_title(incident))
         self._recent = [incident, *self._recent][:RECENT_RESOLVED]
@@ -435,55 +405,16 @@ class IncidentBook:
 
     def dump(self) -> list[JsonObject]:
         with self._lock:
-            return [_dump_record(record) for record in self._open.values()]
+            return [dump_record(record) for record in self._open.values()]
 
     def load(self, entries: object) -> None:
         """Restore the open incidents saved by ``dump``; an entry that cannot be
         read is dropped (its root opens a new incident if it is still true)."""
         restored = {}
         for entry in entries if isinstance(entries, list) else ():
-            record = _load_record(entry)
+            record = load_record(entry)
             if record is not None and record.incident.target == self.target:
                 restored[record.incident.fingerprint] = record
         with self._lock:
             self._open = restored
             self._recent = still_resolved(self._recent, [r.incident for r in restored.values()])
-
-
-def _dump_record(record: _Record) -> JsonObject:
-    return {
-        "incident": incident_json(record.incident),
-        "worst": [finding_json(finding) for finding in record.worst[:FINDINGS_KEPT]],
-        "worst_rank": list(record.worst_rank),
-        "idle_noted": record.idle_noted,
-        "waiters_noted": record.waiters_noted,
-        "waiters_noted_at": None
-        if record.waiters_noted_at is None
-        else record.waiters_noted_at.isoformat(),
-        "linked_client": record.linked_client,
-        "start_depths": dict(record.start_depths),
-        "missed_slots": to_json(sorted(record.missed_slots)),
-    }
-
-
-def _load_record(entry: object) -> _Record | None:
-    if not isinstance(entry, dict):
-        return None
-    incident = load_incident(entry.get("incident"))
-    if incident is None or incident.state is not IncidentState.OPEN:
-        return None
-    with contextlib.suppress(KeyError, TypeError, ValueError):
-        noted_at = entry["waiters_noted_at"]
-        rank = tuple(int(part) for part in entry["worst_rank"])
-        return _Record(
-            incident,
-            worst=tuple(f for item in entry["worst"] if (f := load_finding(item)) is not None),
-            worst_rank=(rank[0], rank[1], rank[2]),
-            idle_noted=bool(entry["idle_noted"]),
-            waiters_noted=int(entry["waiters_noted"]),
-            waiters_noted_at=None if noted_at is None else datetime.fromisoformat(noted_at),
-            linked_client=entry["linked_client"],
-            start_depths={str(q): int(d) for q, d in dict(entry["start_depths"]).items()},
-            missed_slots={str(slot) for slot in entry["missed_slots"]},
-        )
-    return None

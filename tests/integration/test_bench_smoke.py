@@ -113,6 +113,7 @@ def test_every_part_of_a_polls_server_time_was_found_in_pg_stat_statements(
     assert set(parts.ms) == {*PARTS, POLL}
     assert all(spread.low > 0 for spread in parts.ms.values())
     assert parts.ratio[FLOOR] == Spread(1.0, 1.0, 1.0)
+    assert parts.waits_ratio.low > 0  # the lock statement over the advisory arrays alone
     # A poll is its two statements, round by round.
     assert parts.ms[POLL].high <= parts.ms[LOCKS].high + parts.ms[SESSIONS].high + 1e-9
 

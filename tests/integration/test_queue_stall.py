@@ -13,8 +13,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.demo.scenarios import (
@@ -26,7 +28,7 @@ from lockwatch.demo.scenarios import (
 )
 from tests.fixtures.paths import ROOT, WORKLOADS
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
-from tests.fixtures.processes import LockwatchProcess, write_config
+from tests.fixtures.processes import LOCKS, LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -117,6 +119,23 @@ def holder_of_42(database: PgDatabase) -> int | None:
     return None if row is None else int(row[0])
 
 
+def seed_002(
+    tmp_path: Path, port: int, database: PgDatabase, extra: str, locks: str = LOCKS
+) -> tuple[LockwatchProcess, Blackhole, Receiver, Producer]:
+    """A lockwatch run watching ``database`` as ``main`` (``extra``: its
+    queues and workers), and seed 002's receivers and producer: its eighth
+    job goes to a receiver that never answers."""
+    config = write_config(
+        tmp_path, port, {"main": database.monitor_dsn}, locks=locks, extra={"main": extra}
+    )
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    blackhole, receiver = Blackhole(), Receiver()
+    producer = Producer(
+        database.admin_dsn, 4.0, lambda n: blackhole.url if n == 8 else receiver.url
+    )
+    return lockwatch, blackhole, receiver, producer
+
+
 @ONE_VERSION
 def polls_of(lockwatch: LockwatchProcess) -> float:
     return lockwatch.metric("lockwatch_polls_total", target="main") or 0
@@ -141,12 +160,7 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
         + "workers:\n"
         + worker_group("webhook-workers", "webhooks", tag, sessions="webhook-worker-*")
     )
-    config = write_config(tmp_path, port, {"main": database.monitor_dsn}, extra={"main": extra})
-    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-    blackhole, receiver = Blackhole(), Receiver()
-    producer = Producer(
-        database.admin_dsn, 4.0, lambda n: blackhole.url if n == 8 else receiver.url
-    )
+    lockwatch, blackhole, receiver, producer = seed_002(tmp_path, port, database, extra)
     try:
         lockwatch.start()
         for number in range(1, 7):
@@ -285,5 +299,73 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
     finally:
         for producer in producers:
             producer.stop()
+        receiver.close()
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+
+
+@ONE_VERSION
+def test_seed_002_with_a_row_lock_the_stall_and_the_row_lock_convoy_are_one_incident(
+    tmp_path: Path, pg_server: LocalCluster, databases: list[PgDatabase], workers: Workers
+) -> None:
+    """Workers claim jobs with SELECT ... FOR UPDATE (no SKIP LOCKED) and
+    deliver inside the claim's transaction; one delivery hangs on a receiver
+    that never answers, and every other worker waits on its row."""
+    database = webhook_database(pg_server, databases)
+    tag = uuid.uuid4().hex[:8]
+    port = free_port()
+    extra = (
+        "queues:\n"
+        + queue("webhooks", completed=False)
+        + "workers:\n"
+        + worker_group("webhook-workers", "webhooks", tag, sessions="webhook-worker-*")
+    )
+    locks = "{max_hold: 1h, orphan_after: 1h, row_lock_wait: 2s}"
+    lockwatch, blackhole, receiver, producer = seed_002(tmp_path, port, database, extra, locks)
+    try:
+        lockwatch.start()
+        for number in range(1, 5):
+            workers.start(database.admin_dsn, f"webhook-worker-{number}", tag, "--for-update")
+        producer.start()
+        wait_until(lambda: blackhole.accepted, message="a worker takes the poisoned job")
+        stalled = wait_until(
+            lambda: lockwatch.finding("queue_stalled", "main"), timeout=60, message="the stall"
+        )
+        convoy = wait_until(
+            lambda: lockwatch.finding("row_lock_convoy", "main"), timeout=30, message="the convoy"
+        )
+
+        # Ground truth: the server's own view of who holds the poisoned job's row.
+        with database.connect() as admin:
+            hung, waiting = admin.execute(
+                "SELECT h.pid, (SELECT count(*) FROM pg_stat_activity AS w"
+                "  WHERE h.pid = ANY (pg_blocking_pids(w.pid)))"
+                " FROM pg_stat_activity AS h WHERE h.application_name LIKE 'webhook-worker-%%'"
+                " AND h.state = 'idle in transaction'"
+            ).fetchone() or (None, 0)
+        assert hung is not None and waiting >= 1
+        chain = stalled["evidence"]["lock"]
+        assert chain["locktype"] in ("transactionid", "tuple")
+        assert chain["lock"] == "a row of webhook_jobs"
+        (holder,) = chain["holders"]
+        assert (holder["pid"], holder["worker_group"]) == (hung, "webhook-workers")
+        assert convoy["evidence"]["root"]["pid"] == hung
+
+        def one_incident() -> dict[str, Any] | None:
+            document = requests.get(f"{lockwatch.base}/api/v1/incidents", timeout=5).json()
+            # open ones: the backlog's growth, seen before the stall, may have
+            # been an incident of the queue's that resolved into this one
+            mine = [
+                i for i in document["incidents"] if i["target"] == "main" and i["state"] == "open"
+            ]
+            joined = [i for i in mine if {"queue_stalled", "row_lock_convoy"} <= set(i["kinds"])]
+            return joined[0] if len(mine) == 1 and joined else None
+
+        incident = wait_until(one_incident, timeout=10, message="one incident of both")
+        assert (incident["root"]["kind"], incident["root"]["pid"]) == ("session", hung)
+        assert f"pid {hung}" in incident["title"]
+        assert "holds a row of webhook_jobs" in incident["title"]
+    finally:
+        producer.stop()
+        blackhole.close()
         receiver.close()
         assert lockwatch.stop() == 0, lockwatch.log(whole=True)

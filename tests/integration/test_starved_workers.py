@@ -15,14 +15,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from lockwatch.detect.queues import (
-    LockContext,
-    QueueInput,
-    WorkerInput,
-    covered,
-    detect_queues,
-    in_window,
-)
+from lockwatch.detect.queue_locks import LockContext
+from lockwatch.detect.queues import QueueInput, WorkerInput, covered, detect_queues, in_window
 from lockwatch.model.evidence import STARVED, WAITING, QueueEvidence
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.queues import QueueSample, WorkerSample

@@ -54,14 +54,18 @@ class WorkerFacts:
 
 @dataclass(frozen=True, slots=True)
 class QueueLockChain:
-    """The advisory lock most of the queue's worker sessions wait on."""
+    """The lock most of the queue's worker sessions wait on: an advisory
+    lock, else a lock of another locktype, whose holder is the root of their
+    waits (a row a hung worker claimed with FOR UPDATE)."""
 
     database: str
-    lock: str  # the configured name, or the key
+    lock: str  # the configured name, or the key; of another locktype, what it is on in words
     key: str
     waiting_sessions: int
     worker_sessions: int
     holders: tuple[LockHolderFacts, ...]  # by pid; empty: the holder was not seen
+    # the locktype they wait on: advisory, or the first of the root's waits
+    locktype: str = field(default="advisory", kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,7 @@ class QueueEvidence(FindingFacts):
 
 @dataclass(frozen=True, slots=True)
 class QueueStallEvidence(QueueEvidence):
-    lock: QueueLockChain | None  # None: its workers wait on no advisory lock
+    lock: QueueLockChain | None  # None: its workers wait on no lock
 
     @classmethod
     def of(cls, queue: QueueEvidence, lock: QueueLockChain | None) -> QueueStallEvidence:

@@ -30,15 +30,26 @@
 -- transactionid, tuple, ...: a Lock wait event is named by its locktype),
 -- from the same copy of the lock table, for sample/lock_rows.py's
 -- other_rows: their waiters and every holder or waiter of those locktypes.
--- The awaited locktypes are read from the backends' status by id (an
--- InitPlan, run once); with no session waiting on a lock but an advisory one
--- it is empty, no other row passes and others is NULL. Each row is one text
--- array (pid, locktype, tag, mode, granted, waitstart's epoch, relation) in
+-- The awaited locktypes are read from the backends' status by id, once (the
+-- awaited CTE, read by InitPlans); with no session waiting on a lock but an
+-- advisory one it is empty, no other row passes, others is NULL, and the
+-- advisory arrays' filters stop at that one flag instead of comparing each
+-- row's locktype again (three text comparisons per lock: what made a poll
+-- with no waiter cost more than the advisory arrays alone,
+-- python -m bench.server_parts). Each row is one text
+-- array (pid, locktype, tag, mode, granted, waitstart's epoch, relation, and
+-- a prepared transaction's virtualtransaction, for prepared_xacts.sql) in
 -- one aggregate: an array per column cost every advisory row a FILTER check
 -- per column, a fifth more at 50,000 locks with no waiter; this costs none
 -- measurable. The tag names the locked object by every column that can; a
 -- relation's name is looked up only for a waiter's row and a tuple lock (the
 -- row a transaction id wait is about).
+WITH awaited AS MATERIALIZED (
+    SELECT ARRAY(SELECT DISTINCT pg_catalog.pg_stat_get_backend_wait_event(b.id)
+                 FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
+                 WHERE pg_catalog.pg_stat_get_backend_wait_event_type(b.id) = 'Lock'
+                   AND pg_catalog.pg_stat_get_backend_wait_event(b.id) <> 'advisory')
+           AS locktypes)
 SELECT pg_catalog.statement_timestamp() AS read_at,
        (SELECT pg_catalog.count(*)::pg_catalog.int4
         FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
@@ -49,10 +60,12 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
            + CASE WHEN l.objsubid = 2 THEN 1 ELSE 0 END
            + CASE WHEN l.mode = 'ShareLock' THEN 2 ELSE 0 END
            + CASE WHEN l.granted THEN 0 ELSE 4 END
-       ) FILTER (WHERE l.locktype = 'advisory') AS owners,
+       ) FILTER (WHERE (SELECT pg_catalog.cardinality(a.locktypes) = 0 FROM awaited AS a)
+                       OR l.locktype = 'advisory') AS owners,
        pg_catalog.array_agg(
            (l.classid::pg_catalog.int8 << 32) | l.objid::pg_catalog.int8
-       ) FILTER (WHERE l.locktype = 'advisory') AS keys,
+       ) FILTER (WHERE (SELECT pg_catalog.cardinality(a.locktypes) = 0 FROM awaited AS a)
+                       OR l.locktype = 'advisory') AS keys,
        pg_catalog.array_agg({waitstart})
            FILTER (WHERE NOT l.granted AND l.locktype = 'advisory') AS waitstarts,
        pg_catalog.array_agg(l.virtualtransaction)
@@ -65,12 +78,10 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
                                   EXTRACT(epoch FROM {waitstart})::pg_catalog.text,
                                   CASE WHEN l.relation IS NOT NULL
                                             AND (NOT l.granted OR l.locktype = 'tuple')
-                                       THEN l.relation::pg_catalog.regclass::pg_catalog.text END])
-           FILTER (WHERE l.locktype <> 'advisory') AS others
+                                       THEN l.relation::pg_catalog.regclass::pg_catalog.text END,
+                                  CASE WHEN l.pid IS NULL THEN l.virtualtransaction END])
+           FILTER (WHERE (SELECT pg_catalog.cardinality(a.locktypes) > 0 FROM awaited AS a)
+                         AND l.locktype <> 'advisory') AS others
 FROM pg_catalog.pg_locks AS l
 WHERE (l.locktype = 'advisory'
-       OR l.locktype = ANY (ARRAY(
-           SELECT DISTINCT pg_catalog.pg_stat_get_backend_wait_event(b.id)
-           FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
-           WHERE pg_catalog.pg_stat_get_backend_wait_event_type(b.id) = 'Lock'
-             AND pg_catalog.pg_stat_get_backend_wait_event(b.id) <> 'advisory'))){scope}
+       OR l.locktype = ANY ((SELECT a.locktypes FROM awaited AS a)::pg_catalog.text[])){scope}

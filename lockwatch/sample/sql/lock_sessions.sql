@@ -12,6 +12,9 @@ SELECT a.pid, a.backend_start, a.datname, a.usename, a.application_name,
        pg_catalog.host(a.client_addr) AS client_addr, a.client_port, a.client_hostname, a.state, a.state_change,
        a.xact_start, a.query_start, a.wait_event_type, a.wait_event,
        pg_catalog.left(a.query, %(query_chars)b) AS query,
+       -- query_id: on PostgreSQL 14+ (NULL unless the server computes it; none
+       -- before): a query's fingerprint without its text.
+       {query_id} AS query_id,
        -- The server's own rule for showing a session's activity (see worker_sessions.sql).
        COALESCE(pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
                 OR pg_catalog.pg_has_role(a.usesysid, 'USAGE'), false) AS visible

@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from lockwatch.detect.capacity import detect_capacity_lost, window_minutes
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
-from lockwatch.detect.queues import LockContext, QueueInput, detect_queues, in_window
+from lockwatch.detect.queue_locks import LockContext
+from lockwatch.detect.queues import QueueInput, detect_queues, in_window
 from lockwatch.model.evidence import CapacityEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.queues import QueueMinute, QueueSample, ThroughputNormal

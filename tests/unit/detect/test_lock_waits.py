@@ -13,7 +13,7 @@ from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.model.evidence import LockWaitEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incidents import RootKind
-from lockwatch.model.lock_waits import LockRowFact, lock_waits
+from lockwatch.model.lock_waits import LockRowFact, PreparedXact, lock_waits
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.next_step import next_step
 from lockwatch.settings.locks import LockSettings
@@ -143,3 +143,40 @@ def test_waits_all_shorter_than_every_budget_are_never_findings(waits: list[floa
         tag, mode = [(TABLE, "AccessExclusiveLock"), (XID, "ShareLock")][n % 2]
         rows.append(row(100 + n, tag, mode, waited))
     assert detect_lock_waits(snapshot(rows), SETTINGS, NOW) == []
+
+
+def test_waits_behind_two_prepared_transactions_are_a_convoy_each_rooted_at_its_gid() -> None:
+    """pid 0 holds both rows: the waits are told apart by the prepared
+    transaction each chain ends at, a waiter queued behind another (on the
+    row's tuple) with the one ahead of it."""
+    deploy, report = (
+        PreparedXact(900 + n, gid, "app", "app", ago(600), 600.0)
+        for n, gid in enumerate(("deploy-7", "report-2"))
+    )
+    rows = [
+        LockRowFact(0, "transactionid", "transactionid:900", "ExclusiveLock", True),
+        LockRowFact(0, "transactionid", "transactionid:901", "ExclusiveLock", True),
+        LockRowFact(11, "transactionid", "transactionid:900", "ShareLock", False, ago(40.0)),
+        LockRowFact(11, "tuple", ROW, "ExclusiveLock", True, None, "jobs"),
+        LockRowFact(12, "tuple", ROW, "ExclusiveLock", False, ago(35.0), "jobs"),
+        LockRowFact(21, "transactionid", "transactionid:901", "ShareLock", False, ago(50.0)),
+    ]
+    # What the sampler adds: the prepared transaction each direct waiter waits on.
+    prepared = {"transactionid:900": deploy, "transactionid:901": report}
+    waits = tuple(
+        replace(wait, prepared=prepared.get(wait.tag)) if 0 in wait.hard else wait
+        for wait in lock_waits(rows)
+    )
+    sessions = {pid: b for pid, b in snapshot(rows).backends.items() if pid != 0}  # none for 0
+    snap = replace(snapshot(rows), waits=waits, backends=sessions)
+
+    found = detect_lock_waits(snap, SETTINGS, NOW)
+
+    convoys = {f.subject.lock: evidence_as(f, LockWaitEvidence) for f in found}
+    assert set(convoys) == {"prepared deploy-7", "prepared report-2"}
+    assert {f.kind for f in found} == {FindingKind.ROW_LOCK_CONVOY}
+    assert convoys["prepared deploy-7"].queued == 2 and convoys["prepared report-2"].queued == 1
+    first = convoys["prepared deploy-7"].root.prepared
+    assert first is not None and (first.gid, first.transaction) == ("deploy-7", 900)
+    roots = {group.root.gid: group.root.kind for group in tell_incidents(found, snap)}
+    assert roots == {"deploy-7": RootKind.PREPARED, "report-2": RootKind.PREPARED}

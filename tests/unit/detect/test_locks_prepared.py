@@ -10,7 +10,8 @@ from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.evidence.json_form import from_json, object_json
 from lockwatch.model.findings import Finding, FindingKind, Severity
-from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, PreparedXact
+from lockwatch.model.lock_waits import PreparedXact
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.sample.lock_rows import decode_locks

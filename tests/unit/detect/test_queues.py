@@ -7,23 +7,22 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockwatch.detect.incidents import tell_incidents
+from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
-from lockwatch.detect.queues import (
-    LockContext,
-    QueueInput,
-    WorkerInput,
-    completed_in,
-    detect_queues,
-    fit_line,
-)
-from lockwatch.model.evidence import QueueEvidence, QueueStallEvidence
+from lockwatch.detect.queue_locks import LockContext
+from lockwatch.detect.queues import QueueInput, WorkerInput, completed_in, detect_queues, fit_line
+from lockwatch.model.evidence import QueueEvidence, QueueLockChain, QueueStallEvidence
 from lockwatch.model.evidence.json_form import to_json
 from lockwatch.model.findings import Finding, FindingKind, Related, Subject
+from lockwatch.model.incidents import RootKind
+from lockwatch.model.lock_waits import LockRowFact, lock_waits
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, WorkerSample
 from lockwatch.settings.locks import LockSettings, NamedLock
@@ -255,6 +254,18 @@ def test_completions_count_only_increases() -> None:
     assert completed_in([QueueSample(NOW, 5)]) is None
 
 
+def stalled_chain(context: LockContext, sessions: list[Backend]) -> tuple[Finding, QueueLockChain]:
+    """The stall of a queue growing with nothing completed, whose workers'
+    ``sessions`` wait as ``context`` says, and the lock chain it names."""
+    findings, _ = judge(
+        series(lambda t: 100 + 0.5 * t, completed=lambda t: 77), workers(sessions=sessions), context
+    )
+    stalled = only(findings, STALLED)
+    chain = evidence_as(stalled, QueueStallEvidence).lock
+    assert chain is not None
+    return stalled, chain
+
+
 def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> None:
     settings_ = LockSettings(
         convoy_waiters=2,
@@ -275,17 +286,8 @@ def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> Non
         backends=[holder, *waiters],
     )
     lock_findings = tuple(detect_locks(snap, settings_, NOW))
-    context = LockContext(snap, settings_, lock_findings)
 
-    findings, _ = judge(
-        series(lambda t: 100 + 0.5 * t, completed=lambda t: 77),
-        workers(sessions=[*waiters, holder]),
-        context,
-    )
-
-    stalled = only(findings, STALLED)
-    chain = evidence_as(stalled, QueueStallEvidence).lock
-    assert chain is not None
+    stalled, chain = stalled_chain(LockContext(snap, settings_, lock_findings), [*waiters, holder])
     assert chain.lock == "webhook-delivery"
     assert chain.key == "42"
     assert chain.waiting_sessions == 5
@@ -312,6 +314,54 @@ def test_a_stall_names_the_lock_its_workers_wait_on_and_the_idle_holder() -> Non
     assert to_json(workers_facts.waiting_on) == [
         {"database": DB, "lock": "webhook-delivery", "key": "42", "sessions": 5}
     ]
+
+
+def test_a_stall_behind_a_hung_worker_s_row_lock_is_one_incident_with_its_row_lock_convoy() -> None:
+    """Workers claiming with FOR UPDATE (no SKIP LOCKED) behind one that hangs
+    in an HTTP call inside its transaction: the first waits on its
+    transaction id, the others on the row's tuple behind the first."""
+    hung = backend(
+        1234,
+        "webhook-worker-6",
+        state="idle in transaction",
+        idle_for=340,
+        xact_for=345,
+        query="SELECT id FROM jobs LIMIT 1 FOR UPDATE",
+    )
+    waiters = [backend(1300 + n, f"webhook-worker-{n}", waits_on=[1234]) for n in range(1, 6)]
+    rows = [
+        LockRowFact(1234, "transactionid", "transactionid:900", "ExclusiveLock", True),
+        LockRowFact(1301, "transactionid", "transactionid:900", "ShareLock", False, ago(300)),
+        LockRowFact(1301, "tuple", "tuple:5:16384:0:1", "ExclusiveLock", True, None, "jobs"),
+        *(
+            LockRowFact(
+                w.pid, "tuple", "tuple:5:16384:0:1", "ExclusiveLock", False, ago(290), "jobs"
+            )
+            for w in waiters[1:]
+        ),
+    ]
+    snap = replace(snapshot(backends=[hung, *waiters]), waits=lock_waits(rows))
+    settings_ = LockSettings(row_lock_wait=30.0)
+    lock_findings = tuple(detect_lock_waits(snap, settings_, NOW))
+
+    stalled, chain = stalled_chain(LockContext(snap, settings_, lock_findings), [*waiters, hung])
+    assert (chain.lock, chain.locktype, chain.database) == ("a row of jobs", "transactionid", DB)
+    assert (chain.waiting_sessions, chain.worker_sessions) == (5, 6)
+    (facts,) = chain.holders
+    assert (facts.pid, facts.state, facts.worker_group) == (
+        1234,
+        "idle in transaction",
+        "webhook-workers",
+    )
+    assert "5 of 6 worker sessions wait on a row of jobs held by pid 1234" in stalled.summary
+    convoy = next(f for f in lock_findings if f.kind is FindingKind.ROW_LOCK_CONVOY)
+    assert Related(FindingKind.ROW_LOCK_CONVOY, TARGET, convoy.subject) in stalled.related
+    (group,) = tell_incidents([*lock_findings, stalled], snap)
+    assert {f.kind for f in group.findings} >= {FindingKind.ROW_LOCK_CONVOY, STALLED}
+    assert (group.root.kind, group.root.pid) == (RootKind.SESSION, 1234)
+    # The same root whichever fires first: the stall alone names the hung worker too.
+    (alone,) = tell_incidents([stalled], snap)
+    assert alone.root.identity == group.root.identity
 
 
 def test_a_stall_without_lock_waits_has_no_lock_in_its_evidence() -> None:

@@ -213,6 +213,7 @@ def test_the_webhook_payload_is_alertmanagers_version_4_with_one_alert_per_incid
         "pid": "1234",
         "application": "webhook-worker-1",
         "holder": "pid 1234 · webhook-worker-1 · 10.0.0.5",
+        "blocking_query": "SELECT pg_advisory_lock(?)",
     }
     assert payload["commonLabels"] == alert["labels"]
     assert alert["status"] == "firing"

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from lockwatch.model.incidents import EventKind
 from lockwatch.state.deliveries import Deliveries
-from lockwatch.state.incidents import TIMELINE_LIMIT, IncidentBook
+from lockwatch.state.incident_records import TIMELINE_LIMIT
+from lockwatch.state.incidents import IncidentBook
 from tests.fixtures.snapshots import NOW, TARGET
 from tests.unit.detect.test_locks import seed_002_convoy
 from tests.unit.state.test_incidents import poll

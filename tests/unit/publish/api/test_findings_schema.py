@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from lockwatch.detect.jobs import detect_jobs
 from lockwatch.detect.locks import detect_locks
-from lockwatch.detect.queues import LockContext, QueueInput, detect_queues
+from lockwatch.detect.queue_locks import LockContext
+from lockwatch.detect.queues import QueueInput, detect_queues
 from lockwatch.model import evidence as families
 from lockwatch.model.findings import EVIDENCE_FAMILIES, Finding, FindingKind, Subject
 from lockwatch.model.jobs import JobRun

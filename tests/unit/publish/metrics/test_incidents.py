@@ -55,6 +55,7 @@ def test_each_open_incident_is_one_series_with_its_roots_labels() -> None:
         "pid": "1234",
         "application": "webhook-worker-1",
         "holder": "pid 1234 · webhook-worker-1 · 10.0.0.5",
+        "blocking_query": "SELECT pg_advisory_lock(?)",
     }
     assert set(labels) == {"target", *ROOT_LABELS}
 
