@@ -74,11 +74,17 @@ CREATE TABLE river_job (
     kind text NOT NULL,
     queue text NOT NULL DEFAULT 'default'
 );
+CREATE UNLOGGED TABLE river_leader (
+    elected_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    leader_id text NOT NULL,
+    name text PRIMARY KEY DEFAULT 'default'
+);
 """
 
 
 def test_the_river_preset_reads_available_running_and_finalized_jobs(pg: PgDatabase) -> None:
-    admin = schema(pg, RIVER, "river_job")
+    admin = schema(pg, RIVER, "river_job", "river_leader")
     admin.execute(
         "INSERT INTO river_job (kind, queue, scheduled_at) VALUES ('email', 'mail', now() - interval '90 s')"
     )
@@ -94,7 +100,8 @@ def test_the_river_preset_reads_available_running_and_finalized_jobs(pg: PgDatab
     sample = read(pg, "river")
     assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, 1)
     assert sample.oldest_age_seconds is not None and 90 <= sample.oldest_age_seconds < 150
-    assert sample.stuck is None  # River cannot tell a job's session
+    # No client took the running row (attempted_by is empty): nothing to judge it by.
+    assert sample.stuck is not None and sample.stuck.count == 0
     assert read(pg, "river", None).depth == 3
 
 
@@ -117,11 +124,18 @@ CREATE TABLE oban_jobs (
     meta jsonb DEFAULT '{}'::jsonb,
     attempted_by text[]
 );
+-- lib/oban/migrations/postgres/v11.ex
+CREATE TABLE oban_peers (
+    name text PRIMARY KEY,
+    node text NOT NULL,
+    started_at timestamp NOT NULL,
+    expires_at timestamp NOT NULL
+);
 """
 
 
 def test_the_oban_preset_reads_available_executing_and_finished_jobs(pg: PgDatabase) -> None:
-    admin = schema(pg, OBAN, "oban_jobs")
+    admin = schema(pg, OBAN, "oban_jobs", "oban_peers")
     admin.execute(
         "INSERT INTO oban_jobs (worker, queue, scheduled_at)"
         " VALUES ('Mailer', 'mail', timezone('UTC', now()) - interval '2 min')"
@@ -413,7 +427,7 @@ WHERE id = %s
 def test_a_river_job_rescued_while_its_client_still_works_is_running_twice(
     pg: PgDatabase,
 ) -> None:
-    admin = schema(pg, RIVER, "river_job")
+    admin = schema(pg, RIVER, "river_job", "river_leader")
     ids = [
         admin.execute(
             "INSERT INTO river_job (kind, queue) VALUES ('email', 'mail') RETURNING id"
@@ -426,9 +440,11 @@ def test_a_river_job_rescued_while_its_client_still_works_is_running_twice(
     admin.execute(RIVER_START, ("client-a", busy))  # client-a works on: alive
     memory = rescued_jobs(pg, "river", RunMemory())
     assert rescued_ids(memory) == []
-    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", rescued))
+    admin.execute(RIVER_RESCUE, ("Stuck job rescued by JobRescuer", rescued))  # since v0.0.23
     admin.execute(RIVER_RESCUE, ("boom", failed))  # its worker's own failure: a retry
-    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", orphaned))  # client-c is gone
+    admin.execute(
+        RIVER_RESCUE, ("Stuck job rescued by Rescuer", orphaned)
+    )  # before v0.0.23; client-c is gone
     for job in (rescued, failed, orphaned):
         admin.execute(RIVER_START, ("client-b", job))
     memory = rescued_jobs(pg, "river", memory)
@@ -470,7 +486,7 @@ UPDATE oban_jobs SET state = 'scheduled', max_attempts = max_attempts + 1,
 def test_an_oban_job_lifeline_rescued_while_its_producer_still_works_is_running_twice(
     pg: PgDatabase,
 ) -> None:
-    admin = schema(pg, OBAN, "oban_jobs")
+    admin = schema(pg, OBAN, "oban_jobs", "oban_peers")
     ids = [
         admin.execute(
             "INSERT INTO oban_jobs (worker, queue) VALUES ('Mailer', 'mail') RETURNING id"
