@@ -190,7 +190,7 @@ def schema(pg: PgDatabase, ddl: str, *tables: str) -> psycopg.Connection[tuple[A
     return admin
 
 
-@dataclass(frozen=True)
+@dataclass
 class EmailArgs:
     """An application's River job args (riverqueue's JobArgs protocol)."""
 
