@@ -22,10 +22,11 @@ from psycopg.rows import dict_row
 from riverqueue import Client, InsertOpts
 from riverqueue.driver import riversqlalchemy
 
+from lockwatch.detect.long_jobs import detect_long_jobs
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
 from lockwatch.detect.queues import QueueInput
 from lockwatch.detect.stuck_jobs import detect_stuck_running
-from lockwatch.model.evidence import NoConsumerEvidence, StuckJobsEvidence
+from lockwatch.model.evidence import LongJobsEvidence, NoConsumerEvidence, StuckJobsEvidence
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.queues import QueueSample
 from lockwatch.sample.presets.registry import preset_source
@@ -371,6 +372,61 @@ def test_an_enqueue_only_river_app_with_every_client_gone_is_no_consumer_within_
     assert after <= 15 + 10 + thresholds.no_consumer_after + interval
     evidence = evidence_as(found, NoConsumerEvidence)
     assert evidence.depth == 3 and [c.count for c in evidence.consumers] == [0]
+
+
+def test_a_hung_river_handler_is_found_at_its_kinds_learned_budget(pg: PgDatabase) -> None:
+    """Twelve emails of 2 to 3 s, then one that runs on while its client
+    leads: queue_job_too_long at 3 x the kind's p99 (the 60 s floor), judged a
+    minute on by the injected clock, naming the job, its client and River's
+    own rescue an hour on."""
+    admin = schema(pg, RIVER_SCHEMA, "river_job", "river_leader")
+    enqueue_river(pg, 14)
+    client = river_client_id("worker-a", datetime.now(UTC) - timedelta(hours=1))
+    admin.execute(RIVER_ELECT, {"client": client, "now": None})
+    # River's statements with its injected now, from the enqueue on.
+    start = datetime.now(UTC)
+    for n in range(12):
+        at = start + timedelta(minutes=n)
+        (job,) = admin.execute(
+            RIVER_TAKE, {"queue": "mail", "now": at, "max": 1, "client": client}
+        ).fetchall()
+        admin.execute(RIVER_COMPLETE, {"id": job[0], "now": at + timedelta(seconds=2 + n % 2)})
+    hung_since = start + timedelta(minutes=15)
+    (hung,) = admin.execute(
+        RIVER_TAKE, {"queue": "mail", "now": hung_since, "max": 1, "client": client}
+    ).fetchall()
+    sample = read(pg, "river", at=hung_since + timedelta(seconds=61))
+    assert sample.task_history is not None
+    history = sample.task_history["email"]
+    assert (history.runs, history.p50_seconds, history.p99_seconds) == (12, 2.0, 3.0)
+    assert sample.stuck is not None and sample.stuck.count == 0  # its client leads: alive
+    found = detect_long_jobs("main", "mail", QueueThresholds(), sample, sample.at)
+    assert found is not None
+    [job] = evidence_as(found, LongJobsEvidence).jobs
+    assert (job.job_id, job.task, job.workers) == (str(hung[0]), "email", (client,))
+    assert job.budget_seconds == 60.0 and job.budget_from == "usually 2s, p99 3s over 12 runs"
+    assert job.library_deadline == hung_since + timedelta(hours=1)
+
+
+def test_oban_tells_each_executing_jobs_worker_and_its_workers_history(pg: PgDatabase) -> None:
+    admin = schema(pg, OBAN_SCHEMA, "oban_jobs", "oban_peers")
+    now = datetime.now(UTC)
+    admin.execute(OBAN_PEER, {"node": "web-1", "now": utc(now)})
+    enqueue_oban(admin, 11)
+    for n in range(10):
+        at = now - timedelta(minutes=20 - n)
+        (job,) = oban_fetch(admin, "web-1", "uuid-a", 1, at)
+        admin.execute(OBAN_COMPLETE, {"id": job, "now": utc(at + timedelta(seconds=4))})
+    (running,) = oban_fetch(admin, "web-1", "uuid-a", 1, now - timedelta(minutes=5))
+    sample = read(pg, "oban")
+    assert sample.task_history is not None
+    history = sample.task_history["MyApp.Mailer"]
+    assert (history.runs, history.p50_seconds, history.p99_seconds) == (10, 4.0, 4.0)
+    assert sample.running is not None
+    [run] = sample.running.runs
+    assert (run.job_id, run.task, run.workers) == (str(running), "MyApp.Mailer", ("web-1/uuid-a",))
+    assert run.library_deadline == now - timedelta(minutes=5) + timedelta(minutes=60)
+    assert run.library_action is not None and "Lifeline" in run.library_action
 
 
 def test_the_versions_replayed_are_named() -> None:

@@ -28,6 +28,13 @@
 -- minutes, none of whose jobs is stuck; none when every instance is gone.
 -- live_workers: producers that run a job now or completed one within 15
 -- minutes (for job_rescued_while_running).
+-- Each running job also tells its task (Oban's worker) and what Oban will do
+-- about it: the Lifeline plugin, where it runs, moves it back to available
+-- once it has executed past rescue_after (60 minutes by default; a setting
+-- lockwatch cannot read). task_history: per worker, its latest successful
+-- runs (completed: completed_at - attempted_at, of the last 2 days, at most
+-- 1000; Oban's pruner keeps completed rows 60 seconds by default, so with it
+-- there are few: give such a queue max_job_duration).
 -- Schema: oban-bg/oban v2.23.1 lib/oban/migrations/postgres/v01.ex (oban_jobs,
 -- oban_job_state; 'cancelled', meta and attempted_by from later versions),
 -- v11.ex (oban_peers, Oban 2.11 and later). Needs SELECT on oban_jobs and
@@ -36,7 +43,7 @@ WITH jobs AS (
     SELECT * FROM oban_jobs AS j
     WHERE %(queue)s::text IS NULL OR j.queue = %(queue)s::text
 ), running AS (
-    SELECT j.id, j.attempt, j.attempted_at AT TIME ZONE 'UTC' AS started_at,
+    SELECT j.id, j.worker AS task, j.attempt, j.attempted_at AT TIME ZONE 'UTC' AS started_at,
            array_to_string(j.attempted_by, '/') AS worker,
            j.attempt > 1
              AND COALESCE(j.meta->>'snoozed', '0') = '0'
@@ -46,6 +53,12 @@ WITH jobs AS (
     FROM jobs AS j
     WHERE j.state = 'executing' AND j.attempted_at IS NOT NULL
     ORDER BY j.attempted_at DESC LIMIT 200
+), took AS (
+    SELECT c.worker, EXTRACT(epoch FROM c.completed_at - c.attempted_at) AS seconds
+    FROM jobs AS c
+    WHERE c.state = 'completed' AND c.attempted_at IS NOT NULL
+      AND c.completed_at >= (now() AT TIME ZONE 'UTC') - interval '2 days'
+    ORDER BY c.completed_at DESC LIMIT 1000
 ), every_instance_gone AS (
     SELECT EXISTS (SELECT 1 FROM oban_peers)
            AND NOT EXISTS (
@@ -97,8 +110,18 @@ SELECT count(*) FILTER (
             'attempt', r.attempt,
             'started_at', r.started_at,
             'workers', CASE WHEN r.worker IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(r.worker) END,
-            'rescued', r.rescued
+            'rescued', r.rescued,
+            'task', r.task,
+            'deadline', r.started_at + interval '60 minutes',
+            'action', 'Oban''s Lifeline plugin, where it runs, moves it back to available after '
+                      'rescue_after (60 minutes by default), whether or not its node still runs it'
         ) ORDER BY r.started_at DESC), '[]'::jsonb) FROM running AS r) AS running_jobs,
+       (SELECT COALESCE(jsonb_object_agg(h.worker, jsonb_build_object(
+            'runs', h.runs, 'p50', h.p50, 'p99', h.p99)), '{}'::jsonb)
+        FROM (SELECT t.worker, count(*) AS runs,
+                     percentile_disc(0.5) WITHIN GROUP (ORDER BY t.seconds) AS p50,
+                     percentile_disc(0.99) WITHIN GROUP (ORDER BY t.seconds) AS p99
+              FROM took AS t GROUP BY t.worker) AS h) AS task_history,
        (SELECT COALESCE(array_agg(DISTINCT array_to_string(a.attempted_by, '/')), '{}')
         FROM oban_jobs AS a
         WHERE a.attempted_by IS NOT NULL

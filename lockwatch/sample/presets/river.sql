@@ -29,6 +29,11 @@
 -- none of its jobs stuck; none when no client runs at all.
 -- live_workers: the clients that run a job now or finalized one within 15
 -- minutes (for job_rescued_while_running).
+-- Each running job also tells its task (River's kind) and what River will do
+-- about it: its rescuer moves it back to retryable once it has run past
+-- RescueStuckJobsAfter (an hour by default; a setting of the client that
+-- lockwatch cannot read). task_history: per kind, its latest successful runs
+-- (completed: finalized_at - attempted_at, of the last 2 days, at most 1000).
 -- Schema: riverqueue/river v0.43.0 riverdriver/riverpgxv5/migration/main/
 -- 002_initial_schema.up.sql (river_job, river_job_state, river_leader).
 -- Needs SELECT on river_job and river_leader.
@@ -36,11 +41,17 @@ WITH jobs AS (
     SELECT * FROM river_job AS j
     WHERE %(queue)s::text IS NULL OR j.queue = %(queue)s::text
 ), running AS (
-    SELECT j.id, j.attempt, j.attempted_at, j.attempted_by,
+    SELECT j.id, j.kind, j.attempt, j.attempted_at, j.attempted_by,
            j.errors[array_upper(j.errors, 1)] AS last_error
     FROM jobs AS j
     WHERE j.state = 'running' AND j.attempted_at IS NOT NULL
     ORDER BY j.attempted_at DESC LIMIT 200
+), took AS (
+    SELECT c.kind, EXTRACT(epoch FROM c.finalized_at - c.attempted_at) AS seconds
+    FROM jobs AS c
+    WHERE c.state = 'completed' AND c.attempted_at IS NOT NULL
+      AND c.finalized_at >= now() - interval '2 days'
+    ORDER BY c.finalized_at DESC LIMIT 1000
 ), every_client_gone AS (
     SELECT EXISTS (SELECT 1 FROM river_leader AS l WHERE l.expires_at < now() - interval '10 seconds')
            AND NOT EXISTS (SELECT 1 FROM river_leader AS l WHERE l.expires_at >= now()) AS gone
@@ -97,8 +108,18 @@ SELECT count(*) FILTER (WHERE j.state = 'available' AND j.scheduled_at <= now())
             'workers', COALESCE(to_jsonb(r.attempted_by[array_upper(r.attempted_by, 1):]), '[]'::jsonb),
             'rescued', r.last_error->>'error' IN ('Stuck job rescued by JobRescuer',
                                                    'Stuck job rescued by Rescuer')
-                       AND (r.last_error->>'attempt')::int = r.attempt - 1
+                       AND (r.last_error->>'attempt')::int = r.attempt - 1,
+            'task', r.kind,
+            'deadline', r.attempted_at + interval '1 hour',
+            'action', 'River''s rescuer moves it back to retryable after RescueStuckJobsAfter '
+                      '(1 hour by default), whether or not its client still runs it'
         ) ORDER BY r.attempted_at DESC), '[]'::jsonb) FROM running AS r) AS running_jobs,
+       (SELECT COALESCE(jsonb_object_agg(h.kind, jsonb_build_object(
+            'runs', h.runs, 'p50', h.p50, 'p99', h.p99)), '{}'::jsonb)
+        FROM (SELECT t.kind, count(*) AS runs,
+                     percentile_disc(0.5) WITHIN GROUP (ORDER BY t.seconds) AS p50,
+                     percentile_disc(0.99) WITHIN GROUP (ORDER BY t.seconds) AS p99
+              FROM took AS t GROUP BY t.kind) AS h) AS task_history,
        (SELECT COALESCE(array_agg(DISTINCT a.attempted_by[array_upper(a.attempted_by, 1)]), '{}')
         FROM river_job AS a
         WHERE a.attempted_by IS NOT NULL
