@@ -33,7 +33,8 @@ from lockwatch.sample.presets.registry import preset_source
 from lockwatch.sample.queues import reading_from_row
 from lockwatch.settings.queues import QueueThresholds, SqlQueueSource
 from tests.fixtures.evidence import evidence_as
-from tests.fixtures.postgres import MONITOR_USER, PgDatabase
+from tests.fixtures.postgres import PgDatabase
+from tests.integration.test_schema_presets import schema
 
 RIVER_VERSION = "v0.43.0"
 OBAN_VERSION = "v2.23.1"
@@ -183,14 +184,6 @@ def read(pg: PgDatabase, preset: str, at: datetime | None = None) -> QueueSample
     return reading_from_row("mail", row, at or datetime.now(UTC))
 
 
-def schema(pg: PgDatabase, ddl: str, *tables: str) -> psycopg.Connection[tuple[Any, ...]]:
-    admin = pg.connect()
-    admin.execute(ddl)
-    for table in tables:
-        admin.execute(f"GRANT SELECT ON {table} TO {MONITOR_USER}")
-    return admin
-
-
 @dataclass
 class EmailArgs:
     """An application's River job args (riverqueue's JobArgs protocol)."""
@@ -227,6 +220,16 @@ def stuck_ids(sample: QueueSample) -> list[str]:
     return sorted(sample.stuck.job_ids, key=int)
 
 
+def assert_nobody_runs_anything(
+    pg: PgDatabase, admin: psycopg.Connection[Any], preset: str, running_sql: str
+) -> None:
+    """Every job the library's rows say runs is stuck, and no consumer is left."""
+    gone = read(pg, preset)
+    running = sorted(row[0] for row in admin.execute(running_sql).fetchall())
+    assert stuck_ids(gone) == [str(i) for i in running]
+    assert gone.consumers == 0
+
+
 def test_river_jobs_of_a_restarted_client_are_stuck_and_every_client_gone_stops_the_queue(
     pg: PgDatabase,
 ) -> None:
@@ -258,10 +261,9 @@ def test_river_jobs_of_a_restarted_client_are_stuck_and_every_client_gone_stops_
     # Every client dies; the leader's last renewal was 30 s ago, nobody bids.
     admin.execute("TRUNCATE river_leader")  # the test's reset: River's rows, replayed below
     admin.execute(RIVER_ELECT, {"client": pod_b, "now": datetime.now(UTC) - timedelta(seconds=30)})
-    gone = read(pg, "river")
-    running = admin.execute("SELECT id FROM river_job WHERE state = 'running' ORDER BY id")
-    assert stuck_ids(gone) == [str(row[0]) for row in running.fetchall()]
-    assert gone.consumers == 0
+    assert_nobody_runs_anything(
+        pg, admin, "river", "SELECT id FROM river_job WHERE state = 'running'"
+    )
 
 
 def test_a_river_client_with_an_id_of_its_own_or_alone_on_its_host_is_never_stuck_while_it_leads(
@@ -281,9 +283,15 @@ def test_a_river_client_with_an_id_of_its_own_or_alone_on_its_host_is_never_stuc
     assert sample.consumers == 3
 
 
-def enqueue_oban(admin: psycopg.Connection[Any], count: int) -> None:
-    for _ in range(count):
+def oban_app(pg: PgDatabase, *, leader: str, jobs: int) -> tuple[psycopg.Connection[Any], datetime]:
+    """Oban's tables, a live peer leading on ``leader``, and ``jobs`` inserted
+    for queue mail; an admin session and the time it all happened."""
+    admin = schema(pg, OBAN_SCHEMA, "oban_jobs", "oban_peers")
+    now = datetime.now(UTC)
+    admin.execute(OBAN_PEER, {"node": leader, "now": utc(now)})
+    for _ in range(jobs):
         admin.execute("INSERT INTO oban_jobs (worker, queue) VALUES ('MyApp.Mailer', 'mail')")
+    return admin, now
 
 
 def oban_fetch(
@@ -299,10 +307,7 @@ def oban_fetch(
 def test_oban_jobs_of_a_node_restarted_under_its_name_are_stuck_by_producer_not_node(
     pg: PgDatabase,
 ) -> None:
-    admin = schema(pg, OBAN_SCHEMA, "oban_jobs", "oban_peers")
-    now = datetime.now(UTC)
-    admin.execute(OBAN_PEER, {"node": "web-2", "now": utc(now)})
-    enqueue_oban(admin, 6)
+    admin, now = oban_app(pg, leader="web-2", jobs=6)
     a_jobs = oban_fetch(admin, "web-1", "uuid-a", 2, now - timedelta(minutes=5))
     c_jobs = oban_fetch(admin, "web-2", "uuid-c", 1, now - timedelta(minutes=4))
     healthy = read(pg, "oban")
@@ -320,19 +325,15 @@ def test_oban_jobs_of_a_node_restarted_under_its_name_are_stuck_by_producer_not_
     # Every instance stops; the peer's row was last renewed 2 minutes ago.
     admin.execute("TRUNCATE oban_peers")  # the test's reset: Oban's row, replayed below
     admin.execute(OBAN_PEER, {"node": "web-2", "now": utc(now - timedelta(minutes=2))})
-    gone = read(pg, "oban")
-    running = admin.execute("SELECT id FROM oban_jobs WHERE state = 'executing' ORDER BY id")
-    assert stuck_ids(gone) == [str(row[0]) for row in running.fetchall()]
-    assert gone.consumers == 0
+    assert_nobody_runs_anything(
+        pg, admin, "oban", "SELECT id FROM oban_jobs WHERE state = 'executing'"
+    )
 
 
 def test_two_oban_producers_of_one_node_that_both_take_work_are_not_stuck(
     pg: PgDatabase,
 ) -> None:
-    admin = schema(pg, OBAN_SCHEMA, "oban_jobs", "oban_peers")
-    now = datetime.now(UTC)
-    admin.execute(OBAN_PEER, {"node": "web-1", "now": utc(now)})
-    enqueue_oban(admin, 4)
+    admin, now = oban_app(pg, leader="web-1", jobs=4)
     oban_fetch(admin, "web-1", "uuid-a", 1, now - timedelta(minutes=3))
     oban_fetch(admin, "web-1", "uuid-b", 1, now - timedelta(minutes=2))
     oban_fetch(admin, "web-1", "uuid-a", 1, now - timedelta(minutes=1))  # a takes on: alive
@@ -402,17 +403,15 @@ def test_a_hung_river_handler_is_found_at_its_kinds_learned_budget(pg: PgDatabas
     assert sample.stuck is not None and sample.stuck.count == 0  # its client leads: alive
     found = detect_long_jobs("main", "mail", QueueThresholds(), sample, sample.at)
     assert found is not None
-    [job] = evidence_as(found, LongJobsEvidence).jobs
-    assert (job.job_id, job.task, job.workers) == (str(hung[0]), "email", (client,))
-    assert job.budget_seconds == 60.0 and job.budget_from == "usually 2s, p99 3s over 12 runs"
-    assert job.library_deadline == hung_since + timedelta(hours=1)
+    [long_job] = evidence_as(found, LongJobsEvidence).jobs
+    assert (long_job.job_id, long_job.task, long_job.workers) == (str(hung[0]), "email", (client,))
+    assert long_job.budget_seconds == 60.0
+    assert long_job.budget_from == "usually 2s, p99 3s over 12 runs"
+    assert long_job.library_deadline == hung_since + timedelta(hours=1)
 
 
 def test_oban_tells_each_executing_jobs_worker_and_its_workers_history(pg: PgDatabase) -> None:
-    admin = schema(pg, OBAN_SCHEMA, "oban_jobs", "oban_peers")
-    now = datetime.now(UTC)
-    admin.execute(OBAN_PEER, {"node": "web-1", "now": utc(now)})
-    enqueue_oban(admin, 11)
+    admin, now = oban_app(pg, leader="web-1", jobs=11)
     for n in range(10):
         at = now - timedelta(minutes=20 - n)
         (job,) = oban_fetch(admin, "web-1", "uuid-a", 1, at)
