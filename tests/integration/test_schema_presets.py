@@ -173,7 +173,7 @@ GOOD_JOB_LOCK = "SELECT pg_advisory_lock(('x' || substr(md5('good_jobs-' || %s::
 
 
 def test_a_good_job_whose_advisory_lock_is_gone_is_stuck_running(pg: PgDatabase) -> None:
-    admin = schema(pg, GOOD_JOB, "good_jobs")
+    admin = schema(pg, GOOD_JOB + GOOD_JOB_PROCESSES, "good_jobs", "good_job_processes")
     ids = [
         admin.execute(
             "INSERT INTO good_jobs (queue_name, performed_at, active_job_id)"
@@ -234,6 +234,49 @@ def judged_locks(runner: TargetRunner, control: str) -> set[str | None] | None:
     """The locks of a poll's findings, once the ``control`` lock is among them."""
     found = {f.subject.lock for f in runner.poll_once().findings}
     return found if control in found else None
+
+
+# good_job 4.x's update migrations (create_good_job_process_lock_ids): the
+# process that took a job (lock_strategy skiplocked or hybrid) and how each
+# process shows it lives (lock_type 0: its advisory lock; NULL: its row's refresh).
+GOOD_JOB_4 = """
+ALTER TABLE good_jobs ADD COLUMN locked_by_id uuid, ADD COLUMN locked_at timestamp;
+ALTER TABLE good_job_processes ADD COLUMN lock_type smallint;
+"""
+
+
+def test_good_job_4_processes_are_its_consumers_and_a_skiplocked_job_lives_by_its_process(
+    pg: PgDatabase,
+) -> None:
+    ddl = GOOD_JOB + GOOD_JOB_PROCESSES + GOOD_JOB_4
+    admin = schema(pg, ddl, "good_jobs", "good_job_processes")
+    locked, skiplocked, dead = (str(uuid.uuid4()) for _ in range(3))
+    for process, lock_type in ((locked, 0), (skiplocked, None), (dead, 0)):
+        admin.execute(
+            "INSERT INTO good_job_processes (id, lock_type) VALUES (%s, %s)", (process, lock_type)
+        )
+    pg.connect("good_job-process").execute(GOOD_JOB_PROCESS_LOCK, (locked,))
+    taken = [
+        admin.execute(
+            "INSERT INTO good_jobs (queue_name, performed_at, locked_by_id, locked_at)"
+            " VALUES ('mail', timezone('UTC', now()), %s, timezone('UTC', now())) RETURNING id::text",
+            (process,),
+        ).fetchone()[0]  # type: ignore[index]
+        for process in (skiplocked, dead)
+    ]
+    admin.execute("INSERT INTO good_jobs (queue_name) VALUES ('mail')")
+    sample = read(pg, "good_job")
+    assert (sample.depth, sample.in_flight, sample.consumers) == (1, 2, 2)
+    assert sample.stuck == StuckJobs(1, (taken[1],), sample.stuck.since if sample.stuck else None)
+    # The skiplocked process stops refreshing its row: 5 minutes on, it is gone.
+    admin.execute(
+        "UPDATE good_job_processes SET updated_at = timezone('UTC', now()) - interval '6 minutes'"
+        " WHERE id = %s",
+        (skiplocked,),
+    )
+    gone = read(pg, "good_job")
+    assert gone.consumers == 1
+    assert gone.stuck is not None and sorted(gone.stuck.job_ids) == sorted(taken)
 
 
 def test_good_jobs_own_locks_are_named_and_never_orphaned_while_their_rows_say_so(
