@@ -1,5 +1,5 @@
 """The tuist case (tuist/tuist#12718) on the real library: six procrastinate
-3 worker processes drain a backlog of quarter-second reports; three of them
+3 worker processes drain a backlog of one-second reports; three of them
 then take a job that never returns, alive and beating all along. Readings are
 the procrastinate preset's, as lockwatch's role reads them; their clock is
 injected, one real second an injected minute, so an hour of learning takes a

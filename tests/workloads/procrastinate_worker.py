@@ -1,7 +1,7 @@
 """A procrastinate 3 worker as its users run one: its own process and
 connection, a heartbeat every second (10 s by default), one task that never
 returns ("hang"), so a test can kill it mid-job or hang it, and a report of
-half a second ("report") to keep it busy. Prints "started" once its
+a second ("report") to keep it busy. Prints "started" once its
 worker is registered and "running <job id>" when the job starts.
 
 Usage: python procrastinate_worker.py <conninfo> <queue>
@@ -22,7 +22,7 @@ async def hang(context: procrastinate.JobContext) -> None:
 
 
 async def report() -> None:
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(1.0)
 
 
 async def main(conninfo: str, queue: str) -> None:
