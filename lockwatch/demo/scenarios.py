@@ -186,15 +186,22 @@ CREATE TABLE IF NOT EXISTS webhook_jobs (
 _WEBHOOK_QUEUE = """SELECT count(*) FILTER (WHERE status = 'pending') AS depth,
        EXTRACT(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))
            AS oldest_age_seconds,
-       count(*) FILTER (WHERE status = 'processing') AS in_flight{completed}
+       count(*) FILTER (WHERE status = 'processing') AS in_flight{completed}{consumers}
 FROM webhook_jobs"""
 
 
-def webhook_queue_sql(*, completed: bool = True) -> str:
+def webhook_queue_sql(*, completed: bool = True, consumers: bool = False) -> str:
     """The query an operator would give lockwatch for the webhook_jobs queue;
-    without ``completed_total`` a stall can only be told by the workers' CPU."""
+    without ``completed_total`` a stall can only be told by the workers' CPU.
+    With ``consumers``, the workers' connected sessions are its consumers."""
     done = ",\n       count(*) FILTER (WHERE status = 'done') AS completed_total"
-    return _WEBHOOK_QUEUE.format(completed=done if completed else "")
+    alive = (
+        ",\n       (SELECT count(*) FROM pg_stat_activity"
+        " WHERE left(application_name, 15) = 'webhook-worker-') AS consumers"
+    )
+    return _WEBHOOK_QUEUE.format(
+        completed=done if completed else "", consumers=alive if consumers else ""
+    )
 
 
 def burn_cpu(seconds: float) -> None:

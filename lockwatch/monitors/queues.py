@@ -9,7 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from lockwatch.detect.capacity import detect_capacity_lost, window_minutes
@@ -37,10 +37,11 @@ from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
 from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import (
+    Monitor,
     MonitorResult,
     PollContext,
     Sampled,
-    Stateless,
+    StateDocument,
     undecided_while_down,
 )
 from lockwatch.sample.base import SampleContext, Source, SourceRunner
@@ -69,6 +70,8 @@ R = TypeVar("R")
 
 # Samples kept per queue and group whatever the window: 2 hours at 1 s.
 MAX_HISTORY = 7200
+THROUGHPUT = "queue_throughput"  # the state file's section of the learned normals
+SAVE_EVERY = timedelta(minutes=10)
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:
@@ -103,7 +106,7 @@ def cpu_source(group: WorkerGroup) -> Source[WorkerSample] | None:
     return PrometheusCpuSampler(spec)
 
 
-class QueueMonitor(Stateless):
+class QueueMonitor:
     """Samples a target's queues and worker groups and judges its queues."""
 
     kinds = FindingKind.of(Family.QUEUES)
@@ -387,6 +390,26 @@ class QueueMonitor(Stateless):
             workers=self._worker_views,
             sources=(*view.sources, *(runner.health for runner in self._runners())),
         )
+
+    # The learned normals (queue_capacity_lost) outlive a restart and a reload;
+    # a crash loses at most SAVE_EVERY of learning.
+    def save(self, now: datetime) -> StateDocument:
+        return {THROUGHPUT: {name: t.dump() for name, t in self._throughput.items()}}
+
+    def restore(self, document: StateDocument) -> None:
+        saved = document.get(THROUGHPUT)
+        if isinstance(saved, dict):
+            for name, throughput in self._throughput.items():
+                throughput.load(saved.get(name))
+
+    def save_due(self, now: datetime, saved_at: datetime | None) -> bool:
+        return saved_at is None or now - saved_at >= SAVE_EVERY
+
+    def take_over(self, old: Monitor) -> None:
+        if isinstance(old, QueueMonitor):
+            for name, throughput in old._throughput.items():
+                if name in self._throughput and throughput.same_periods(self._throughput[name]):
+                    self._throughput[name] = throughput
 
     def close(self) -> None:
         for runner in self._runners():

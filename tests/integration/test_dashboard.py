@@ -186,7 +186,7 @@ def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
     # The workers are threads of this process: its CPU is theirs.
     pidfile = tmp_path / "workers.pid"
     pidfile.write_text(f"{os.getpid()}\n")
-    queue_sql = json.dumps(webhook_queue_sql())
+    queue_sql = json.dumps(webhook_queue_sql(consumers=True))
     port = free_port()
     config = write_config(
         tmp_path,

@@ -74,11 +74,17 @@ CREATE TABLE river_job (
     kind text NOT NULL,
     queue text NOT NULL DEFAULT 'default'
 );
+CREATE UNLOGGED TABLE river_leader (
+    elected_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    leader_id text NOT NULL,
+    name text PRIMARY KEY DEFAULT 'default'
+);
 """
 
 
 def test_the_river_preset_reads_available_running_and_finalized_jobs(pg: PgDatabase) -> None:
-    admin = schema(pg, RIVER, "river_job")
+    admin = schema(pg, RIVER, "river_job", "river_leader")
     admin.execute(
         "INSERT INTO river_job (kind, queue, scheduled_at) VALUES ('email', 'mail', now() - interval '90 s')"
     )
@@ -94,7 +100,8 @@ def test_the_river_preset_reads_available_running_and_finalized_jobs(pg: PgDatab
     sample = read(pg, "river")
     assert (sample.depth, sample.in_flight, sample.completed_total) == (2, 1, 1)
     assert sample.oldest_age_seconds is not None and 90 <= sample.oldest_age_seconds < 150
-    assert sample.stuck is None  # River cannot tell a job's session
+    # No client took the running row (attempted_by is empty): nothing to judge it by.
+    assert sample.stuck is not None and sample.stuck.count == 0
     assert read(pg, "river", None).depth == 3
 
 
@@ -117,11 +124,18 @@ CREATE TABLE oban_jobs (
     meta jsonb DEFAULT '{}'::jsonb,
     attempted_by text[]
 );
+-- lib/oban/migrations/postgres/v11.ex
+CREATE TABLE oban_peers (
+    name text PRIMARY KEY,
+    node text NOT NULL,
+    started_at timestamp NOT NULL,
+    expires_at timestamp NOT NULL
+);
 """
 
 
 def test_the_oban_preset_reads_available_executing_and_finished_jobs(pg: PgDatabase) -> None:
-    admin = schema(pg, OBAN, "oban_jobs")
+    admin = schema(pg, OBAN, "oban_jobs", "oban_peers")
     admin.execute(
         "INSERT INTO oban_jobs (worker, queue, scheduled_at)"
         " VALUES ('Mailer', 'mail', timezone('UTC', now()) - interval '2 min')"
@@ -159,7 +173,7 @@ GOOD_JOB_LOCK = "SELECT pg_advisory_lock(('x' || substr(md5('good_jobs-' || %s::
 
 
 def test_a_good_job_whose_advisory_lock_is_gone_is_stuck_running(pg: PgDatabase) -> None:
-    admin = schema(pg, GOOD_JOB, "good_jobs")
+    admin = schema(pg, GOOD_JOB + GOOD_JOB_PROCESSES, "good_jobs", "good_job_processes")
     ids = [
         admin.execute(
             "INSERT INTO good_jobs (queue_name, performed_at, active_job_id)"
@@ -220,6 +234,49 @@ def judged_locks(runner: TargetRunner, control: str) -> set[str | None] | None:
     """The locks of a poll's findings, once the ``control`` lock is among them."""
     found = {f.subject.lock for f in runner.poll_once().findings}
     return found if control in found else None
+
+
+# good_job 4.x's update migrations (create_good_job_process_lock_ids): the
+# process that took a job (lock_strategy skiplocked or hybrid) and how each
+# process shows it lives (lock_type 0: its advisory lock; NULL: its row's refresh).
+GOOD_JOB_4 = """
+ALTER TABLE good_jobs ADD COLUMN locked_by_id uuid, ADD COLUMN locked_at timestamp;
+ALTER TABLE good_job_processes ADD COLUMN lock_type smallint;
+"""
+
+
+def test_good_job_4_processes_are_its_consumers_and_a_skiplocked_job_lives_by_its_process(
+    pg: PgDatabase,
+) -> None:
+    ddl = GOOD_JOB + GOOD_JOB_PROCESSES + GOOD_JOB_4
+    admin = schema(pg, ddl, "good_jobs", "good_job_processes")
+    locked, skiplocked, dead = (str(uuid.uuid4()) for _ in range(3))
+    for process, lock_type in ((locked, 0), (skiplocked, None), (dead, 0)):
+        admin.execute(
+            "INSERT INTO good_job_processes (id, lock_type) VALUES (%s, %s)", (process, lock_type)
+        )
+    pg.connect("good_job-process").execute(GOOD_JOB_PROCESS_LOCK, (locked,))
+    taken = [
+        admin.execute(
+            "INSERT INTO good_jobs (queue_name, performed_at, locked_by_id, locked_at)"
+            " VALUES ('mail', timezone('UTC', now()), %s, timezone('UTC', now())) RETURNING id::text",
+            (process,),
+        ).fetchone()[0]  # type: ignore[index]
+        for process in (skiplocked, dead)
+    ]
+    admin.execute("INSERT INTO good_jobs (queue_name) VALUES ('mail')")
+    sample = read(pg, "good_job")
+    assert (sample.depth, sample.in_flight, sample.consumers) == (1, 2, 2)
+    assert sample.stuck == StuckJobs(1, (taken[1],), sample.stuck.since if sample.stuck else None)
+    # The skiplocked process stops refreshing its row: 5 minutes on, it is gone.
+    admin.execute(
+        "UPDATE good_job_processes SET updated_at = timezone('UTC', now()) - interval '6 minutes'"
+        " WHERE id = %s",
+        (skiplocked,),
+    )
+    gone = read(pg, "good_job")
+    assert gone.consumers == 1
+    assert gone.stuck is not None and sorted(gone.stuck.job_ids) == sorted(taken)
 
 
 def test_good_jobs_own_locks_are_named_and_never_orphaned_while_their_rows_say_so(
@@ -413,7 +470,7 @@ WHERE id = %s
 def test_a_river_job_rescued_while_its_client_still_works_is_running_twice(
     pg: PgDatabase,
 ) -> None:
-    admin = schema(pg, RIVER, "river_job")
+    admin = schema(pg, RIVER, "river_job", "river_leader")
     ids = [
         admin.execute(
             "INSERT INTO river_job (kind, queue) VALUES ('email', 'mail') RETURNING id"
@@ -426,9 +483,11 @@ def test_a_river_job_rescued_while_its_client_still_works_is_running_twice(
     admin.execute(RIVER_START, ("client-a", busy))  # client-a works on: alive
     memory = rescued_jobs(pg, "river", RunMemory())
     assert rescued_ids(memory) == []
-    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", rescued))
+    admin.execute(RIVER_RESCUE, ("Stuck job rescued by JobRescuer", rescued))  # since v0.0.23
     admin.execute(RIVER_RESCUE, ("boom", failed))  # its worker's own failure: a retry
-    admin.execute(RIVER_RESCUE, ("Stuck job rescued by Rescuer", orphaned))  # client-c is gone
+    admin.execute(
+        RIVER_RESCUE, ("Stuck job rescued by Rescuer", orphaned)
+    )  # before v0.0.23; client-c is gone
     for job in (rescued, failed, orphaned):
         admin.execute(RIVER_START, ("client-b", job))
     memory = rescued_jobs(pg, "river", memory)
@@ -470,7 +529,7 @@ UPDATE oban_jobs SET state = 'scheduled', max_attempts = max_attempts + 1,
 def test_an_oban_job_lifeline_rescued_while_its_producer_still_works_is_running_twice(
     pg: PgDatabase,
 ) -> None:
-    admin = schema(pg, OBAN, "oban_jobs")
+    admin = schema(pg, OBAN, "oban_jobs", "oban_peers")
     ids = [
         admin.execute(
             "INSERT INTO oban_jobs (worker, queue) VALUES ('Mailer', 'mail') RETURNING id"
