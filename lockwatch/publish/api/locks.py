@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import islice
 from typing import Any, Protocol
 
 from lockwatch.model.catalogue import HeldLocks
@@ -72,15 +71,26 @@ class KeyTable(Protocol):
 
 
 def _chosen(
-    table: KeyTable, configured: set[LockKey], now: datetime, top: int | None
+    table: KeyTable,
+    configured: set[LockKey],
+    now: datetime,
+    top: int | None,
+    takes_a_place: Callable[[KeyRows], bool],
 ) -> list[KeyRows]:
     """Every key longest-held first; with ``top``, the keys configured (named
-    or ignored) and only the ``top`` longest-held others, found without
-    ordering the rest."""
+    or ignored) and only the ``top`` longest-held others that take a place,
+    with the ones before them that do not, found without ordering the rest."""
     if top is None:
         return list(table.longest_held(now))
-    plain = (rows for rows in table.longest_held(now) if rows.key not in configured)
-    chosen = list(islice(plain, max(top, 0)))
+    chosen: list[KeyRows] = []
+    places = max(top, 0)
+    for rows in table.longest_held(now) if places else ():
+        if rows.key in configured:
+            continue
+        chosen.append(rows)
+        places -= takes_a_place(rows)
+        if not places:
+            break
     chosen += (rows for key in configured for rows in table.rows(key))
     return chosen
 
@@ -123,19 +133,28 @@ def lock_groups(
     skip: int = 0,
     held: HeldLocks | None = None,
     table: KeyTable | None = None,
+    unnamed_top: bool = False,
 ) -> list[LockGroup]:
     """The snapshot's advisory locks grouped per (database, key), longest-held first.
 
     With ``top``, of the keys neither named nor ignored only the ``top``
     longest-held come back, all the metrics export, and only those are built:
     the snapshot's lock table (made once per poll) has them in order, so a
-    scrape of 50,000 locks walks ``top`` keys, not 50,000.
+    scrape of 50,000 locks walks ``top`` keys, not 50,000. With
+    ``unnamed_top`` the ``top`` counts only keys without a name (a catalogued
+    or held-on-purpose key longer held than them comes back beside them): the
+    metrics export the top N unnamed keys, a page lists keys whatever their name.
     With ``skip``, the first ``skip`` of them are left out unbuilt (a page).
     ``held`` names the locks the queue libraries hold on purpose; ``table``
     stands for the snapshot's lock table.
     """
     configured = configured_keys(settings)
-    chosen = _chosen(snapshot.lock_table() if table is None else table, configured, now, top)
+
+    def takes_a_place(rows: KeyRows) -> bool:
+        return not unnamed_top or settings.named_lock(rows.database, rows.key, held) is None
+
+    table = snapshot.lock_table() if table is None else table
+    chosen = _chosen(table, configured, now, top, takes_a_place)
     if top is not None and configured:
         # The configured keys join the others (already in order) where their order puts them.
         chosen.sort(key=lambda rows: _rows_order(rows, now))

@@ -300,7 +300,7 @@ def _lock_metrics(
         if quiet:
             quiet_targets.append(target)
         top = min(settings.top_n, QUIET_TOP) if quiet else settings.top_n
-        groups = lock_groups(snapshot, settings, now, top=top, table=table)
+        groups = lock_groups(snapshot, settings, now, top=top, table=table, unnamed_top=True)
         for database, lock, exported in exported_locks(groups, settings):
             series = (target, database, lock)
             if exported is None:

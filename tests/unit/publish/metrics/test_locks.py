@@ -40,7 +40,7 @@ def test_building_only_the_top_groups_exports_the_same_series(
 ) -> None:
     snap, settings_ = case
     every_group = lock_groups(snap, settings_, NOW)
-    top_groups = lock_groups(snap, settings_, NOW, top=settings_.top_n)
+    top_groups = lock_groups(snap, settings_, NOW, top=settings_.top_n, unnamed_top=True)
     assert exported_locks(top_groups, settings_) == exported_locks(every_group, settings_)
 
 
