@@ -404,7 +404,9 @@ def snapshot(
 
 
 @main.command()
-@click.option("--dsn", default=None, help="Replay against this server instead of a throwaway one.")
+@click.option(
+    "--dsn", type=DSN, default=None, help="Replay against this server instead of a throwaway one."
+)
 @click.option(
     "--duration", type=DURATION, default=None, help="Stop after this long [default: until Ctrl-C]."
 )

@@ -56,6 +56,7 @@ from lockwatch.state.pace import PollPace
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now
+from lockwatch.util.memory import give_back
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,9 @@ class TargetRunner:
         if poll is None:
             return self._view  # a poll broken by shutdown says nothing about the target
         status, transitions = self._judge(poll)
-        return self._apply(poll, status, transitions)
+        view = self._apply(poll, status, transitions)
+        give_back(0 if status.snapshot is None else len(status.snapshot.locks))  # its garbage
+        return view
 
     def _sample(self) -> Poll | None:
         """Every read of the poll, before anything is judged; None when

@@ -132,6 +132,9 @@ class HoldTracker:
         if last_seen is not None and not (len(kept) == len(seen) == len(self._holds)):
             gone = compress(self._holds.items(), map(not_, map(seen.__contains__, self._holds)))
             self.ended.extend((key, hold[0], last_seen) for key, hold in gone)
+        # Let go of this pass's tables before the next poll's are built: at
+        # 200,000 locks each is some 10 MB more at the poll's peak.
+        del kept, seen
         self._remember(locks, ids, filled, now)
         return self._result
 

@@ -95,11 +95,13 @@ CASES = (
     Case("snapshot-blind", "hostile", "lockwatch snapshot through a role without pg_monitor"),
     Case("metrics-gzip", "load", "/metrics to a scraper that accepts gzip"),
     Case("unreadable-copies", "fault", "A state file damaged at every start"),
-    Case("dsn-at-commands", "hostile", "doctor and snapshot given a password with an '@'"),
+    Case("dsn-at-commands", "hostile", "doctor, snapshot and demo given a password with an '@'"),
     Case("serverless-named", "hostile", "A serverless target's convoy of clients named lockwatch"),
     Case("history-rights", "fault", "An incident history store the role cannot write"),
     Case("history-replicas", "fault", "Two replicas sharing the incident history"),
     Case("notify-reload", "fault", "A notify change applied by SIGHUP"),
+    Case("mixed-readers", "load", "Eight mixed readers at a 2 s interval"),
+    Case("big-flood", "load", "200,000 locks past their budget"),
 )
 CASE_IDS = frozenset(case.id for case in CASES)
 

@@ -6,10 +6,11 @@ and the state file must stay small and untouched while nothing changes."""
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,21 +48,34 @@ class Flooded:
         return self.lockwatch.proc.pid
 
 
+@contextmanager
+def watching(
+    db: PgDatabase, tmp_path: Path, interval: float, statement_timeout: float, locks: str
+) -> Iterator[LockwatchProcess]:
+    """A ``lockwatch run`` of target main polling every ``interval``, stopped
+    (cleanly: exit 0) at the end."""
+    port = free_port()
+    extra = f"interval: {interval:g}s\nstatement_timeout: {statement_timeout:g}s"
+    config = write_config(
+        tmp_path, port, {"main": db.monitor_dsn}, locks=locks, extra={"main": extra}
+    )
+    lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
+    lockwatch.start()
+    try:
+        yield lockwatch
+    finally:
+        assert lockwatch.stop() == 0, lockwatch.log(whole=True)
+
+
 @pytest.fixture
 def flooded(battery_cluster: LocalCluster, tmp_path: Path) -> Iterator[Flooded]:
-    with closing(PgDatabase(battery_cluster)) as db, closing(Holders(db.admin_dsn)) as holders:
+    with (
+        closing(PgDatabase(battery_cluster)) as db,
+        closing(Holders(db.admin_dsn)) as holders,
+    ):
         holders.hold(1, LOCKS)
-        port = free_port()
-        extra = f"interval: {INTERVAL:g}s\nstatement_timeout: 20s"
-        config = write_config(
-            tmp_path, port, {"main": db.monitor_dsn}, locks=OVER_BUDGET, extra={"main": extra}
-        )
-        lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
-        lockwatch.start()
-        try:
+        with watching(db, tmp_path, INTERVAL, 20, OVER_BUDGET) as lockwatch:
             yield Flooded(lockwatch, tmp_path / "state" / "target-main.json")
-        finally:
-            assert lockwatch.stop() == 0, lockwatch.log(whole=True)
 
 
 def span(observer: Observer) -> float:
@@ -82,17 +96,30 @@ def polls_between(observer: Observer, first: float, last: float) -> int:
 
 
 class Readers:
-    """``READERS`` threads asking for the pages as fast as they are answered,
-    the lock API at random offsets and its largest page."""
+    """``readers`` threads asking for ``paths`` in a random order as fast as
+    they are answered, the lock API at random offsets below ``locks`` and its
+    largest page; and, given a ``command``, one more thread running it in a
+    loop (its exit codes counted under its name)."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(
+        self,
+        base: str,
+        paths: tuple[str, ...] = PATHS,
+        readers: int = READERS,
+        locks: int = LOCKS,
+        command: tuple[str, list[str]] | None = None,  # (name, argv)
+    ) -> None:
         self.base = base
+        self.paths = paths
+        self.locks = locks
         self.statuses: Counter[tuple[str, int]] = Counter()
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._read, args=(n,), daemon=True) for n in range(READERS)
+            threading.Thread(target=self._read, args=(n,), daemon=True) for n in range(readers)
         ]
+        if command is not None:
+            self._threads.append(threading.Thread(target=self._run, args=command, daemon=True))
 
     def __enter__(self) -> Readers:
         for thread in self._threads:
@@ -108,15 +135,22 @@ class Readers:
         chooser = random.Random(n)
         with requests.Session() as session:
             while not self._stop.is_set():
-                path = PATHS[chooser.randrange(len(PATHS))]
+                path = self.paths[chooser.randrange(len(self.paths))]
                 params = {}
                 if path == "/api/v1/locks":
-                    params = {"limit": "1000", "offset": str(chooser.randrange(LOCKS))}
+                    params = {"limit": "1000", "offset": str(chooser.randrange(self.locks))}
                 try:
                     response = session.get(f"{self.base}{path}", params=params, timeout=60)
                     self.statuses[path, response.status_code] += 1
                 except requests.RequestException as exc:
                     self.errors.append(f"{path}: {exc}")
+
+    def _run(self, name: str, argv: list[str]) -> None:
+        while not self._stop.is_set():
+            done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
+            self.statuses[name, done.returncode] += 1
+            if done.returncode != 0:
+                self.errors.append(f"{name}: {done.stderr.strip()[-200:]}")
 
 
 def test_readers_hammering_a_flood_of_findings_delay_no_poll(

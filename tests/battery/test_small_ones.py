@@ -84,7 +84,7 @@ def test_a_state_file_damaged_at_every_start_leaves_only_the_last_few_copies(
     )
 
 
-def test_doctor_and_snapshot_refuse_a_password_with_an_unencoded_at_sign(
+def test_doctor_snapshot_and_demo_refuse_a_password_with_an_unencoded_at_sign(
     battery_db: PgDatabase, battery: Record
 ) -> None:
     server = battery_db.server
@@ -102,6 +102,7 @@ def test_doctor_and_snapshot_refuse_a_password_with_an_unencoded_at_sign(
             ("doctor", ["doctor", "--dsn"]),
             ("doctor --monitoring", ["doctor", "--monitoring", "--dsn"]),
             ("snapshot", ["snapshot", "--dsn"]),
+            ("demo", ["demo", "--duration", "1s", "--dsn"]),
         )
     }
     for name, done in ran.items():
@@ -112,7 +113,7 @@ def test_doctor_and_snapshot_refuse_a_password_with_an_unencoded_at_sign(
     battery(
         "dsn-at-commands",
         injected=(
-            "lockwatch doctor, doctor --monitoring and snapshot with --dsn whose password "
+            "lockwatch doctor, doctor --monitoring, snapshot and demo with --dsn whose password "
             "holds an unencoded '@' (libpq would take its tail for the host)"
         ),
         did=f"each refused it before connecting, exit 2 ({', '.join(ran)}), as check-config and run do",

@@ -122,11 +122,13 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
         kept = _one(standin, service)
         assert kept is not None
         assert _head(kept).startswith("🔥 OPEN: ") and "opened 2 times in " in kept.text
+    _both_saw_it_back(replicas, reopened=1)
 
     # A restart of both replicas while it is open: still the same message.
     replicas.stop()
     replicas.start()
     replicas.sender()
+    _both_saw_it_back(replicas, reopened=1)
     holder.execute("SELECT pg_advisory_unlock(%s)", (KEY,))
     _each(standin, lambda k: _replies(k, "✅") == 2, "resolved again after the restart")
     _both_saw_it_end(replicas)
@@ -134,6 +136,7 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
     # Flap 2, then the end.
     holder.execute("SELECT pg_advisory_lock(%s)", (KEY,))
     _each(standin, lambda k: "opened 3 times in " in k.text, "reopened a second time")
+    _both_saw_it_back(replicas, reopened=2)
     holder.execute("SELECT pg_advisory_unlock(%s)", (KEY,))
     _each(standin, lambda k: _replies(k, "✅") == 3, "resolved for good")
 
@@ -149,21 +152,28 @@ def test_one_message_per_incident_through_growth_fail_over_flapping_and_a_restar
     posts = [r for r in standin.delivered("telegram") if r.path.endswith("/sendMessage")]
     assert sum(1 for r in posts if "reply_parameters" not in r.body) == 1
 
-    # Its timeline and its log say it opened three times.
-    # Read from the replica that kept the whole story: after the restart of both,
-    # the one not sending may miss the second flap in its own book (a known
-    # defect, see the stop's note: its row shows one reopening).
-    def twice_reopened() -> tuple[LockwatchProcess, dict[str, Any]] | None:
-        for process in replicas.processes.values():
-            for incident in _incidents(process.base):
-                if len(incident["reopened"]) == 2:
-                    return process, incident
-        return None
+    # Each replica's timeline and log say it opened three times: both kept the
+    # whole story through the restart of both, the sender and the other one.
+    for name, process in replicas.alive():
+        try:
+            flapped = wait_until(
+                lambda: _reopened_twice(process),  # noqa: B023 (called at once)
+                message=f"replica {name} keeps it, reopened twice",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; it keeps {_stories(process)}") from None
+        assert f"incident {flapped['id']} reopened [" in process.log(whole=True)
+        events = [e["detail"] for e in flapped["timeline"] if e["event"] == "reopened"]
+        assert len(events) == 2 and "opened 3 times in " in events[-1], events
 
-    keeper, flapped = wait_until(twice_reopened, message="a replica keeps it, reopened twice")
-    assert f"incident {flapped['id']} reopened [" in keeper.log(whole=True)
-    events = [e["detail"] for e in flapped["timeline"] if e["event"] == "reopened"]
-    assert len(events) == 2 and "opened 3 times in " in events[-1], events
+
+def _reopened_twice(process: LockwatchProcess) -> dict[str, Any] | None:
+    return next((i for i in _incidents(process.base) if len(i["reopened"]) == 2), None)
+
+
+def _stories(process: LockwatchProcess) -> list[tuple[str, int]]:
+    """Each incident the replica keeps, with how often it reopened."""
+    return [(i["id"], len(i["reopened"])) for i in _incidents(process.base)]
 
 
 def _incidents(base: str, state: str = "resolved") -> list[dict[str, Any]]:
@@ -178,3 +188,16 @@ def _both_saw_it_end(replicas: Replicas) -> None:
     for name, process in replicas.alive():
         base = process.base
         wait_until(lambda: not _incidents(base, "open"), message=f"{name} sees it resolved")  # noqa: B023 (called at once)
+
+
+def _both_saw_it_back(replicas: Replicas, reopened: int) -> None:
+    """Each replica's own book has it open again, reopened this often, before
+    the root goes: a flap that a replica never polled during (the sender told
+    it and both were stopped, or the root went before a restarted replica's
+    first poll) is one its book cannot count."""
+    for name, process in replicas.alive():
+        base = process.base
+        wait_until(
+            lambda: any(len(i["reopened"]) == reopened for i in _incidents(base, "open")),  # noqa: B023 (called at once)
+            message=f"{name} sees it back, reopened {reopened} time(s)",
+        )
