@@ -181,6 +181,19 @@ def _queue_root(
     )
 
 
+def _locks_about(evidence: LockEvidence) -> list[tuple[str | None, str | None]]:
+    """(database, lock) of the keys a lock finding blames its holder for, as a
+    queue's lock chain names them: its key (by name, when it has one) and,
+    for a finding about a holder, the first of the holder's keys."""
+    about: list[tuple[str | None, str | None]] = [
+        (evidence.database, evidence.name or evidence.key)
+    ]
+    for listed in evidence.first_keys:
+        database, _, key = listed.partition("/")
+        about.append((database, key))
+    return about
+
+
 def group_findings(
     findings: Sequence[Finding], previous: Mapping[FindingIdentity, IncidentRoot] | None = None
 ) -> list[_Grouped]:
@@ -190,9 +203,10 @@ def group_findings(
     own = [_own_root(finding) for finding in findings]
     holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
     by_lock = {
-        (f.subject.database, f.subject.lock): root
+        about: root
         for f, root in zip(findings, own, strict=True)
         if root is not None and root.kind in _HOLDING and isinstance(f.evidence, LockEvidence)
+        for about in _locks_about(f.evidence)
     }
     roots: list[IncidentRoot | None] = [
         _stall_root(finding, holders, by_lock)

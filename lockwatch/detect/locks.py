@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.keepalive import with_lifetime
 from lockwatch.detect.key_groups import Alike, key_groups
-from lockwatch.detect.lock_cap import Cap
 from lockwatch.detect.lock_groups import (
     Draft,
     Histories,
@@ -30,13 +30,14 @@ from lockwatch.detect.lock_groups import (
     waiting_text,
     who,
 )
+from lockwatch.detect.lock_holders import KEYS_LISTED, HolderTally, holder_finding
 from lockwatch.detect.migrations import migration_lock, migration_running
 from lockwatch.detect.pooler import known_pooled, pooled_session
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
 from lockwatch.model.keepalive import ServerSettings
-from lockwatch.model.locks import Backend, LockSnapshot
+from lockwatch.model.locks import Backend, LockKey, LockSnapshot
 from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
@@ -382,47 +383,66 @@ def detect_locks(
     inferred = inferred if pooler is None else None
     pooled = {pid: PooledBackend(None, inferred=True) for pid in inferred or {}}
     pooled.update(known_pooled(pooler, snapshot))
-    caps: dict[FindingKind, Cap] = {}
+    tallies: dict[FindingKind, HolderTally] = {}
+    own: list[Draft] = []  # about a named key, or blaming nobody: a finding per key
     leaders: list[KeyGroup] = []
     pooling = _Pooling(pooler, pooled, inferred)
     judged = _drafts(snapshot, settings, now, pooling, (history, held), leaders)
     for draft, alike in judged:
-        cap = caps.get(draft.kind) or caps.setdefault(draft.kind, Cap())
-        if alike:
-            cap.count(draft, alike)
+        if draft.group.named is None and draft.holder is not None:
+            tally = tallies.get(draft.kind) or tallies.setdefault(draft.kind, HolderTally())
+            tally.add(draft, alike)
         else:
-            cap.add(draft)
-    for draft in _leaders_churning(leaders, snapshot, settings, history, now) if history else ():
-        caps.setdefault(draft.kind, Cap()).add(draft)
-    drafts = [with_lifetime(draft, timeouts) for cap in caps.values() for draft in cap.kept()]
-    findings = _related_findings(snapshot.target, drafts)
-    for cap in caps.values():
-        findings.extend(cap.overflow(snapshot.target, now))
+            assert not alike  # keys alike are unnamed, and held
+            own.append(draft)
+    if history:
+        own.extend(_leaders_churning(leaders, snapshot, settings, history, now))
+    target = snapshot.target
+    told = [(_order(draft), _finding(target, with_lifetime(draft, timeouts))) for draft in own]
+    told += [
+        (_order(draft), holder_finding(target, tallied, with_lifetime(draft, timeouts)))
+        for tally in tallies.values()
+        for draft, tallied in tally.drafts()
+    ]
+    told.sort(key=lambda pair: pair[0])
+    findings = _related([finding for _, finding in told])
+    for tally in tallies.values():
+        findings.extend(tally.beyond(target))
     return findings
 
 
-def _related_findings(target: str, drafts: list[Draft]) -> list[Finding]:
-    """The drafts as findings, ordered by kind, database and key, each naming
-    the others about its subject."""
-    drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
+def _order(draft: Draft) -> tuple[str, str, LockKey]:
+    return (draft.kind.value, draft.group.database or "", draft.group.key)
+
+
+def _finding(target: str, draft: Draft) -> Finding:
+    return Finding(
+        draft.kind,
+        target,
+        draft.group.subject,
+        draft.severity,
+        draft.since,
+        draft.summary(),
+        draft.evidence(),
+    )
+
+
+def _related(findings: list[Finding]) -> list[Finding]:
+    """Each finding naming the others about its subject (a key, or a holder)."""
     kinds: dict[Subject, set[FindingKind]] = {}
-    for draft in drafts:
-        kinds.setdefault(draft.group.subject, set()).add(draft.kind)
+    for finding in findings:
+        kinds.setdefault(finding.subject, set()).add(finding.kind)
     return [
-        Finding(
-            draft.kind,
-            target,
-            draft.group.subject,
-            draft.severity,
-            draft.since,
-            draft.summary(),
-            draft.evidence(),
-            tuple(
-                Related(kind, target, draft.group.subject)
-                for kind in sorted(kinds[draft.group.subject] - {draft.kind})
+        replace(
+            finding,
+            related=tuple(
+                Related(kind, finding.target, finding.subject)
+                for kind in sorted(kinds[finding.subject] - {finding.kind})
             ),
         )
-        for draft in drafts
+        if len(kinds[finding.subject]) > 1
+        else finding
+        for finding in findings
     ]
 
 
@@ -451,7 +471,7 @@ def _drafts(
     leader locks are put in ``leaders`` (for churn)."""
     history, held = known
     groups_made = key_groups(
-        snapshot, settings, now, pooling.pooled, history, built=Cap.WINDOW, on_purpose=held
+        snapshot, settings, now, pooling.pooled, history, built=KEYS_LISTED, on_purpose=held
     )
     for item in groups_made:
         groups = item.groups if isinstance(item, Alike) else (item,)
