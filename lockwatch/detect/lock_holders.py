@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from lockwatch.detect.lock_groups import Draft, Holder, who
+from lockwatch.detect.lock_groups import Draft, Holder
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
 from lockwatch.model.findings import MORE_HOLDERS_SUBJECT, Finding, Severity, Subject
 from lockwatch.text import iso_utc, one_line
@@ -149,17 +149,14 @@ def _key_text(draft: Draft) -> str:
 
 
 def holder_summary(held: _Held, summary: str) -> str:
-    """The longest hold's summary, after the count and the first keys when
-    the holder has more than one."""
+    """The longest hold's summary (which names the holder), after the count
+    and the first keys when the holder has more than one."""
     if held.count == 1:
         return summary
-    holder = held.worst.holder
-    assert holder is not None
     listed = ", ".join(draft.group.label() for draft in held.first)
     more = ", …" if held.count > len(held.first) else ""
     return (
-        f"{held.count} advisory locks with {held.worst.kind.value} held by {who(holder)} "
-        f"({listed}{more}); the longest: {summary}"
+        f"{held.count} locks ({listed}{more}) with {held.worst.kind.value}; the longest: {summary}"
     )
 
 
