@@ -13,12 +13,23 @@ finding says how many more sessions hold such locks."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from lockwatch.detect.keepalive import with_lifetime
 from lockwatch.detect.lock_groups import Draft, Holder
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
-from lockwatch.model.findings import MORE_HOLDERS_SUBJECT, Finding, Severity, Subject
+from lockwatch.model.findings import (
+    MORE_HOLDERS_SUBJECT,
+    Finding,
+    FindingKind,
+    Related,
+    Severity,
+    Subject,
+)
+from lockwatch.model.keepalive import ServerSettings
+from lockwatch.model.locks import LockKey
 from lockwatch.text import iso_utc, one_line
 
 # Holders told one by one per kind and target; the rest are counted in one finding.
@@ -183,3 +194,62 @@ def holder_finding(target: str, held: _Held, draft: Draft) -> Finding:
         holder_summary(held, draft.summary()),
         holder_evidence(held, draft.evidence()),
     )
+
+
+def told_findings(
+    target: str,
+    own: list[Draft],
+    tallies: Mapping[FindingKind, HolderTally],
+    timeouts: ServerSettings | None,
+) -> list[Finding]:
+    """The findings of one poll: a finding per draft in ``own`` (a named key's,
+    or one blaming nobody) and per holder tallied, ordered by kind, database
+    and key (a holder's by its longest hold's), each naming the others about
+    its subject; then those counting the holders past the bound. Only these
+    drafts write their words and facts (with an orphan's lifetime)."""
+    told = [(_order(draft), _finding(target, with_lifetime(draft, timeouts))) for draft in own]
+    told += [
+        (_order(draft), holder_finding(target, tallied, with_lifetime(draft, timeouts)))
+        for tally in tallies.values()
+        for draft, tallied in tally.drafts()
+    ]
+    told.sort(key=lambda pair: pair[0])
+    findings = _related([finding for _, finding in told])
+    for tally in tallies.values():
+        findings.extend(tally.beyond(target))
+    return findings
+
+
+def _order(draft: Draft) -> tuple[str, str, LockKey]:
+    return (draft.kind.value, draft.group.database or "", draft.group.key)
+
+
+def _finding(target: str, draft: Draft) -> Finding:
+    return Finding(
+        draft.kind,
+        target,
+        draft.group.subject,
+        draft.severity,
+        draft.since,
+        draft.summary(),
+        draft.evidence(),
+    )
+
+
+def _related(findings: list[Finding]) -> list[Finding]:
+    """Each finding naming the others about its subject (a key, or a holder)."""
+    kinds: dict[Subject, set[FindingKind]] = {}
+    for finding in findings:
+        kinds.setdefault(finding.subject, set()).add(finding.kind)
+    return [
+        replace(
+            finding,
+            related=tuple(
+                Related(kind, finding.target, finding.subject)
+                for kind in sorted(kinds[finding.subject] - {finding.kind})
+            ),
+        )
+        if len(kinds[finding.subject]) > 1
+        else finding
+        for finding in findings
+    ]

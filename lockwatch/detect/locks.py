@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
-from lockwatch.detect.keepalive import with_lifetime
 from lockwatch.detect.key_groups import Alike, key_groups
 from lockwatch.detect.lock_groups import (
     Draft,
@@ -30,14 +28,14 @@ from lockwatch.detect.lock_groups import (
     waiting_text,
     who,
 )
-from lockwatch.detect.lock_holders import KEYS_LISTED, HolderTally, holder_finding
+from lockwatch.detect.lock_holders import KEYS_LISTED, HolderTally, told_findings
 from lockwatch.detect.migrations import migration_lock, migration_running
 from lockwatch.detect.pooler import known_pooled, pooled_session
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
-from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.model.keepalive import ServerSettings
-from lockwatch.model.locks import Backend, LockKey, LockSnapshot
+from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.text import format_duration, format_short_duration, one_line
@@ -397,53 +395,7 @@ def detect_locks(
             own.append(draft)
     if history:
         own.extend(_leaders_churning(leaders, snapshot, settings, history, now))
-    target = snapshot.target
-    told = [(_order(draft), _finding(target, with_lifetime(draft, timeouts))) for draft in own]
-    told += [
-        (_order(draft), holder_finding(target, tallied, with_lifetime(draft, timeouts)))
-        for tally in tallies.values()
-        for draft, tallied in tally.drafts()
-    ]
-    told.sort(key=lambda pair: pair[0])
-    findings = _related([finding for _, finding in told])
-    for tally in tallies.values():
-        findings.extend(tally.beyond(target))
-    return findings
-
-
-def _order(draft: Draft) -> tuple[str, str, LockKey]:
-    return (draft.kind.value, draft.group.database or "", draft.group.key)
-
-
-def _finding(target: str, draft: Draft) -> Finding:
-    return Finding(
-        draft.kind,
-        target,
-        draft.group.subject,
-        draft.severity,
-        draft.since,
-        draft.summary(),
-        draft.evidence(),
-    )
-
-
-def _related(findings: list[Finding]) -> list[Finding]:
-    """Each finding naming the others about its subject (a key, or a holder)."""
-    kinds: dict[Subject, set[FindingKind]] = {}
-    for finding in findings:
-        kinds.setdefault(finding.subject, set()).add(finding.kind)
-    return [
-        replace(
-            finding,
-            related=tuple(
-                Related(kind, finding.target, finding.subject)
-                for kind in sorted(kinds[finding.subject] - {finding.kind})
-            ),
-        )
-        if len(kinds[finding.subject]) > 1
-        else finding
-        for finding in findings
-    ]
+    return told_findings(snapshot.target, own, tallies, timeouts)
 
 
 class _Pooling(NamedTuple):

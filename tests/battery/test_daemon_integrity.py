@@ -14,9 +14,9 @@ from pathlib import Path
 import psycopg.conninfo
 import pytest
 import requests
+from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, is_overflow
 
 from lockwatch.demo.pgcluster import LocalCluster
-from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, is_overflow
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from lockwatch.detect.lock_cap import is_overflow
 
 from lockwatch.demo.pgcluster import LocalCluster
-from lockwatch.detect.lock_cap import is_overflow
 from tests.battery.conftest import Record
 from tests.battery.probes import Observer, lateness
 from tests.battery.test_load import HOLDER_SESSIONS, Holders

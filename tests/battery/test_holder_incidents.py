@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 import requests
-
 from lockwatch.detect.lock_cap import FINDINGS_PER_KIND
+
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config

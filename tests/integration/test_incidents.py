@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import requests
-
 from lockwatch.detect.lock_cap import is_overflow
+
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
