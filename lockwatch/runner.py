@@ -33,7 +33,7 @@ from lockwatch.detect.targets import (
 )
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incident_text import RUNBOOKS_PATH
-from lockwatch.model.incidents import Incident
+from lockwatch.model.incidents import Incident, IncidentChanges
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
 from lockwatch.monitors.jobs import JobMonitor
@@ -59,7 +59,8 @@ from lockwatch.util.clock import Clock, utc_now
 
 log = logging.getLogger(__name__)
 
-TransitionListener = Callable[[Transitions], None]
+# What a poll did to its target's incidents, told to the notifier, the log, the demo.
+IncidentListener = Callable[[IncidentChanges], None]
 R = TypeVar("R")
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
 
@@ -96,7 +97,7 @@ class TargetRunner:
     board: Board
     store: StateStore
     clock: Clock = utc_now
-    listeners: tuple[TransitionListener, ...] = ()
+    listeners: tuple[IncidentListener, ...] = ()
     stop_event: threading.Event = field(default_factory=threading.Event)
     jobs: tuple[JobSpec, ...] = ()  # every configured job; the runner follows its own
     job_store: JobStore | None = None
@@ -267,8 +268,9 @@ class TargetRunner:
             )
         self._view = view
         self.board.publish(view)
+        log_findings(transitions)
         for listener in self.listeners:
-            listener(transitions)
+            listener(transitions.incidents)
         return view
 
     def _connect(self) -> str | None:
@@ -491,3 +493,19 @@ class TargetRunner:
 
     def active_findings(self) -> tuple[Finding, ...]:
         return self.ledger.active
+
+
+def log_findings(transitions: Transitions) -> None:
+    """One line per finding that fired or resolved in a poll (people are told
+    of incidents; the log keeps the findings too)."""
+    for finding, verb, level in (
+        *((f, "firing", logging.WARNING) for f in transitions.fired),
+        *((f, "resolved", logging.INFO) for f in transitions.resolved),
+    ):
+        severity = f" [{finding.severity.value}]" if verb == "firing" else ""
+        log.log(
+            level,
+            "%s %s%s %s/%s: %s",
+            *(verb, finding.kind.value, severity, finding.target),
+            *(finding.subject.render(), finding.summary),
+        )
