@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
-from lockwatch.detect.key_groups import Alike, key_groups
+from lockwatch.detect.key_groups import Alike, RowPlan, key_groups
 from lockwatch.detect.lock_groups import (
     Draft,
     Histories,
@@ -365,17 +365,19 @@ def detect_locks(
     timeouts: ServerSettings | None = None,
     inferred: Mapping[int, str] | None = None,
     held: HeldLocks | None = None,
+    plan: RowPlan | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
-    pooler's view of the same server (or the backends ``inferred`` pooled,
-    pid -> how), also session locks on pooled backends; with the keys'
-    history, learned budgets and leader churn; with the server's timeouts
-    (and its roles' and databases'), how long an orphan can live there; with the locks the target's queue
-    libraries hold on purpose (``held``), those named and never held too long
-    nor orphaned.
+        pooler's view of the same server (or the backends ``inferred`` pooled,
+        pid -> how), also session locks on pooled backends; with the keys'
+        history, learned budgets and leader churn; with the server's timeouts
+        (and its roles' and databases'), how long an orphan can live there; with the locks the target's queue
+        libraries hold on purpose (``held``), those named and never held too long
+        nor orphaned. ``plan``: the rows as sorted into keys at the last poll (used
+    again while they stay the same; kept for the next).
 
-    At most one finding per kind and subject, ordered by kind, database and key;
-    findings about the same subject name each other in ``related``.
+        At most one finding per kind and subject, ordered by kind, database and key;
+        findings about the same subject name each other in ``related``.
     """
     # With pgbouncer's console read, SHOW SERVERS decides: no guess is used.
     inferred = inferred if pooler is None else None
@@ -385,7 +387,7 @@ def detect_locks(
     own: list[Draft] = []  # about a named key, or blaming nobody: a finding per key
     leaders: list[KeyGroup] = []
     pooling = _Pooling(pooler, pooled, inferred)
-    judged = _drafts(snapshot, settings, now, pooling, (history, held), leaders)
+    judged = _drafts(snapshot, settings, now, pooling, (history, held, plan), leaders)
     for draft, alike in judged:
         if draft.group.named is None and draft.holder is not None:
             tally = tallies.get(draft.kind) or tallies.setdefault(draft.kind, HolderTally())
@@ -412,7 +414,7 @@ def _drafts(
     settings: LockSettings,
     now: datetime,
     pooling: _Pooling,
-    known: tuple[Histories | None, HeldLocks | None],
+    known: tuple[Histories | None, HeldLocks | None, RowPlan | None],
     leaders: list[KeyGroup],
 ) -> Iterator[tuple[Draft, int]]:
     """Every check's drafts, one key at a time: a key whose drafts the cap
@@ -421,9 +423,16 @@ def _drafts(
     ``pooling``: pgbouncer's view, the pooled backends, those inferred so;
     ``known``: the keys' history and the locks held on purpose; the groups of
     leader locks are put in ``leaders`` (for churn)."""
-    history, held = known
+    history, held, plan = known
     groups_made = key_groups(
-        snapshot, settings, now, pooling.pooled, history, built=KEYS_LISTED, on_purpose=held
+        snapshot,
+        settings,
+        now,
+        pooling.pooled,
+        history,
+        built=KEYS_LISTED,
+        on_purpose=held,
+        plan=plan,
     )
     for item in groups_made:
         groups = item.groups if isinstance(item, Alike) else (item,)

@@ -57,16 +57,29 @@ def _watched(finding: Finding, settings: LockSettings) -> Watched | None:
 
 
 def _holders(snapshot: LockSnapshot, wanted: set[Watched]) -> dict[Watched, frozenset[Identity]]:
-    """The sessions holding the wanted keys now."""
-    found: dict[Watched, set[Identity]] = {}
-    for lock in snapshot.locks:
-        watched = (lock.database, lock.key)
-        if lock.granted and watched in wanted:
-            backend = snapshot.backends.get(lock.pid)
-            found.setdefault(watched, set()).add(
-                (lock.pid, None if backend is None else backend.backend_start)
-            )
-    return {watched: frozenset(ids) for watched, ids in found.items()}
+    """The sessions holding the wanted keys now, looked up in the locks per
+    key (kept while the locks stay the same: no pass over them)."""
+    table = snapshot.lock_table()
+    found: dict[Watched, frozenset[Identity]] = {}
+    for database, key in wanted:
+        rows = [r for r in table.spread.get(key, ()) if r.database == database]
+        one = table.single.get(key)
+        if one is not None and one.database == database:
+            rows.append(one)
+        ids = frozenset(
+            (lock.pid, _started(snapshot, lock.pid))
+            for row in rows
+            for lock in row.locks
+            if lock.granted
+        )
+        if ids:
+            found[(database, key)] = ids
+    return found
+
+
+def _started(snapshot: LockSnapshot, pid: int) -> datetime | None:
+    backend = snapshot.backends.get(pid)
+    return None if backend is None else backend.backend_start
 
 
 def within_hold(

@@ -228,11 +228,14 @@ class LockSummary:
 
     locks: tuple[AdvisoryLock, ...]  # the locks it sums up
     oldest: datetime | None  # the earliest first_seen
+    newest: datetime | None  # the latest first_seen; None when a lock has none
     unusual: bool  # any wait, or any lock of a prepared transaction
     pids: frozenset[int]  # of every lock
     session_holders: frozenset[int]  # pids holding a session-level lock
     # The locks per key, made the first time a publisher asks (``table``).
     _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
+    # The locks per holder, made the first time incidents are told (``holdings``).
+    _holdings: list[Holdings] = field(default_factory=list, compare=False, repr=False)
 
     def table(self) -> LockTable:
         # Two readers at once may both make it; either one is the same table.
@@ -240,15 +243,24 @@ class LockSummary:
             self._table.append(LockTable.of(self.locks))
         return self._table[0]
 
+    def holdings(self) -> Holdings:
+        """Kept with the summary: a poll whose locks did not change (a steady
+        flood) tells its incidents' loads without a pass over them."""
+        if not self._holdings:
+            self._holdings.append(Holdings.of(self.locks))
+        return self._holdings[0]
+
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
         # Column by column through C (map, filter, compress): a poll that
         # changed one lock of 50,000 sums them all up again.
         pids = tuple(map(_PID, locks))
         granted = tuple(map(_GRANTED, locks))
+        firsts = tuple(map(_FIRST_SEEN, locks))
         return cls(
             locks,
-            min(filter(None, map(_FIRST_SEEN, locks)), default=None),
+            min(filter(None, firsts), default=None),
+            None if None in firsts else max(firsts, default=None),
             not all(granted) or any(map(_PREPARED, locks)),
             frozenset(pids),
             # Of the granted locks, those whose session_level is true.
@@ -256,6 +268,45 @@ class LockSummary:
                 compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
             ),
         )
+
+
+HOLDINGS_LISTED = 5  # a holder's keys listed, the lowest (database, key) first
+
+# A holder of locks: its pid, and its prepared transaction's gid ("" for a session).
+HolderOf = tuple[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """A poll's locks per holder: how many each holds, its first keys, and
+    the sessions waiting on any key it holds."""
+
+    held: Mapping[HolderOf, tuple[int, tuple[str, ...]]]  # count, HOLDINGS_LISTED keys
+    waiting: Mapping[HolderOf, frozenset[int]]
+
+    @classmethod
+    def of(cls, locks: tuple[AdvisoryLock, ...]) -> Holdings:
+        rows: dict[HolderOf, list[AdvisoryLock]] = {}
+        waits: dict[tuple[str, LockKey], set[int]] = {}
+        for lock in locks:
+            if lock.granted:
+                gid = "" if lock.prepared is None else lock.prepared.gid
+                rows.setdefault((lock.pid, gid), []).append(lock)
+            else:
+                waits.setdefault((lock.database, lock.key), set()).add(lock.pid)
+        held = {}
+        waiting: dict[HolderOf, frozenset[int]] = {}
+        for holder, own in rows.items():
+            keys = {(lock.database, lock.key) for lock in own}
+            first = heapq.nsmallest(HOLDINGS_LISTED, keys, key=_by_key)
+            held[holder] = (len(own), tuple(f"{db}/{key.render()}" for db, key in first))
+            blocked = [pids for key, pids in waits.items() if key in keys]
+            waiting[holder] = frozenset().union(*blocked)
+        return cls(held, waiting)
+
+
+def _by_key(row: tuple[str, LockKey]) -> tuple[str, bool, int, int]:
+    return (row[0], row[1].pair, row[1].first, row[1].second)
 
 
 _PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (

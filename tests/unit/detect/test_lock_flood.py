@@ -5,6 +5,8 @@ as if every key's group had been built and judged."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 from unittest.mock import patch
 
@@ -32,6 +34,7 @@ def every_group_built(
     history: Any,
     built: Any,
     on_purpose: Any,
+    plan: Any = None,
 ) -> Iterator[lock_groups.KeyGroup]:
     """key_groups as it would be without ``Alike``: every group built."""
     for item in key_groups.key_groups(
@@ -89,3 +92,26 @@ def test_keys_held_alike_come_out_as_if_each_were_judged_on_its_own(
     snap = snapshot(*rows, backends=[*backends, backend(2000, waits_on=[1000])])
 
     assert detect_locks(snap, SETTINGS, NOW) == judged_one_by_one(snap)
+
+
+def test_a_steady_flood_sorts_its_rows_once_and_judges_them_as_new_each_poll() -> None:
+    locks = tuple(held(k, 1000 + k % 4, held_for=900) for k in range(1, 2001))
+    snap = snapshot(*locks, backends=[backend(1000 + n, idle_for=800) for n in range(4)])
+    plan = key_groups.RowPlan()
+    sorted_rows = key_groups._sorted_rows
+    sortings = []
+
+    def counted(*args: Any) -> key_groups.RowPlan:
+        sortings.append(args)
+        return sorted_rows(*args)
+
+    with patch.object(key_groups, "_sorted_rows", counted):
+        for later in (0, 60, 600):
+            now = NOW + timedelta(seconds=later)
+            steady = replace(snap, taken_at=now)  # the very same locks, polled again
+            assert detect_locks(steady, SETTINGS, now, plan=plan) == detect_locks(
+                steady, SETTINGS, now
+            )
+    assert len(sortings) == 4, "once for the plan, once for each poll without one"
+    churned = snapshot(*locks[1:], backends=[backend(1000 + n) for n in range(4)])
+    assert detect_locks(churned, SETTINGS, NOW, plan=plan) == detect_locks(churned, SETTINGS, NOW)
