@@ -119,10 +119,12 @@ def worth_checking(
 class Alike:
     """Keys that every check judges alike but for the key: each the only row of
     its key, granted to one session in one mode, first seen at the same
-    moment, unnamed. Only the first ``groups`` by key are built; ``more`` are
-    only counted, as they rank behind those in any cap."""
+    moment, unnamed. Only the lowest key's ``group`` is built; the rows of the
+    next lowest (``also``) are listed, and ``more`` keys (``also`` among them)
+    counted, judged as it is."""
 
-    groups: tuple[KeyGroup, ...]
+    group: KeyGroup
+    also: tuple[AdvisoryLock, ...]
     more: int
 
 
@@ -143,6 +145,7 @@ class RowPlan:
     on_purpose: HeldLocks | None = None
     built: int | None = None
     keys: list[KeyRowsOf] = field(default_factory=list)
+    # keys held alike: the lowest rows (as many as ``built``), and how many in all
     alike: list[tuple[list[AdvisoryLock], int]] = field(default_factory=list)
 
     def fits(
@@ -178,9 +181,9 @@ def key_groups(
     the config covers the key); ``plan``, last poll's sorting of the rows,
     used again when it fits (and kept for the next poll).
 
-    With ``built``, keys held alike by one session (``Alike``) beyond the first
-    ``built`` are counted, never built: a session that took 50,000 locks in one
-    go is 20 groups' work, not 50,000."""
+    With ``built``, keys held alike by one session are one ``Alike``: the
+    lowest key built, the next ``built`` - 1 listed, the rest counted: a
+    session that took 50,000 locks in one go is one group's work, not 50,000."""
     pooled = pooled or {}
     rows = worth_checking(snapshot, settings, now, pooled, history)
     every = len(rows) == len(snapshot.locks)
@@ -195,12 +198,9 @@ def key_groups(
     build = _Builder(snapshot, settings, now, pooled, history, on_purpose)
     for database, key, named, locks in sorted_rows.keys:
         yield build(database, key, named, locks)
-    for lowest, more in sorted_rows.alike:
-        groups = tuple(build(lock.database, lock.key, None, [lock]) for lock in lowest)
-        if more:
-            yield Alike(groups, more)
-        else:
-            yield from groups
+    for lowest, count in sorted_rows.alike:
+        group = build(lowest[0].database, lowest[0].key, None, lowest[:1])
+        yield Alike(group, tuple(lowest[1:]), count - 1) if count > 1 else group
 
 
 def _sorted_rows(
@@ -244,7 +244,7 @@ def _sorted_rows(
         lowest = heapq.nsmallest(
             built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second)
         )
-        plan.alike.append((lowest, max(0, len(locks) - built)))
+        plan.alike.append((lowest, len(locks)))
     return plan
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwatch.detect.keepalive import with_lifetime
+from lockwatch.detect.key_groups import Alike
 from lockwatch.detect.lock_groups import Draft, Holder
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
 from lockwatch.model.findings import (
@@ -66,6 +67,10 @@ def _key_order(draft: Draft) -> tuple[bool, int, int]:
     return (key.pair, key.first, key.second)
 
 
+# A key a holder's finding lists: its order, its database and its label.
+Listed = tuple[tuple[bool, int, int], str, str]
+
+
 @dataclass(slots=True)
 class _Held:
     """The drafts of one kind that blame one holder."""
@@ -74,7 +79,7 @@ class _Held:
     count: int = 0
     since: datetime | None = None
     critical: bool = False
-    first: list[Draft] = field(default_factory=list)  # the lowest keys, at most KEYS_LISTED
+    first: list[Listed] = field(default_factory=list)  # the lowest keys, at most KEYS_LISTED
 
     def add(self, draft: Draft) -> None:
         self.count += 1
@@ -83,9 +88,13 @@ class _Held:
         self.critical |= draft.severity is Severity.CRITICAL
         if _worse(draft, self.worst):
             self.worst = draft
-        if len(self.first) < KEYS_LISTED or _key_order(draft) < _key_order(self.first[-1]):
-            self.first.append(draft)
-            self.first.sort(key=_key_order)
+        group = draft.group
+        self.listed((_key_order(draft), group.database or "*", group.label()))
+
+    def listed(self, key: Listed) -> None:
+        if len(self.first) < KEYS_LISTED or key < self.first[-1]:
+            self.first.append(key)
+            self.first.sort()
             del self.first[KEYS_LISTED:]
 
 
@@ -103,18 +112,21 @@ class HolderTally:
     def __init__(self) -> None:
         self._held: dict[HolderKey, _Held] = {}
 
-    def add(self, draft: Draft, more: int = 0) -> None:
-        """``draft``; with ``more``, that many keys never built, judged as
-        ``draft`` (already added) was, whose keys are higher."""
+    def add(self, draft: Draft, alike: Alike | None = None) -> None:
+        """``draft``; with ``alike``, the keys never built that ``draft``
+        (already added) stands for, judged as it was, whose keys are higher."""
         assert draft.holder is not None
         identity = holder_key(draft.holder)
         held = self._held.get(identity)
         if held is None:
             held = self._held[identity] = _Held(draft)
-        if more:
-            held.count += more
-        else:
+        if alike is None:
             held.add(draft)
+            return
+        held.count += alike.more
+        for lock in alike.also:
+            key = lock.key
+            held.listed(((key.pair, key.first, key.second), lock.database, key.render()))
 
     def drafts(self) -> list[tuple[Draft, _Held]]:
         """The holders told one by one (the most keys first, at most
@@ -134,7 +146,7 @@ class HolderTally:
             return []
         kind = beyond[0].worst.kind
         locks = sum(held.count for held in beyond)
-        keys = [_key_text(draft) for held in beyond for draft in held.first][:KEYS_LISTED]
+        keys = [_key_text(key) for held in beyond for key in held.first][:KEYS_LISTED]
         return [
             Finding(
                 kind,
@@ -155,8 +167,9 @@ def _holder_order(draft: Draft) -> tuple[int, str, str]:
     return (pid, gid, "" if started is None else started.isoformat())
 
 
-def _key_text(draft: Draft) -> str:
-    return f"{draft.group.database or '*'}/{draft.group.label()}"
+def _key_text(key: Listed) -> str:
+    _, database, label = key
+    return f"{database}/{label}"
 
 
 def holder_summary(held: _Held, summary: str) -> str:
@@ -164,7 +177,7 @@ def holder_summary(held: _Held, summary: str) -> str:
     and the first keys when the holder has more than one."""
     if held.count == 1:
         return summary
-    listed = ", ".join(draft.group.label() for draft in held.first)
+    listed = ", ".join(label for _, _, label in held.first)
     more = ", …" if held.count > len(held.first) else ""
     return (
         f"{held.count} locks ({listed}{more}) with {held.worst.kind.value}; the longest: {summary}"
@@ -177,7 +190,7 @@ def holder_evidence(held: _Held, evidence: LockEvidence) -> LockEvidence:
     return replace(
         evidence,
         held_keys=held.count,
-        first_keys=tuple(_key_text(draft) for draft in held.first),
+        first_keys=tuple(_key_text(key) for key in held.first),
     )
 
 

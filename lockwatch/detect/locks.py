@@ -393,7 +393,7 @@ def detect_locks(
             tally = tallies.get(draft.kind) or tallies.setdefault(draft.kind, HolderTally())
             tally.add(draft, alike)
         else:
-            assert not alike  # keys alike are unnamed, and held
+            assert alike is None  # keys alike are unnamed, and held
             own.append(draft)
     if history:
         own.extend(_leaders_churning(leaders, snapshot, settings, history, now))
@@ -416,10 +416,10 @@ def _drafts(
     pooling: _Pooling,
     known: tuple[Histories | None, HeldLocks | None, RowPlan | None],
     leaders: list[KeyGroup],
-) -> Iterator[tuple[Draft, int]]:
-    """Every check's drafts, one key at a time: a key whose drafts the cap
-    does not keep is let go at once, not held with 49,999 others. Each comes
-    with how many more keys, never built, it stands for (0 but for ``Alike``).
+) -> Iterator[tuple[Draft, Alike | None]]:
+    """Every check's drafts, one key at a time: a key is let go once its
+    drafts are tallied, not held with 49,999 others. A draft of keys held
+    alike comes again with the ``Alike`` whose keys, never built, it stands for.
     ``pooling``: pgbouncer's view, the pooled backends, those inferred so;
     ``known``: the keys' history and the locks held on purpose; the groups of
     leader locks are put in ``leaders`` (for churn)."""
@@ -435,17 +435,15 @@ def _drafts(
         plan=plan,
     )
     for item in groups_made:
-        groups = item.groups if isinstance(item, Alike) else (item,)
-        drafts: list[Draft] = []
-        for group in groups:
-            if group.leader:
-                leaders.append(group)
-            drafts = list(_checked(group, settings, snapshot, now, pooling))
-            yield from ((draft, 0) for draft in drafts)
+        group = item.group if isinstance(item, Alike) else item
+        if group.leader:
+            leaders.append(group)
+        drafts = list(_checked(group, settings, snapshot, now, pooling))
+        yield from ((draft, None) for draft in drafts)
         if isinstance(item, Alike):
-            # The rest are judged as the last one built was, with larger keys.
-            yield from ((draft, item.more) for draft in drafts)
-    yield from ((draft, 0) for draft in _leaders_missing(snapshot, settings, now))
+            # The rest are judged as the one built was, with larger keys.
+            yield from ((draft, item) for draft in drafts)
+    yield from ((draft, None) for draft in _leaders_missing(snapshot, settings, now))
 
 
 def _checked(
