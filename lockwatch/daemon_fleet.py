@@ -11,10 +11,11 @@ import threading
 import time
 
 from lockwatch.fleet import Fleet, UnreachableSummary
-from lockwatch.runner import IncidentListener, TargetRunner, log_findings
+from lockwatch.runner import IncidentListener, TargetRunner
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings
 from lockwatch.state.board import Board
+from lockwatch.state.ledger import log_findings
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock
 

@@ -51,7 +51,7 @@ from lockwatch.state.board import Board
 from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
-from lockwatch.state.ledger import FindingLedger, Transitions
+from lockwatch.state.ledger import FindingLedger, Transitions, log_findings
 from lockwatch.state.pace import PollPace
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
@@ -493,19 +493,3 @@ class TargetRunner:
 
     def active_findings(self) -> tuple[Finding, ...]:
         return self.ledger.active
-
-
-def log_findings(transitions: Transitions) -> None:
-    """One line per finding that fired or resolved in a poll (people are told
-    of incidents; the log keeps the findings too)."""
-    for finding, verb, level in (
-        *((f, "firing", logging.WARNING) for f in transitions.fired),
-        *((f, "resolved", logging.INFO) for f in transitions.resolved),
-    ):
-        severity = f" [{finding.severity.value}]" if verb == "firing" else ""
-        log.log(
-            level,
-            "%s %s%s %s/%s: %s",
-            *(verb, finding.kind.value, severity, finding.target),
-            *(finding.subject.render(), finding.summary),
-        )
