@@ -58,22 +58,16 @@ def _watched(finding: Finding, settings: LockSettings) -> Watched | None:
 
 def _holders(snapshot: LockSnapshot, wanted: set[Watched]) -> dict[Watched, frozenset[Identity]]:
     """The sessions holding the wanted keys now, looked up in the locks per
-    key (kept while the locks stay the same: no pass over them)."""
-    table = snapshot.lock_table()
+    holder (kept with the summary while the locks stay the same: a steady
+    flood makes no pass over them)."""
+    if not wanted:
+        return {}
+    holders = snapshot.lock_summary().holdings().holders
     found: dict[Watched, frozenset[Identity]] = {}
-    for database, key in wanted:
-        rows = [r for r in table.spread.get(key, ()) if r.database == database]
-        one = table.single.get(key)
-        if one is not None and one.database == database:
-            rows.append(one)
-        ids = frozenset(
-            (lock.pid, _started(snapshot, lock.pid))
-            for row in rows
-            for lock in row.locks
-            if lock.granted
-        )
-        if ids:
-            found[(database, key)] = ids
+    for watched in wanted:
+        pids = holders.get(watched)
+        if pids:
+            found[watched] = frozenset((pid, _started(snapshot, pid)) for pid, _ in pids)
     return found
 
 

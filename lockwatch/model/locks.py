@@ -271,42 +271,41 @@ class LockSummary:
 
 
 HOLDINGS_LISTED = 5  # a holder's keys listed, the lowest (database, key) first
-
-# A holder of locks: its pid, and its prepared transaction's gid ("" for a session).
-HolderOf = tuple[int, str]
+HolderOf = tuple[int, str]  # a holder: its pid, its prepared transaction's gid or ""
 
 
 @dataclass(frozen=True, slots=True)
 class Holdings:
     """A poll's locks per holder: how many each holds, its first keys, and
-    the sessions waiting on any key it holds."""
+    the sessions waiting on any key it holds; and the holders of each key."""
 
     held: Mapping[HolderOf, tuple[int, tuple[str, ...]]]  # count, HOLDINGS_LISTED keys
     waiting: Mapping[HolderOf, frozenset[int]]
+    holders: Mapping[tuple[str, LockKey], list[HolderOf]]
 
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> Holdings:
         rows: dict[HolderOf, list[AdvisoryLock]] = {}
         waits: dict[tuple[str, LockKey], set[int]] = {}
+        holders: dict[tuple[str, LockKey], list[HolderOf]] = {}
         for lock in locks:
             if lock.granted:
-                gid = "" if lock.prepared is None else lock.prepared.gid
-                rows.setdefault((lock.pid, gid), []).append(lock)
+                holder = (lock.pid, "" if lock.prepared is None else lock.prepared.gid)
+                rows.setdefault(holder, []).append(lock)
+                holders.setdefault((lock.database, lock.key), []).append(holder)
             else:
                 waits.setdefault((lock.database, lock.key), set()).add(lock.pid)
-        held = {}
         waiting: dict[HolderOf, frozenset[int]] = {}
-        for holder, own in rows.items():
-            keys = {(lock.database, lock.key) for lock in own}
-            first = heapq.nsmallest(HOLDINGS_LISTED, keys, key=_by_key)
-            held[holder] = (len(own), tuple(f"{db}/{key.render()}" for db, key in first))
-            blocked = [pids for key, pids in waits.items() if key in keys]
-            waiting[holder] = frozenset().union(*blocked)
-        return cls(held, waiting)
+        for key, pids in waits.items():  # few: the keys someone waits on
+            for holder in holders.get(key, ()):
+                waiting[holder] = waiting.get(holder, frozenset()) | pids
+        held = {holder: (len(own), _first_keys(own)) for holder, own in rows.items()}
+        return cls(held, waiting, holders)
 
 
-def _by_key(row: tuple[str, LockKey]) -> tuple[str, bool, int, int]:
-    return (row[0], row[1].pair, row[1].first, row[1].second)
+def _first_keys(locks: list[AdvisoryLock]) -> tuple[str, ...]:
+    lowest = heapq.nsmallest(HOLDINGS_LISTED, locks, key=lambda lock: (lock.database, lock.key))
+    return tuple(dict.fromkeys(f"{lock.database}/{lock.key.render()}" for lock in lowest))
 
 
 _PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (
