@@ -40,7 +40,7 @@ def test_finding_info_carries_each_findings_severity_and_holder() -> None:
     subject = {
         **dict.fromkeys(SUBJECT_LABELS, ""),
         "database": "app",
-        "lock": held_by(HOLDER_PID).lock,
+        "lock": held_by(HOLDER_PID).lock or "",
     }
     holder = f"pid {HOLDER_PID} (webhook-worker-1 from 10.0.0.5)"
     for kind in ("lock_convoy", "lock_held_too_long"):
