@@ -118,7 +118,7 @@ class Draft:
     since: datetime
     summary: Callable[[], str]
     evidence: Callable[[], LockEvidence]
-    # The holder the finding blames (None: nobody, or nobody seen): past the
+    # The holder the finding blames (None: nobody, or nobody seen): its
     # drafts on keys the config does not name are told per holder.
     holder: Holder | None = None
 

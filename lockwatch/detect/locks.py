@@ -376,7 +376,8 @@ def detect_locks(
         nor orphaned. ``plan``: the rows as sorted into keys at the last poll (used
     again while they stay the same; kept for the next).
 
-        At most one finding per kind and subject, ordered by kind, database and key;
+        At most one finding per kind and subject (a holder, or a key the config
+        names), ordered by kind, database and key (a holder's longest hold's);
         findings about the same subject name each other in ``related``.
     """
     # With pgbouncer's console read, SHOW SERVERS decides: no guess is used.
