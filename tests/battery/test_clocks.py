@@ -49,7 +49,7 @@ class Runners:
     def poll(self, name: str) -> dict[tuple[str, str], Finding]:
         runner, _ = self.made[name]
         self.last[name] = view = runner.poll_once()
-        return {(f.kind.value, lock_of(f)): f for f in view.findings}
+        return {(f.kind.value, lock_of(f) or ""): f for f in view.findings}
 
     def kinds(self, name: str, key: int) -> set[str]:
         return {kind for kind, lock in self.poll(name) if lock == str(key)}

@@ -21,7 +21,7 @@ from tests.battery.conftest import Record
 from tests.battery.probes import Observer, saved_keys
 from tests.battery.relay import Relay
 from tests.battery.report import soak
-from tests.fixtures.evidence import lock_of
+from tests.fixtures.evidence import keys_of, lock_of
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.standins import ChatStandin, Reply, add_telegram, telegram_flood
@@ -189,7 +189,7 @@ def test_a_full_or_read_only_state_dir_is_said_loudly_while_monitoring_goes_on(
         )
         wait_until(
             lambda: any(
-                lock_of(f) == str(key)
+                str(key) in keys_of(f)
                 for f in lockwatch.findings()
                 if f["kind"] == "lock_held_too_long"
             ),
@@ -284,7 +284,7 @@ def test_lockwatch_killed_mid_incident_forgets_nothing_announces_nothing_twice_i
     }
 
     def findings() -> dict[tuple[str, str], str]:
-        return {(f["kind"], lock_of(f)): f["since"] for f in lockwatch.findings()}
+        return {(f["kind"], lock_of(f) or ""): f["since"] for f in lockwatch.findings()}
 
     def held() -> dict[str, float]:
         return {lock["key"]: lock["hold_seconds"] for lock in lockwatch.locks("main")}
