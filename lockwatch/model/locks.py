@@ -256,11 +256,11 @@ class LockSummary:
         # changed one lock of 50,000 sums them all up again.
         pids = tuple(map(_PID, locks))
         granted = tuple(map(_GRANTED, locks))
-        firsts = tuple(map(_FIRST_SEEN, locks))
+        seen = tuple(filter(None, map(_FIRST_SEEN, locks)))
         return cls(
             locks,
-            min(filter(None, firsts), default=None),
-            None if None in firsts else max(firsts, default=None),
+            min(seen, default=None),
+            max(seen, default=None) if len(seen) == len(locks) else None,
             not all(granted) or any(map(_PREPARED, locks)),
             frozenset(pids),
             # Of the granted locks, those whose session_level is true.
