@@ -25,6 +25,7 @@ from types import FrameType
 from lockwatch.config.reader import ConfigError
 from lockwatch.daemon_fleet import FleetFollower
 from lockwatch.model.incident_text import log_event
+from lockwatch.model.incidents import IncidentChanges
 from lockwatch.notify.election import open_election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
@@ -36,8 +37,8 @@ from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.pings import PingReceiver
 from lockwatch.runner import (
     STOP_GRACE,
+    IncidentListener,
     TargetRunner,
-    TransitionListener,
     start_spread,
 )
 from lockwatch.scheduler import PollScheduler
@@ -47,7 +48,6 @@ from lockwatch.state.board import Board
 from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import MEMORY_ONLY, open_history
 from lockwatch.state.jobstore import JobStore, PostgresJobStore, SqliteJobStore
-from lockwatch.state.ledger import Transitions
 from lockwatch.state.pace import BACKOFF_CAP
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
@@ -68,25 +68,9 @@ PAST_LIMIT = 0.01
 RESTART_ONLY = ("listen", "state_dir", "pings", "web", "shard", "replica")
 
 
-def log_transitions(transitions: Transitions) -> None:
-    for finding in transitions.fired:
-        log.warning(
-            "firing %s [%s] %s/%s: %s",
-            finding.kind.value,
-            finding.severity.value,
-            finding.target,
-            finding.subject.render(),
-            finding.summary,
-        )
-    for finding in transitions.resolved:
-        log.info(
-            "resolved %s %s/%s: %s",
-            finding.kind.value,
-            finding.target,
-            finding.subject.render(),
-            finding.summary,
-        )
-    told = transitions.incidents
+def log_incidents(told: IncidentChanges) -> None:
+    """One line per incident opened, worse or resolved (the runner logs its
+    findings)."""
     for moment, incidents, level in (
         ("opened", told.opened, logging.WARNING),
         ("worse", told.worsened, logging.WARNING),
@@ -143,7 +127,7 @@ class Daemon(FleetFollower):
         settings: Settings,
         *,
         clock: Clock = utc_now,
-        listeners: tuple[TransitionListener, ...] = (log_transitions,),
+        listeners: tuple[IncidentListener, ...] = (log_incidents,),
         reload: SettingsLoader | None = None,
         notifier: Notifier | None = None,
         also_listen: tuple[str, ...] = (),  # more addresses than settings.listen

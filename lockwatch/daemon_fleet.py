@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import replace
 
 from lockwatch.fleet import Fleet, UnreachableSummary
-from lockwatch.runner import TargetRunner, TransitionListener
+from lockwatch.runner import IncidentListener, TargetRunner
 from lockwatch.settings.sharding import Shard
 from lockwatch.settings.targets import Settings
 from lockwatch.state.board import Board
+from lockwatch.state.ledger import log_findings
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock
 
@@ -29,7 +29,7 @@ class FleetFollower:
     store: StateStore
     configured: Settings  # as the config file says, before discovery
     _clock: Clock
-    _listeners: tuple[TransitionListener, ...]
+    _listeners: tuple[IncidentListener, ...]
 
     def _apply(self, settings: Settings, what: str = "config reloaded") -> None:
         raise NotImplementedError  # the daemon's
@@ -82,12 +82,11 @@ class FleetFollower:
         and its state file goes, so re-adding it later starts afresh."""
         name = runner.target.name
         self.board.forget(name)
-        transitions = runner.ledger.update(())
+        log_findings(runner.ledger.update(()))
         incidents = runner.incidents.update((), self._clock(), time.monotonic(), unwatched=True)
-        transitions = replace(transitions, incidents=incidents)
         for listener in self._listeners:
             try:
-                listener(transitions)
+                listener(incidents)
             except Exception:
                 log.exception("resolving the findings of removed target %s", name)
         self.store.forget(name)

@@ -33,7 +33,7 @@ from lockwatch.detect.targets import (
 )
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incident_text import RUNBOOKS_PATH
-from lockwatch.model.incidents import Incident
+from lockwatch.model.incidents import Incident, IncidentChanges
 from lockwatch.model.views import TargetStatus, TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
 from lockwatch.monitors.jobs import JobMonitor
@@ -51,7 +51,7 @@ from lockwatch.state.board import Board
 from lockwatch.state.incident_history import IncidentHistory
 from lockwatch.state.incidents import IncidentBook
 from lockwatch.state.jobstore import JobStore
-from lockwatch.state.ledger import FindingLedger, Transitions
+from lockwatch.state.ledger import FindingLedger, Transitions, log_findings
 from lockwatch.state.pace import PollPace
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
@@ -60,7 +60,8 @@ from lockwatch.util.memory import give_back
 
 log = logging.getLogger(__name__)
 
-TransitionListener = Callable[[Transitions], None]
+# What a poll did to its target's incidents, told to the notifier, the log, the demo.
+IncidentListener = Callable[[IncidentChanges], None]
 R = TypeVar("R")
 STOP_GRACE = 2.0  # seconds a poll in flight may take to finish at shutdown
 
@@ -97,7 +98,7 @@ class TargetRunner:
     board: Board
     store: StateStore
     clock: Clock = utc_now
-    listeners: tuple[TransitionListener, ...] = ()
+    listeners: tuple[IncidentListener, ...] = ()
     stop_event: threading.Event = field(default_factory=threading.Event)
     jobs: tuple[JobSpec, ...] = ()  # every configured job; the runner follows its own
     job_store: JobStore | None = None
@@ -273,8 +274,9 @@ class TargetRunner:
             )
         self._view = view
         self.board.publish(view)
+        log_findings(transitions)
         for listener in self.listeners:
-            listener(transitions)
+            listener(transitions.incidents)
         return view
 
     def _connect(self) -> str | None:

@@ -38,12 +38,12 @@ from lockwatch.model.evidence import (
     QueueEvidence,
     QueueStallEvidence,
 )
-from lockwatch.model.findings import Finding
+from lockwatch.model.findings import Finding, Subject
+from lockwatch.model.incidents import IncidentChanges, active_findings
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.queues import Queue, QueueThresholds, SqlQueueSource, WorkerGroup
 from lockwatch.settings.targets import Settings, Target, parse_listen
-from lockwatch.state.ledger import Transitions
 from lockwatch.text import client_address, format_duration, one_line
 
 DEMO_DATABASE = "lockwatch_demo"
@@ -207,15 +207,21 @@ class _Printer:
         self.out = out
         self.fired: set[str] = set()
         self._lock = threading.Lock()
+        # The findings of each target's open incidents, as last told.
+        self._active: dict[str, dict[tuple[str, str, Subject], Finding]] = {}
 
-    def __call__(self, transitions: Transitions) -> None:
+    def __call__(self, told: IncidentChanges) -> None:
         with self._lock:
-            for finding in transitions.fired:
-                self.fired.add(finding.kind.value)
-                _print_finding(self.out, "FIRING", finding)
-            for finding in transitions.resolved:
-                _print_finding(self.out, "RESOLVED", finding)
-            told = transitions.incidents
+            active = active_findings(told)
+            before = self._active.get(told.target, {})
+            self._active[told.target] = active
+            for identity, finding in active.items():
+                if identity not in before:
+                    self.fired.add(finding.kind.value)
+                    _print_finding(self.out, "FIRING", finding)
+            for identity, finding in before.items():
+                if identity not in active:
+                    _print_finding(self.out, "RESOLVED", finding)
             for verb, incidents in (("OPENED", told.opened), ("RESOLVED", told.resolved)):
                 for incident in incidents:
                     self.out.write(f"INCIDENT {verb} {one_line(incident.title, 300)}\n")

@@ -27,9 +27,7 @@ from lockwatch.model.evidence import (
 )
 from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.incidents import IncidentRoot, RootGroup, RootKind, RootLoad
-from lockwatch.model.locks import AdvisoryLock, LockKey, LockSnapshot
-
-LOCKS_LISTED = 5  # locks of a root an incident lists; the rest are counted
+from lockwatch.model.locks import LockSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +197,19 @@ def _queue_root(
     )
 
 
+def _locks_about(evidence: LockEvidence) -> list[tuple[str | None, str | None]]:
+    """(database, lock) of the keys a lock finding blames its holder for, as a
+    queue's lock chain names them: its key (by name, when it has one) and,
+    for a finding about a holder, the first of the holder's keys."""
+    about: list[tuple[str | None, str | None]] = [
+        (evidence.database, evidence.name or evidence.key)
+    ]
+    for listed in evidence.first_keys:
+        database, _, key = listed.partition("/")
+        about.append((database, key))
+    return about
+
+
 def group_findings(
     findings: Sequence[Finding], previous: Mapping[FindingIdentity, IncidentRoot] | None = None
 ) -> list[_Grouped]:
@@ -208,9 +219,10 @@ def group_findings(
     own = [_own_root(finding) for finding in findings]
     holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
     by_lock = {
-        (f.subject.database, f.subject.lock): root
+        about: root
         for f, root in zip(findings, own, strict=True)
         if root is not None and root.kind in _HOLDING and isinstance(f.evidence, LockEvidence)
+        for about in _locks_about(f.evidence)
     }
     roots: list[IncidentRoot | None] = [
         _stall_root(finding, holders, by_lock)
@@ -243,28 +255,18 @@ def root_loads(
 ) -> dict[tuple[str, ...], RootLoad]:
     """What each holding root holds in ``snapshot`` and how many wait on it, by
     the root's identity; roots that hold nothing by nature are left out, and
-    every root without a snapshot. One pass over the locks, whatever their number."""
+    every root without a snapshot. The locks are summed up per holder once
+    per poll's locks (``LockSummary.holdings``): not again while they stay."""
     wanted = [root for root in roots if root.kind in _HOLDING]
     if snapshot is None or not wanted:
         return {}
-    held: dict[tuple[int, str], list[AdvisoryLock]] = {}
-    waiting: dict[tuple[str, LockKey], set[int]] = {}
-    for lock in snapshot.locks:
-        if lock.granted:
-            gid = "" if lock.prepared is None else lock.prepared.gid
-            held.setdefault((lock.pid, gid), []).append(lock)
-        else:
-            waiting.setdefault((lock.database, lock.key), set()).add(lock.pid)
+    holdings = snapshot.lock_summary().holdings()
     loads = {}
     for root in wanted:
         who = (0, root.gid or "") if root.kind is RootKind.PREPARED else (root.pid or 0, "")
-        locks = held.get(who, [])
-        keys = sorted({(lock.database, lock.key) for lock in locks})
-        blocked: set[int] = set().union(*(waiting.get(key, set()) for key in keys))
+        count, locks = holdings.held.get(who, (0, ()))
         loads[root.identity] = RootLoad(
-            locks_held=len(locks),
-            locks=tuple(f"{database}/{key.render()}" for database, key in keys[:LOCKS_LISTED]),
-            waiters=len(blocked),
+            locks_held=count, locks=locks, waiters=len(holdings.waiting.get(who, ()))
         )
     return loads
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from lockwatch.detect.evidence import seconds_between
@@ -90,8 +90,11 @@ def worth_checking(
         and backend.state_change is not None
         and backend.state_change < idle_before
     }
-    if not named and _quiet(snapshot.lock_summary(), held_before, suspects):
+    summary = snapshot.lock_summary()
+    if not named and _quiet(summary, held_before, suspects):
         return []
+    if not named and summary.newest is not None and summary.newest < held_before:
+        return list(snapshot.locks)  # a steady flood: every row held past a budget
     loud: set[tuple[str, LockKey]] = set()
     quiet = False
     for lock in snapshot.locks:
@@ -116,11 +119,48 @@ def worth_checking(
 class Alike:
     """Keys that every check judges alike but for the key: each the only row of
     its key, granted to one session in one mode, first seen at the same
-    moment, unnamed. Only the first ``groups`` by key are built; ``more`` are
-    only counted, as they rank behind those in any cap."""
+    moment, unnamed. Only the lowest key's ``group`` is built; the rows of the
+    next lowest (``also``) are listed, and ``more`` keys (``also`` among them)
+    counted, judged as it is."""
 
-    groups: tuple[KeyGroup, ...]
+    group: KeyGroup
+    also: tuple[AdvisoryLock, ...]
     more: int
+
+
+# A key built on its own: database, key, its name (None: unnamed), its rows.
+KeyRowsOf = tuple[str, LockKey, NamedLock | None, list[AdvisoryLock]]
+
+
+@dataclass(slots=True)
+class RowPlan:
+    """A poll's rows worth checking sorted into keys: those built on their
+    own, and the sets of keys held alike (the lowest rows, and how many more).
+    The lock monitor keeps it, and it is used again while every row is worth
+    checking, the locks are the very same tuple and the settings and the locks
+    held on purpose are the same: a steady flood sorts its 50,000 rows once."""
+
+    locks: tuple[AdvisoryLock, ...] | None = None  # None: not to be used again
+    settings: LockSettings | None = None
+    on_purpose: HeldLocks | None = None
+    built: int | None = None
+    keys: list[KeyRowsOf] = field(default_factory=list)
+    # keys held alike: the lowest rows (as many as ``built``), and how many in all
+    alike: list[tuple[list[AdvisoryLock], int]] = field(default_factory=list)
+
+    def fits(
+        self,
+        locks: tuple[AdvisoryLock, ...],
+        settings: LockSettings,
+        on_purpose: HeldLocks | None,
+        built: int | None,
+    ) -> bool:
+        return (
+            self.locks is locks
+            and self.settings is settings
+            and self.on_purpose == on_purpose
+            and self.built == built
+        )
 
 
 def key_groups(
@@ -131,23 +171,49 @@ def key_groups(
     history: Histories | None = None,
     built: int | None = None,
     on_purpose: HeldLocks | None = None,
+    plan: RowPlan | None = None,
 ) -> Iterator[KeyGroup | Alike]:
     """The groups of every key worth checking, made one at a time as they are
     asked for: at 50,000 keys past their budget, holding every group at once
     was most of a poll's memory and its garbage collection most of its time.
     ``pooled`` names the backends a pooler hands out (by pid), ``on_purpose``
     the locks held on purpose (named by their library unless a named lock in
-    the config covers the key).
+    the config covers the key); ``plan``, last poll's sorting of the rows,
+    used again when it fits (and kept for the next poll).
 
-    With ``built``, keys held alike by one session (``Alike``) beyond the first
-    ``built`` are counted, never built: a session that took 50,000 locks in one
-    go is 20 groups' work, not 50,000."""
+    With ``built``, keys held alike by one session are one ``Alike``: the
+    lowest key built, the next ``built`` - 1 listed, the rest counted: a
+    session that took 50,000 locks in one go is one group's work, not 50,000."""
     pooled = pooled or {}
+    rows = worth_checking(snapshot, settings, now, pooled, history)
+    every = len(rows) == len(snapshot.locks)
+    if plan is not None and every and plan.fits(snapshot.locks, settings, on_purpose, built):
+        sorted_rows = plan
+    else:
+        sorted_rows = _sorted_rows(rows, settings, built, on_purpose)
+        if plan is not None:
+            plan.locks = snapshot.locks if every else None
+            plan.settings, plan.on_purpose, plan.built = settings, on_purpose, built
+            plan.keys, plan.alike = sorted_rows.keys, sorted_rows.alike
+    build = _Builder(snapshot, settings, now, pooled, history, on_purpose)
+    for database, key, named, locks in sorted_rows.keys:
+        yield build(database, key, named, locks)
+    for lowest, count in sorted_rows.alike:
+        group = build(lowest[0].database, lowest[0].key, None, lowest[:1])
+        yield Alike(group, tuple(lowest[1:]), count - 1) if count > 1 else group
+
+
+def _sorted_rows(
+    rows: list[AdvisoryLock],
+    settings: LockSettings,
+    built: int | None,
+    on_purpose: HeldLocks | None,
+) -> RowPlan:
     # A key's first row, and the rows of keys with more than one: most keys
     # have one, and a list for each was a tenth of a flood's memory.
     first_rows: dict[tuple[str, LockKey], AdvisoryLock] = {}
     more_rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
-    for lock in worth_checking(snapshot, settings, now, pooled, history):
+    for lock in rows:
         row = (lock.database, lock.key)
         first = first_rows.setdefault(row, lock)
         if first is not lock:
@@ -155,7 +221,7 @@ def key_groups(
     # Only a configured or catalogued key can be named or ignored: at 50,000
     # keys, asking the settings about each one was a tenth of a poll.
     configured = {named.key for named in settings.named} | set(settings.ignore)
-    build = _Builder(snapshot, settings, now, pooled, history, on_purpose)
+    keys: list[KeyRowsOf] = []
     alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
     for (database, key), lock in first_rows.items():
         locks = more_rows.get((database, key)) or [lock]
@@ -165,23 +231,21 @@ def key_groups(
             or settings.catalogued(database, key)
         ):
             if not settings.ignored(database, key):
-                yield build(database, key, settings.named_lock(database, key, on_purpose), locks)
+                keys.append((database, key, settings.named_lock(database, key, on_purpose), locks))
             continue
         if built is not None and len(locks) == 1 and lock.granted and lock.prepared is None:
             shape = (database, lock.pid, lock.mode, lock.first_seen, lock.session_level)
             alike.setdefault(shape, []).append(lock)
         else:
-            yield build(database, key, None, locks)
+            keys.append((database, key, None, locks))
+    plan = RowPlan(keys=keys)
     for locks in alike.values():
         assert built is not None  # only then are keys set aside as alike
         lowest = heapq.nsmallest(
             built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second)
         )
-        groups = tuple(build(lock.database, lock.key, None, [lock]) for lock in lowest)
-        if len(locks) <= built:
-            yield from groups
-        else:
-            yield Alike(groups, len(locks) - built)
+        plan.alike.append((lowest, len(locks)))
+    return plan
 
 
 class _Builder:

@@ -107,10 +107,10 @@ class KeyGroup:
 class Draft:
     """A finding before it knows its target and its related findings.
 
-    Its summary and evidence are written only for the drafts that survive the
-    per-kind cap: 50,000 locks past their budget are 50,000 drafts, and all
-    but a hundred are only counted (most of a poll's cost was evidence that
-    was thrown away)."""
+    Its summary and evidence are written only for the draft of each holder's
+    longest hold (``detect/lock_holders.py``): a holder's 5,000 keys past
+    their budget are one finding, and writing evidence that was thrown away
+    was most of a flood's poll."""
 
     kind: FindingKind
     group: KeyGroup
@@ -118,8 +118,8 @@ class Draft:
     since: datetime
     summary: Callable[[], str]
     evidence: Callable[[], LockEvidence]
-    # The holder the finding blames (None: nobody, or nobody seen): past the
-    # per-kind cap, drafts are told per holder.
+    # The holder the finding blames (None: nobody, or nobody seen): its
+    # drafts on keys the config does not name are told per holder.
     holder: Holder | None = None
 
 

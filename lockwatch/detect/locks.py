@@ -13,9 +13,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from lockwatch.detect.evidence import seconds_between
-from lockwatch.detect.keepalive import with_lifetime
-from lockwatch.detect.key_groups import Alike, key_groups
-from lockwatch.detect.lock_cap import Cap
+from lockwatch.detect.key_groups import Alike, RowPlan, key_groups
 from lockwatch.detect.lock_groups import (
     Draft,
     Histories,
@@ -30,11 +28,12 @@ from lockwatch.detect.lock_groups import (
     waiting_text,
     who,
 )
+from lockwatch.detect.lock_holders import KEYS_LISTED, HolderTally, told_findings
 from lockwatch.detect.migrations import migration_lock, migration_running
 from lockwatch.detect.pooler import known_pooled, pooled_session, unknown_pooling
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
-from lockwatch.model.findings import Finding, FindingKind, Related, Severity, Subject
+from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.model.keepalive import ServerSettings
 from lockwatch.model.locks import Backend, LockSnapshot
 from lockwatch.model.pooler import PooledBackend, PoolerSnapshot
@@ -367,6 +366,7 @@ def detect_locks(
     inferred: Mapping[int, str] | None = None,
     held: HeldLocks | None = None,
     through_pooler: bool = False,
+    plan: RowPlan | None = None,
 ) -> list[Finding]:
     """Every advisory-lock problem visible in ``snapshot`` at ``now``; with the
     pooler's view of the same server (or the backends ``inferred`` pooled,
@@ -377,9 +377,12 @@ def detect_locks(
     nor orphaned. Without the pooler's view, when clients may come through a
     pooler (``settings.clients_through_pooler``, or lockwatch's own session
     goes ``through_pooler``), a session lock's holder not found pooled is
-    named by its backend alone: its client is unknown.
+    named by its backend alone: its client is unknown. ``plan``: the rows as
+    sorted into keys at the last poll (used again while they stay the same;
+    kept for the next).
 
-    At most one finding per kind and subject, ordered by kind, database and key;
+    At most one finding per kind and subject (a holder, or a key the config
+    names), ordered by kind, database and key (a holder's longest hold's);
     findings about the same subject name each other in ``related``.
     """
     # With pgbouncer's console read, SHOW SERVERS decides: no guess is used.
@@ -388,48 +391,21 @@ def detect_locks(
     pooled.update(known_pooled(pooler, snapshot))
     if pooler is None and (through_pooler or settings.clients_through_pooler):
         pooled.update(unknown_pooling(snapshot, pooled))
-    caps: dict[FindingKind, Cap] = {}
+    tallies: dict[FindingKind, HolderTally] = {}
+    own: list[Draft] = []  # about a named key, or blaming nobody: a finding per key
     leaders: list[KeyGroup] = []
     pooling = _Pooling(pooler, pooled, inferred)
-    judged = _drafts(snapshot, settings, now, pooling, (history, held), leaders)
+    judged = _drafts(snapshot, settings, now, pooling, (history, held, plan), leaders)
     for draft, alike in judged:
-        cap = caps.get(draft.kind) or caps.setdefault(draft.kind, Cap())
-        if alike:
-            cap.count(draft, alike)
+        if draft.group.named is None and draft.holder is not None:
+            tally = tallies.get(draft.kind) or tallies.setdefault(draft.kind, HolderTally())
+            tally.add(draft, alike)
         else:
-            cap.add(draft)
-    for draft in _leaders_churning(leaders, snapshot, settings, history, now) if history else ():
-        caps.setdefault(draft.kind, Cap()).add(draft)
-    drafts = [with_lifetime(draft, timeouts) for cap in caps.values() for draft in cap.kept()]
-    findings = _related_findings(snapshot.target, drafts)
-    for cap in caps.values():
-        findings.extend(cap.overflow(snapshot.target, now))
-    return findings
-
-
-def _related_findings(target: str, drafts: list[Draft]) -> list[Finding]:
-    """The drafts as findings, ordered by kind, database and key, each naming
-    the others about its subject."""
-    drafts.sort(key=lambda d: (d.kind.value, d.group.database or "", d.group.key))
-    kinds: dict[Subject, set[FindingKind]] = {}
-    for draft in drafts:
-        kinds.setdefault(draft.group.subject, set()).add(draft.kind)
-    return [
-        Finding(
-            draft.kind,
-            target,
-            draft.group.subject,
-            draft.severity,
-            draft.since,
-            draft.summary(),
-            draft.evidence(),
-            tuple(
-                Related(kind, target, draft.group.subject)
-                for kind in sorted(kinds[draft.group.subject] - {draft.kind})
-            ),
-        )
-        for draft in drafts
-    ]
+            assert alike is None  # keys alike are unnamed, and held
+            own.append(draft)
+    if history:
+        own.extend(_leaders_churning(leaders, snapshot, settings, history, now))
+    return told_findings(snapshot.target, own, tallies, timeouts)
 
 
 class _Pooling(NamedTuple):
@@ -446,31 +422,36 @@ def _drafts(
     settings: LockSettings,
     now: datetime,
     pooling: _Pooling,
-    known: tuple[Histories | None, HeldLocks | None],
+    known: tuple[Histories | None, HeldLocks | None, RowPlan | None],
     leaders: list[KeyGroup],
-) -> Iterator[tuple[Draft, int]]:
-    """Every check's drafts, one key at a time: a key whose drafts the cap
-    does not keep is let go at once, not held with 49,999 others. Each comes
-    with how many more keys, never built, it stands for (0 but for ``Alike``).
+) -> Iterator[tuple[Draft, Alike | None]]:
+    """Every check's drafts, one key at a time: a key is let go once its
+    drafts are tallied, not held with 49,999 others. A draft of keys held
+    alike comes again with the ``Alike`` whose keys, never built, it stands for.
     ``pooling``: pgbouncer's view, the pooled backends, those inferred so;
     ``known``: the keys' history and the locks held on purpose; the groups of
     leader locks are put in ``leaders`` (for churn)."""
-    history, held = known
+    history, held, plan = known
     groups_made = key_groups(
-        snapshot, settings, now, pooling.pooled, history, built=Cap.WINDOW, on_purpose=held
+        snapshot,
+        settings,
+        now,
+        pooling.pooled,
+        history,
+        built=KEYS_LISTED,
+        on_purpose=held,
+        plan=plan,
     )
     for item in groups_made:
-        groups = item.groups if isinstance(item, Alike) else (item,)
-        drafts: list[Draft] = []
-        for group in groups:
-            if group.leader:
-                leaders.append(group)
-            drafts = list(_checked(group, settings, snapshot, now, pooling))
-            yield from ((draft, 0) for draft in drafts)
+        group = item.group if isinstance(item, Alike) else item
+        if group.leader:
+            leaders.append(group)
+        drafts = list(_checked(group, settings, snapshot, now, pooling))
+        yield from ((draft, None) for draft in drafts)
         if isinstance(item, Alike):
-            # The rest are judged as the last one built was, with larger keys.
-            yield from ((draft, item.more) for draft in drafts)
-    yield from ((draft, 0) for draft in _leaders_missing(snapshot, settings, now))
+            # The rest are judged as the one built was, with larger keys.
+            yield from ((draft, item) for draft in drafts)
+    yield from ((draft, None) for draft in _leaders_missing(snapshot, settings, now))
 
 
 def _checked(

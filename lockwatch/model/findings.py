@@ -141,7 +141,7 @@ class Subject:
 
 
 # The lock of the finding, per kind, that counts the holders past the number
-# told one by one (detect/lock_cap.py): no key, and no holder named.
+# told one by one (detect/lock_holders.py): no key, and no holder named.
 MORE_HOLDERS_SUBJECT = "(more sessions)"
 
 

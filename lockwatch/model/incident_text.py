@@ -233,6 +233,9 @@ def held_locks(findings: Sequence[Finding]) -> list[tuple[str, str]]:
         evidence = finding.evidence
         if isinstance(evidence, LockEvidence) and evidence.holder_pid is not None:
             held[(one_line(evidence.database or ""), _lock_label(evidence))] = None
+            for listed in evidence.first_keys:  # a holder's first keys (unnamed)
+                database, _, key = listed.partition("/")
+                held[(one_line(database), one_line(key))] = None
         elif isinstance(evidence, QueueStallEvidence) and evidence.lock is not None:
             chain = evidence.lock
             named = chain.lock != chain.key

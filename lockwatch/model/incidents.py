@@ -19,7 +19,14 @@ from typing import Any
 
 from lockwatch.model.episodes import BlockingEpisode
 from lockwatch.model.evidence.json_form import JsonObject, JsonShapeError, from_json, to_json
-from lockwatch.model.findings import Finding, FindingKind, Severity, finding_json, load_finding
+from lockwatch.model.findings import (
+    Finding,
+    FindingKind,
+    Severity,
+    Subject,
+    finding_json,
+    load_finding,
+)
 
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
 
@@ -311,6 +318,13 @@ class IncidentChanges:
     opened: tuple[Incident, ...] = ()
     worsened: tuple[Incident, ...] = ()  # a new finding kind joined, or its severity rose
     resolved: tuple[Incident, ...] = ()
+
+
+def active_findings(changes: IncidentChanges) -> dict[tuple[str, str, Subject], Finding]:
+    """The findings of the open incidents, by identity: a listener, told of
+    incidents only, learns which findings fired and resolved by comparing
+    them poll to poll."""
+    return {f.identity: f for incident in changes.active for f in incident.findings}
 
 
 # A session as the server names it: pid + backend_start (None: not seen).

@@ -217,11 +217,14 @@ class LockSummary:
 
     locks: tuple[AdvisoryLock, ...]  # the locks it sums up
     oldest: datetime | None  # the earliest first_seen
+    newest: datetime | None  # the latest first_seen; None when a lock has none
     unusual: bool  # any wait, or any lock of a prepared transaction
     pids: frozenset[int]  # of every lock
     session_holders: frozenset[int]  # pids holding a session-level lock
     # The locks per key, made the first time a publisher asks (``table``).
     _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
+    # The locks per holder, made the first time incidents are told (``holdings``).
+    _holdings: list[Holdings] = field(default_factory=list, compare=False, repr=False)
 
     def table(self) -> LockTable:
         # Two readers at once may both make it; either one is the same table.
@@ -229,15 +232,24 @@ class LockSummary:
             self._table.append(LockTable.of(self.locks))
         return self._table[0]
 
+    def holdings(self) -> Holdings:
+        """Kept with the summary: a poll whose locks did not change (a steady
+        flood) tells its incidents' loads without a pass over them."""
+        if not self._holdings:
+            self._holdings.append(Holdings.of(self.locks))
+        return self._holdings[0]
+
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
         # Column by column through C (map, filter, compress): a poll that
         # changed one lock of 50,000 sums them all up again.
         pids = tuple(map(_PID, locks))
         granted = tuple(map(_GRANTED, locks))
+        seen = tuple(filter(None, map(_FIRST_SEEN, locks)))
         return cls(
             locks,
-            min(filter(None, map(_FIRST_SEEN, locks)), default=None),
+            min(seen, default=None),
+            max(seen, default=None) if len(seen) == len(locks) else None,
             not all(granted) or any(map(_PREPARED, locks)),
             frozenset(pids),
             # Of the granted locks, those whose session_level is true.
@@ -245,6 +257,44 @@ class LockSummary:
                 compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
             ),
         )
+
+
+HOLDINGS_LISTED = 5  # a holder's keys listed, the lowest (database, key) first
+HolderOf = tuple[int, str]  # a holder: its pid, its prepared transaction's gid or ""
+
+
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """A poll's locks per holder: how many each holds, its first keys, and
+    the sessions waiting on any key it holds; and the holders of each key."""
+
+    held: Mapping[HolderOf, tuple[int, tuple[str, ...]]]  # count, HOLDINGS_LISTED keys
+    waiting: Mapping[HolderOf, frozenset[int]]
+    holders: Mapping[tuple[str, LockKey], list[HolderOf]]
+
+    @classmethod
+    def of(cls, locks: tuple[AdvisoryLock, ...]) -> Holdings:
+        rows: dict[HolderOf, list[AdvisoryLock]] = {}
+        waits: dict[tuple[str, LockKey], set[int]] = {}
+        holders: dict[tuple[str, LockKey], list[HolderOf]] = {}
+        for lock in locks:
+            if lock.granted:
+                holder = (lock.pid, "" if lock.prepared is None else lock.prepared.gid)
+                rows.setdefault(holder, []).append(lock)
+                holders.setdefault((lock.database, lock.key), []).append(holder)
+            else:
+                waits.setdefault((lock.database, lock.key), set()).add(lock.pid)
+        waiting: dict[HolderOf, frozenset[int]] = {}
+        for key, pids in waits.items():  # few: the keys someone waits on
+            for holder in holders.get(key, ()):
+                waiting[holder] = waiting.get(holder, frozenset()) | pids
+        held = {holder: (len(own), _first_keys(own)) for holder, own in rows.items()}
+        return cls(held, waiting, holders)
+
+
+def _first_keys(locks: list[AdvisoryLock]) -> tuple[str, ...]:
+    lowest = heapq.nsmallest(HOLDINGS_LISTED, locks, key=lambda lock: (lock.database, lock.key))
+    return tuple(dict.fromkeys(f"{lock.database}/{lock.key.render()}" for lock in lowest))
 
 
 _PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (

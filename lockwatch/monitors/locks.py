@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from lockwatch.detect.key_groups import RowPlan
 from lockwatch.detect.lock_waits import detect_lock_waits
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.pooler import PoolMemory, infer_pooled
@@ -77,6 +78,8 @@ class LockMonitor:
         self.waiter_seconds = WaiterSeconds()  # time blocked on other locktypes
         # The sessions that held the key of each lock finding: one hold, one finding.
         self.holds: HoldMemory = {}
+        # The rows sorted into keys at the last poll: a steady flood sorts them once.
+        self.plan = RowPlan()
         # Backends seen to be a pooler's from PostgreSQL's view (no admin console).
         self.pool_memory = PoolMemory()
         self._offset: timedelta | None = None  # lockwatch's clock less the server's
@@ -161,6 +164,7 @@ class LockMonitor:
             inferred=inferred,
             held=self.held,
             through_pooler=reading.through_pooler,
+            plan=self.plan,
         )
         within, self.holds = within_hold(findings, self.holds, snapshot, self.target.locks)
         findings.extend(detect_lock_waits(snapshot, self.target.locks, now))

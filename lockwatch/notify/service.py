@@ -1,7 +1,7 @@
 """The notifier: one delivery thread per channel, apart from the poll loop.
 
 The poll threads only hand over each target's open and just-resolved
-incidents (:meth:`AlertNotifier.__call__`, a transitions listener); each
+incidents (:meth:`AlertNotifier.__call__`, an incidents listener); each
 channel's thread decides what is due, keeps it in its outbox in the state dir, and
 delivers it, retrying transient failures with backoff and jitter and
 honouring a receiver's ``retry_after``. A receiver that hangs delays only its
@@ -32,7 +32,7 @@ from typing import Any
 import requests
 from prometheus_client.registry import Collector
 
-from lockwatch.model.incidents import Resolution
+from lockwatch.model.incidents import IncidentChanges, Resolution
 from lockwatch.notify.alertmanager import AlertmanagerWorker
 from lockwatch.notify.election import Election
 from lockwatch.notify.inbox import DEFAULT_BACKOFF, Backoff, Inbox
@@ -44,7 +44,6 @@ from lockwatch.notify.slack_api import make_transport
 from lockwatch.notify.transports import Transport, TransportError
 from lockwatch.settings.notify import SEND_MARGIN, AlertmanagerChannel, Channel, NotifySettings
 from lockwatch.state.deliveries import Deliveries
-from lockwatch.state.ledger import Transitions
 from lockwatch.state.pgstore import StoreError
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now
@@ -335,7 +334,7 @@ class ChannelWorker:
 
 
 class AlertNotifier:
-    """A transitions listener that feeds every channel's worker."""
+    """An incidents listener that feeds every channel's worker."""
 
     def __init__(
         self,
@@ -386,9 +385,8 @@ class AlertNotifier:
                 "and announces open incidents again"
             )
 
-    def __call__(self, transitions: Transitions) -> None:
-        changes = transitions.incidents
-        target = transitions.target or changes.target
+    def __call__(self, changes: IncidentChanges) -> None:
+        target = changes.target
         if not target:
             return
         for worker in self.every_worker:

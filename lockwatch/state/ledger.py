@@ -7,12 +7,15 @@ only transitions are announced.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from lockwatch.model.evidence.json_form import JsonObject
 from lockwatch.model.findings import Finding, FindingKind, Subject, finding_json, load_finding
 from lockwatch.model.incidents import IncidentChanges
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +87,19 @@ class FindingLedger:
             if finding is not None:
                 restored[finding.identity] = finding
         self._active = restored
+
+
+def log_findings(transitions: Transitions) -> None:
+    """One line per finding that fired or resolved in a poll (people are told
+    of incidents; the log keeps the findings too)."""
+    for finding, verb, level in (
+        *((f, "firing", logging.WARNING) for f in transitions.fired),
+        *((f, "resolved", logging.INFO) for f in transitions.resolved),
+    ):
+        severity = f" [{finding.severity.value}]" if verb == "firing" else ""
+        log.log(
+            level,
+            "%s %s%s %s/%s: %s",
+            *(verb, finding.kind.value, severity, finding.target),
+            *(finding.subject.render(), finding.summary),
+        )

@@ -73,7 +73,7 @@ CASES = (
     Case("weak-role", "hostile", "A role without pg_monitor"),
     Case("secrets", "hostile", "Secrets in every output"),
     Case("web-config", "hostile", "TLS and basic auth (web-config file)"),
-    Case("cap-reshuffle", "load", "A finding past the per-kind cap turns critical"),
+    Case("cap-reshuffle", "load", "A key of a holder with 101 locks turns critical"),
     Case("holder-behind-holder", "load", "A 10-lock session beside a 150-lock one"),
     Case("ten-leaking-sessions", "load", "10 sessions with 5,000 orphaned locks each"),
     Case("target-removed", "fault", "A target removed by reload or while stopped"),

@@ -20,6 +20,7 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.battery.conftest import Record
+from tests.fixtures.evidence import lock_of
 from tests.fixtures.postgres import PgDatabase, queue_on_lock, run_in_thread, wait_until
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -48,7 +49,7 @@ class Runners:
     def poll(self, name: str) -> dict[tuple[str, str], Finding]:
         runner, _ = self.made[name]
         self.last[name] = view = runner.poll_once()
-        return {(f.kind.value, f.subject.lock or ""): f for f in view.findings}
+        return {(f.kind.value, lock_of(f) or ""): f for f in view.findings}
 
     def kinds(self, name: str, key: int) -> set[str]:
         return {kind for kind, lock in self.poll(name) if lock == str(key)}

@@ -16,7 +16,6 @@ import pytest
 import requests
 
 from lockwatch.demo.pgcluster import LocalCluster
-from lockwatch.detect.lock_cap import FINDINGS_PER_KIND, is_overflow
 from tests.battery.conftest import Record
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
@@ -121,15 +120,15 @@ def test_an_unencoded_at_in_a_dsn_password_is_refused_and_short_passwords_garble
     )
 
 
-# -- case 8: the per-kind cap ----------------------------------------------------
+# -- case 8: a holder's finding turning critical ------------------------------------
 
 CAPPED = "{max_hold: 1s, orphan_after: 1h, convoy_waiters: 5, convoy_wait: 1h}"
+HOLDER_LOCKS = 101  # more than the per-kind cap that was (its reshuffle was this case)
 
 
-def test_a_finding_rising_to_critical_pushes_no_other_into_the_overflow(
+def test_a_key_of_a_holder_turning_critical_turns_its_finding_critical_and_nothing_else(
     tmp_path: Path, battery_db: PgDatabase, battery: Record
 ) -> None:
-    cap = FINDINGS_PER_KIND
     port = free_port()
     config = write_config(tmp_path, port, {"main": battery_db.monitor_dsn}, locks=CAPPED)
     lockwatch = LockwatchProcess(config, tmp_path / "lockwatch.log", port)
@@ -137,9 +136,9 @@ def test_a_finding_rising_to_critical_pushes_no_other_into_the_overflow(
     waiter = battery_db.connect("webhook-worker")
     watcher = battery_db.connect("battery")
 
-    def too_long() -> dict[str, str]:
+    def too_long() -> dict[str, tuple[str, int]]:
         return {
-            f["subject"]["lock"]: f["severity"]
+            f["subject"]["lock"]: (f["severity"], f["evidence"]["held_keys"])
             for f in lockwatch.findings()
             if f["kind"] == "lock_held_too_long"
         }
@@ -150,15 +149,20 @@ def test_a_finding_rising_to_critical_pushes_no_other_into_the_overflow(
     try:
         lockwatch.start()
         holder.execute(
-            "SELECT count(pg_advisory_lock(k)) FROM generate_series(1, %s) AS k", (cap + 1,)
+            "SELECT count(pg_advisory_lock(k)) FROM generate_series(1, %s) AS k", (HOLDER_LOCKS,)
         )
+
+        def one_counting_all() -> dict[str, tuple[str, int]] | None:
+            now = too_long()
+            return now if [count for _, count in now.values()] == [HOLDER_LOCKS] else None
+
         before = wait_until(
-            lambda: len(now := too_long()) == cap + 1 and now, message="every lock held too long"
+            one_counting_all, message="every lock held too long, told as one finding about it"
         )
-        # The last by rank waits: its finding turns critical.
-        last = max((k for k in before if not is_overflow(k)), key=int)
+        # A session waits on the last key: the holder's finding turns critical.
         waiting = threading.Thread(
-            target=lambda: waiter.execute("SELECT pg_advisory_lock(%s)", (cap + 1,)), daemon=True
+            target=lambda: waiter.execute("SELECT pg_advisory_lock(%s)", (HOLDER_LOCKS,)),
+            daemon=True,
         )
         waiting.start()
         wait_until(
@@ -183,27 +187,20 @@ def test_a_finding_rising_to_critical_pushes_no_other_into_the_overflow(
     assert not resolved, f"resolved while still held: {resolved}"
     fired = [line for line in log.splitlines() if "firing lock_held_too_long" in line]
     assert not fired, f"fired again: {fired}"
-    assert set(after) == set(before), (
-        sorted(set(before) - set(after)),
-        sorted(set(after) - set(before)),
-    )
-    (overflow,) = [lock for lock in after if is_overflow(lock)]
-    assert after[overflow] == "critical", after
+    ((subject, (severity, count)),) = after.items()
+    assert (set(after), severity, count) == (set(before), "critical", HOLDER_LOCKS), after
     battery(
         "cap-reshuffle",
         injected=(
-            f"{cap + 1} advisory locks held too long by one session ({cap} reported one by one, "
-            f"the cap, and one in the overflow); then a session waits on lock {cap + 1}, "
-            "the last by rank, so its finding turns critical"
+            f"{HOLDER_LOCKS} advisory locks held too long by one session (one finding about "
+            f"it, {subject}); then a session waits on lock {HOLDER_LOCKS}, so that key turns "
+            "critical"
         ),
         did=(
-            f"kept the same {cap} findings one by one and lock {cap + 1} in the overflow "
-            "finding, which turned critical; its rank depends on no severity"
+            "kept the one finding about the session, counting its "
+            f"{HOLDER_LOCKS} locks, which turned critical; its subject depends on no key"
         ),
-        intact=(
-            f"yes: 0 findings resolved while their locks were held (before: lock {last} was "
-            "pushed into the overflow and told RESOLVED); 0 fired again"
-        ),
+        intact="yes: 0 findings resolved while their locks were held; 0 fired again",
     )
 
 

@@ -24,7 +24,7 @@ from lockwatch.sample.pooler import PgBouncerSampler
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.state.holds import HoldTracker
 from tests.battery.conftest import Record
-from tests.fixtures.evidence import evidence_as
+from tests.fixtures.evidence import evidence_as, lock_of
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import PgDatabase, queue_on_lock, run_in_thread, wait_until
 
@@ -110,7 +110,7 @@ def test_short_transactions_on_one_xact_lock_are_holds_of_their_own(
         loop = run_in_thread(short_transactions)
         while not done.wait(INTERVAL):  # the watcher's poll interval
             for finding in watcher.findings():
-                name = (finding.kind.value, finding.subject.lock or "")
+                name = (finding.kind.value, lock_of(finding) or "")
                 seen[name] = seen.get(name, 0) + 1
         loop.result()
     finally:
@@ -182,9 +182,7 @@ def test_locks_of_a_prepared_transaction_are_held_by_it_and_judged(
         locks = tracker.observe(raw.locks, raw.backends, now, raw.read_at)
         snapshot = LockSnapshot("main", now, raw.server_version, locks, raw.backends)
         polls += 1
-        return {
-            (f.kind.value, f.subject.lock or ""): f for f in detect_locks(snapshot, settings, now)
-        }
+        return {(f.kind.value, lock_of(f) or ""): f for f in detect_locks(snapshot, settings, now)}
 
     try:
         _prepare(battery_db, PREPARED_KEY, GIDS[0])

@@ -18,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.text import escaped_breaks
 from tests.battery.conftest import Record
+from tests.fixtures.evidence import lock_of
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 
@@ -55,7 +56,7 @@ def hold(dsn: str, key: int, *, tracked: bool) -> psycopg.Connection[Any]:
 
 def summary_of(lockwatch: LockwatchProcess, key: int) -> str | None:
     for finding in lockwatch.findings():
-        if finding["kind"] == "lock_held_too_long" and finding["subject"]["lock"] == str(key):
+        if finding["kind"] == "lock_held_too_long" and lock_of(finding) == str(key):
             return str(finding["summary"])
     return None
 

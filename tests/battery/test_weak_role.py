@@ -21,6 +21,7 @@ from lockwatch.commands.doctor import EXIT_NO_MONITOR, EXIT_SAFE
 from lockwatch.commands.snapshot import EXIT_BLIND
 from lockwatch.model.locks import HIDDEN
 from tests.battery.conftest import Record
+from tests.fixtures.evidence import lock_of
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 
@@ -84,7 +85,7 @@ def _weak_dsn(battery_db: PgDatabase) -> str:
 
 
 def _by(findings: list[dict[str, Any]], target: str) -> dict[tuple[str, str | None], Any]:
-    return {(f["kind"], f["subject"]["lock"]): f for f in findings if f["target"] == target}
+    return {(f["kind"], lock_of(f)): f for f in findings if f["target"] == target}
 
 
 def test_a_role_without_pg_monitor_says_so_and_judges_nothing_hidden(

@@ -20,7 +20,6 @@ from lockwatch.notify.inbox import Backoff
 from lockwatch.notify.service import AlertNotifier, ChannelWorker
 from lockwatch.settings.notify import NotifySettings, SlackChannel, TelegramChannel, WebhookChannel
 from lockwatch.state.deliveries import Deliveries
-from lockwatch.state.ledger import Transitions
 from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.postgres import free_port
@@ -80,7 +79,7 @@ def alone(lock: str = "7,13") -> Incident:
 def poll(alerts: AlertNotifier, active: list[Incident]) -> None:
     """One poll's open incidents handed over, then a step of each worker."""
     changes = IncidentChanges(TARGET, active=tuple(active))
-    alerts(Transitions((), (), (), TARGET, changes))
+    alerts(changes)
     for worker in alerts.workers:
         worker.step()
 

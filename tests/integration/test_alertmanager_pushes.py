@@ -21,7 +21,6 @@ from lockwatch.notify.inbox import Backoff
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings, Route
 from lockwatch.state.deliveries import Deliveries
-from lockwatch.state.ledger import Transitions
 from lockwatch.util.clock import utc_now
 from tests.fixtures.incident_values import incident
 from tests.fixtures.notify import finding
@@ -64,7 +63,7 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
     notifier.start()
     try:
         found = incident()
-        notifier(Transitions((), (), (), TARGET, IncidentChanges(TARGET, active=(found,))))
+        notifier(IncidentChanges(TARGET, active=(found,)))
         (alert,) = wait_until(
             lambda: alerts_named(alertmanager, "LockwatchIncident"), message="the alert pushed"
         )
@@ -81,7 +80,7 @@ def test_an_alertmanager_that_hangs_delays_none_of_the_others_and_catches_up_onc
         (pushed,) = standin.delivered("alertmanager")[0].body["_raw"]
         assert pushed["labels"] == alert["labels"]
 
-        notifier(Transitions((), (), (), TARGET, IncidentChanges(TARGET)))
+        notifier(IncidentChanges(TARGET))
         wait_until(
             lambda: not alerts_named(alertmanager, "LockwatchIncident"),
             message="the alert's end pushed",

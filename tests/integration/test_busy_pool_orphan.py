@@ -23,15 +23,16 @@ from psycopg.conninfo import conninfo_to_dict
 
 from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.incidents import IncidentChanges
 from lockwatch.model.locks import LockKey
 from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
-from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
+from tests.fixtures.incident_values import ToldFindings
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, wait_until
 
@@ -152,10 +153,11 @@ class Poll:
 
 
 class Recorder:
-    """Every poll of the runner, with the transitions it told."""
+    """Every poll of the runner, with the findings its incidents told fired and resolved."""
 
     def __init__(self) -> None:
         self.polls: list[Poll] = []
+        self.findings = ToldFindings()
 
     def observe(self, view: TargetView) -> None:
         """Called by the board with each view, before the runner's listeners."""
@@ -175,14 +177,15 @@ class Recorder:
             )
         )
 
-    def told(self, transitions: Transitions) -> None:
+    def told(self, changes: IncidentChanges) -> None:
+        fired, resolved = self.findings(changes)
         last = self.polls[-1]
         self.polls[-1] = Poll(
             last.at,
             last.held,
             last.orphans,
-            any(f.kind is FindingKind.LOCK_ORPHANED for f in transitions.fired),
-            any(f.kind is FindingKind.LOCK_ORPHANED for f in transitions.resolved),
+            any(f.kind is FindingKind.LOCK_ORPHANED for f in fired),
+            any(f.kind is FindingKind.LOCK_ORPHANED for f in resolved),
         )
 
     def since(self, moment: datetime) -> list[Poll]:

@@ -49,11 +49,13 @@ def test_the_daemon_serves_a_convoy_through_its_api_metrics_and_log(
     )
     assert convoy["subject"] == {
         "database": pg.database,
-        "lock": "42",
+        "lock": convoy["subject"]["lock"],  # its holder's session, by pid and start
         "queue": None,
         "job": None,
         "source": None,
     }
+    assert convoy["subject"]["lock"].startswith(f"pid {holder.info.backend_pid} started ")
+    assert convoy["evidence"]["key"] == "42"
     assert convoy["evidence"]["holders"][0]["application_name"] == "webhook-worker-1"
     assert convoy["since"].endswith("Z")
     assert lockwatch.metric("lockwatch_up", target="main") == 1

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
+from lockwatch.model.incidents import IncidentChanges
 from lockwatch.model.locks import LockKey
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
@@ -28,9 +29,9 @@ from lockwatch.settings.fields import Learned
 from lockwatch.settings.locks import Learning, LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
-from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
+from tests.fixtures.incident_values import ToldFindings
 from tests.fixtures.postgres import PgDatabase, run_in_thread, wait_until
 from tests.fixtures.prometheus import promtool_check_metrics
 
@@ -47,6 +48,7 @@ class Watched:
     def __init__(self, pg: PgDatabase, locks: LockSettings, state_dir: Path | None = None) -> None:
         self.board = Board()
         self.fired: list[Finding] = []
+        self.told = ToldFindings()
         self.runner = TargetRunner(
             Target("main", pg.monitor_dsn, interval=INTERVAL, locks=locks),
             self.board,
@@ -55,8 +57,9 @@ class Watched:
             (self._listen,),
         )
 
-    def _listen(self, transitions: Transitions) -> None:
-        self.fired.extend(transitions.fired)
+    def _listen(self, changes: IncidentChanges) -> None:
+        fired, _ = self.told(changes)
+        self.fired.extend(fired)
 
     def poll(self) -> TargetView:
         view = self.runner.poll_once()

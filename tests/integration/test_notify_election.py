@@ -13,7 +13,6 @@ from lockwatch.model.incidents import Incident, IncidentChanges
 from lockwatch.notify.election import Election
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.settings.notify import NotifySettings, TelegramChannel
-from lockwatch.state.ledger import Transitions
 from lockwatch.state.notify_store import NotifyStore
 from tests.fixtures.incident_values import incident
 from tests.fixtures.postgres import PgDatabase, wait_until
@@ -128,7 +127,7 @@ def test_an_unreachable_store_means_standing_by_and_counting_errors_never_a_cras
 
 def poll(alerts: AlertNotifier, active: list[Incident]) -> None:
     """A replica's poll: its open incidents handed over, then a step of its worker."""
-    alerts(Transitions((), (), (), TARGET, IncidentChanges(TARGET, active=tuple(active))))
+    alerts(IncidentChanges(TARGET, active=tuple(active)))
     for worker in alerts.workers:
         worker.step()
 

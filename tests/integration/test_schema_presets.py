@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from lockwatch.detect.rescued_jobs import RunMemory, detect_rescued_running, rescued_runs
-from lockwatch.model.evidence import RescuedRunsEvidence
+from lockwatch.model.evidence import LockEvidence, RescuedRunsEvidence
 from lockwatch.model.locks import LockKey
 from lockwatch.model.queues import QueueSample, StuckJobs
 from lockwatch.publish.api.locks import locks_document
@@ -231,8 +231,10 @@ def impatient_runner(pg: PgDatabase, preset: str) -> TargetRunner:
 
 
 def judged_locks(runner: TargetRunner, control: str) -> set[str | None] | None:
-    """The locks of a poll's findings, once the ``control`` lock is among them."""
-    found = {f.subject.lock for f in runner.poll_once().findings}
+    """The locks of a poll's findings (by name, else key), once the ``control``
+    lock is among them."""
+    told = [evidence_as(f, LockEvidence) for f in runner.poll_once().findings]
+    found: set[str | None] = {facts.name or facts.key for facts in told}
     return found if control in found else None
 
 

@@ -134,7 +134,8 @@ def test_both_schedulers_lead_through_pgbouncer_and_lockwatch_reports_the_duplic
             lambda: lockwatch.finding("lock_pooled_session", "main"),
             message="pooled session lock reported",
         )
-        assert pooled["subject"]["lock"] == "4242"
+        assert pooled["subject"]["lock"].startswith("pid ")  # the pooled backend holding it
+        assert pooled["evidence"]["key"] == "4242"
         assert pooled["evidence"]["pool"]["pool_mode"] == "transaction"
         assert pooled["evidence"]["pool"]["user"] == "scheduler"
         assert lockwatch.metric("lockwatch_source_up", target="main", source="pgbouncer") == 1

@@ -18,15 +18,16 @@ from psycopg import sql
 from lockwatch.cli import main
 from lockwatch.model.evidence import LockEvidence, TransactionPooledEvidence
 from lockwatch.model.findings import FindingKind
+from lockwatch.model.incidents import IncidentChanges
 from lockwatch.publish.status.page import POOLED_NOTE, StatusPage
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.session import _ANNOUNCED
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
-from lockwatch.state.ledger import Transitions
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
+from tests.fixtures.incident_values import ToldFindings
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import PgDatabase, wait_until
 
@@ -72,7 +73,7 @@ def pooled_runner(
     pg: PgDatabase,
     bouncer: PgBouncer,
     clock: Clock,
-    listeners: tuple[Callable[[Transitions], None], ...] = (),
+    listeners: tuple[Callable[[IncidentChanges], None], ...] = (),
     max_hold: float = 60.0,
 ) -> TargetRunner:
     target = Target(
@@ -104,9 +105,12 @@ def test_lockwatch_polls_through_the_pooler_and_says_so_once(
     fired: list[FindingKind] = []
     resolved: list[FindingKind] = []
 
-    def listen(transitions: Transitions) -> None:
-        fired.extend(f.kind for f in transitions.fired)
-        resolved.extend(f.kind for f in transitions.resolved)
+    told = ToldFindings()
+
+    def listen(changes: IncidentChanges) -> None:
+        now_fired, now_resolved = told(changes)
+        fired.extend(f.kind for f in now_fired)
+        resolved.extend(f.kind for f in now_resolved)
 
     caplog.set_level(logging.INFO, logger="lockwatch")
     # Hold times are lockwatch's own measure, in real time: a short budget.
@@ -139,7 +143,13 @@ def test_lockwatch_polls_through_the_pooler_and_says_so_once(
         "prepares no statement" in line
         for line in evidence_as(finding, TransactionPooledEvidence).meanwhile
     )
-    said = [r.getMessage() for r in caplog.records if "transaction pooler" in r.getMessage()]
+    # The session says so once; the finding's firing is a line of its own (the
+    # runner logs its findings, as the daemon did).
+    said = [
+        message
+        for r in caplog.records
+        if "transaction pooler" in (message := r.getMessage()) and not message.startswith("firing ")
+    ]
     assert len(said) == 1, said
     assert "direct DSN" in said[0]
 

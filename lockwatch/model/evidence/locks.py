@@ -43,6 +43,11 @@ class LockEvidence(FindingFacts):
     # lock_orphaned: how long such an orphan can live on this server (doctor's
     # estimate); None for other kinds, or when the server's settings were not read.
     orphan_lifetime: OrphanLifetime | None = field(default=None, kw_only=True)
+    # A finding about a holder (a key the config does not name): how many keys
+    # of the kind it holds, and the first of them as ``database/key``; this
+    # key is its longest hold. 1 and () for a finding about a named key.
+    held_keys: int = field(default=1, kw_only=True)
+    first_keys: tuple[str, ...] = field(default=(), kw_only=True)
 
     @property
     def named_holders(self) -> tuple[HolderFacts, ...]:

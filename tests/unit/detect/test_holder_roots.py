@@ -9,23 +9,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockwatch.detect import lock_cap
+from lockwatch.detect import lock_holders
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.locks import detect_locks
+from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.incidents import RootKind
 from lockwatch.model.locks import AdvisoryLock
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.incidents import IncidentBook
-from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot
+from tests.fixtures.evidence import evidence_as
+from tests.fixtures.snapshots import NOW, TARGET, backend, held, held_by, snapshot
 
 # Held too long past a minute, orphaned past two: both kinds judge every lock.
 JUDGED = LockSettings(max_hold=60.0, orphan_after=120.0)
 
-# How many locks each session holds (more than the per-kind cap, at times), and
+# How many locks each session holds, and
 # how long it has been idle (None: running SQL, so only held too long).
 sessions_strategy = st.lists(
     st.tuples(
-        st.integers(min_value=1, max_value=lock_cap.FINDINGS_PER_KIND + 60),
+        st.integers(min_value=1, max_value=160),
         st.one_of(st.none(), st.integers(min_value=200, max_value=900)),
         st.integers(min_value=61, max_value=900),
     ),
@@ -64,14 +66,18 @@ def test_every_holding_session_is_the_root_of_one_incident_with_its_own_counts(
         incident = by_pid[2000 + index]
         assert incident.impact.locks_held == count, (index, incident.title)
         assert f"pid {2000 + index}" in incident.title
+        # One finding per kind about the session, counting its own keys.
+        own = [f for f in findings if evidence_as(f, LockEvidence).holder_pid == 2000 + index]
+        assert len(own) == len({f.kind for f in own})
+        assert all(evidence_as(f, LockEvidence).held_keys == count for f in own)
+        assert all(f.subject == held_by(2000 + index) for f in own)
 
 
 def test_past_the_bound_on_holders_one_incident_says_how_many_more_sessions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(lock_cap, "FINDINGS_PER_KIND", 2)
-    monkeypatch.setattr(lock_cap, "HOLDERS_PER_KIND", 3)
-    # Session 2000 holds 10 keys, sessions 2001..2005 one each: 6 holders past the cap.
+    monkeypatch.setattr(lock_holders, "HOLDERS_PER_KIND", 3)
+    # Session 2000 holds 10 keys, sessions 2001..2005 one each: 6 holders.
     locks = [held(k, 2000, held_for=900) for k in range(1, 11)]
     locks += [held(10 + n, 2000 + n, held_for=900) for n in range(1, 6)]
     snap = snapshot(*locks, backends=[backend(2000 + n) for n in range(6)])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch import text as text_module
-from lockwatch.detect import key_groups, lock_cap
+from lockwatch.detect import key_groups, lock_holders
 from lockwatch.detect.evidence import blocking_chain
 from lockwatch.detect.locks import detect_locks
 from lockwatch.model.evidence import LockEvidence, OverflowEvidence
@@ -33,6 +33,7 @@ from tests.fixtures.snapshots import (
     ago,
     backend,
     held,
+    held_by,
     key,
     lock_keys,
     lock_snapshots,
@@ -93,7 +94,7 @@ def test_it_fires_when_a_lock_is_held_just_longer_than_the_default_budget() -> N
     finding = only(detect_locks(snap, DEFAULTS, NOW), HELD)
     assert finding.severity is Severity.WARNING
     assert finding.target == TARGET
-    assert finding.subject == Subject(DB, "42")
+    assert finding.subject == held_by(1234)
     assert finding.since == ago(0.5)
     assert evidence_as(finding, LockEvidence).max_hold_seconds == 300.0
     assert evidence_as(finding, LockEvidence).holders[0].held_seconds == 300.5
@@ -613,12 +614,13 @@ def test_findings_come_sorted_by_kind_database_and_key() -> None:
         backends=[backend(1, idle_for=700)],
     )
     findings = detect_locks(snap, DEFAULTS, NOW)
-    assert [(f.kind, f.subject.database, f.subject.lock) for f in findings] == [
-        (HELD, DB, "9"),
-        (HELD, DB, "10"),
-        (HELD, DB, "1,2"),
-        (HELD, "zeta", "9"),
-        (ORPHAN, "zeta", "9"),
+    # About their holders, ordered by the key of each one's longest hold.
+    assert [(f.kind, f.subject, evidence_as(f, LockEvidence).key) for f in findings] == [
+        (HELD, Subject(DB, "pid 3"), "9"),  # a session not seen: its pid alone
+        (HELD, Subject(DB, "pid 2"), "10"),
+        (HELD, Subject(DB, "pid 4"), "1,2"),
+        (HELD, held_by(1, "zeta"), "9"),
+        (ORPHAN, held_by(1, "zeta"), "9"),
     ]
 
 
@@ -734,9 +736,9 @@ def test_ignored_keys_never_appear_in_findings(case: tuple[LockSnapshot, LockSet
             assert not settings_.ignored(database, k)
 
 
-def test_past_the_cap_the_rest_of_a_kind_is_told_per_holder() -> None:
-    count = lock_cap.FINDINGS_PER_KIND + 50
-    # One idle session per key, each past orphan_after; key 7 is named.
+def test_every_holder_is_told_on_its_own_and_named_keys_keep_their_own_finding() -> None:
+    count = 150
+    # One idle session per key, each past orphan_after; the last key is named.
     locks = [held(key_value, 1000 + key_value, held_for=900) for key_value in range(1, count + 1)]
     sessions = [backend(1000 + key_value, idle_for=900) for key_value in range(1, count + 1)]
     named = NamedLock("nightly", LockKey.bigint(count))
@@ -745,26 +747,37 @@ def test_past_the_cap_the_rest_of_a_kind_is_told_per_holder() -> None:
     )
 
     orphans = [f for f in findings if f.kind is FindingKind.LOCK_ORPHANED]
-    one_by_one = [f for f in orphans if not lock_cap.is_overflow(f.subject.lock)]
-    rest = [f for f in orphans if lock_cap.is_overflow(f.subject.lock)]
-    assert len(one_by_one) == lock_cap.FINDINGS_PER_KIND
-    assert "nightly" in {f.subject.lock for f in one_by_one}, "named locks are kept first"
-    # Every session past the cap is told on its own: none hides behind another.
-    told = {evidence_as(f, LockEvidence).holder_pid for f in one_by_one}
-    blamed = [evidence_as(f, OverflowEvidence).holders[0].pid for f in rest]
-    assert sorted(blamed) == sorted({1000 + k for k in range(1, count + 1)} - told)
-    assert all(evidence_as(f, OverflowEvidence).count == 1 for f in rest)
-    assert all(
-        f.summary.startswith("1 more advisory locks with lock_orphaned held by pid") for f in rest
+    assert len(orphans) == count == len(findings)
+    assert Subject(DB, "nightly") in {f.subject for f in orphans}, "a named key keeps its own"
+    # Every other session is the subject of its own finding: none hides behind another.
+    about = {f.subject for f in orphans} - {Subject(DB, "nightly")}
+    assert about == {held_by(1000 + k) for k in range(1, count)}
+    assert all(evidence_as(f, LockEvidence).held_keys == 1 for f in orphans)
+
+
+def test_a_holder_of_thousands_of_keys_is_one_finding_counting_them() -> None:
+    locks = [held(k, 1001, held_for=900 + (k == 77)) for k in range(1, 5001)]
+    findings = detect_locks(
+        snapshot(*locks, backends=[backend(1001)]),
+        LockSettings(max_hold=60, orphan_after=86400),
+        NOW,
     )
-    assert len(findings) == count
+
+    (finding,) = findings
+    facts = evidence_as(finding, LockEvidence)
+    assert (finding.kind, finding.subject) == (HELD, held_by(1001))
+    assert (facts.held_keys, facts.key) == (5000, "77"), "its longest hold's facts"
+    assert facts.first_keys == tuple(f"{DB}/{k}" for k in range(1, 6))
+    assert finding.summary == (
+        "5000 locks (1, 2, 3, 4, 5, …) with lock_held_too_long; the longest: lock 77 in app "
+        "held 15m1s by pid 1001 (worker from 10.0.0.5), active; budget 1m"
+    )
 
 
 def test_past_the_holder_bound_the_rest_are_counted_in_one_finding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(lock_cap, "FINDINGS_PER_KIND", 2)
-    monkeypatch.setattr(lock_cap, "HOLDERS_PER_KIND", 3)
+    monkeypatch.setattr(lock_holders, "HOLDERS_PER_KIND", 3)
     # Session 1001 holds 10 keys, sessions 1002..1006 one each, all held too long.
     locks = [held(k, 1001, held_for=900) for k in range(1, 11)]
     locks += [held(10 + n, 1001 + n, held_for=900) for n in range(1, 6)]
@@ -774,18 +787,18 @@ def test_past_the_holder_bound_the_rest_are_counted_in_one_finding(
     )
 
     held_long = [f for f in findings if f.kind is HELD]
-    per_holder = [f for f in held_long if (f.subject.lock or "").startswith("(more locks of pid")]
+    per_holder = [f for f in held_long if (f.subject.lock or "").startswith("pid ")]
     (beyond,) = [f for f in held_long if f.subject.lock == MORE_HOLDERS_SUBJECT]
     assert len(per_holder) == 3
     # The session with the most locks first: its own count, never the others'.
-    first = evidence_as(per_holder[0], OverflowEvidence)
-    assert (first.holders[0].pid, first.count) == (1001, 8)
+    assert [f.subject for f in per_holder] == [held_by(1001), held_by(1002), held_by(1003)]
+    assert evidence_as(per_holder[0], LockEvidence).held_keys == 10
     assert beyond.summary.startswith("and 3 more sessions hold advisory locks")
     assert evidence_as(beyond, OverflowEvidence).count == 3
 
 
-def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow() -> None:
-    count = lock_cap.FINDINGS_PER_KIND + 1
+def test_a_key_turning_critical_changes_no_subject_and_makes_its_holders_finding_critical() -> None:
+    count = 101
     locks = [held(key_value, 1000, held_for=900) for key_value in range(1, count + 1)]
     settings_ = LockSettings(max_hold=60, orphan_after=3600)
     quiet = detect_locks(snapshot(*locks, backends=[backend(1000)]), settings_, NOW)
@@ -795,9 +808,9 @@ def test_a_finding_turning_critical_past_the_cap_pushes_none_into_the_overflow()
         snapshot(*locks, queued, backends=[backend(1000), backend(2000)]), settings_, NOW
     )
 
-    def subjects(findings: list[Finding]) -> set[str | None]:
-        return {f.subject.lock for f in findings if f.kind is HELD}
+    def subjects(findings: list[Finding]) -> set[Subject]:
+        return {f.subject for f in findings if f.kind is HELD}
 
-    assert subjects(busy) == subjects(quiet)
-    (rest,) = [f for f in busy if f.kind is HELD and lock_cap.is_overflow(f.subject.lock)]
-    assert rest.severity is Severity.CRITICAL
+    assert subjects(busy) == subjects(quiet) == {held_by(1000)}
+    (told,) = [f for f in busy if f.kind is HELD]
+    assert told.severity is Severity.CRITICAL

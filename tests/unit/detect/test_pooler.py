@@ -19,7 +19,7 @@ from lockwatch.model.locks import AdvisoryLock, Backend
 from lockwatch.model.pooler import PoolerConnection, PoolerSnapshot
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
 from tests.fixtures.evidence import evidence_as, pgbouncer_facts
-from tests.fixtures.snapshots import NOW, ago, backend, held, key, snapshot
+from tests.fixtures.snapshots import NOW, ago, backend, held, held_by, key, snapshot
 
 BACKEND_PID = 4242
 POOLER_PORT = 51000
@@ -92,7 +92,8 @@ def findings_for(
 
 def test_it_reports_a_session_lock_on_a_transaction_pooled_backend_with_the_pool() -> None:
     (finding,) = findings_for(pooler(), pooled_backend())
-    assert finding.subject.lock == "42"
+    assert finding.subject == held_by(BACKEND_PID)  # a pooled backend is a session
+    assert evidence_as(finding, LockEvidence).key == "42"
     assert finding.severity.value == "critical"
     assert object_json(pgbouncer_facts(finding)[0]) == {
         "database": "app",

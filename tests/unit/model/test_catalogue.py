@@ -132,9 +132,17 @@ def test_a_migration_convoy_on_the_prisma_key_is_named_prisma_migrate() -> None:
 
 def test_the_catalogue_can_be_turned_off_or_skip_a_library_and_named_locks_win() -> None:
     snap = snapshot(*prisma_convoy())
-    assert detect_locks(snap, LockSettings(catalogue=False), NOW)[0].subject.lock == "72707369"
-    skipped = LockSettings(catalogue_skip=("prisma",))
-    assert detect_locks(snap, skipped, NOW)[0].subject.lock == "72707369"
+    # Unnamed, the key's convoy is about its holder (a session not seen: its pid).
+    unnamed = detect_locks(snap, LockSettings(catalogue=False), NOW)[0]
+    assert (unnamed.subject.lock, evidence_as(unnamed, LockEvidence).key) == (
+        "pid 1234",
+        "72707369",
+    )
+    skipped = detect_locks(snap, LockSettings(catalogue_skip=("prisma",)), NOW)[0]
+    assert (skipped.subject.lock, evidence_as(skipped, LockEvidence).key) == (
+        "pid 1234",
+        "72707369",
+    )
     ours = LockSettings(named=(NamedLock("deploy-gate", LockKey.bigint(PRISMA)),))
     assert detect_locks(snap, ours, NOW)[0].subject.lock == "deploy-gate"
 

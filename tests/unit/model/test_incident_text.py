@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from lockwatch.daemon import log_transitions
+from lockwatch.daemon import log_incidents
 from lockwatch.detect.incidents import tell_incidents
 from lockwatch.detect.jobs import detect_jobs
 from lockwatch.detect.locks import detect_locks
@@ -29,7 +29,6 @@ from lockwatch.notify.render import document, slack_mrkdwn
 from lockwatch.publish.status.incidents import open_section
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.state.incidents import IncidentBook
-from lockwatch.state.ledger import Transitions
 from tests.fixtures.snapshots import NOW, TARGET, snapshot
 from tests.unit.detect.test_incidents import SEED_002, stall_on
 from tests.unit.detect.test_locks import seed_002_convoy
@@ -125,7 +124,7 @@ def test_an_incident_s_log_line_has_its_id_next_step_and_runbook(log_format: str
     log.addHandler(handler)
     try:
         changes = IncidentChanges(TARGET, active=(incident,), opened=(incident,))
-        log_transitions(Transitions((), (), (), TARGET, changes))
+        log_incidents(changes)
     finally:
         log.removeHandler(handler)
     (line,) = [line for line in stream.getvalue().splitlines() if incident.id in line]

@@ -32,8 +32,11 @@ from lockwatch.notify.render import (
 from tests.fixtures.evidence import holder, lock_evidence
 from tests.fixtures.incident_values import TERMINATE, incident, resolved, session_root
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
-from tests.fixtures.snapshots import NOW, client_text
+from tests.fixtures.snapshots import NOW, client_text, held_by
 from tests.fixtures.standins import telegram_text
+
+# What the convoy's findings are about: their holder.
+HELD_BY = held_by(HOLDER_PID).render()
 
 HOSTILE = [
     "<b>bold</b><script>alert(1)</script><a href='http://evil'>x</a>",
@@ -79,8 +82,8 @@ def test_an_incident_message_leads_with_its_title_then_root_impact_and_next_step
     assert "now: held 5m40s · idle 5m30s · 5 waiting now" in text
     assert "last query: SELECT pg_advisory_lock(42)" in text
     assert "impact: at most 5 waiting · 25m of waiting" in text
-    assert "[firing] lock_convoy · critical · main · app/42" in text
-    assert "[firing] lock_held_too_long · critical · main · app/42" in text
+    assert f"[firing] lock_convoy · critical · main · {HELD_BY}" in text
+    assert f"[firing] lock_held_too_long · critical · main · {HELD_BY}" in text
     assert text.index("[firing] lock_convoy") < text.index("next step: ")
     assert "next step: end the holder's session" in text
     assert f"sql: {TERMINATE}" in text
@@ -106,7 +109,7 @@ def test_worse_and_reminder_messages_say_so_and_which_findings_are_new() -> None
 
 def test_a_resolution_tells_each_listed_finding_resolved() -> None:
     text = plain(document(message(Notice.of(resolved(incident())), Headline.RESOLVED, 90)))
-    assert "[resolved] lock_convoy · critical · main · app/42" in text
+    assert f"[resolved] lock_convoy · critical · main · {HELD_BY}" in text
     assert "[firing]" not in text
     assert "next step" not in text and "sql: " not in text, "nothing left to do"
     assert "at worst: held 5m40s · idle 5m30s" in text

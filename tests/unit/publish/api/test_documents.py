@@ -114,6 +114,8 @@ def test_findings_come_critical_first_then_oldest_first() -> None:
             "chain": [],
             "history": None,
             "orphan_lifetime": None,
+            "held_keys": 1,
+            "first_keys": [],
             "related": [],
         },
         "incident": None,  # the views were not told as incidents

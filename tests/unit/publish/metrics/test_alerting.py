@@ -13,7 +13,7 @@ from lockwatch.settings.notify import NotifySettings, SlackChannel, WebhookChann
 from lockwatch.settings.targets import Target
 from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
-from tests.fixtures.snapshots import NOW, TARGET, snapshot
+from tests.fixtures.snapshots import NOW, TARGET, held_by, snapshot
 
 
 def registry_of(findings: list[Finding]) -> CollectorRegistry:
@@ -37,7 +37,11 @@ def samples(registry: CollectorRegistry, name: str) -> list[dict[str, str]]:
 
 def test_finding_info_carries_each_findings_severity_and_holder() -> None:
     registry = registry_of(convoy())
-    subject = {**dict.fromkeys(SUBJECT_LABELS, ""), "database": "app", "lock": "42"}
+    subject = {
+        **dict.fromkeys(SUBJECT_LABELS, ""),
+        "database": "app",
+        "lock": held_by(HOLDER_PID).lock or "",
+    }
     holder = f"pid {HOLDER_PID} (webhook-worker-1 from 10.0.0.5)"
     for kind in ("lock_convoy", "lock_held_too_long"):
         labels = {"target": TARGET, "kind": kind, **subject}
