@@ -1,18 +1,16 @@
 """One target's loop: its monitors on their deadline, the ledger, the state dir
 and the board.
 
-A poll is three steps. *Sample*: open (or reuse) the target's session and do
-every read of the poll: each monitor's sources (locks first), whether the
-sessions at the root of open incidents still exist, what ``lockwatch
-terminate`` appended, whether a serverless server has other clients.
-*Judge*: pure, from what was sampled and the state the last poll left: each
-monitor's detectors, the ledger's transitions, the incidents; no read, and
-no book asked for its own state mid-decision. *Apply*: the incident history,
-the state file, the board, the listeners. A monitor that breaks is logged
-and its findings are held; it never costs the others their poll. The
-runner's polls run on a poller of the ``PollScheduler`` (scheduler.py),
-which plans the next one when a poll ends; the watchdog thread breaks a
-network step that hangs past its limit.
+A poll is three steps. *Sample*: open (or reuse) the target's session and do every read
+of the poll: each monitor's sources (locks first), whether the sessions at the root of
+open incidents still exist, what ``lockwatch terminate`` appended, whether a serverless
+server has other clients. *Judge*: pure, from what was sampled and the state the last
+poll left: each monitor's detectors, the ledger's transitions, the incidents; no read,
+and no book asked for its own state mid-decision. *Apply*: the incident history, the
+state file, the board, the listeners. A monitor that breaks is logged and its findings
+are held; it never costs the others their poll. The runner's polls run on a poller of
+the ``PollScheduler`` (scheduler.py), which plans the next one when a poll ends; the
+watchdog thread breaks a network step that hangs past its limit.
 """
 
 from __future__ import annotations

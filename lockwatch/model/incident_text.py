@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockwatch.model.evidence import (
-    HolderFacts,
     LockEvidence,
     OverflowEvidence,
     QueueStallEvidence,
@@ -22,6 +21,7 @@ from lockwatch.model.evidence import (
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.fingerprints import holder_fingerprint
 from lockwatch.model.incidents import (
+    HOLDING,
     SEVERITY_RANK,
     Impact,
     Incident,
@@ -30,8 +30,8 @@ from lockwatch.model.incidents import (
     Resolution,
     RootKind,
     RootLoad,
+    holder_measures,
 )
-from lockwatch.model.locks import IDLE_STATES
 from lockwatch.text import cause_first, client_address, format_duration, one_line, printable
 
 SHOWN_FINDINGS = 5  # findings listed per incident; the API has them all
@@ -40,7 +40,6 @@ TITLE_LIMIT = 300  # characters of a finding's summary in a title: never the cau
 # lockwatch's own runbooks, relative: the daemon gives the book its absolute
 # base instead (``Settings.runbooks``), from its external URL.
 RUNBOOKS_PATH = "/runbooks"
-HOLDING = (RootKind.SESSION, RootKind.POOLED_BACKEND, RootKind.PREPARED)
 
 # The labels an open incident's alert carries, the same in lockwatch_incident_active
 # and in the webhook payload of lockwatch's own notifications. ``kind`` is the
@@ -175,46 +174,6 @@ def root_text(root: IncidentRoot) -> str:
         if value:
             return f"{word} {value} on {root.target}"
     return f"target {root.target}" + (f" ({root.source})" if root.source else "")
-
-
-@dataclass(frozen=True, slots=True)
-class Measures:
-    """The root holder's numbers, read from the findings' evidence (the longest
-    any of them saw); None when no finding says."""
-
-    hold_seconds: float | None = None  # the longest the root holder has held a lock
-    idle_seconds: float | None = None  # how long it has run no SQL, while idle
-    idle_state: str | None = None  # ``idle``, ``idle in transaction``
-    query: str | None = None  # its last query
-    holder: HolderFacts | None = None  # as a finding saw it: its state, its transaction
-
-
-def _is_root(holder: HolderFacts, root: IncidentRoot) -> bool:
-    if root.kind is RootKind.PREPARED:
-        return holder.prepared is not None and holder.prepared.gid == root.gid
-    return holder.pid == root.pid and holder.prepared is None
-
-
-def holder_measures(root: IncidentRoot, findings: Sequence[Finding]) -> Measures:
-    """The one scan for the root holder in the findings' evidence: its hold,
-    idle time and state, and last query. A root that holds nothing has none."""
-    if root.kind not in HOLDING:
-        return Measures()
-    hold = idle = None
-    state = query = None
-    seen: HolderFacts | None = None
-    for finding in findings:
-        for holder in finding.evidence.named_holders:
-            if not isinstance(holder, HolderFacts) or not _is_root(holder, root):
-                continue
-            seen = seen or holder
-            query = query or holder.query
-            if holder.held_seconds:
-                hold = max(hold or 0.0, holder.held_seconds)
-            seconds = holder.state_seconds if holder.state in IDLE_STATES else None
-            if seconds is not None and (idle is None or seconds > idle):
-                idle, state = seconds, holder.state
-    return Measures(hold, idle, state, query, seen)
 
 
 # -- what it is about ------------------------------------------------------------------

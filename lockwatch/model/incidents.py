@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 from lockwatch.model.episodes import BlockingEpisode
+from lockwatch.model.evidence import HolderFacts
 from lockwatch.model.evidence.json_form import JsonObject, JsonShapeError, from_json, to_json
 from lockwatch.model.findings import (
     Finding,
@@ -27,6 +29,7 @@ from lockwatch.model.findings import (
     finding_json,
     load_finding,
 )
+from lockwatch.model.locks import IDLE_STATES
 
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
 
@@ -330,6 +333,7 @@ def active_findings(changes: IncidentChanges) -> dict[tuple[str, str, Subject], 
 # A session as the server names it: pid + backend_start (None: not seen).
 LiveSession = tuple[int, datetime | None]
 HOLDING_SESSIONS = (RootKind.SESSION, RootKind.POOLED_BACKEND)
+HOLDING = (*HOLDING_SESSIONS, RootKind.PREPARED)  # roots that hold locks
 
 
 def session_ending(
@@ -350,3 +354,43 @@ def session_ending(
     if (root.pid, root.backend_start) in alive:
         return Resolution.RELEASED, "the holder let go of its locks; its session goes on"
     return Resolution.SESSION_ENDED, "the holder's session ended, and its locks with it"
+
+
+@dataclass(frozen=True, slots=True)
+class Measures:
+    """The root holder's numbers, read from the findings' evidence (the longest
+    any of them saw); None when no finding says."""
+
+    hold_seconds: float | None = None  # the longest the root holder has held a lock
+    idle_seconds: float | None = None  # how long it has run no SQL, while idle
+    idle_state: str | None = None  # ``idle``, ``idle in transaction``
+    query: str | None = None  # its last query
+    holder: HolderFacts | None = None  # as a finding saw it: its state, its transaction
+
+
+def _is_root(holder: HolderFacts, root: IncidentRoot) -> bool:
+    if root.kind is RootKind.PREPARED:
+        return holder.prepared is not None and holder.prepared.gid == root.gid
+    return holder.pid == root.pid and holder.prepared is None
+
+
+def holder_measures(root: IncidentRoot, findings: Sequence[Finding]) -> Measures:
+    """The one scan for the root holder in the findings' evidence: its hold,
+    idle time and state, and last query. A root that holds nothing has none."""
+    if root.kind not in HOLDING:
+        return Measures()
+    hold = idle = None
+    state = query = None
+    seen: HolderFacts | None = None
+    for finding in findings:
+        for holder in finding.evidence.named_holders:
+            if not isinstance(holder, HolderFacts) or not _is_root(holder, root):
+                continue
+            seen = seen or holder
+            query = query or holder.query
+            if holder.held_seconds:
+                hold = max(hold or 0.0, holder.held_seconds)
+            seconds = holder.state_seconds if holder.state in IDLE_STATES else None
+            if seconds is not None and (idle is None or seconds > idle):
+                idle, state = seconds, holder.state
+    return Measures(hold, idle, state, query, seen)

@@ -13,14 +13,12 @@ from datetime import datetime
 from lockwatch.model.evidence import LockWaitEvidence, PooledLockEvidence, TargetDownEvidence
 from lockwatch.model.findings import MORE_HOLDERS_SUBJECT, Finding, FindingKind
 from lockwatch.model.incident_text import (
-    HOLDING,
     TITLE_LIMIT,
-    holder_measures,
     holder_text,
     lead_finding,
     runbook_link,
 )
-from lockwatch.model.incidents import IncidentRoot, NextStep, RootKind
+from lockwatch.model.incidents import HOLDING, IncidentRoot, NextStep, RootKind, holder_measures
 from lockwatch.model.remediation import (
     GUARD_ROLES,
     cancel_sql,

@@ -22,7 +22,6 @@ from lockwatch.model.evidence.json_form import JsonObject
 from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.incident_text import (
     RUNBOOKS_PATH,
-    holder_measures,
     incident_title,
     naming,
     opening_kinds,
@@ -44,6 +43,7 @@ from lockwatch.model.incidents import (
     RootKind,
     RootLoad,
     TimelineEvent,
+    holder_measures,
     session_ending,
 )
 from lockwatch.model.locks import LockSnapshot

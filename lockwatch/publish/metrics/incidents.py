@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from lockwatch.model.findings import Severity
-from lockwatch.model.incident_text import ROOT_LABELS, holder_measures, root_labels
+from lockwatch.model.incident_text import ROOT_LABELS, root_labels
+from lockwatch.model.incidents import holder_measures
 from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import Exposition, Family
 

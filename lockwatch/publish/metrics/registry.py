@@ -24,6 +24,7 @@ from prometheus_client.exposition import choose_encoder
 
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject, subject_label
+from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
@@ -248,6 +249,43 @@ def _lock_metrics(
 ) -> tuple[tuple[Family, ...], frozenset[str]]:
     """The lock families, and the targets found quiet (nothing wrong, nobody
     waiting on a lock they export) when ``detail`` is not asked for."""
+    counts, hold, waiters, longest_wait = _lock_families(scrape)
+    quiet_targets: list[str] = []
+    for view in views:
+        snapshot = None if view.status is None else view.status.snapshot
+        if snapshot is None:
+            # Without a poll result nothing is known; 0 would claim "not held".
+            continue
+        target = view.target.name
+        settings = view.target.locks
+        table = _granted_table(view, snapshot, detail, granted)
+        tallies = sorted(lock_counts(snapshot, settings, table).items())
+        for database, (held, waiting) in tallies:
+            counts.add((target, database, "held"), held)
+            counts.add((target, database, "waiting"), waiting)
+        quiet = not detail and not _wrong(view) and not any(w for _, (_, w) in tallies)
+        if quiet:
+            quiet_targets.append(target)
+        top = min(settings.top_n, QUIET_TOP) if quiet else settings.top_n
+        groups = lock_groups(snapshot, settings, now, top=top, table=table, unnamed_top=True)
+        for database, lock, exported in exported_locks(groups, settings):
+            series = (target, database, lock)
+            if exported is None:
+                hold.add(series, 0.0)
+                waiters.add(series, 0)
+                longest_wait.add(series, 0.0)
+                continue
+            hold.add(series, exported.hold_seconds or 0.0)
+            if quiet and exported.name is None:
+                continue  # nobody waits: a quiet key's waits say nothing moved
+            waiters.add(series, len(exported.waiters))
+            longest_wait.add(series, exported.longest_wait_seconds or 0.0)
+    return (counts, hold, waiters, longest_wait), frozenset(quiet_targets)
+
+
+def _lock_families(scrape: Exposition) -> tuple[Family, Family, Family, Family]:
+    """The advisory-lock families: counts per state, and each exported key's
+    hold, waiters and longest wait."""
     counts = scrape.gauge(
         "lockwatch_advisory_locks",
         "Advisory lock holds (state=held) and waits (state=waiting) in the last poll, "
@@ -275,45 +313,24 @@ def _lock_metrics(
         "Seconds the longest-waiting session has waited for the lock; 0 when none waits.",
         labels,
     )
-    quiet_targets: list[str] = []
-    for view in views:
-        snapshot = None if view.status is None else view.status.snapshot
-        if snapshot is None:
-            # Without a poll result nothing is known; 0 would claim "not held".
-            continue
-        target = view.target.name
-        settings = view.target.locks
-        # A target that may be quiet needs a few keys, found without grouping every lock.
-        # (A scrape with every series leaves what the others keep as it is.)
-        table = None
-        if not detail and not _wrong(view):
-            table = GrantedLocks.of(snapshot, granted.get(target))
-        if table is not None:
-            granted[target] = table
-        elif not detail:
-            granted.pop(target, None)
-        tallies = sorted(lock_counts(snapshot, settings, table).items())
-        for database, (held, waiting) in tallies:
-            counts.add((target, database, "held"), held)
-            counts.add((target, database, "waiting"), waiting)
-        quiet = not detail and not _wrong(view) and not any(w for _, (_, w) in tallies)
-        if quiet:
-            quiet_targets.append(target)
-        top = min(settings.top_n, QUIET_TOP) if quiet else settings.top_n
-        groups = lock_groups(snapshot, settings, now, top=top, table=table, unnamed_top=True)
-        for database, lock, exported in exported_locks(groups, settings):
-            series = (target, database, lock)
-            if exported is None:
-                hold.add(series, 0.0)
-                waiters.add(series, 0)
-                longest_wait.add(series, 0.0)
-                continue
-            hold.add(series, exported.hold_seconds or 0.0)
-            if quiet and exported.name is None:
-                continue  # nobody waits: a quiet key's waits say nothing moved
-            waiters.add(series, len(exported.waiters))
-            longest_wait.add(series, exported.longest_wait_seconds or 0.0)
-    return (counts, hold, waiters, longest_wait), frozenset(quiet_targets)
+    return counts, hold, waiters, longest_wait
+
+
+def _granted_table(
+    view: TargetView, snapshot: LockSnapshot, detail: bool, granted: dict[str, GrantedLocks]
+) -> GrantedLocks | None:
+    """The few keys a target that may be quiet needs, found without grouping
+    every lock and kept while its locks stay the same (a scrape with every
+    series leaves what the others keep as it is); None: group them all."""
+    target = view.target.name
+    table = None
+    if not detail and not _wrong(view):
+        table = GrantedLocks.of(snapshot, granted.get(target))
+    if table is not None:
+        granted[target] = table
+    elif not detail:
+        granted.pop(target, None)
+    return table
 
 
 def _wrong(view: TargetView) -> bool:
