@@ -168,9 +168,11 @@ def start(pg: PgDatabase, workers: list[Worker], count: int, release: str = LATE
     return made
 
 
-def runner_for(pg: PgDatabase, **thresholds: float) -> TargetRunner:
+def runner_for(pg: PgDatabase, no_consumer_after: float | None = None) -> TargetRunner:
     queue = library_queue("procrastinate", QUEUE)
-    queue = replace(queue, thresholds=replace(queue.thresholds, **thresholds))
+    if no_consumer_after is not None:
+        thresholds = replace(queue.thresholds, no_consumer_after=no_consumer_after)
+        queue = replace(queue, thresholds=thresholds)
     target = Target("main", pg.monitor_dsn, interval=POLL, queues=(queue,))
     return TargetRunner(target, Board(), StateStore(None))
 
@@ -185,6 +187,16 @@ def only(runner: TargetRunner, kind: FindingKind) -> Callable[[], list[Finding]]
         return found
 
     return poll
+
+
+def detected(
+    runner: TargetRunner, kind: FindingKind, since: float, timeout: float, case: str
+) -> Finding:
+    """The one finding of ``kind`` (no other) once a poll has it; prints the
+    time from ``since`` (time.monotonic) for docs/benchmarks.md."""
+    [finding] = wait_until(only(runner, kind), timeout=timeout, interval=POLL, message=case)
+    print(f"detection procrastinate-{case}: {time.monotonic() - since:.1f}s")
+    return finding
 
 
 def stuck_by_procrastinate(pg: PgDatabase) -> list[tuple[str, bool]]:
@@ -249,15 +261,13 @@ def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
     try:
         assert runner.poll_once().findings == ()
         three[0].process.kill()
-        killed = time.monotonic()
-        [finding] = wait_until(
-            only(runner, FindingKind.JOB_STUCK_RUNNING),
-            timeout=STALLED_AFTER + 60,
-            interval=POLL,
-            message="stuck",
+        finding = detected(
+            runner,
+            FindingKind.JOB_STUCK_RUNNING,
+            time.monotonic(),
+            STALLED_AFTER + 60,
+            f"{release} one of three workers killed",
         )
-        seconds = time.monotonic() - killed
-        print(f"detection procrastinate-{release} one of three workers killed: {seconds:.1f}s")
         assert evidence_as(finding, StuckJobsEvidence).job_ids == (jobs[0],)
         # procrastinate's own word: that job is still doing, its worker's heartbeat
         # stale; the other two workers' jobs are doing with theirs fresh.
@@ -281,15 +291,13 @@ def test_every_worker_killed_then_one_restarted_keeps_the_dead_workers_jobs_stuc
         assert runner.poll_once().findings == ()
         for worker in two:
             worker.process.kill()
-        killed = time.monotonic()
-        [finding] = wait_until(
-            only(runner, FindingKind.JOB_STUCK_RUNNING),
-            timeout=STALLED_AFTER + 60,
-            interval=POLL,
-            message="stuck",
+        finding = detected(
+            runner,
+            FindingKind.JOB_STUCK_RUNNING,
+            time.monotonic(),
+            STALLED_AFTER + 60,
+            f"{LATEST} every worker killed",
         )
-        seconds = time.monotonic() - killed
-        print(f"detection procrastinate-{LATEST} every worker killed: {seconds:.1f}s")
         assert sorted(evidence_as(finding, StuckJobsEvidence).job_ids, key=int) == jobs
         # The replacement prunes the dead workers' rows at its start (their
         # jobs' worker_id goes NULL) and takes none of their jobs.
@@ -333,15 +341,13 @@ def test_a_backlog_with_the_workers_stopped_has_no_consumer(
             message="the worker unregistered",
         )
         defer(pg, 5, task="report")
-        stopped = time.monotonic()
-        [finding] = wait_until(
-            only(runner, FindingKind.QUEUE_NO_CONSUMER),
-            timeout=after + 30,
-            interval=POLL,
-            message="no consumer",
+        finding = detected(
+            runner,
+            FindingKind.QUEUE_NO_CONSUMER,
+            time.monotonic(),
+            after + 30,
+            f"{LATEST} backlog, workers stopped",
         )
-        seconds = time.monotonic() - stopped
-        print(f"detection procrastinate-{LATEST} backlog, workers stopped: {seconds:.1f}s")
         assert finding.subject.queue == QUEUE
         row = admin.execute(
             "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'"
