@@ -1,19 +1,25 @@
-"""procrastinate 3 (from PyPI) run as its users run it: worker processes of
-their own, one killed mid-job while the others live. Ground truth is
-procrastinate's own: its jobs' worker_id and status, its workers' heartbeats
-(procrastinate_workers), never lockwatch."""
+"""procrastinate 3 (from PyPI) run as its users run it, at its oldest
+supported release (3.1.0, the first with worker heartbeats, from
+.py-libraries/) and its latest (the .venv's): worker processes of their own
+beside a web app that only enqueues; one worker killed mid-job while the
+others live; every worker killed and one replacement started; a backlog
+with the workers stopped. Ground truth is procrastinate's own: its jobs'
+worker_id and status, its workers' heartbeats (procrastinate_workers),
+never lockwatch."""
 
 from __future__ import annotations
 
-import asyncio
+import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
+from dataclasses import replace
+from importlib.metadata import version
+from pathlib import Path
 
-import procrastinate
 import pytest
 
 from lockwatch.demo.pgbinaries import embedded_bin_dir
@@ -28,13 +34,37 @@ from tests.fixtures.evidence import evidence_as
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, wait_until
 from tests.integration.test_catalogue_libraries import library_queue
+from tests.integration.test_library_versions import check
 
 pytestmark = pytest.mark.pg
 
 QUEUE = "reports"
 POLL = 0.5
 WORKER = ROOT / "tests" / "workloads" / "procrastinate_worker.py"
+APP = ROOT / "tests" / "workloads" / "procrastinate_app.py"
 STALLED_AFTER = 30  # procrastinate's default stalled_worker_timeout, the preset's rule
+
+OLDEST = "3.1.0"  # tests/py-libraries/requirements.txt
+TOO_OLD = "3.0.2"  # the last release before worker heartbeats, there too
+LATEST = version("procrastinate")
+RELEASES = (OLDEST, LATEST)
+
+
+def environment(release: str) -> dict[str, str]:
+    """The environment of a process running ``release``: the latest is the
+    .venv's, the older ones are first on its PYTHONPATH."""
+    if release == LATEST:
+        return dict(os.environ)
+    path = ROOT / ".py-libraries" / f"procrastinate-{release}"
+    if not (path / ".installed").is_file():
+        reason = f"procrastinate {release} is missing from {path}: run scripts/bootstrap"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(path), os.environ.get("PYTHONPATH")))),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +81,14 @@ def pg(server: LocalCluster) -> Iterator[PgDatabase]:
 
 
 class Worker:
-    def __init__(self, pg: PgDatabase) -> None:
+    def __init__(self, pg: PgDatabase, release: str = LATEST) -> None:
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, str(WORKER), pg.admin_dsn, QUEUE],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env=environment(release),
         )
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -92,72 +123,256 @@ def workers() -> Iterator[list[Worker]]:
         worker.stop()
 
 
-def defer(pg: PgDatabase, count: int) -> None:
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=pg.admin_dsn))
+def app(pg: PgDatabase, release: str, *command: str) -> list[str]:
+    """The enqueue-only app (or the deploy's schema step) of ``release``, run
+    to its end: its output, after checking it ran that release."""
+    done = subprocess.run(
+        [sys.executable, str(APP), pg.admin_dsn, *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=environment(release),
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[0] == f"procrastinate {release}", lines[0]
+    return lines
 
-    @app.task(queue=QUEUE, name="hang")
-    def hang() -> None:
-        """Only deferred here: the workers run it."""
 
-    async def go() -> None:
-        async with app.open_async():
-            for _ in range(count):
-                await hang.defer_async()
-
-    asyncio.run(go())
+def defer(pg: PgDatabase, count: int, release: str = LATEST, task: str = "hang") -> None:
+    app(pg, release, "defer", QUEUE, task, str(count))
 
 
-def install(pg: PgDatabase) -> None:
+def install(pg: PgDatabase, release: str = LATEST) -> None:
     """procrastinate's schema, applied as its users apply it, readable by lockwatch."""
-    schema = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=pg.admin_dsn))
+    app(pg, release, "schema")
+    # Its tables (procrastinate_workers from 3.1), the grant the preset asks for.
+    tables = (
+        pg.connect()
+        .execute(
+            "SELECT string_agg(tablename, ', ') FROM pg_tables"
+            " WHERE tablename IN ('procrastinate_jobs', 'procrastinate_events', 'procrastinate_workers')"
+        )
+        .fetchone()
+    )
+    assert tables is not None
+    pg.connect().execute(f"GRANT SELECT ON {tables[0]} TO {MONITOR_USER}")
 
-    async def apply() -> None:
-        async with schema.open_async():
-            await schema.schema_manager.apply_schema_async()
 
-    asyncio.run(apply())
-    admin = pg.connect()
-    for table in ("procrastinate_jobs", "procrastinate_events", "procrastinate_workers"):
-        admin.execute(f"GRANT SELECT ON {table} TO {MONITOR_USER}")
+def start(pg: PgDatabase, workers: list[Worker], count: int, release: str = LATEST) -> list[Worker]:
+    made = [Worker(pg, release) for _ in range(count)]
+    workers.extend(made)
+    for worker in made:
+        wait_until(worker.started, timeout=60, message=f"{worker.lines}")
+    return made
+
+
+def runner_for(pg: PgDatabase, no_consumer_after: float | None = None) -> TargetRunner:
+    queue = library_queue("procrastinate", QUEUE)
+    if no_consumer_after is not None:
+        thresholds = replace(queue.thresholds, no_consumer_after=no_consumer_after)
+        queue = replace(queue, thresholds=thresholds)
+    target = Target("main", pg.monitor_dsn, interval=POLL, queues=(queue,))
+    return TargetRunner(target, Board(), StateStore(None))
+
+
+def only(runner: TargetRunner, kind: FindingKind) -> Callable[[], list[Finding]]:
+    """A poll's findings of ``kind``, asserting there are no others."""
+
+    def poll() -> list[Finding]:
+        view = runner.poll_once()
+        found = [f for f in view.findings if f.kind is kind]
+        assert len(view.findings) == len(found), [f.summary for f in view.findings]
+        return found
+
+    return poll
+
+
+def detected(
+    runner: TargetRunner, kind: FindingKind, since: float, timeout: float, case: str
+) -> Finding:
+    """The one finding of ``kind`` (no other) once a poll has it; prints the
+    time from ``since`` (time.monotonic) for docs/benchmarks.md."""
+    [finding] = wait_until(only(runner, kind), timeout=timeout, interval=POLL, message=case)
+    print(f"detection procrastinate-{case}: {time.monotonic() - since:.1f}s")
+    return finding
+
+
+def stuck_by_procrastinate(pg: PgDatabase) -> list[tuple[str, bool]]:
+    """procrastinate's own view of its jobs 'doing': each one's id and whether its
+    worker is gone (its row pruned, or its heartbeat past the stalled timeout)."""
+    rows = (
+        pg.connect()
+        .execute(
+            "SELECT j.id::text, w.id IS NULL OR now() - w.last_heartbeat > interval '30 seconds'"
+            " FROM procrastinate_jobs j LEFT JOIN procrastinate_workers w ON w.id = j.worker_id"
+            " WHERE j.status = 'doing' ORDER BY j.id"
+        )
+        .fetchall()
+    )
+    return [(str(job), bool(gone)) for job, gone in rows]
+
+
+# Parametrized by release: the cases whose rows procrastinate writes differently
+# between 3.1 and the latest (the healthy flow: 3.2 defers through
+# procrastinate_defer_jobs_v1 in batches, 3.3 fetches by priority and lock;
+# a killed worker: the worker_id and heartbeats 3.1 introduced). The preset's
+# query is the same for both; the cases after these read the same rows written
+# the same way since 3.1 (a worker prunes stalled workers at its start, and
+# unregisters itself when stopped), so they run at the latest only.
+@pytest.mark.slow
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_healthy_deployment_gives_zero_findings(
+    pg: PgDatabase, workers: list[Worker], release: str
+) -> None:
+    install(pg, release)
+    start(pg, workers, 3, release)
+    runner = runner_for(pg)
+    try:
+        assert runner.poll_once().findings == ()
+        defer(pg, 30, release, task="report")
+        admin = pg.connect()
+
+        def all_done() -> bool:
+            assert only(runner, FindingKind.JOB_STUCK_RUNNING)() == []
+            row = admin.execute(
+                "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+            ).fetchone()
+            return row == (30,)
+
+        wait_until(all_done, timeout=120, interval=POLL, message="thirty reports run")
+        for _ in range(4):
+            assert runner.poll_once().findings == ()
+    finally:
+        runner.close()
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("release", RELEASES)
 def test_one_of_three_workers_killed_mid_job_is_seen_by_its_own_heartbeat(
-    pg: PgDatabase, workers: list[Worker]
+    pg: PgDatabase, workers: list[Worker], release: str
 ) -> None:
-    admin = pg.connect()
-    install(pg)
-    workers.extend(Worker(pg) for _ in range(3))
-    for worker in workers:
-        wait_until(worker.started, timeout=60, message=f"{worker.lines}")
-    defer(pg, 3)
-    jobs = [w.job() for w in workers]
-    target = Target(
-        "main", pg.monitor_dsn, interval=POLL, queues=(library_queue("procrastinate", QUEUE),)
-    )
-    runner = TargetRunner(target, Board(), StateStore(None))
+    install(pg, release)
+    three = start(pg, workers, 3, release)
+    defer(pg, 3, release)
+    jobs = [w.job() for w in three]
+    runner = runner_for(pg)
     try:
         assert runner.poll_once().findings == ()
-        workers[0].process.kill()
-        killed = time.monotonic()
-
-        def stuck() -> list[Finding]:
-            view = runner.poll_once()
-            found = [f for f in view.findings if f.kind is FindingKind.JOB_STUCK_RUNNING]
-            assert len(view.findings) == len(found), [f.summary for f in view.findings]
-            return found
-
-        [finding] = wait_until(stuck, timeout=STALLED_AFTER + 60, interval=POLL, message="stuck")
-        seconds = time.monotonic() - killed
-        print(f"detection procrastinate-3.10.0 one of three workers killed: {seconds:.1f}s")
+        three[0].process.kill()
+        finding = detected(
+            runner,
+            FindingKind.JOB_STUCK_RUNNING,
+            time.monotonic(),
+            STALLED_AFTER + 60,
+            f"{release} one of three workers killed",
+        )
         assert evidence_as(finding, StuckJobsEvidence).job_ids == (jobs[0],)
-        # procrastinate's own word: the job is still doing, its worker's heartbeat stale.
-        row = admin.execute(
-            "SELECT j.status, now() - w.last_heartbeat > interval '30 seconds'"
-            " FROM procrastinate_jobs j JOIN procrastinate_workers w ON w.id = j.worker_id"
-            " WHERE j.id = %s",
-            (int(jobs[0]),),
-        ).fetchone()
-        assert row == ("doing", True)
+        # procrastinate's own word: that job is still doing, its worker's heartbeat
+        # stale; the other two workers' jobs are doing with theirs fresh.
+        assert stuck_by_procrastinate(pg) == sorted(
+            [(jobs[0], True), (jobs[1], False), (jobs[2], False)], key=lambda r: int(r[0])
+        )
     finally:
         runner.close()
+
+
+@pytest.mark.slow
+def test_every_worker_killed_then_one_restarted_keeps_the_dead_workers_jobs_stuck(
+    pg: PgDatabase, workers: list[Worker]
+) -> None:
+    install(pg)
+    two = start(pg, workers, 2)
+    defer(pg, 2)
+    jobs = sorted((w.job() for w in two), key=int)
+    runner = runner_for(pg)
+    try:
+        assert runner.poll_once().findings == ()
+        for worker in two:
+            worker.process.kill()
+        finding = detected(
+            runner,
+            FindingKind.JOB_STUCK_RUNNING,
+            time.monotonic(),
+            STALLED_AFTER + 60,
+            f"{LATEST} every worker killed",
+        )
+        assert sorted(evidence_as(finding, StuckJobsEvidence).job_ids, key=int) == jobs
+        # The replacement prunes the dead workers' rows at its start (their
+        # jobs' worker_id goes NULL) and takes none of their jobs.
+        start(pg, workers, 1)
+        admin = pg.connect()
+        wait_until(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing' AND worker_id IS NULL"
+                ).fetchone()
+                == (2,)
+            ),
+            timeout=30,
+            message="the dead workers pruned",
+        )
+        assert stuck_by_procrastinate(pg) == [(job, True) for job in jobs]
+        for _ in range(4):
+            [still] = only(runner, FindingKind.JOB_STUCK_RUNNING)()
+            assert sorted(evidence_as(still, StuckJobsEvidence).job_ids, key=int) == jobs
+    finally:
+        runner.close()
+
+
+@pytest.mark.slow
+def test_a_backlog_with_the_workers_stopped_has_no_consumer(
+    pg: PgDatabase, workers: list[Worker]
+) -> None:
+    install(pg)
+    [worker] = start(pg, workers, 1)
+    after = 3.0  # no_consumer_after, short for the test (2 minutes by default)
+    runner = runner_for(pg, no_consumer_after=after)
+    admin = pg.connect()
+    try:
+        assert runner.poll_once().findings == ()
+        # Stopped as a deploy stops it: SIGTERM, procrastinate unregisters the worker.
+        worker.process.terminate()
+        worker.process.wait(timeout=30)
+        wait_until(
+            lambda: admin.execute("SELECT count(*) FROM procrastinate_workers").fetchone() == (0,),
+            timeout=30,
+            message="the worker unregistered",
+        )
+        defer(pg, 5, task="report")
+        finding = detected(
+            runner,
+            FindingKind.QUEUE_NO_CONSUMER,
+            time.monotonic(),
+            after + 30,
+            f"{LATEST} backlog, workers stopped",
+        )
+        assert finding.subject.queue == QUEUE
+        row = admin.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'"
+        ).fetchone()
+        assert row == (5,)
+    finally:
+        runner.close()
+
+
+def test_check_config_reads_procrastinate_from_3_1_and_refuses_3_0_in_words(
+    pg: PgDatabase, tmp_path: Path
+) -> None:
+    install(pg, OLDEST)
+    known = check(pg, tmp_path, "procrastinate")
+    assert known.exit_code == 0, known.output
+    assert "warning" not in known.output and "problem" not in known.output, known.output
+
+    older = PgDatabase(pg.server)
+    try:
+        install(older, TOO_OLD)
+        refused = check(older, tmp_path, "procrastinate")
+    finally:
+        older.close()
+    assert refused.exit_code == 1, refused.output
+    assert (
+        "procrastinate schema version 30000 is older than lockwatch reads (from 30100;"
+        " known: 30100-30100 (procrastinate 3.1 to 3.10)): upgrade procrastinate"
+    ) in refused.stderr
