@@ -216,6 +216,9 @@ def image_config(image: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.pg
+# Its setup builds the image, and on a machine that has never built it, its
+# base too (debootstrap): 300 s was not enough for both on a busy machine.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
 def test_the_image_serves_metrics_as_its_user_and_writes_only_its_state(
     image: str, containers: tuple[str, str], pg: PgDatabase, tmp_path: Path
