@@ -9,17 +9,26 @@
 # Debian packages, as they cannot pull images).
 ARG BASE=python:3.11-slim-bookworm
 
+# Each stage installs what pyproject.toml declares in a layer of its own,
+# before the source is copied: a rebuild after a change to the source alone
+# reuses those layers and builds and installs only lockwatch itself.
 FROM ${BASE} AS build
 WORKDIR /src
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'], sep='\n')" >/tmp/build-requires.txt \
+    && python -m pip install --no-cache-dir --disable-pip-version-check build -r /tmp/build-requires.txt
 COPY . .
-RUN python -m pip install --no-cache-dir --disable-pip-version-check build \
-    && python -m build --wheel --outdir /dist .
+RUN python -m build --no-isolation --wheel --outdir /dist .
 
 FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY pyproject.toml /tmp/
+RUN python -c "import tomllib; print(*tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" >/tmp/requires.txt \
+    && python -m pip install -r /tmp/requires.txt \
+    && rm /tmp/pyproject.toml /tmp/requires.txt
 COPY --from=build /dist/ /tmp/dist/
 RUN python -m pip install /tmp/dist/*.whl \
     && rm -rf /tmp/dist \

@@ -38,14 +38,16 @@ LOCKS = 100
 MANY_PATHS = tuple(path for path in PATHS if path != "/api/v1/locks")
 
 
-def measure_many(server: BenchServer, workdir: Path, targets: int) -> Documents:
+def measure_many(
+    server: BenchServer, workdir: Path, targets: int, interval: float = MANY_INTERVAL
+) -> Documents:
     """``targets`` targets (the same database under different names) in one
-    ``lockwatch run``, each polled once at least, then its documents."""
+    ``lockwatch run``, each polled once at least, then its documents. Their
+    first polls are spread over ``interval``, which the wait for them lasts."""
     server.release_locks()
     server.hold_locks(LOCKS)
     configs = [
-        target_config(f"t{n:03d}", server.dsn(LOCKWATCH_ROLE), MANY_INTERVAL)
-        for n in range(targets)
+        target_config(f"t{n:03d}", server.dsn(LOCKWATCH_ROLE), interval) for n in range(targets)
     ]
     with LockwatchProcess(configs, workdir, f"documents-{targets}") as daemon:
         deadline = time.monotonic() + STARTUP

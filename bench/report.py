@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from bench import daemon, documents
+from bench import daemon
 from bench.detection import GRACE, NOT_YET
 from bench.impact_report import cell_section
 from bench.markdown import ms, ratio, spread, table, verdict
@@ -194,7 +194,7 @@ def documents_section(results: Results) -> list[str]:
         f"{daemon.SCRAPES} requests), the daemon's CPU per request (psutil, its polls' share "
         "included) and size. The first rows are the footprint's one target at each number of "
         "locks; the last, when there is one, one daemon with many targets (the same database "
-        f"under different names, polled every {documents.MANY_INTERVAL:g} s), measured once "
+        f"under different names, polled every {results.options.many_interval:g} s), measured once "
         "every target had polled.",
         "",
         *table(

@@ -30,6 +30,7 @@ class Options:
     pgbench_seconds: float = 8.0  # of each arm's window in each round
     pgbench_locks: int = 10_000  # held while pgbench runs
     many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
+    many_interval: float = documents.MANY_INTERVAL  # of those targets' polls
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,9 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                 pgbench_run = _pgbench(options, server, pg_exporter, workdir, tell)
         if options.many_targets:
             tell(f"the documents of {options.many_targets} targets")
-            many = documents.measure_many(server, workdir, options.many_targets)
+            many = documents.measure_many(
+                server, workdir, options.many_targets, options.many_interval
+            )
         server.release_locks()
         for incident in options.incidents:
             tell(f"detecting {incident.name}")

@@ -310,8 +310,13 @@ class Producer:
                 self._stop.wait(max(0.0, due - time.monotonic()))
 
     def stop(self) -> None:
+        """Stop producing; a producer never started has nothing to stop.
+
+        >>> Producer("", 1.0, str).stop()
+        """
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
 
 
 class WebhookQueueIncident:

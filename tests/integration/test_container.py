@@ -146,22 +146,34 @@ def buildah(*args: str, timeout: float = 900) -> str:
 def build_base(work: Path) -> None:
     """A Python base from Debian packages, trusting what this machine trusts."""
     rootfs = work / "rootfs"
-    subprocess.run(
-        ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm", rootfs],
-        capture_output=True,
-        timeout=900,
-        check=True,
-    )
-    shutil.copy("/etc/ssl/certs/ca-certificates.crt", rootfs / "etc/ssl/certs/")
-    ctr = buildah("from", "scratch")
     try:
-        buildah("copy", ctr, f"{rootfs}/", "/")
-        buildah("config", "--env", "PIP_BREAK_SYSTEM_PACKAGES=1", ctr)
-        buildah("config", "--env", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt", ctr)
-        buildah("commit", "--rm", ctr, BASE)
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}", "bookworm", rootfs],
+            capture_output=True,
+            timeout=900,
+            check=True,
+        )
+        shutil.copy("/etc/ssl/certs/ca-certificates.crt", rootfs / "etc/ssl/certs/")
+        ctr = buildah("from", "scratch")
+        try:
+            buildah("copy", ctr, f"{rootfs}/", "/")
+            buildah("config", "--env", "PIP_BREAK_SYSTEM_PACKAGES=1", ctr)
+            buildah("config", "--env", "PIP_CERT=/etc/ssl/certs/ca-certificates.crt", ctr)
+            buildah("commit", "--rm", ctr, BASE)
+        finally:
+            subprocess.run(["buildah", "rm", ctr], capture_output=True, check=False)
     finally:
-        subprocess.run(["buildah", "rm", ctr], capture_output=True, check=False)
+        unmount_under(rootfs)
         shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def unmount_under(root: Path) -> None:
+    """What a debootstrap stopped midway (by the test's timeout) leaves mounted
+    in its target, its /proc: unmounted, deepest first, so that removing the
+    target never walks into the host's mounts."""
+    mounted = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounted if m.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +228,9 @@ def image_config(image: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.pg
+# Its setup builds the image, and on a machine that has never built it, its
+# base too (debootstrap): 300 s was not enough for both on a busy machine.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
 def test_the_image_serves_metrics_as_its_user_and_writes_only_its_state(
     image: str, containers: tuple[str, str], pg: PgDatabase, tmp_path: Path
