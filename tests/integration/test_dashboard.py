@@ -191,15 +191,19 @@ def ping(lockwatch: LockwatchProcess, event: str, body: dict[str, Any]) -> dict[
     return answer
 
 
-def migration_waits(pg: PgDatabase) -> bool:
-    """Ground truth: the migration's session waits on a relation lock."""
+def superuser_look(pg: PgDatabase, query: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
-            " WHERE a.application_name = 'migration' AND NOT l.granted"
-            " AND l.locktype = 'relation'"
-        ).fetchone()
-    return row is not None and row[0] == 1
+        return admin.execute(query).fetchall()
+
+
+def migration_waits_on(pg: PgDatabase) -> list[str]:
+    """Ground truth: the relations the migration's session waits to lock."""
+    rows = superuser_look(
+        pg,
+        "SELECT l.relation::regclass::text FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+        " WHERE a.application_name = 'migration' AND NOT l.granted AND l.locktype = 'relation'",
+    )
+    return [relation for (relation,) in rows]
 
 
 @pytest.fixture
@@ -222,7 +226,8 @@ def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
         tmp_path,
         port,
         {"main": pg.monitor_dsn},
-        locks="{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s}",
+        locks="{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s, "
+        "idle_blocker_wait: 1s}",
         extra={
             "main": f"""queues:
   - {{name: webhooks, sql: {queue_sql}, window: 5s, min_growth: 0.1, stall_cpu: 0.5}}
@@ -252,7 +257,7 @@ workers:
     report.execute("SELECT count(*) FROM invoices")
     migration = pg.connect("migration")
     alter = run_in_thread(lambda: migration.execute("ALTER TABLE invoices ADD COLUMN note text"))
-    wait_until(lambda: migration_waits(pg), message="the ALTER waits behind the report")
+    wait_until(lambda: migration_waits_on(pg), message="the ALTER waits behind the report")
     try:
         yield lockwatch
     finally:
@@ -266,7 +271,7 @@ workers:
 @pytest.mark.slow
 @pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
 def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
-    tmp_path: Path, replay: LockwatchProcess
+    tmp_path: Path, pg: PgDatabase, replay: LockwatchProcess
 ) -> None:
     wait_until(lambda: replay.finding("lock_orphaned", "main"), message="the orphan is found")
     wait_until(lambda: replay.finding("lock_convoy", "main"), message="the convoy is found")
@@ -307,6 +312,29 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
             wait_until(all_have_data, timeout=60, interval=1)
         except AssertionError:
             raise AssertionError("panels without data:\n" + "\n".join(missing)) from None
+
+        # The lock wait panels show what the server shows: the relation the
+        # migration waits on, and the query of the report it waits behind.
+        def shown(title: str, label: str) -> set[str]:
+            (expr,) = [expr for where, expr, _ in queries if where == f"{title} / A"]
+            return {series["metric"][label] for series in prometheus.query(expr)}
+
+        relations = set(migration_waits_on(pg))
+        wait_until(
+            lambda: relations <= shown("Lock waiter-seconds", "relation"),
+            message=f"the waits on {relations} are shown",
+            interval=0.5,
+        )
+        ((query, query_id),) = superuser_look(
+            pg, "SELECT query, query_id FROM pg_stat_activity WHERE application_name = 'report'"
+        )
+        # Its text has no constant to take out; a computed query id stands for it.
+        fingerprint = query if query_id is None else f"query_id:{query_id}"
+        wait_until(
+            lambda: fingerprint in shown("Blocked by (query fingerprint)", "blocking_query"),
+            message=f"the report ({fingerprint}) is shown as a blocker",
+            interval=0.5,
+        )
 
         for name in ("job", "instance", "target"):
             definition = substitute(variables()[name]["definition"])
