@@ -186,21 +186,37 @@ CREATE TABLE IF NOT EXISTS webhook_jobs (
 _WEBHOOK_QUEUE = """SELECT count(*) FILTER (WHERE status = 'pending') AS depth,
        EXTRACT(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending'))
            AS oldest_age_seconds,
-       count(*) FILTER (WHERE status = 'processing') AS in_flight{completed}{consumers}
+       count(*) FILTER (WHERE status = 'processing') AS in_flight{completed}{consumers}{running}
 FROM webhook_jobs"""
 
 
-def webhook_queue_sql(*, completed: bool = True, consumers: bool = False) -> str:
+# The jobs being delivered, each started when its worker's session last went
+# idle: the claim's commit, after which the delivery runs outside SQL.
+_WEBHOOK_RUNNING = """,
+       (SELECT coalesce(json_agg(json_build_object(
+                   'id', j.id::text, 'attempt', 1, 'started_at', a.state_change,
+                   'workers', json_build_array(j.worker), 'rescued', false,
+                   'sessions', json_build_array(a.pid))), '[]')
+        FROM webhook_jobs j JOIN pg_stat_activity a ON a.application_name = j.worker
+        WHERE j.status = 'processing') AS running_jobs"""
+
+
+def webhook_queue_sql(
+    *, completed: bool = True, consumers: bool = False, running: bool = False
+) -> str:
     """The query an operator would give lockwatch for the webhook_jobs queue;
     without ``completed_total`` a stall can only be told by the workers' CPU.
-    With ``consumers``, the workers' connected sessions are its consumers."""
+    With ``consumers``, the workers' connected sessions are its consumers; with
+    ``running``, the jobs being delivered are its running jobs."""
     done = ",\n       count(*) FILTER (WHERE status = 'done') AS completed_total"
     alive = (
         ",\n       (SELECT count(*) FROM pg_stat_activity"
         " WHERE left(application_name, 15) = 'webhook-worker-') AS consumers"
     )
     return _WEBHOOK_QUEUE.format(
-        completed=done if completed else "", consumers=alive if consumers else ""
+        completed=done if completed else "",
+        consumers=alive if consumers else "",
+        running=_WEBHOOK_RUNNING if running else "",
     )
 
 

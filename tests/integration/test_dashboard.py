@@ -20,7 +20,7 @@ import yaml
 from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident, webhook_queue_sql
 from lockwatch.publish.metrics.registry import SUBJECT_LABELS
 from tests.fixtures.paths import ROOT
-from tests.fixtures.postgres import PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import PgDatabase, free_port, run_in_thread, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
 from tests.fixtures.prometheus import Prometheus
 
@@ -112,13 +112,14 @@ def test_every_query_filters_by_the_variables_and_rates_over_the_rate_interval()
             assert windows, where
 
 
-def test_rows_cover_findings_locks_queues_jobs_and_lockwatch_itself() -> None:
+def test_rows_cover_findings_locks_lock_waits_queues_jobs_and_lockwatch_itself() -> None:
     rows = [p["title"] for p in dashboard()["panels"] if p["type"] == "row"]
     ids = [p["id"] for p in dashboard()["panels"]]
 
     assert rows == [
         "Active findings",
         "Advisory locks",
+        "Lock waits",
         "Queues and workers",
         "Jobs",
         "lockwatch health",
@@ -153,6 +154,22 @@ def test_the_findings_table_names_every_part_of_a_subject() -> None:
     }
 
 
+def test_blocked_by_counts_incidents_and_their_waiters_per_blocker_fingerprint() -> None:
+    (panel,) = [p for p in panels() if p["title"] == "Blocked by (query fingerprint)"]
+    incidents, waiting = (target["expr"] for target in panel["targets"])
+
+    for expr in (incidents, waiting):
+        assert expr.startswith(
+            ("count by (target, blocking_query) ", "sum by (target, blocking_query) ")
+        )
+        assert 'blocking_query!=""' in expr, "incidents without a holding session have no blocker"
+    # Waiters are per incident: each joins its own incident's fingerprint, one
+    # lockwatch (job, instance) apart from another's.
+    assert "* on (job, instance, target, incident) group_left (blocking_query)" in waiting
+    renamed = panel["transformations"][-1]["options"]["renameByName"]
+    assert (renamed["Value #A"], renamed["Value #B"]) == ("open incidents", "sessions waiting")
+
+
 def test_the_provisioning_example_points_grafana_at_a_dashboards_directory() -> None:
     provisioning = yaml.safe_load(PROVISIONING_FILE.read_text())
 
@@ -174,11 +191,28 @@ def ping(lockwatch: LockwatchProcess, event: str, body: dict[str, Any]) -> dict[
     return answer
 
 
+def superuser_look(pg: PgDatabase, query: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+        return admin.execute(query).fetchall()
+
+
+def migration_waits_on(pg: PgDatabase) -> list[str]:
+    """Ground truth: the relations the migration's session waits to lock."""
+    rows = superuser_look(
+        pg,
+        "SELECT l.relation::regclass::text FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+        " WHERE a.application_name = 'migration' AND NOT l.granted AND l.locktype = 'relation'",
+    )
+    return [relation for (relation,) in rows]
+
+
 @pytest.fixture
 def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
     """``lockwatch run`` watching seed 002 whole (webhook workers stalled
-    behind a hung delivery under lock 42, the queue growing), the orphan of
-    seed 003, and a pinged job that ran twice for one night (seed 000)."""
+    behind a hung delivery under lock 42, the queue growing, the delivery its
+    longest-running job), the orphan of seed 003, a pinged job that ran twice
+    for one night (seed 000), and a migration's ALTER TABLE waiting behind a
+    report idle in its transaction (lock waiter-seconds on a relation)."""
     incident = WebhookQueueIncident(pg.admin_dsn)
     incident.prepare()
     with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
@@ -186,13 +220,14 @@ def replay(tmp_path: Path, pg: PgDatabase) -> Iterator[LockwatchProcess]:
     # The workers are threads of this process: its CPU is theirs.
     pidfile = tmp_path / "workers.pid"
     pidfile.write_text(f"{os.getpid()}\n")
-    queue_sql = json.dumps(webhook_queue_sql(consumers=True))
+    queue_sql = json.dumps(webhook_queue_sql(consumers=True, running=True))
     port = free_port()
     config = write_config(
         tmp_path,
         port,
         {"main": pg.monitor_dsn},
-        locks="{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s}",
+        locks="{max_hold: 2s, orphan_after: 2s, convoy_waiters: 2, convoy_wait: 1s, "
+        "idle_blocker_wait: 1s}",
         extra={
             "main": f"""queues:
   - {{name: webhooks, sql: {queue_sql}, window: 5s, min_growth: 0.1, stall_cpu: 0.5}}
@@ -217,9 +252,17 @@ workers:
     run_id = ping(lockwatch, "start", {"run_key": "2026-11-29", "host": "app-1"})["run_id"]
     ping(lockwatch, "success", {"run_id": run_id, "exit_code": 0})
     ping(lockwatch, "start", {"run_key": "2026-11-29", "host": "app-2"})
+    pg.connect("setup").execute("CREATE TABLE invoices (id int PRIMARY KEY)")
+    report = pg.connect("report", autocommit=False)
+    report.execute("SELECT count(*) FROM invoices")
+    migration = pg.connect("migration")
+    alter = run_in_thread(lambda: migration.execute("ALTER TABLE invoices ADD COLUMN note text"))
+    wait_until(lambda: migration_waits_on(pg), message="the ALTER waits behind the report")
     try:
         yield lockwatch
     finally:
+        report.rollback()
+        alter.result()
         incident.stop()
         orphan.stop()
         assert lockwatch.stop() == 0, lockwatch.log(whole=True)
@@ -228,7 +271,7 @@ workers:
 @pytest.mark.slow
 @pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
 def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
-    tmp_path: Path, replay: LockwatchProcess
+    tmp_path: Path, pg: PgDatabase, replay: LockwatchProcess
 ) -> None:
     wait_until(lambda: replay.finding("lock_orphaned", "main"), message="the orphan is found")
     wait_until(lambda: replay.finding("lock_convoy", "main"), message="the convoy is found")
@@ -269,6 +312,29 @@ def test_every_panel_query_returns_data_from_prometheus_during_a_replay(
             wait_until(all_have_data, timeout=60, interval=1)
         except AssertionError:
             raise AssertionError("panels without data:\n" + "\n".join(missing)) from None
+
+        # The lock wait panels show what the server shows: the relation the
+        # migration waits on, and the query of the report it waits behind.
+        def shown(title: str, label: str) -> set[str]:
+            (expr,) = [expr for where, expr, _ in queries if where == f"{title} / A"]
+            return {series["metric"][label] for series in prometheus.query(expr)}
+
+        relations = set(migration_waits_on(pg))
+        wait_until(
+            lambda: relations <= shown("Lock waiter-seconds", "relation"),
+            message=f"the waits on {relations} are shown",
+            interval=0.5,
+        )
+        ((query, query_id),) = superuser_look(
+            pg, "SELECT query, query_id FROM pg_stat_activity WHERE application_name = 'report'"
+        )
+        # Its text has no constant to take out; a computed query id stands for it.
+        fingerprint = query if query_id is None else f"query_id:{query_id}"
+        wait_until(
+            lambda: fingerprint in shown("Blocked by (query fingerprint)", "blocking_query"),
+            message=f"the report ({fingerprint}) is shown as a blocker",
+            interval=0.5,
+        )
 
         for name in ("job", "instance", "target"):
             definition = substitute(variables()[name]["definition"])
