@@ -27,6 +27,7 @@ from lockwatch.model.evidence import (
 )
 from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.incidents import IncidentRoot, RootGroup, RootKind, RootLoad
+from lockwatch.model.lock_waits import LockWait, roots_of
 from lockwatch.model.locks import LockSnapshot
 
 
@@ -256,19 +257,36 @@ def root_loads(
     """What each holding root holds in ``snapshot`` and how many wait on it, by
     the root's identity; roots that hold nothing by nature are left out, and
     every root without a snapshot. The locks are summed up per holder once
-    per poll's locks (``LockSummary.holdings``): not again while they stay."""
+    per poll's locks (``LockSummary.holdings``): not again while they stay.
+    Its waiters are the sessions waiting on an advisory lock it holds and
+    those whose chain of waits on locks of other kinds (relations, rows,
+    transactions) ends at it: the whole queue behind a DDL it blocks."""
     wanted = [root for root in roots if root.kind in _HOLDING]
     if snapshot is None or not wanted:
         return {}
     holdings = snapshot.lock_summary().holdings()
+    behind = _waiting_behind(snapshot.waits)
     loads = {}
     for root in wanted:
         who = (0, root.gid or "") if root.kind is RootKind.PREPARED else (root.pid or 0, "")
         count, locks = holdings.held.get(who, (0, ()))
-        loads[root.identity] = RootLoad(
-            locks_held=count, locks=locks, waiters=len(holdings.waiting.get(who, ()))
-        )
+        waiting = holdings.waiting.get(who, frozenset()) | behind.get(who, set())
+        loads[root.identity] = RootLoad(locks_held=count, locks=locks, waiters=len(waiting))
     return loads
+
+
+def _waiting_behind(waits: Sequence[LockWait]) -> dict[tuple[int, str], set[int]]:
+    """The sessions waiting, at the end of their chains, on each session that
+    waits on nothing, (pid, ""), and on each prepared transaction, (0, gid),
+    as ``Holdings`` names holders."""
+    behind: dict[tuple[int, str], set[int]] = {}
+    for pid, root in roots_of(waits).items():
+        if root not in (pid, 0):  # 0: a prepared transaction, told by its gid
+            behind.setdefault((root, ""), set()).add(pid)
+    for wait in waits:
+        if wait.prepared is not None:
+            behind.setdefault((0, wait.prepared.gid), set()).add(wait.pid)
+    return behind
 
 
 def waiters_in(findings: Iterable[Finding]) -> int:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.detect.incidents import group_findings, tell_incidents
+from lockwatch.detect.incidents import group_findings, root_loads, tell_incidents
 from lockwatch.detect.locks import detect_locks
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.evidence import (
@@ -29,6 +29,7 @@ from lockwatch.model.evidence import (
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incident_text import RUNBOOKS_PATH, runbook_link
 from lockwatch.model.incidents import IncidentRoot, RootKind
+from lockwatch.model.lock_waits import LockWait, PreparedXact
 from lockwatch.model.locks import LockSnapshot
 from lockwatch.model.queues import SessionWait
 from lockwatch.model.remediation import sql_literal, terminate_sql
@@ -389,3 +390,32 @@ def test_a_source_timed_out_behind_a_holder_joins_the_holders_incident() -> None
         (RootKind.TARGET, None),
     ]
     assert down in groups[0].findings and other in groups[1].findings
+
+
+def _wait(pid: int, hard: tuple[int, ...], soft: tuple[int, ...] = ()) -> LockWait:
+    return LockWait(pid, "relation", "AccessShareLock", "relation:1", "jobs", NOW, hard, soft, 0)
+
+
+def test_a_root_s_waiters_are_the_whole_queue_behind_the_ddl_it_blocks() -> None:
+    # pid 10 idle in transaction; pid 11's ALTER waits on it; 12 and 13 queue behind the
+    # ALTER (soft); 14 waits on 12: every one of them waits because of 10.
+    waits = (_wait(11, (10,)), _wait(12, (), (11,)), _wait(13, (), (11,)), _wait(14, (12,)))
+    snap = replace(snapshot(held(7, pid=10)), waits=waits)
+    session = IncidentRoot(RootKind.SESSION, TARGET, pid=10)
+    blocked = IncidentRoot(RootKind.SESSION, TARGET, pid=11)
+    loads = root_loads([session, blocked], snap)
+    assert loads[session.identity].waiters == 4
+    assert loads[blocked.identity].waiters == 0  # it waits itself: the root is pid 10
+
+
+def test_a_prepared_transaction_s_waiters_are_counted_by_its_gid() -> None:
+    xact = PreparedXact(753, "nightly-7", "app", DB, NOW, 900.0)
+    other = PreparedXact(754, "nightly-8", "app", DB, NOW, 900.0)
+    waits = (
+        replace(_wait(21, (0,)), prepared=xact),
+        replace(_wait(22, (0,)), prepared=xact),
+        replace(_wait(23, (0,)), prepared=other),
+    )
+    snap = replace(snapshot(), waits=waits)
+    root = IncidentRoot(RootKind.PREPARED, TARGET, gid="nightly-7")
+    assert root_loads([root], snap)[root.identity].waiters == 2
