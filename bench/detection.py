@@ -292,8 +292,17 @@ def _found(daemon: LockwatchProcess, expected: tuple[Expected, ...]) -> set[Find
         for f in findings
         if f["kind"] == e.kind.value
         and f["target"] == TARGET
-        and all(f["subject"].get(k) == v for k, v in e.subject.items())
+        and all(_about(f, k, v) for k, v in e.subject.items())
     }
+
+
+def _about(finding: Mapping[str, Any], part: str, value: str) -> bool:
+    """Whether the finding's subject has ``value`` for ``part``; a lock finding
+    about a holder names the lock (its longest hold's key) in its evidence."""
+    if finding["subject"].get(part) == value:
+        return True
+    facts = finding.get("evidence") or {}
+    return part == "lock" and str(facts.get("key")) == value
 
 
 def _begin(stage: Stage, deadline: float) -> float:
