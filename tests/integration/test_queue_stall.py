@@ -287,7 +287,11 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
         assert [f["kind"] for f in lockwatch.findings()].count("queue_stalled") == 0
         busy_growth = lockwatch.finding("queue_growing", "busy")
         assert busy_growth is not None
-        assert busy_growth["evidence"]["worker_cpu_cores"] > 0.2
+        evidence = busy_growth["evidence"]
+        # Busy: its burner used the stall_cpu, or wanted it and was starved of it on a
+        # busy machine (runnable, not waiting on anything): either way never a stall.
+        starved = evidence["worker_cpu_state"] == "starved"
+        assert evidence["worker_cpu_cores"] > 0.2 or starved, evidence
         assert [f for f in lockwatch.findings() if f["target"] == "draining"] == []
         assert (
             lockwatch.metric("lockwatch_queue_completed_total", target="draining", queue="webhooks")
@@ -295,7 +299,7 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
         ) > 0
         busy_cores = lockwatch.metric("lockwatch_worker_cpu_cores", target="busy", group="burners")
         assert busy_cores is not None
-        assert busy_cores > 0.2
+        assert busy_cores > 0.2 or starved, busy_cores
     finally:
         for producer in producers:
             producer.stop()
