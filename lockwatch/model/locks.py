@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice
-from operator import attrgetter
+from operator import attrgetter, not_
 from typing import NamedTuple
 
 from lockwatch.model.lock_waits import LockWait, PreparedXact
@@ -225,6 +225,13 @@ class LockSummary:
     _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
     # The locks per holder, made the first time incidents are told (``holdings``).
     _holdings: list[Holdings] = field(default_factory=list, compare=False, repr=False)
+    # The last poll's summary, while its holdings may be carried over to these
+    # locks (let go once they are).
+    _earlier: list[LockSummary] = field(default_factory=list, compare=False, repr=False)
+    # The holders of the keys last asked about (``key_holders``): the keys and the answer.
+    _asked: list[tuple[frozenset[tuple[str, LockKey]], KeyHolders]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     def table(self) -> LockTable:
         # Two readers at once may both make it; either one is the same table.
@@ -234,13 +241,37 @@ class LockSummary:
 
     def holdings(self) -> Holdings:
         """Kept with the summary: a poll whose locks did not change (a steady
-        flood) tells its incidents' loads without a pass over them."""
+        flood) tells its incidents' loads without a pass over them, and one
+        whose locks changed a little carries the last poll's over, changed
+        holder by holder."""
         if not self._holdings:
-            self._holdings.append(Holdings.of(self.locks))
+            earlier = self._earlier[0] if self._earlier else None
+            if earlier is not None and not (self.unusual or earlier.unusual):
+                self._holdings.append(earlier.holdings().changed(earlier.locks, self.locks))
+            else:
+                self._holdings.append(Holdings.of(self.locks))
+            self._earlier.clear()
         return self._holdings[0]
 
+    def key_holders(self, keys: frozenset[tuple[str, LockKey]]) -> KeyHolders:
+        """The holders of each of ``keys`` (database, key) holding it now; the
+        same keys asked again of the same locks (a steady flood's findings)
+        are not looked for again."""
+        if self._asked and self._asked[0][0] == keys:
+            return self._asked[0][1]
+        found: dict[tuple[str, LockKey], list[HolderOf]] = {}
+        # Only the rows of the keys asked about take a Python step (few of many).
+        rows = compress(self.locks, map(keys.__contains__, map(_DATABASE_KEY, self.locks)))
+        for lock in rows:
+            if lock.granted:
+                found.setdefault((lock.database, lock.key), []).append(_holder(lock))
+        self._asked[:] = [(keys, found)]
+        return found
+
     @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
+    def of(cls, locks: tuple[AdvisoryLock, ...], earlier: LockSummary | None = None) -> LockSummary:
+        """``earlier``: the last poll's summary, whose holdings (when made)
+        are carried over to ``locks`` instead of made anew."""
         # Column by column through C (map, filter, compress): a poll that
         # changed one lock of 50,000 sums them all up again.
         pids = tuple(map(_PID, locks))
@@ -256,50 +287,112 @@ class LockSummary:
             frozenset(
                 compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
             ),
+            _earlier=[earlier] if earlier is not None and earlier._holdings else [],
         )
 
 
 HOLDINGS_LISTED = 5  # a holder's keys listed, the lowest (database, key) first
 HolderOf = tuple[int, str]  # a holder: its pid, its prepared transaction's gid or ""
+KeyHolders = Mapping[tuple[str, LockKey], list[HolderOf]]
+
+
+def _holder(lock: AdvisoryLock) -> HolderOf:
+    return (lock.pid, "" if lock.prepared is None else lock.prepared.gid)
+
+
+# A lock's place among its holder's: (database, key), as plain values compared in C.
+_KEY_ORDER = attrgetter("database", "key.pair", "key.first", "key.second")
 
 
 @dataclass(frozen=True, slots=True)
 class Holdings:
     """A poll's locks per holder: how many each holds, its first keys, and
-    the sessions waiting on any key it holds; and the holders of each key."""
+    the sessions waiting on any key it holds."""
 
     held: Mapping[HolderOf, tuple[int, tuple[str, ...]]]  # count, HOLDINGS_LISTED keys
     waiting: Mapping[HolderOf, frozenset[int]]
-    holders: Mapping[tuple[str, LockKey], list[HolderOf]]
+    # Each holder's lowest HOLDINGS_LISTED locks, lowest first: what ``held``
+    # lists, kept to carry it over to the next poll's locks (``changed``).
+    lowest: Mapping[HolderOf, list[AdvisoryLock]]
 
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> Holdings:
         rows: dict[HolderOf, list[AdvisoryLock]] = {}
         waits: dict[tuple[str, LockKey], set[int]] = {}
-        holders: dict[tuple[str, LockKey], list[HolderOf]] = {}
         for lock in locks:
             if lock.granted:
-                holder = (lock.pid, "" if lock.prepared is None else lock.prepared.gid)
-                rows.setdefault(holder, []).append(lock)
-                holders.setdefault((lock.database, lock.key), []).append(holder)
+                rows.setdefault(_holder(lock), []).append(lock)
             else:
                 waits.setdefault((lock.database, lock.key), set()).add(lock.pid)
         waiting: dict[HolderOf, frozenset[int]] = {}
-        for key, pids in waits.items():  # few: the keys someone waits on
-            for holder in holders.get(key, ()):
-                waiting[holder] = waiting.get(holder, frozenset()) | pids
-        held = {holder: (len(own), _first_keys(own)) for holder, own in rows.items()}
-        return cls(held, waiting, holders)
+        if waits:  # few: the keys someone waits on
+            for lock in locks:
+                pids = waits.get((lock.database, lock.key)) if lock.granted else None
+                if pids:
+                    holder = _holder(lock)
+                    waiting[holder] = waiting.get(holder, frozenset()) | pids
+        lowest = {
+            holder: heapq.nsmallest(HOLDINGS_LISTED, own, key=_KEY_ORDER)
+            for holder, own in rows.items()
+        }
+        held = {holder: (len(own), _first_keys(lowest[holder])) for holder, own in rows.items()}
+        return cls(held, waiting, lowest)
+
+    def changed(
+        self, before: tuple[AdvisoryLock, ...], after: tuple[AdvisoryLock, ...]
+    ) -> Holdings:
+        """These holdings of ``before`` (locks all granted, none a prepared
+        transaction's) carried over to ``after`` (so too): only the locks
+        released and taken since take a Python step, and the holders whose
+        listed keys were released a pass of their own. The hold tracker hands
+        out the very same object for a lock held on, so identity tells them."""
+        now_ids = set(map(id, after))
+        then_ids = set(map(id, before))
+        released = list(compress(before, map(not_, map(now_ids.__contains__, map(id, before)))))
+        taken = list(compress(after, map(not_, map(then_ids.__contains__, map(id, after)))))
+        if len(released) + len(taken) > len(after) // 2:
+            return Holdings.of(after)  # most changed: a pass over them all costs no more
+        counts = {holder: count for holder, (count, _) in self.held.items()}
+        lowest = dict(self.lowest)
+        relist: set[HolderOf] = set()  # a listed lock released: list the holder anew
+        for lock in released:
+            holder = _holder(lock)
+            counts[holder] -= 1
+            if any(listed is lock for listed in lowest[holder]):
+                relist.add(holder)
+        for lock in taken:
+            holder = _holder(lock)
+            counts[holder] = counts.get(holder, 0) + 1
+            if holder in relist:
+                continue
+            listed = lowest.get(holder, [])
+            if len(listed) < HOLDINGS_LISTED or _KEY_ORDER(lock) < _KEY_ORDER(listed[-1]):
+                lowest[holder] = heapq.nsmallest(HOLDINGS_LISTED, [*listed, lock], key=_KEY_ORDER)
+        changed = {_holder(lock) for lock in (*released, *taken)}
+        if relist:  # one pass for them all, a Python step only for their locks
+            rows: dict[HolderOf, list[AdvisoryLock]] = {holder: [] for holder in relist}
+            pids = {pid for pid, _ in relist}
+            for lock in compress(after, map(pids.__contains__, map(_PID, after))):
+                rows[_holder(lock)].append(lock)
+            for holder, own in rows.items():
+                lowest[holder] = heapq.nsmallest(HOLDINGS_LISTED, own, key=_KEY_ORDER)
+        held = dict(self.held)
+        for holder in changed:
+            if counts[holder] > 0:
+                held[holder] = (counts[holder], _first_keys(lowest[holder]))
+            else:
+                del held[holder], lowest[holder]
+        return Holdings(held, {}, lowest)
 
 
-def _first_keys(locks: list[AdvisoryLock]) -> tuple[str, ...]:
-    lowest = heapq.nsmallest(HOLDINGS_LISTED, locks, key=lambda lock: (lock.database, lock.key))
+def _first_keys(lowest: list[AdvisoryLock]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f"{lock.database}/{lock.key.render()}" for lock in lowest))
 
 
 _PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (
     attrgetter(name) for name in ("pid", "granted", "first_seen", "prepared", "session_level")
 )
+_DATABASE_KEY = attrgetter("database", "key")
 
 
 class KeyRows(NamedTuple):
