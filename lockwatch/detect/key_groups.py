@@ -8,6 +8,7 @@ import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import attrgetter
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import Histories, Holder, KeyGroup, Waiter
@@ -221,14 +222,18 @@ def _sorted_rows(
     # Only a configured or catalogued key can be named or ignored: at 50,000
     # keys, asking the settings about each one was a tenth of a poll.
     configured = {named.key for named in settings.named} | set(settings.ignore)
+    catalogued: dict[str, frozenset[LockKey]] = {}  # a database's: asked once per poll
     keys: list[KeyRowsOf] = []
     alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
     for (database, key), lock in first_rows.items():
         locks = more_rows.get((database, key)) or [lock]
+        known = catalogued.get(database)
+        if known is None:
+            known = catalogued[database] = settings.catalogued_keys(database)
         if (
             (configured and key in configured)
             or (on_purpose and (database, key) in on_purpose)
-            or settings.catalogued(database, key)
+            or (known and key in known)
         ):
             if not settings.ignored(database, key):
                 keys.append((database, key, settings.named_lock(database, key, on_purpose), locks))
@@ -241,11 +246,13 @@ def _sorted_rows(
     plan = RowPlan(keys=keys)
     for locks in alike.values():
         assert built is not None  # only then are keys set aside as alike
-        lowest = heapq.nsmallest(
-            built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second)
-        )
+        lowest = heapq.nsmallest(built, locks, key=_KEY_ORDER)
         plan.alike.append((lowest, len(locks)))
     return plan
+
+
+# A key's order, as plain values compared in C.
+_KEY_ORDER = attrgetter("key.pair", "key.first", "key.second")
 
 
 class _Builder:
