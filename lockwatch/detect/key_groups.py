@@ -8,7 +8,8 @@ import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, not_
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import Histories, Holder, KeyGroup, Waiter
@@ -96,6 +97,15 @@ def worth_checking(
         return []
     if not named and summary.newest is not None and summary.newest < held_before:
         return list(snapshot.locks)  # a steady flood: every row held past a budget
+    # Every lock granted, seen (a first_seen each) and not a suspect's: only hold times tell.
+    few_new = (
+        not (named or summary.unusual)
+        and summary.newest is not None
+        and suspects.isdisjoint(summary.pids)
+    )
+    held_past = _held_past(snapshot.locks, held_before) if few_new else None
+    if held_past is not None:
+        return held_past
     loud: set[tuple[str, LockKey]] = set()
     quiet = False
     for lock in snapshot.locks:
@@ -111,9 +121,23 @@ def worth_checking(
             quiet = True
     if not loud:
         return []
-    if not quiet:
-        return list(snapshot.locks)  # a flood: every row is kept
-    return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+    # A flood keeps every row.
+    return (
+        [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+        if quiet
+        else list(snapshot.locks)
+    )
+
+
+def _held_past(locks: tuple[AdvisoryLock, ...], held_before: datetime) -> list[AdvisoryLock] | None:
+    """worth_checking's loop when only hold times can tell (every lock
+    granted and seen, none of a suspect session, no key named): the rows held
+    since before ``held_before``, told column by column through C, when no
+    key has a row held for less (a flood with a few new locks); else None."""
+    past = list(map(held_before.__gt__, map(_FIRST_SEEN, locks)))
+    held_past = list(compress(locks, past))
+    young = set(map(_ROW_KEY, compress(locks, map(not_, past))))
+    return held_past if young.isdisjoint(map(_ROW_KEY, held_past)) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +277,8 @@ def _sorted_rows(
 
 # A key's order, as plain values compared in C.
 _KEY_ORDER = attrgetter("key.pair", "key.first", "key.second")
+_ROW_KEY = attrgetter("database", "key")
+_FIRST_SEEN = attrgetter("first_seen")
 
 
 class _Builder:
