@@ -277,7 +277,8 @@ def _sorted_rows(
 
 # A key's order, as plain values compared in C.
 _KEY_ORDER = attrgetter("key.pair", "key.first", "key.second")
-_ROW_KEY = attrgetter("database", "key")
+# A row's (database, key) as plain values, hashed in C.
+_ROW_KEY = attrgetter("database", "key.pair", "key.first", "key.second")
 _FIRST_SEEN = attrgetter("first_seen")
 
 
