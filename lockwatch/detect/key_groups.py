@@ -95,17 +95,9 @@ def worth_checking(
     summary = snapshot.lock_summary()
     if not named and _quiet(summary, held_before, suspects):
         return []
-    if not named and summary.newest is not None and summary.newest < held_before:
-        return list(snapshot.locks)  # a steady flood: every row held past a budget
-    # Every lock granted, seen (a first_seen each) and not a suspect's: only hold times tell.
-    few_new = (
-        not (named or summary.unusual)
-        and summary.newest is not None
-        and suspects.isdisjoint(summary.pids)
-    )
-    held_past = _held_past(snapshot.locks, held_before) if few_new else None
-    if held_past is not None:
-        return held_past
+    told = None if named else _told_by_hold_times(snapshot.locks, summary, held_before, suspects)
+    if told is not None:
+        return told
     loud: set[tuple[str, LockKey]] = set()
     quiet = False
     for lock in snapshot.locks:
@@ -121,19 +113,26 @@ def worth_checking(
             quiet = True
     if not loud:
         return []
-    # A flood keeps every row.
-    return (
-        [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
-        if quiet
-        else list(snapshot.locks)
-    )
+    if not quiet:
+        return list(snapshot.locks)  # a flood: every row is kept
+    return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
 
 
-def _held_past(locks: tuple[AdvisoryLock, ...], held_before: datetime) -> list[AdvisoryLock] | None:
-    """worth_checking's loop when only hold times can tell (every lock
-    granted and seen, none of a suspect session, no key named): the rows held
-    since before ``held_before``, told column by column through C, when no
-    key has a row held for less (a flood with a few new locks); else None."""
+def _told_by_hold_times(
+    locks: tuple[AdvisoryLock, ...],
+    summary: LockSummary,
+    held_before: datetime,
+    suspects: set[int],
+) -> list[AdvisoryLock] | None:
+    """worth_checking's loop (no key named) when hold times alone tell: a
+    steady flood (every row held since before ``held_before``), or every lock
+    granted, seen and none a suspect's, no key with a row held for less (a
+    flood with a few new locks): the rows held past, told column by column
+    through C. None when the loop must tell."""
+    if summary.newest is not None and summary.newest < held_before:
+        return list(locks)  # a steady flood: every row held past a budget
+    if summary.unusual or summary.newest is None or not suspects.isdisjoint(summary.pids):
+        return None
     past = list(map(held_before.__gt__, map(_FIRST_SEEN, locks)))
     held_past = list(compress(locks, past))
     young = set(map(_ROW_KEY, compress(locks, map(not_, past))))

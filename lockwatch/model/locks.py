@@ -9,9 +9,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, islice
-from operator import attrgetter, not_
+from operator import attrgetter
 from typing import NamedTuple
 
+from lockwatch.model.holdings import HolderOf, Holdings, holder_of
 from lockwatch.model.lock_waits import LockWait, PreparedXact
 from lockwatch.text import client_address
 
@@ -209,6 +210,10 @@ class AdvisoryLock:
         return self.mode == "ShareLock"
 
 
+# The holders of each (database, key) asked about (``LockSummary.key_holders``).
+KeyHolders = Mapping[tuple[str, LockKey], list[HolderOf]]
+
+
 @dataclass(frozen=True, slots=True)
 class LockSummary:
     """What the detectors ask of all of a poll's locks at once, read in one
@@ -264,7 +269,7 @@ class LockSummary:
         rows = compress(self.locks, map(keys.__contains__, map(_DATABASE_KEY, self.locks)))
         for lock in rows:
             if lock.granted:
-                found.setdefault((lock.database, lock.key), []).append(_holder(lock))
+                found.setdefault((lock.database, lock.key), []).append(holder_of(lock))
         self._asked[:] = [(keys, found)]
         return found
 
@@ -289,104 +294,6 @@ class LockSummary:
             ),
             _earlier=[earlier] if earlier is not None and earlier._holdings else [],
         )
-
-
-HOLDINGS_LISTED = 5  # a holder's keys listed, the lowest (database, key) first
-HolderOf = tuple[int, str]  # a holder: its pid, its prepared transaction's gid or ""
-KeyHolders = Mapping[tuple[str, LockKey], list[HolderOf]]
-
-
-def _holder(lock: AdvisoryLock) -> HolderOf:
-    return (lock.pid, "" if lock.prepared is None else lock.prepared.gid)
-
-
-# A lock's place among its holder's: (database, key), as plain values compared in C.
-_KEY_ORDER = attrgetter("database", "key.pair", "key.first", "key.second")
-
-
-@dataclass(frozen=True, slots=True)
-class Holdings:
-    """A poll's locks per holder: how many each holds, its first keys, and
-    the sessions waiting on any key it holds."""
-
-    held: Mapping[HolderOf, tuple[int, tuple[str, ...]]]  # count, HOLDINGS_LISTED keys
-    waiting: Mapping[HolderOf, frozenset[int]]
-    # Each holder's lowest HOLDINGS_LISTED locks, lowest first: what ``held``
-    # lists, kept to carry it over to the next poll's locks (``changed``).
-    lowest: Mapping[HolderOf, list[AdvisoryLock]]
-
-    @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...]) -> Holdings:
-        rows: dict[HolderOf, list[AdvisoryLock]] = {}
-        waits: dict[tuple[str, LockKey], set[int]] = {}
-        for lock in locks:
-            if lock.granted:
-                rows.setdefault(_holder(lock), []).append(lock)
-            else:
-                waits.setdefault((lock.database, lock.key), set()).add(lock.pid)
-        waiting: dict[HolderOf, frozenset[int]] = {}
-        if waits:  # few: the keys someone waits on
-            for lock in locks:
-                pids = waits.get((lock.database, lock.key)) if lock.granted else None
-                if pids:
-                    holder = _holder(lock)
-                    waiting[holder] = waiting.get(holder, frozenset()) | pids
-        lowest = {
-            holder: heapq.nsmallest(HOLDINGS_LISTED, own, key=_KEY_ORDER)
-            for holder, own in rows.items()
-        }
-        held = {holder: (len(own), _first_keys(lowest[holder])) for holder, own in rows.items()}
-        return cls(held, waiting, lowest)
-
-    def changed(
-        self, before: tuple[AdvisoryLock, ...], after: tuple[AdvisoryLock, ...]
-    ) -> Holdings:
-        """These holdings of ``before`` (locks all granted, none a prepared
-        transaction's) carried over to ``after`` (so too): only the locks
-        released and taken since take a Python step, and the holders whose
-        listed keys were released a pass of their own. The hold tracker hands
-        out the very same object for a lock held on, so identity tells them."""
-        now_ids = set(map(id, after))
-        then_ids = set(map(id, before))
-        released = list(compress(before, map(not_, map(now_ids.__contains__, map(id, before)))))
-        taken = list(compress(after, map(not_, map(then_ids.__contains__, map(id, after)))))
-        if len(released) + len(taken) > len(after) // 2:
-            return Holdings.of(after)  # most changed: a pass over them all costs no more
-        counts = {holder: count for holder, (count, _) in self.held.items()}
-        lowest = dict(self.lowest)
-        relist: set[HolderOf] = set()  # a listed lock released: list the holder anew
-        for lock in released:
-            holder = _holder(lock)
-            counts[holder] -= 1
-            if any(listed is lock for listed in lowest[holder]):
-                relist.add(holder)
-        for lock in taken:
-            holder = _holder(lock)
-            counts[holder] = counts.get(holder, 0) + 1
-            if holder in relist:
-                continue
-            listed = lowest.get(holder, [])
-            if len(listed) < HOLDINGS_LISTED or _KEY_ORDER(lock) < _KEY_ORDER(listed[-1]):
-                lowest[holder] = heapq.nsmallest(HOLDINGS_LISTED, [*listed, lock], key=_KEY_ORDER)
-        changed = {_holder(lock) for lock in (*released, *taken)}
-        if relist:  # one pass for them all, a Python step only for their locks
-            rows: dict[HolderOf, list[AdvisoryLock]] = {holder: [] for holder in relist}
-            pids = {pid for pid, _ in relist}
-            for lock in compress(after, map(pids.__contains__, map(_PID, after))):
-                rows[_holder(lock)].append(lock)
-            for holder, own in rows.items():
-                lowest[holder] = heapq.nsmallest(HOLDINGS_LISTED, own, key=_KEY_ORDER)
-        held = dict(self.held)
-        for holder in changed:
-            if counts[holder] > 0:
-                held[holder] = (counts[holder], _first_keys(lowest[holder]))
-            else:
-                del held[holder], lowest[holder]
-        return Holdings(held, {}, lowest)
-
-
-def _first_keys(lowest: list[AdvisoryLock]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(f"{lock.database}/{lock.key.render()}" for lock in lowest))
 
 
 _PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (

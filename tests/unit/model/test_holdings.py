@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lockwatch.model.locks import AdvisoryLock, Holdings, LockKey, LockSummary
+from lockwatch.model.holdings import Holdings
+from lockwatch.model.locks import AdvisoryLock, LockKey, LockSummary
 
 # (pid, database, key, mode): a small space, so that holders share keys and lose listed ones.
 rows = st.tuples(
