@@ -44,7 +44,7 @@ POLLS = 2  # measured per phase
 # cores shared with five test runs).
 POLL_WAIT = 120.0
 RSS_GOAL_MB = 400.0
-# The most a 1 %-changed poll's CPU may be of an all-new one's (measured 0.42 and 0.51
+# The most a 1 %-changed poll's CPU may be of an all-new one's (measured 0.42, 0.51 and 0.46
 # on two busy shared cores; 0.59 before the hold tracker stopped copying its keys).
 CHANGED_SHARE = 0.75
 STATE_FILE_LIMIT = 4 * 2**20  # bytes: hold times stored once per session's run of keys
