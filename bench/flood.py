@@ -26,6 +26,7 @@ from bench.convoy import write
 from bench.markdown import ms, table
 from bench.process import Process, http_get, samples
 from bench.server import LOCKWATCH_ROLE, SETTINGS, BenchServer
+from lockwatch.daemon import settle_garbage_collector
 from lockwatch.demo.pgcluster import free_port
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
@@ -95,7 +96,9 @@ def _cpu_ms(
 def measure_cpu(server: BenchServer, polls: int) -> FloodCost:
     """A healthy poll, a steady flood's and a changed flood's (a session takes
     one more lock before each poll: the locks are not the same from poll to
-    poll), each by a runner of its own."""
+    poll), each by a runner of its own, under the garbage collector's
+    settings of ``lockwatch run``."""
+    settle_garbage_collector()
     churn = psycopg.connect(server.dsn(), autocommit=True, application_name="bench-churn")
     taken = itertools.count(server.locks_held + 1)
     arms: list[tuple[str, LockSettings, Callable[[], object]]] = [

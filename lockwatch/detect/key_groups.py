@@ -8,6 +8,8 @@ import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import compress
+from operator import attrgetter, not_
 
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import Histories, Holder, KeyGroup, Waiter
@@ -93,8 +95,9 @@ def worth_checking(
     summary = snapshot.lock_summary()
     if not named and _quiet(summary, held_before, suspects):
         return []
-    if not named and summary.newest is not None and summary.newest < held_before:
-        return list(snapshot.locks)  # a steady flood: every row held past a budget
+    told = None if named else _told_by_hold_times(snapshot.locks, summary, held_before, suspects)
+    if told is not None:
+        return told
     loud: set[tuple[str, LockKey]] = set()
     quiet = False
     for lock in snapshot.locks:
@@ -113,6 +116,27 @@ def worth_checking(
     if not quiet:
         return list(snapshot.locks)  # a flood: every row is kept
     return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
+
+
+def _told_by_hold_times(
+    locks: tuple[AdvisoryLock, ...],
+    summary: LockSummary,
+    held_before: datetime,
+    suspects: set[int],
+) -> list[AdvisoryLock] | None:
+    """worth_checking's loop (no key named) when hold times alone tell: a
+    steady flood (every row held since before ``held_before``), or every lock
+    granted, seen and none a suspect's, no key with a row held for less (a
+    flood with a few new locks): the rows held past, told column by column
+    through C. None when the loop must tell."""
+    if summary.newest is not None and summary.newest < held_before:
+        return list(locks)  # a steady flood: every row held past a budget
+    if summary.unusual or summary.newest is None or not suspects.isdisjoint(summary.pids):
+        return None
+    past = list(map(held_before.__gt__, map(_FIRST_SEEN, locks)))
+    held_past = list(compress(locks, past))
+    young = set(map(_ROW_KEY, compress(locks, map(not_, past))))
+    return held_past if young.isdisjoint(map(_ROW_KEY, held_past)) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +245,18 @@ def _sorted_rows(
     # Only a configured or catalogued key can be named or ignored: at 50,000
     # keys, asking the settings about each one was a tenth of a poll.
     configured = {named.key for named in settings.named} | set(settings.ignore)
+    catalogued: dict[str, frozenset[LockKey]] = {}  # a database's: asked once per poll
     keys: list[KeyRowsOf] = []
     alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
     for (database, key), lock in first_rows.items():
         locks = more_rows.get((database, key)) or [lock]
+        known = catalogued.get(database)
+        if known is None:
+            known = catalogued[database] = settings.catalogued_keys(database)
         if (
             (configured and key in configured)
             or (on_purpose and (database, key) in on_purpose)
-            or settings.catalogued(database, key)
+            or (known and key in known)
         ):
             if not settings.ignored(database, key):
                 keys.append((database, key, settings.named_lock(database, key, on_purpose), locks))
@@ -241,11 +269,16 @@ def _sorted_rows(
     plan = RowPlan(keys=keys)
     for locks in alike.values():
         assert built is not None  # only then are keys set aside as alike
-        lowest = heapq.nsmallest(
-            built, locks, key=lambda k: (k.key.pair, k.key.first, k.key.second)
-        )
+        lowest = heapq.nsmallest(built, locks, key=_KEY_ORDER)
         plan.alike.append((lowest, len(locks)))
     return plan
+
+
+# A key's order, as plain values compared in C.
+_KEY_ORDER = attrgetter("key.pair", "key.first", "key.second")
+# A row's (database, key) as plain values, hashed in C.
+_ROW_KEY = attrgetter("database", "key.pair", "key.first", "key.second")
+_FIRST_SEEN = attrgetter("first_seen")
 
 
 class _Builder:

@@ -57,12 +57,11 @@ def _watched(finding: Finding, settings: LockSettings) -> Watched | None:
 
 
 def _holders(snapshot: LockSnapshot, wanted: set[Watched]) -> dict[Watched, frozenset[Identity]]:
-    """The sessions holding the wanted keys now, looked up in the locks per
-    holder (kept with the summary while the locks stay the same: a steady
-    flood makes no pass over them)."""
+    """The sessions holding the wanted keys now (kept with the summary while
+    the locks and the keys stay the same: a steady flood makes no pass over them)."""
     if not wanted:
         return {}
-    holders = snapshot.lock_summary().holdings().holders
+    holders = snapshot.lock_summary().key_holders(frozenset(wanted))
     found: dict[Watched, frozenset[Identity]] = {}
     for watched in wanted:
         pids = holders.get(watched)

@@ -12,6 +12,7 @@ from itertools import compress, islice
 from operator import attrgetter
 from typing import NamedTuple
 
+from lockwatch.model.holdings import HolderOf, Holdings, holder_of
 from lockwatch.model.lock_waits import LockWait, PreparedXact
 from lockwatch.text import client_address
 
@@ -209,6 +210,10 @@ class AdvisoryLock:
         return self.mode == "ShareLock"
 
 
+# The holders of each (database, key) asked about (``LockSummary.key_holders``).
+KeyHolders = Mapping[tuple[str, LockKey], list[HolderOf]]
+
+
 @dataclass(frozen=True, slots=True)
 class LockSummary:
     """What the detectors ask of all of a poll's locks at once, read in one
@@ -225,6 +230,13 @@ class LockSummary:
     _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
     # The locks per holder, made the first time incidents are told (``holdings``).
     _holdings: list[Holdings] = field(default_factory=list, compare=False, repr=False)
+    # The last poll's summary, while its holdings may be carried over to these
+    # locks (let go once they are).
+    _earlier: list[LockSummary] = field(default_factory=list, compare=False, repr=False)
+    # The holders of the keys last asked about (``key_holders``): the keys and the answer.
+    _asked: list[tuple[frozenset[tuple[str, LockKey]], KeyHolders]] = field(
+        default_factory=list, compare=False, repr=False
+    )
 
     def table(self) -> LockTable:
         # Two readers at once may both make it; either one is the same table.
@@ -234,13 +246,37 @@ class LockSummary:
 
     def holdings(self) -> Holdings:
         """Kept with the summary: a poll whose locks did not change (a steady
-        flood) tells its incidents' loads without a pass over them."""
+        flood) tells its incidents' loads without a pass over them, and one
+        whose locks changed a little carries the last poll's over, changed
+        holder by holder."""
         if not self._holdings:
-            self._holdings.append(Holdings.of(self.locks))
+            earlier = self._earlier[0] if self._earlier else None
+            if earlier is not None and not (self.unusual or earlier.unusual):
+                self._holdings.append(earlier.holdings().changed(earlier.locks, self.locks))
+            else:
+                self._holdings.append(Holdings.of(self.locks))
+            self._earlier.clear()
         return self._holdings[0]
 
+    def key_holders(self, keys: frozenset[tuple[str, LockKey]]) -> KeyHolders:
+        """The holders of each of ``keys`` (database, key) holding it now; the
+        same keys asked again of the same locks (a steady flood's findings)
+        are not looked for again."""
+        if self._asked and self._asked[0][0] == keys:
+            return self._asked[0][1]
+        found: dict[tuple[str, LockKey], list[HolderOf]] = {}
+        # Only the rows of the keys asked about take a Python step (few of many).
+        rows = compress(self.locks, map(keys.__contains__, map(_DATABASE_KEY, self.locks)))
+        for lock in rows:
+            if lock.granted:
+                found.setdefault((lock.database, lock.key), []).append(holder_of(lock))
+        self._asked[:] = [(keys, found)]
+        return found
+
     @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockSummary:
+    def of(cls, locks: tuple[AdvisoryLock, ...], earlier: LockSummary | None = None) -> LockSummary:
+        """``earlier``: the last poll's summary, whose holdings (when made)
+        are carried over to ``locks`` instead of made anew."""
         # Column by column through C (map, filter, compress): a poll that
         # changed one lock of 50,000 sums them all up again.
         pids = tuple(map(_PID, locks))
@@ -256,50 +292,14 @@ class LockSummary:
             frozenset(
                 compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
             ),
+            _earlier=[earlier] if earlier is not None and earlier._holdings else [],
         )
-
-
-HOLDINGS_LISTED = 5  # a holder's keys listed, the lowest (database, key) first
-HolderOf = tuple[int, str]  # a holder: its pid, its prepared transaction's gid or ""
-
-
-@dataclass(frozen=True, slots=True)
-class Holdings:
-    """A poll's locks per holder: how many each holds, its first keys, and
-    the sessions waiting on any key it holds; and the holders of each key."""
-
-    held: Mapping[HolderOf, tuple[int, tuple[str, ...]]]  # count, HOLDINGS_LISTED keys
-    waiting: Mapping[HolderOf, frozenset[int]]
-    holders: Mapping[tuple[str, LockKey], list[HolderOf]]
-
-    @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...]) -> Holdings:
-        rows: dict[HolderOf, list[AdvisoryLock]] = {}
-        waits: dict[tuple[str, LockKey], set[int]] = {}
-        holders: dict[tuple[str, LockKey], list[HolderOf]] = {}
-        for lock in locks:
-            if lock.granted:
-                holder = (lock.pid, "" if lock.prepared is None else lock.prepared.gid)
-                rows.setdefault(holder, []).append(lock)
-                holders.setdefault((lock.database, lock.key), []).append(holder)
-            else:
-                waits.setdefault((lock.database, lock.key), set()).add(lock.pid)
-        waiting: dict[HolderOf, frozenset[int]] = {}
-        for key, pids in waits.items():  # few: the keys someone waits on
-            for holder in holders.get(key, ()):
-                waiting[holder] = waiting.get(holder, frozenset()) | pids
-        held = {holder: (len(own), _first_keys(own)) for holder, own in rows.items()}
-        return cls(held, waiting, holders)
-
-
-def _first_keys(locks: list[AdvisoryLock]) -> tuple[str, ...]:
-    lowest = heapq.nsmallest(HOLDINGS_LISTED, locks, key=lambda lock: (lock.database, lock.key))
-    return tuple(dict.fromkeys(f"{lock.database}/{lock.key.render()}" for lock in lowest))
 
 
 _PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (
     attrgetter(name) for name in ("pid", "granted", "first_seen", "prepared", "session_level")
 )
+_DATABASE_KEY = attrgetter("database", "key")
 
 
 class KeyRows(NamedTuple):

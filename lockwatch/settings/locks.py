@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field, PlainValidator
 
 from lockwatch.model.catalogue import HeldLocks, KnownLock
-from lockwatch.model.catalogue.registry import LIBRARIES, identify
+from lockwatch.model.catalogue.registry import LIBRARIES, catalogue_keys, identify
 from lockwatch.model.hold_history import KeyHistory
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.fields import (
@@ -267,6 +267,13 @@ class LockSettings(Section):
     def catalogued(self, database: str, key: LockKey) -> bool:
         """The catalogue (when on) names the key: a library's own lock."""
         return self.catalogue and identify(database, key, self.catalogue_skip) is not None
+
+    def catalogued_keys(self, database: str) -> frozenset[LockKey]:
+        """Every key the catalogue (when on) names in ``database``: ``catalogued``
+        for many keys of one database at once."""
+        if not self.catalogue:
+            return frozenset()
+        return frozenset(key for key in catalogue_keys(database) if self.catalogued(database, key))
 
     def named_lock(
         self, database: str, key: LockKey, held: HeldLocks | None = None

@@ -58,7 +58,9 @@ class HoldTracker:
         # keeps the old first sighting.
         self.continuity_gap = continuity_gap
         self._holds: dict[ObservationKey, Hold] = {}
-        self._dumped_keys: frozenset[ObservationKey] = frozenset()
+        # Whether the set of holds changed since the last dump (a flag, not a
+        # copy of 200,000 keys compared every poll).
+        self._dump_due = False
         # When the sightings were last confirmed against the server, all of
         # them at once; a save while sampling fails must not vouch for locks
         # nobody has seen since.
@@ -163,7 +165,11 @@ class HoldTracker:
         self, locks: tuple[AdvisoryLock, ...], ids: list[int], filled: list[_Filled], now: datetime
     ) -> None:
         """This poll's holds, in the locks' order as a lock-by-lock pass makes them."""
-        self._holds = dict(zip(map(_KEY, filled), map(_HOLD, filled), strict=True))
+        seen = dict(zip(map(_KEY, filled), map(_HOLD, filled), strict=True))
+        self._dump_due = self._dump_due or not (
+            len(seen) == len(self._holds) and all(map(self._holds.__contains__, seen))
+        )
+        self._holds = seen
         self._filled = dict(zip(ids, filled, strict=True))
         self._observed_at = now
         self._given, self._result = locks, tuple(map(_FILLED, filled))
@@ -295,7 +301,7 @@ class HoldTracker:
         return (_taken_by(lock, backend, now), xact, outside)
 
     def changed_since_dump(self) -> bool:
-        return self._dumped_keys != frozenset(self._holds)
+        return self._dump_due
 
     def dump(self, now: datetime) -> dict[str, Any]:
         """First sightings, dated by the last poll that saw them (``now`` if
@@ -306,7 +312,7 @@ class HoldTracker:
         so they are stored once with their keys listed: 200,000 locks were a
         37 MB file, one entry each; as a few sessions' lists they are a few MB
         at most."""
-        self._dumped_keys = frozenset(self._holds)
+        self._dump_due = False
         saved_at = self._observed_at or now
         shared: dict[tuple[Any, ...], list[int | str]] = {}
         for key, (first_seen, xact, session) in self._holds.items():
@@ -371,7 +377,7 @@ class HoldTracker:
             restored[key] = (min(first_seen, saved_at), xact, session)
         self._holds = restored
         self._filled, self._given = {}, None
-        self._dumped_keys = frozenset(restored)
+        self._dump_due = False
         self._observed_at = saved_at
         self._monotonic_at = None  # another process: its monotonic clock is not ours
 

@@ -1,13 +1,12 @@
 """200,000 advisory locks past their budget (issue 28 item 11): a ``lockwatch
 run`` keeps polling them through polls where nothing changed, where 1 % of
 the locks were released and others taken, and where every one was, with its
-state file small. Measured and shown, not bounded (the goal is not met
-through changes, see the row): its RSS (psutil, four times a second, the
-most over each phase; the goal is under 400 MB) and each poll's CPU (the
-daemon's, psutil, between the ends of two polls). A change costs less than a
-poll that finds every lock new, but not in proportion to what changed: every
-poll judges every lock again, and a changed one rebuilds the hold tracker's
-tables whole."""
+state file small. Its RSS (psutil, four times a second, the most over each
+phase) stays under 400 MB while the locks stay or change a little (while all
+are new both generations are alive: shown, not bounded); each poll's CPU (the
+daemon's, psutil, between the ends of two polls): a 1 %-changed poll costs
+well under a poll that finds every lock new, the locks per holder carried
+over from the last poll (only the locks released and taken looked at)."""
 
 from __future__ import annotations
 
@@ -45,6 +44,9 @@ POLLS = 2  # measured per phase
 # cores shared with five test runs).
 POLL_WAIT = 120.0
 RSS_GOAL_MB = 400.0
+# The most a 1 %-changed poll's CPU may be of an all-new one's (measured 0.42, 0.51 and 0.46
+# on two busy shared cores; 0.59 before the hold tracker stopped copying its keys).
+CHANGED_SHARE = 0.75
 STATE_FILE_LIMIT = 4 * 2**20  # bytes: hold times stored once per session's run of keys
 OVER_BUDGET = "{max_hold: 1s, orphan_after: 24h}"
 # The lock table holds max_locks_per_transaction x (max_connections + ...): 300k.
@@ -177,6 +179,8 @@ def test_two_hundred_thousand_locks_past_their_budget_changing_keep_being_polled
     assert metrics.get("lockwatch_up", target="main") == 1
     assert metrics.get("lockwatch_advisory_locks", state="held") == LOCKS
     assert state_bytes < STATE_FILE_LIMIT, state_bytes
+    assert max(quiet.rss_mb, some.rss_mb) < RSS_GOAL_MB, (quiet, some)
+    assert some.cpu < CHANGED_SHARE * whole.cpu, (some, whole)
     battery(
         "big-flood",
         injected=(
@@ -187,8 +191,8 @@ def test_two_hundred_thousand_locks_past_their_budget_changing_keep_being_polled
         did=(
             f"CPU per poll (psutil, median of {POLLS}): {quiet.cpu:.2f} s with nothing "
             f"changed, {some.cpu:.2f} s with 1 % changed, {whole.cpu:.2f} s with all changed: "
-            f"the 1 % poll's extra is {100 * share:.0f} % of the whole one's (every poll "
-            f"judges every lock); RSS against the {RSS_GOAL_MB:.0f} MB goal, the most over "
+            f"the 1 % poll's extra is {100 * share:.0f} % of the whole one's (bound: the 1 % "
+            f"poll under {CHANGED_SHARE:.0%} of it); RSS under {RSS_GOAL_MB:.0f} MB, the most over "
             f"each: {quiet.rss_mb:.0f} MB with nothing changed, {some.rss_mb:.0f} MB with 1 % "
             f"changed, {whole.rss_mb:.0f} MB while all were new (both generations alive)"
         ),

@@ -59,6 +59,11 @@ def _keys_in(database: str) -> dict[LockKey, KnownLock]:
     return known
 
 
+def catalogue_keys(database: str) -> Collection[LockKey]:
+    """Every key the catalogue knows of in ``database``, skipped libraries' too."""
+    return _keys_in(database).keys()
+
+
 def identify(database: str, key: LockKey, skip: Collection[str] = ()) -> KnownLock | None:
     """The library that takes ``key`` in ``database``, unless it is skipped."""
     known = _keys_in(database).get(key)

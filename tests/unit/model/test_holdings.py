@@ -1,0 +1,68 @@
+"""The locks per holder carried over from one poll's locks to the next's
+(``LockSummary.holdings`` with the last poll's summary) say what a pass over
+the new locks says; the holders of a few keys are those a pass finds."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lockwatch.model.holdings import Holdings
+from lockwatch.model.locks import AdvisoryLock, LockKey, LockSummary
+
+# (pid, database, key, mode): a small space, so that holders share keys and lose listed ones.
+rows = st.tuples(
+    st.integers(1, 4),
+    st.sampled_from(["app", "jobs"]),
+    st.integers(0, 12),
+    st.sampled_from(["ExclusiveLock", "ShareLock"]),
+)
+
+
+def _locks(drawn: list[tuple[int, str, int, str]]) -> list[AdvisoryLock]:
+    return [
+        AdvisoryLock(database, LockKey.bigint(key), mode, True, pid)
+        for pid, database, key, mode in dict.fromkeys(drawn)
+    ]
+
+
+@given(st.lists(rows, max_size=40), st.lists(st.booleans(), max_size=40), st.lists(rows))
+def test_holdings_carried_over_a_change_are_those_made_anew(
+    before_rows: list[tuple[int, str, int, str]],
+    kept_flags: list[bool],
+    taken_rows: list[tuple[int, str, int, str]],
+) -> None:
+    before = tuple(_locks(before_rows))
+    # The tracker hands out the very same object for a lock held on.
+    kept = [lock for lock, keep in zip(before, kept_flags, strict=False) if keep]
+    after = tuple(kept + _locks(taken_rows))
+    earlier = LockSummary.of(before)
+    earlier.holdings()
+    carried = LockSummary.of(after, earlier=earlier).holdings()
+    made = Holdings.of(after)
+    assert carried.held == made.held
+    assert carried.waiting == made.waiting == {}
+
+
+def test_a_listed_key_released_lists_the_holders_next_lowest() -> None:
+    before = tuple(
+        AdvisoryLock("app", LockKey.bigint(key), "ExclusiveLock", True, 7) for key in range(8)
+    )
+    earlier = LockSummary.of(before)
+    assert earlier.holdings().held[(7, "")] == (8, ("app/0", "app/1", "app/2", "app/3", "app/4"))
+    after = before[1:]
+    carried = LockSummary.of(after, earlier=earlier).holdings()
+    assert carried.held[(7, "")] == (7, ("app/1", "app/2", "app/3", "app/4", "app/5"))
+
+
+def test_the_holders_of_keys_asked_about_are_those_holding_them() -> None:
+    app1, app2 = ("app", LockKey.bigint(1)), ("app", LockKey.bigint(2))
+    locks = (
+        AdvisoryLock("app", LockKey.bigint(1), "ShareLock", True, 7),
+        AdvisoryLock("app", LockKey.bigint(1), "ShareLock", True, 8),
+        AdvisoryLock("app", LockKey.bigint(1), "ExclusiveLock", False, 9),
+        AdvisoryLock("app", LockKey.bigint(3), "ExclusiveLock", True, 9),
+    )
+    summary = LockSummary.of(locks)
+    assert summary.key_holders(frozenset({app1, app2})) == {app1: [(7, ""), (8, "")]}
+    assert summary.key_holders(frozenset({app2})) == {}
