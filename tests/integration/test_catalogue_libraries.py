@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from lockwatch.model.evidence import RescuedRunsEvidence, StuckJobsEvidence
@@ -398,15 +399,14 @@ def test_a_migration_convoy_on_the_prisma_key_is_a_finding_named_prisma_migrate(
         runner.close()
 
 
-def test_a_long_node_pg_migrate_migration_is_said_as_one_and_never_orphaned(
+def gated_migration(
     pg: PgDatabase, tmp_path: Path
-) -> None:
-    """node-pg-migrate takes its lock and runs the migration on the same
-    session: past orphan_after and max_hold it is a long migration with its
-    waiting deploy counted, never an orphan to end (issue 25, finding 1)."""
+) -> tuple[Path, psycopg.Connection[tuple[Any, ...]]]:
+    """A node-pg-migrate migrations folder whose one migration works (active,
+    running SQL) until the test opens the gate (a row in gate_open), and the
+    admin session that opens it."""
     migrations = tmp_path / "migrations"
     migrations.mkdir()
-    # Works (active, running SQL) until the test opens the gate.
     (migrations / "1_backfill.sql").write_text(
         "-- Up Migration\n"
         "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM gate_open) LOOP"
@@ -416,6 +416,16 @@ def test_a_long_node_pg_migrate_migration_is_said_as_one_and_never_orphaned(
     )
     admin = pg.connect()
     admin.execute("CREATE TABLE gate_open (id int)")
+    return migrations, admin
+
+
+def test_a_long_node_pg_migrate_migration_is_said_as_one_and_never_orphaned(
+    pg: PgDatabase, tmp_path: Path
+) -> None:
+    """node-pg-migrate takes its lock and runs the migration on the same
+    session: past orphan_after and max_hold it is a long migration with its
+    waiting deploy counted, never an orphan to end (issue 25, finding 1)."""
+    migrations, admin = gated_migration(pg, tmp_path)
     locks = LockSettings(max_hold=1.0, orphan_after=1.0, convoy_wait=60.0)
     runner = TargetRunner(
         Target("main", pg.monitor_dsn, interval=0.2, locks=locks), Board(), StateStore(None)
@@ -481,17 +491,7 @@ def test_a_long_node_pg_migrate_7_migration_is_said_as_one_and_never_orphaned(
     with pg_try_advisory_lock, so a second deploy fails at once in its own
     words instead of waiting. Past orphan_after and max_hold the running
     migration is a long migration, never an orphan (issue 25, finding 1)."""
-    migrations = tmp_path / "migrations"
-    migrations.mkdir()
-    (migrations / "1_backfill.sql").write_text(
-        "-- Up Migration\n"
-        "DO $$ BEGIN WHILE NOT EXISTS (SELECT 1 FROM gate_open) LOOP"
-        " PERFORM pg_sleep(0.1); END LOOP; END $$;\n"
-        "-- Down Migration\n",
-        encoding="utf-8",
-    )
-    admin = pg.connect()
-    admin.execute("CREATE TABLE gate_open (id int)")
+    migrations, admin = gated_migration(pg, tmp_path)
     locks = LockSettings(max_hold=1.0, orphan_after=1.0)
     runner = TargetRunner(
         Target("main", pg.monitor_dsn, interval=0.2, locks=locks), Board(), StateStore(None)
