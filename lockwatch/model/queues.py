@@ -37,6 +37,9 @@ class QueueJobRun:
     # False: ``workers`` are the library's sessions of its time, any of which
     # may run it (pg-boss 10 and 11 record no worker): not to be named as its worker.
     workers_told: bool = True
+    # False: the library ties no running job to a live worker or connection
+    # (graphile-worker): a job whose worker died is told only by its duration.
+    liveness_told: bool = True
     task: str | None = None  # the library's task (or job name) it runs; None: not told
     sessions: tuple[int, ...] = ()  # the pids of its worker's database sessions, when told
     # When the library itself will act on it if it is still running (pg-boss's

@@ -36,7 +36,8 @@ STUCK = ("stuck_count", "stuck_job_ids", "stuck_since")
 # Optional in each entry: task, sessions (pids), deadline and action (what
 # the library itself will do to it, and when), handling (the [worker, batch]
 # pairs its workers were handling at a beat after it started) and
-# workers_told (false: its workers are the library's sessions of its time).
+# workers_told (false: its workers are the library's sessions of its time),
+# liveness_told (false: the library ties no running job to a live worker).
 # Optional beside them, busy_workers: the [worker, batch] pairs live workers
 # are handling now (a handler kept past its timeout included).
 RUNNING = ("running_jobs", "live_workers", "busy_workers")
@@ -136,11 +137,12 @@ def _run(queue: str, item: object) -> QueueJobRun:
     sessions = item.get("sessions") or []
     task, action = item.get("task"), item.get("action")
     handling = _pairs(item.get("handling") or [])
-    told = item.get("workers_told", True)
+    told, liveness = item.get("workers_told", True), item.get("liveness_told", True)
     if (
         at is None
         or handling is None
         or not isinstance(told, bool)
+        or not isinstance(liveness, bool)
         or not isinstance(attempt, int)
         or not isinstance(workers, list)
         or not all(isinstance(w, str) for w in workers)
@@ -152,7 +154,7 @@ def _run(queue: str, item: object) -> QueueJobRun:
         raise SampleError(
             problem + "{id, attempt, started_at (with its zone), workers, rescued"
             " [, task, sessions (pids), deadline, action, handling ([worker, batch] pairs),"
-            " workers_told]}"
+            " workers_told, liveness_told]}"
         )
     return QueueJobRun(
         str(item.get("id")),
@@ -166,6 +168,7 @@ def _run(queue: str, item: object) -> QueueJobRun:
         library_action=action,
         handling=handling,
         workers_told=told,
+        liveness_told=liveness,
     )
 
 
