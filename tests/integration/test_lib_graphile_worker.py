@@ -185,6 +185,27 @@ def still_locked(pg: PgDatabase) -> int:
     return int(rows.fetchone()[0])  # type: ignore[index]
 
 
+def test_three_healthy_worker_processes_give_zero_findings(
+    pg: PgDatabase, workers: Workers
+) -> None:
+    # The baseline of the count below: every pool holding jobs listens.
+    started = [start(workers, pg, "0.18.0") for _ in range(3)]
+    grant_graphile_worker(pg)
+    runner = runner_for(pg)
+    try:
+        done = sum(w.count("completed") for w in started) + 60
+        view = poll_quietly(
+            runner,
+            lambda v: (
+                queue_latest(v) is not None and sum(w.count("completed") for w in started) >= done
+            ),
+            f"sixty more jobs run: {[w.lines[-2:] for w in started]}",
+        )
+        assert queue_latest(view).consumers == 3  # a listening session per process
+    finally:
+        runner.close()
+
+
 def test_one_of_three_worker_pools_killed_mid_job_is_counted(
     pg: PgDatabase, workers: Workers
 ) -> None:
