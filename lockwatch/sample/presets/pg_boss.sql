@@ -57,8 +57,10 @@ WITH jobs AS (
     -- workers '[]' whatever its work() calls (the list is written by a beat),
     -- so it may have taken any job: a worker killed before its first beat
     -- (a crash on its first job) leaves that job's stuck.
+    -- Beaten since it started: a beat written a second after its start (a
+    -- beat's workers are read in the process before its statement runs).
     SELECT j.id AS job_id, j.name AS queue, i.id AS instance_id, i.name, i.alive,
-           i.application_name, i.heartbeat_on >= j.started_on AS beaten
+           i.application_name, i.heartbeat_on >= j.started_on + interval '1 second' AS beaten
     FROM jobs AS j JOIN instances AS i
       ON (i.workers @> jsonb_build_array(jsonb_build_object('queue', j.name))
           OR i.heartbeat_on = i.started_on)
