@@ -72,6 +72,7 @@ def _long(
         sessions=run.sessions,
         library_deadline=run.library_deadline,
         library_action=run.library_action,
+        liveness_told=run.liveness_told,
     )
 
 
@@ -98,6 +99,11 @@ def _summary(queue: str, evidence: LongJobsEvidence, now: datetime) -> str:
         text += f"; {one_line(job.library_action, ACTION_LIMIT)} {when}"
     elif job.library_action:
         text += f"; {one_line(job.library_action, ACTION_LIMIT)}"
+    if not job.liveness_told:
+        text += (
+            "; whether its worker still lives cannot be told (its library ties no running"
+            " job to a live worker): a job its dead worker left is told only here"
+        )
     return text
 
 

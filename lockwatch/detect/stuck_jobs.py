@@ -22,7 +22,12 @@ SHOWN_IDS = 5  # job ids in the summary; the evidence has all the source gave
 def _stuck_summary(queue: str, evidence: StuckJobsEvidence, now: datetime) -> str:
     ids = ", ".join(one_line(i) for i in evidence.job_ids[:SHOWN_IDS])
     more = evidence.stuck_count - min(len(evidence.job_ids), SHOWN_IDS)
-    listed = f" ({ids}{f' and {more} more' if more > 0 else ''})" if ids else ""
+    listed = (
+        f" ({ids}{f' and {more} more' if more > 0 else ''})"
+        if ids
+        else " (counted, not named: which of its running jobs they are cannot be told"
+        " from what its library records)"
+    )
     age = ""
     if evidence.since is not None:
         age = f", the oldest taken {format_duration((now - evidence.since).total_seconds())} ago"

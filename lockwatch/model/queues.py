@@ -30,6 +30,16 @@ class QueueJobRun:
     # The library's record says its previous attempt was ended by its rescuer
     # or a timeout, not by the worker that ran it.
     rescued: bool
+    # The batches its workers were handling at a beat after it started, as
+    # (worker, batch) pairs (pg-boss 12.38: a work() call and when it fetched);
+    # () when the library does not tell or no worker has beaten since.
+    handling: tuple[tuple[str, str], ...] = ()
+    # False: ``workers`` are the library's sessions of its time, any of which
+    # may run it (pg-boss 10 and 11 record no worker): not to be named as its worker.
+    workers_told: bool = True
+    # False: the library ties no running job to a live worker or connection
+    # (graphile-worker): a job whose worker died is told only by its duration.
+    liveness_told: bool = True
     task: str | None = None  # the library's task (or job name) it runs; None: not told
     sessions: tuple[int, ...] = ()  # the pids of its worker's database sessions, when told
     # When the library itself will act on it if it is still running (pg-boss's
@@ -53,6 +63,9 @@ class RunningJobs:
 
     runs: tuple[QueueJobRun, ...]  # the latest started first, at most the query's own limit
     live_workers: frozenset[str]  # the library's workers (or sessions) alive now
+    # The (worker, batch) pairs live workers are handling now, a handler kept
+    # past its library's timeout included (pg-boss 12.38); None: not told.
+    busy: frozenset[tuple[str, str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

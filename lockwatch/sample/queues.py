@@ -34,8 +34,13 @@ STUCK = ("stuck_count", "stuck_job_ids", "stuck_since")
 # The running jobs one by one (a JSON array of {id, attempt, started_at,
 # workers, rescued}) and the library's workers alive now (an array of text).
 # Optional in each entry: task, sessions (pids), deadline and action (what
-# the library itself will do to it, and when).
-RUNNING = ("running_jobs", "live_workers")
+# the library itself will do to it, and when), handling (the [worker, batch]
+# pairs its workers were handling at a beat after it started) and
+# workers_told (false: its workers are the library's sessions of its time),
+# liveness_told (false: the library ties no running job to a live worker).
+# Optional beside them, busy_workers: the [worker, batch] pairs live workers
+# are handling now (a handler kept past its timeout included).
+RUNNING = ("running_jobs", "live_workers", "busy_workers")
 # Per task, its recent successful runs: a JSON object of {runs, p50, p99}.
 TASK_HISTORY = "task_history"
 # The consumers the library knows alive now (for queue_no_consumer).
@@ -108,6 +113,20 @@ def _zoned(value: object) -> datetime | None:
     return at if at is not None and at.tzinfo is not None else None
 
 
+def _pairs(value: object) -> tuple[tuple[str, str], ...] | None:
+    """[worker, batch] pairs from JSON; None when it is not a list of them."""
+    if not isinstance(value, list):
+        return None
+    pairs = []
+    for pair in value:
+        if not (
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)
+        ):
+            return None
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
+
+
 def _run(queue: str, item: object) -> QueueJobRun:
     problem = f"queue {queue}: column {RUNNING[0]} has an entry that is not "
     if not isinstance(item, dict):
@@ -117,8 +136,13 @@ def _run(queue: str, item: object) -> QueueJobRun:
     attempt = item.get("attempt")
     sessions = item.get("sessions") or []
     task, action = item.get("task"), item.get("action")
+    handling = _pairs(item.get("handling") or [])
+    told, liveness = item.get("workers_told", True), item.get("liveness_told", True)
     if (
         at is None
+        or handling is None
+        or not isinstance(told, bool)
+        or not isinstance(liveness, bool)
         or not isinstance(attempt, int)
         or not isinstance(workers, list)
         or not all(isinstance(w, str) for w in workers)
@@ -129,7 +153,8 @@ def _run(queue: str, item: object) -> QueueJobRun:
     ):
         raise SampleError(
             problem + "{id, attempt, started_at (with its zone), workers, rescued"
-            " [, task, sessions (pids), deadline, action]}"
+            " [, task, sessions (pids), deadline, action, handling ([worker, batch] pairs),"
+            " workers_told, liveness_told]}"
         )
     return QueueJobRun(
         str(item.get("id")),
@@ -141,6 +166,9 @@ def _run(queue: str, item: object) -> QueueJobRun:
         sessions=tuple(sessions),
         library_deadline=_zoned(item.get("deadline")),
         library_action=action,
+        handling=handling,
+        workers_told=told,
+        liveness_told=liveness,
     )
 
 
@@ -172,7 +200,17 @@ def _running(queue: str, row: Mapping[str, Any]) -> RunningJobs | None:
         raise SampleError(f"queue {queue}: column {RUNNING[0]} is not a JSON array")
     if not isinstance(live, list) or not all(isinstance(w, str) for w in live):
         raise SampleError(f"queue {queue}: column {RUNNING[1]} is not an array of text")
-    return RunningJobs(tuple(_run(queue, item) for item in runs), frozenset(live))
+    busy = row.get(RUNNING[2])
+    pairs = None if busy is None else _pairs(busy)
+    if busy is not None and pairs is None:
+        raise SampleError(
+            f"queue {queue}: column {RUNNING[2]} is not a JSON array of [worker, batch]"
+        )
+    return RunningJobs(
+        tuple(_run(queue, item) for item in runs),
+        frozenset(live),
+        None if pairs is None else frozenset(pairs),
+    )
 
 
 def reading_from_row(queue: str, row: Mapping[str, Any], at: datetime) -> QueueSample:

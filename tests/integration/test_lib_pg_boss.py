@@ -3,7 +3,10 @@ its users run it: several worker processes and a separate send-only producer,
 each its own pg-boss instance, on one PostgreSQL shared by the module (a
 database per test). Ground truth comes from pg-boss itself: the jobs' rows
 (pgboss.job), the instances' rows (pgboss.instance) and the workers' own
-output, never from lockwatch.
+output, never from lockwatch. A retry racing its first run: two workers
+whose handlers outlive the job's expiry (pg-boss fails the job and retries
+it without stopping the handler), told from their own "running" and
+"finished" lines.
 
 pg-boss 10 and 11 record no worker per job and no liveness per process: their
 preset can only tell a job stuck once no pg-boss session of its time is left
@@ -15,12 +18,13 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
-from lockwatch.model.evidence import StuckJobsEvidence
+from lockwatch.model.evidence import RescuedRunsEvidence, StuckJobsEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.targets import Target
@@ -60,15 +64,17 @@ def pg(server: LocalCluster) -> Iterator[PgDatabase]:
 
 
 class Boss:
-    """The test's pg-boss processes, stopped at teardown."""
+    """The test's pg-boss processes, stopped at teardown. A "slow" worker's
+    handlers run until the release file exists."""
 
-    def __init__(self, pg: PgDatabase) -> None:
+    def __init__(self, pg: PgDatabase, release: Path) -> None:
         self.pg = pg
+        self.release = release
         self.started: list[NodeWorker] = []
 
     def start(self, role: str, mode: str = "", heartbeat: int = 1) -> NodeWorker:
         args = [url(self.pg), QUEUE, role, *([mode] if mode else [])]
-        env = {"PGBOSS_HEARTBEAT_SECONDS": str(heartbeat)}
+        env = {"PGBOSS_HEARTBEAT_SECONDS": str(heartbeat), "PGBOSS_RELEASE_FILE": str(self.release)}
         process = NodeWorker("pg_boss_latest.mjs", *args, env=env, node=NODE_22)
         self.started.append(process)
         wait_until(lambda: process.count("started"), timeout=60, message=f"{process.lines}")
@@ -85,8 +91,8 @@ class Boss:
 
 
 @pytest.fixture
-def boss(pg: PgDatabase) -> Iterator[Boss]:
-    made = Boss(pg)
+def boss(pg: PgDatabase, tmp_path: Path) -> Iterator[Boss]:
+    made = Boss(pg, tmp_path / "release")
     yield made
     for process in made.started:
         process.stop()
@@ -219,6 +225,78 @@ def test_one_of_three_workers_killed_mid_job_is_seen(pg: PgDatabase, boss: Boss)
         assert active_jobs(pg) == set(jobs)
         # Which of the three it was is counted, not named: the others still run theirs.
         assert set(evidence.job_ids) <= {jobs[0]}
+    finally:
+        runner.close()
+
+
+def rescued_finding(runner: TargetRunner) -> Finding | None:
+    view = runner.poll_once()
+    return next((f for f in view.findings if f.kind is FindingKind.JOB_RESCUED_WHILE_RUNNING), None)
+
+
+def job_state(pg: PgDatabase, job: str) -> str:
+    """pg-boss's own word on the job."""
+    row = pg.connect().execute("SELECT state::text FROM pgboss.job WHERE id = %s", (job,))
+    return str(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_a_retry_racing_its_first_run_is_reported_until_the_first_handler_ends(
+    pg: PgDatabase, boss: Boss
+) -> None:
+    # One worker takes the job; past its 4 s expiry pg-boss fails it and the
+    # other runs the retry (the first is held by its handler), which expires
+    # and is failed in turn, while both handlers run on (pg-boss stops
+    # neither) until the test releases them.
+    workers = [boss.start("worker", "slow") for _ in range(2)]
+    runner = runner_for(pg)
+    try:
+        producer = boss.start("producer", "slow")
+        job = wait_until(
+            lambda: next((x for x in list(producer.lines) if x.startswith("sent ")), None),
+            timeout=60,
+            message=f"the job sent: {producer.lines}",
+        ).removeprefix("sent ")
+        retried: list[float] = []  # when the test saw the retry's handler start
+
+        def duplicate() -> Finding | None:
+            if not retried and any(w.count(f"running {job} 1") for w in workers):
+                retried.append(time.monotonic())
+            finding = rescued_finding(runner)
+            assert retried or finding is None, "a finding before the retry started"
+            return finding
+
+        finding = wait_until(duplicate, timeout=60, interval=POLL, message="the duplicate")
+        seconds = time.monotonic() - retried[0]
+        print(f"detection pg-boss-12.38.0 retry racing its first run: {seconds:.1f}s")
+        [first] = [w for w in workers if w.count(f"running {job} 0") == 1]
+        [second] = [w for w in workers if w.count(f"running {job} 1") == 1]
+
+        def both_run_and_open() -> bool:
+            # The handlers' own word: both started, neither finished.
+            assert first.count("finished") == second.count("finished") == 0
+            assert rescued_finding(runner) is not None, "both handlers still run"
+            return job_state(pg, job) == "failed"
+
+        wait_until(both_run_and_open, timeout=30, interval=POLL, message="the retry failed")
+        for _ in range(2 * int(1 / POLL) + 1):  # past a heartbeat of every worker: still open
+            assert both_run_and_open()
+        pids = {w.process.pid for w in (first, second)}
+        [facts] = evidence_as(finding, RescuedRunsEvidence).jobs
+        assert facts.job_id == job
+        assert facts.alive == facts.first.workers and len(facts.alive) == 1
+        assert f"(pid {first.process.pid} on " in facts.alive[0]
+        assert facts.still_handling
+        named = {*facts.first.workers, *facts.second.workers}
+        assert all(any(f"(pid {pid} on " in name for pid in pids) for name in named)
+        assert not any(f"(pid {producer.process.pid} on " in name for name in named)
+
+        boss.release.touch()
+        released = time.monotonic()
+        wait_until(lambda: rescued_finding(runner) is None, timeout=30, interval=POLL)
+        print(
+            f"resolution pg-boss-12.38.0 after both handlers end: {time.monotonic() - released:.1f}s"
+        )
+        assert first.count(f"finished {job} 0") == second.count(f"finished {job} 1") == 1
     finally:
         runner.close()
 

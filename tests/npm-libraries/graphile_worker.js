@@ -4,6 +4,7 @@
 // stuck mid-job that the test then kills. GRAPHILE_WORKER_PACKAGE names the
 // release: graphile-worker (0.16, CommonJS) or graphile-worker-latest (ESM,
 // Node.js 22), loaded from NODE_PATH as ESM does not search it.
+// GRAPHILE_WORKER_CONCURRENCY: its workers (2 by default).
 // Usage: node graphile_worker.js <connection string> <task> [hang]
 const { join } = require("node:path");
 const { pathToFileURL } = require("node:url");
@@ -19,7 +20,7 @@ async function main() {
       : await import(pathToFileURL(join(process.env.NODE_PATH, release, "dist", "index.js")).href);
   const runner = await run({
     connectionString,
-    concurrency: 2,
+    concurrency: Number(process.env.GRAPHILE_WORKER_CONCURRENCY || 2),
     pollInterval: 200,
     noHandleSignals: true,
     crontab: "",

@@ -28,6 +28,9 @@ class LongJobFacts:
     # lock expiry) and what it does; None: it never does.
     library_deadline: datetime | None
     library_action: str | None
+    # False: the library ties no running job to a live worker, so whether its
+    # worker still lives cannot be told (graphile-worker).
+    liveness_told: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,7 +124,9 @@ class QueueRunFacts:
 
     attempt: int
     started_at: datetime
-    workers: tuple[str, ...]  # the library's workers (or its sessions) that may run it
+    # The library's workers that may run it (one of them, when several); ()
+    # when the library records no worker per job (pg-boss 10 and 11).
+    workers: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +135,14 @@ class RescuedJobFacts:
 
     job_id: str
     first: QueueRunFacts  # the start lockwatch saw before the rescue
-    second: QueueRunFacts  # the start after it, running now
+    second: QueueRunFacts  # the start after it
     alive: tuple[str, ...]  # the first start's workers still alive at the second
+    # How many of the first start's workers (or, untold, the library's sessions
+    # of its time) were alive at the second; len(alive) when they are named.
+    alive_count: int
+    # The library shows the first start's handler still running (pg-boss 12.38:
+    # its worker still handles the batch it fetched then, past its timeout).
+    still_handling: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,22 @@
 -- connects (runTaskList asks for the listener's connection after starting
 -- its workers: milliseconds apart); a replacement worker started later than
 -- that does not hide its predecessor's job, as 10 s of slack did.
+-- One of several workers killed while the others live: graphile-worker ties
+-- no job to a connection. locked_by is a random id chosen in the process
+-- ("worker-<hex>" per worker in 0.16.6, dist/worker.js; "pool-<hex>" per
+-- run() in 0.17 and later, 0.18.0 dist/main.js), sent as a bind parameter
+-- (dist/sql/getJob.js, getJobs.js: locked_by = $1), set in no
+-- application_name and no LISTEN channel; its tables keep no worker or
+-- heartbeat (migrations 1-20). So no job's worker can be judged alive.
+-- What can be told from 0.17 on: each run() holds one worker pool and one
+-- listening session, so pools holding jobs beyond the listening sessions are
+-- gone (not one-time "otpool-" runs, which listen to nothing). Which they are
+-- is not told: the stuck count adds, for that many pools, the fewest of this
+-- queue's jobs any of them holds (a lower bound), with no ids. A dead pool
+-- is missed while an idle live process's listener makes up for it, and on
+-- 0.16 (a process runs several worker ids) nothing is counted: each running
+-- job says its liveness is not told, and queue_job_too_long (max_job_duration)
+-- tells the job its dead worker left.
 -- Consumers: those listening sessions, one per live worker process.
 -- Running: the jobs locked within the 4 hours, by task and worker (locked_by),
 -- each freed by graphile-worker 4 hours after it was locked. No task history:
@@ -38,6 +54,23 @@ WITH jobs AS (
             AND a.query LIKE 'LISTEN "jobs:insert"%%'
             AND a.backend_start <= j.locked_at + interval '2 seconds'
       )
+), listeners AS (
+    SELECT count(*) AS n FROM pg_catalog.pg_stat_activity AS a
+    WHERE a.datname = current_database() AND a.query LIKE 'LISTEN "jobs:insert"%%'
+), pools AS (
+    -- Every pool holding a job of any task (and none told stuck above), with
+    -- how many of this queue's it holds.
+    SELECT j.locked_by, count(*) FILTER (
+               WHERE %(queue)s::text IS NULL OR t.identifier = %(queue)s::text) AS jobs
+    FROM graphile_worker._private_jobs AS j
+    JOIN graphile_worker._private_tasks AS t ON t.id = j.task_id
+    WHERE j.locked_at >= now() - interval '4 hours' AND j.locked_by LIKE 'pool-%%'
+      AND j.id NOT IN (SELECT id FROM stuck)
+    GROUP BY j.locked_by
+), gone AS (
+    SELECT p.jobs
+    FROM (SELECT jobs, row_number() OVER (ORDER BY jobs, locked_by) AS n FROM pools) AS p
+    WHERE p.n <= (SELECT count(*) FROM pools) - (SELECT n FROM listeners)
 )
 SELECT count(*) FILTER (
            WHERE j.run_at <= now() AND j.attempts < j.max_attempts
@@ -49,19 +82,18 @@ SELECT count(*) FILTER (
            WHERE j.run_at <= now() AND j.attempts < j.max_attempts
              AND (j.locked_at IS NULL OR j.locked_at < now() - interval '4 hours')
        )) AS oldest_age_seconds,
-       (SELECT count(*) FROM stuck) AS stuck_count,
+       (SELECT count(*) FROM stuck) + (SELECT COALESCE(sum(jobs), 0) FROM gone) AS stuck_count,
        (SELECT array_agg(s.id::text ORDER BY s.locked_at)
         FROM (SELECT * FROM stuck ORDER BY locked_at LIMIT 20) AS s) AS stuck_job_ids,
        (SELECT min(locked_at) FROM stuck) AS stuck_since,
-       (SELECT count(*) FROM pg_catalog.pg_stat_activity AS a
-        WHERE a.datname = current_database()
-          AND a.query LIKE 'LISTEN "jobs:insert"%%') AS consumers,
+       (SELECT n FROM listeners) AS consumers,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object(
             'id', r.id::text,
             'attempt', r.attempts,
             'started_at', r.locked_at,
             'workers', jsonb_build_array(r.locked_by),
             'rescued', false,
+            'liveness_told', false,
             'task', r.identifier,
             'deadline', r.locked_at + interval '4 hours',
             'action', 'graphile-worker frees its lock 4 hours after it was taken and runs it again'

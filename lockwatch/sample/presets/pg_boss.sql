@@ -17,12 +17,24 @@
 -- the queue it had in hand at its last beat that are still active and
 -- started while it lived (counted: which of them was its own is not told).
 -- Consumers: the live instances working the queue (a producer works none).
--- Each running job's task is its name, its sessions those of its live takers,
+-- Each running job's workers are its takers less those that have beaten since
+-- it started handling no batch of its queue (they did not take it); which
+-- of several took it pg-boss does not record. A worker handles a batch from
+-- its fetch to the end of the batch (workers[].lastFetchedOn after
+-- .lastJobEndedOn), a handler that outran its expiry included: pg-boss
+-- fails its jobs and empties the worker's count but holds the worker until
+-- the handler returns (manager.js #awaitHandlerOverrun). A batch is named by
+-- its work() call and fetch time, the same while the same handler runs:
+-- each running job's "handling" (its workers' batches at a beat after it
+-- started) and busy_workers (every live worker's batch now) let
+-- job_rescued_while_running follow a timed-out handler to its end.
+-- Each running job's task is its name, its sessions those of its live workers,
 -- and pg-boss expires it expire_seconds after its start; task_history: per
 -- name, the latest successful runs (queue_job_too_long learns from them).
 -- Waiting, running and completions as pg_boss_11.sql.
 -- Schema: pg-boss 12.38.0 dist/plans.js (createTableInstance, createTableJob,
--- fetchNextJob, INSTANCE_QUIET_BEATS). Needs SELECT on pgboss.job and
+-- fetchNextJob, INSTANCE_QUIET_BEATS), dist/registrar.js (#workers) and
+-- dist/worker.js (run, toWipData). Needs SELECT on pgboss.job and
 -- pgboss.instance.
 WITH jobs AS (
     SELECT * FROM pgboss.job AS j
@@ -45,13 +57,30 @@ WITH jobs AS (
     -- workers '[]' whatever its work() calls (the list is written by a beat),
     -- so it may have taken any job: a worker killed before its first beat
     -- (a crash on its first job) leaves that job's stuck.
-    SELECT j.id AS job_id, i.id AS instance_id, i.name, i.alive, i.application_name
+    -- Beaten since it started: a beat written a second after its start (a
+    -- beat's workers are read in the process before its statement runs).
+    SELECT j.id AS job_id, j.name AS queue, i.id AS instance_id, i.name, i.alive,
+           i.application_name, i.heartbeat_on >= j.started_on + interval '1 second' AS beaten
     FROM jobs AS j JOIN instances AS i
       ON (i.workers @> jsonb_build_array(jsonb_build_object('queue', j.name))
           OR i.heartbeat_on = i.started_on)
      AND i.started_on <= j.started_on
      AND j.started_on <= i.heartbeat_on + i.beat + interval '5 seconds'
     WHERE j.state = 'active'
+), batches AS (
+    -- The batch each live worker handles at its instance's last beat.
+    SELECT i.id AS instance_id, i.name, w->>'queue' AS queue,
+           format('%%s fetched %%s', w->>'id', w->>'lastFetchedOn') AS batch
+    FROM instances AS i CROSS JOIN LATERAL jsonb_array_elements(i.workers) AS w
+    WHERE i.alive AND w->>'lastFetchedOn' IS NOT NULL
+      AND (w->>'lastJobEndedOn' IS NULL OR w->>'lastFetchedOn' > w->>'lastJobEndedOn')
+      AND (%(queue)s::text IS NULL OR w->>'queue' = %(queue)s::text)
+), candidates AS (
+    -- The takers that may run each job now.
+    SELECT t.* FROM takers AS t
+    WHERE NOT t.beaten
+       OR EXISTS (SELECT 1 FROM batches AS b
+                  WHERE b.instance_id = t.instance_id AND b.queue = t.queue)
 ), orphaned AS (
     SELECT j.id, j.started_on FROM jobs AS j
     WHERE j.state = 'active'
@@ -102,14 +131,20 @@ SELECT count(*) FILTER (
             'id', r.id::text,
             'attempt', r.retry_count,
             'started_at', r.started_on,
-            'workers', (SELECT COALESCE(jsonb_agg(t.name ORDER BY t.name), '[]'::jsonb)
-                        FROM takers AS t WHERE t.job_id = r.id),
+            'workers', (SELECT COALESCE(jsonb_agg(c.name ORDER BY c.name), '[]'::jsonb)
+                        FROM candidates AS c WHERE c.job_id = r.id),
+            'handling', (SELECT COALESCE(jsonb_agg(jsonb_build_array(c.name, b.batch)
+                                                   ORDER BY c.name, b.batch), '[]'::jsonb)
+                         FROM candidates AS c JOIN batches AS b
+                           ON b.instance_id = c.instance_id AND b.queue = c.queue
+                         WHERE c.job_id = r.id AND c.beaten),
             'task', r.name,
             'sessions', (SELECT COALESCE(jsonb_agg(a.pid ORDER BY a.pid), '[]'::jsonb)
                          FROM pg_catalog.pg_stat_activity AS a
                          WHERE a.datname = current_database()
-                           AND a.application_name IN (SELECT t.application_name FROM takers AS t
-                                                      WHERE t.job_id = r.id AND t.alive)),
+                           AND a.application_name IN (SELECT c.application_name
+                                                      FROM candidates AS c
+                                                      WHERE c.job_id = r.id AND c.alive)),
             'deadline', r.started_on + r.expire_seconds * interval '1 second',
             'action', format('pg-boss expires it (expire_seconds %%s) and retries or fails it',
                              r.expire_seconds),
@@ -121,6 +156,9 @@ SELECT count(*) FILTER (
         ) ORDER BY r.started_on DESC), '[]'::jsonb) FROM running AS r) AS running_jobs,
        (SELECT COALESCE(array_agg(i.name ORDER BY i.name), '{}') FROM instances AS i
         WHERE i.alive AND jsonb_array_length(i.workers) > 0) AS live_workers,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_array(b.name, b.batch) ORDER BY b.name, b.batch),
+                        '[]'::jsonb)
+        FROM batches AS b) AS busy_workers,
        (SELECT COALESCE(jsonb_object_agg(h.name, jsonb_build_object(
             'runs', h.runs, 'p50', h.p50, 'p99', h.p99)), '{}'::jsonb)
         FROM (SELECT t.name, count(*) AS runs,

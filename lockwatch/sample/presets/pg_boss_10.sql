@@ -17,7 +17,9 @@
 -- resolveWithinSeconds, then fail) and its maintenance fails jobs active past
 -- expire_in ("job failed by timeout in active state", plans.js
 -- failJobsByTimeout); neither stops the handler, so a retry can start while it
--- still runs. live_workers: the pgboss sessions now.
+-- still runs. live_workers: the pgboss sessions now. Those sessions are told
+-- as not its workers (workers_told false): which of them runs the job, and
+-- whether its handler still runs, pg-boss 10 records nowhere.
 -- Schema: pg-boss 10.4.2 src/plans.js (create, createQueue, fetchNextJob).
 -- Needs SELECT on pgboss.job and pgboss.archive.
 WITH jobs AS (
@@ -60,6 +62,7 @@ SELECT count(*) FILTER (
             'workers', (SELECT COALESCE(jsonb_agg(s.name ORDER BY s.name), '[]'::jsonb)
                         FROM sessions AS s
                         WHERE s.backend_start <= r.started_on + interval '10 seconds'),
+            'workers_told', false,
             'rescued', r.retry_count > 0 AND (
                 r.output->>'message' = 'job failed by timeout in active state'
                 OR r.output->>'message' LIKE 'handler execution exceeded %%ms')

@@ -4,7 +4,8 @@
 -- schema 25: finished jobs stay in pgboss.job until their retention ends).
 -- These releases record no worker per job and no worker liveness: a job is
 -- stuck once no pgboss session of its time is left (10 s of slack), and
--- the running jobs' "workers" are the sessions of their time.
+-- the running jobs' "workers" are the sessions of their time, told as not
+-- its workers (workers_told false): which runs it is recorded nowhere.
 -- A timeout's record: "job timed out" (plans.js failJobsByTimeout) or the
 -- worker's "handler execution exceeded <n>s" (manager.js).
 -- Schema: pg-boss 11.1.2 src/plans.js, 12.33.7 dist/plans.js.
@@ -47,6 +48,7 @@ SELECT count(*) FILTER (
             'workers', (SELECT COALESCE(jsonb_agg(s.name ORDER BY s.name), '[]'::jsonb)
                         FROM sessions AS s
                         WHERE s.backend_start <= r.started_on + interval '10 seconds'),
+            'workers_told', false,
             'rescued', r.retry_count > 0 AND (
                 COALESCE(r.output->>'message', r.output->'value'->>'message')
                     IN ('job timed out', 'job heartbeat timeout')

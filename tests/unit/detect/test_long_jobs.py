@@ -61,6 +61,19 @@ def test_a_job_past_its_tasks_learned_budget_is_named_with_its_worker_and_deadli
     )
 
 
+def test_a_job_whose_workers_liveness_is_not_told_says_so() -> None:
+    # graphile-worker: no job's worker can be judged alive, so a job its dead
+    # worker left is told only by its duration.
+    unknown = replace(run("7", 61), liveness_told=False)
+    finding = detect_long_jobs("main", "reports", QueueThresholds(), sample(unknown), NOW)
+    assert finding is not None
+    assert not evidence_as(finding, LongJobsEvidence).jobs[0].liveness_told
+    assert finding.summary.endswith(
+        "; whether its worker still lives cannot be told (its library ties no running job"
+        " to a live worker): a job its dead worker left is told only here"
+    )
+
+
 def test_no_budget_while_the_task_is_learned_or_unknown() -> None:
     few = {"reports": TaskHistory(LEARNING.min_runs - 1, 1.0, 2.0)}
     long_ago = run("7", 3600)

@@ -67,6 +67,60 @@ def test_a_job_rescued_while_its_first_worker_lives_is_reported_with_both_starts
     assert "client-a" in finding.summary
 
 
+def test_the_finding_lasts_while_the_first_starts_handler_is_seen_running() -> None:
+    # pg-boss 12.38: worker a fetched the job's batch at 12:00; its handler
+    # outran the expiry and holds a while b runs the retry, then the retry is
+    # failed too (no longer running) while both handlers go on.
+    batch = ("a", "work-1 fetched 12:00")
+    first = QueueJobRun("7", 0, FIRST, ("a",), False, handling=(batch,))
+    live = frozenset({"a", "b"})
+    second = run(1, "b", at=NOW, rescued=True)
+    memory = rescued_runs(RunningJobs((first,), live, frozenset({batch})), RunMemory())
+    memory = rescued_runs(RunningJobs((second,), live, frozenset({batch})), memory)
+    finding = detect_rescued_running("main", "q", memory, NOW)
+    assert finding is not None
+    assert "the worker of its attempt 0 still handles it past its timeout (a)" in finding.summary
+    failed = rescued_runs(RunningJobs((), live, frozenset({batch, ("b", "work-2")})), memory)
+    assert detect_rescued_running("main", "q", failed, NOW) is not None, "a still handles it"
+    # a's handler returned and a fetched again: the same worker, another batch
+    moved_on = RunningJobs((), live, frozenset({("a", "work-1 fetched 12:05")}))
+    assert detect_rescued_running("main", "q", rescued_runs(moved_on, failed), NOW) is None
+    # a's handler had returned before the retry started: it never ran twice
+    memory = rescued_runs(RunningJobs((first,), live, frozenset({batch})), RunMemory())
+    done = rescued_runs(RunningJobs((second,), live, frozenset()), memory)
+    assert detect_rescued_running("main", "q", done, NOW) is None
+
+
+def test_workers_the_library_cannot_tell_apart_are_counted_never_named() -> None:
+    # pg-boss 10 and 11: the sessions of its time, any of which may run it.
+    sessions = tuple(f"pid {n} (pgboss)" for n in range(15))
+    first = QueueJobRun("7", 0, FIRST, sessions, False, workers_told=False)
+    second = QueueJobRun("7", 1, NOW, sessions, True, workers_told=False)
+    live = frozenset(sessions[:12])
+    memory = readings(((first,), live), ((second,), live))
+    finding = detect_rescued_running("main", "q", memory, NOW)
+    assert finding is not None
+    [job] = evidence_as(finding, RescuedRunsEvidence).jobs
+    assert (job.first.workers, job.second.workers, job.alive, job.alive_count) == ((), (), (), 12)
+    assert "pid" not in finding.summary
+    assert "no worker per job; 12 of its sessions from then are still connected" in finding.summary
+    # every session of its time gone: its first start's handler went with them
+    gone = rescued_runs(RunningJobs((second,), frozenset({"pid 99 (pgboss)"})), memory)
+    assert detect_rescued_running("main", "q", gone, NOW) is None
+
+
+def test_one_of_several_workers_is_named_as_one_of_them() -> None:
+    memory = readings(
+        ((run(1, "a", "b"),), frozenset({"a", "b"})),
+        ((run(2, "c", at=NOW, rescued=True),), frozenset({"a", "b", "c"})),
+    )
+    finding = detect_rescued_running("main", "q", memory, NOW)
+    assert finding is not None
+    assert "one of the 2 workers that may have run its attempt 1 still lives (a, b;" in (
+        finding.summary
+    )
+
+
 def test_the_finding_lasts_while_the_second_start_runs_and_ends_with_it() -> None:
     first = ((run(1, "a"),), frozenset({"a"}))
     second = ((run(2, "a", at=NOW, rescued=True),), frozenset({"a"}))
@@ -129,12 +183,27 @@ def test_a_presets_running_jobs_are_read_and_a_malformed_entry_is_an_error() -> 
                 "started_at": "2026-03-14T17:45:00+05:45",
                 "workers": ["a"],
                 "rescued": True,
-            }
+            },
+            {
+                "id": "8",
+                "attempt": 0,
+                "started_at": "2026-03-14T17:45:00+05:45",
+                "workers": ["a"],
+                "rescued": False,
+                "handling": [["a", "w1"]],
+                "workers_told": False,
+            },
         ],
         "live_workers": ["a", "b"],
+        "busy_workers": [["a", "w1"]],
     }
     sample = reading_from_row("q", row, NOW)
-    assert sample.running == RunningJobs((run(2, "a", at=NOW, rescued=True),), frozenset("ab"))
+    eighth = QueueJobRun("8", 0, NOW, ("a",), False, handling=(("a", "w1"),), workers_told=False)
+    assert sample.running == RunningJobs(
+        (run(2, "a", at=NOW, rescued=True), eighth), frozenset("ab"), frozenset({("a", "w1")})
+    )
+    with pytest.raises(SampleError, match="busy_workers"):
+        reading_from_row("q", {**row, "busy_workers": [["a"]]}, NOW)
     with pytest.raises(SampleError, match="running_jobs"):
         reading_from_row("q", {"depth": 0, "running_jobs": [{"id": "7", "attempt": "2"}]}, NOW)
     assert reading_from_row("q", {"depth": 0}, NOW).running is None

@@ -45,6 +45,16 @@ def test_a_stuck_job_is_reported_with_its_id_and_since_when() -> None:
     assert (evidence.job_ids, evidence.stuck_count, evidence.depth) == (("41",), 1, 3)
 
 
+def test_jobs_counted_but_not_named_are_said_to_be_so() -> None:
+    [finding] = detect_stuck_running("main", [queue(reading(StuckJobs(1, (), None)))], NOW)
+    assert finding.since == NOW
+    assert finding.summary == (
+        "queue emails: 1 job(s) marked running whose worker session is gone (counted, not"
+        " named: which of its running jobs they are cannot be told from what its library"
+        " records)"
+    )
+
+
 def test_only_the_latest_reading_counts() -> None:
     earlier = reading(StuckJobs(2, ("1", "2"), NOW), at=NOW - timedelta(seconds=10))
     assert (
