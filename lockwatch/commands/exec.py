@@ -23,7 +23,8 @@ from typing import TextIO
 import requests
 
 from lockwatch.publish.pings import TOKEN_HEADER
-from lockwatch.util.deadline import deadline_session, within
+from lockwatch.util.deadline import within
+from lockwatch.util.http_session import deadline_session
 from lockwatch.util.secrets import redact
 
 PING_TIMEOUT = (2.0, 5.0)  # connect, read
