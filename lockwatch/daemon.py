@@ -21,13 +21,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from http import HTTPStatus
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from lockwatch.config.reader import ConfigError
 from lockwatch.daemon_fleet import FleetFollower
 from lockwatch.model.incident_text import log_event
 from lockwatch.model.incidents import IncidentChanges
-from lockwatch.notify.election import open_election
-from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
 from lockwatch.publish.metrics.history_store import HistoryStoreCollector
@@ -54,6 +53,9 @@ from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
 from lockwatch.stopping import stop_together
 from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.sdnotify import Notifier
+
+if TYPE_CHECKING:
+    from lockwatch.notify.service import AlertNotifier
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +185,11 @@ class Daemon(FleetFollower):
         only hand each poll's incidents over."""
         if not settings.notify.channels:
             return None
+        # The notify package (its renderers, transports and requests) is loaded
+        # by a lockwatch that notifies, not by every one.
+        from lockwatch.notify.election import open_election
+        from lockwatch.notify.service import AlertNotifier
+
         return AlertNotifier(
             settings.notify,
             settings.state_dir,
