@@ -3,8 +3,10 @@ spends starting, the median of N runs each (after one that warms the bytecode
 caches): ``lockwatch --help``, ``lockwatch check-config`` of the documented
 example, the import of ``lockwatch.daemon``, and ``lockwatch run`` up to its
 first poll of a throwaway PostgreSQL. The test suite starts lockwatch a few
-hundred times (issue 32), so this is paid each time. Written to
-docs/benchmarks.md between its own markers."""
+hundred times (issue 32), so this is paid each time. ``--before DIR`` measures
+another checkout's lockwatch too (e.g. ``git archive main``), each run of it
+beside one of this one's, so that both see the machine as busy as it was.
+Written to docs/benchmarks.md between its own markers."""
 
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ BEGIN = "<!-- begin: written by python -m bench.startup -->"
 END = "<!-- end: written by python -m bench.startup -->"
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
-EXAMPLE = ROOT / "docs" / "lockwatch.example.yml"
 FIRST_POLL = "first poll ok"  # runner.py's log line after a target's first good poll
 # The files the example config reads from $CREDENTIALS_DIRECTORY; "dsn" is a
 # loopback port nothing listens on (check-config's look at the targets' queue
@@ -54,10 +55,18 @@ class StartupCost:
     what: str
     command: str
     cpu_ms: tuple[float, ...]  # one per run
+    before_ms: tuple[float, ...] = ()  # the --before checkout's, run by run
 
     @property
     def median_ms(self) -> float:
         return statistics.median(self.cpu_ms)
+
+    def change(self) -> str:
+        """
+        >>> StartupCost("", "", (60.0,), (100.0, 100.0)).change()
+        '-40%'
+        """
+        return f"{(self.median_ms / statistics.median(self.before_ms) - 1) * 100:+.0f}%"
 
 
 def children_cpu_seconds() -> float:
@@ -65,20 +74,21 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def command_cpu_ms(argv: Sequence[str], env: Mapping[str, str]) -> float:
+def command_cpu_ms(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> float:
     """The CPU of one run of ``argv`` to its end, as the children this process reaped."""
     before = children_cpu_seconds()
-    done = subprocess.run(argv, env=dict(env), capture_output=True, check=False)
+    done = subprocess.run(argv, env=dict(env), cwd=cwd, capture_output=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}:\n{done.stderr!r}")
     return (children_cpu_seconds() - before) * 1000
 
 
-def run_to_first_poll_ms(argv: Sequence[str], env: Mapping[str, str]) -> float:
+def run_to_first_poll_ms(argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> float:
     """The CPU of ``lockwatch run`` from its start until it logs its first good poll."""
     with subprocess.Popen(
         argv,
         env=dict(env),
+        cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -117,16 +127,22 @@ def write_files(workdir: Path, dsn: str) -> tuple[Path, dict[str, str]]:
     return config, env
 
 
-def measure(runs: int, workdir: Path, say: Callable[[str], None]) -> list[StartupCost]:
+def measure(
+    runs: int, workdir: Path, before: Path | None, say: Callable[[str], None]
+) -> list[StartupCost]:
+    """Each case's runs; with ``before``, each run of this checkout's followed
+    by one of that one's (python -m finds lockwatch in the directory it runs in)."""
+    checkouts = (ROOT,) if before is None else (ROOT, before.resolve())
     with LocalCluster(bin_dir(None), base_dir=workdir) as cluster:
         config, env = write_files(workdir, cluster.dsn())
+        pairs = [(checkout, {**env, "PYTHONPATH": str(checkout)}) for checkout in checkouts]
         cases = [
             ("the interpreter alone", ("-c", "pass"), command_cpu_ms),
             ("import lockwatch.daemon", ("-c", "import lockwatch.daemon"), command_cpu_ms),
             ("lockwatch --help", ("-m", "lockwatch", "--help"), command_cpu_ms),
             (
                 "check-config of the example",
-                ("-m", "lockwatch", "check-config", str(EXAMPLE)),
+                ("-m", "lockwatch", "check-config", "docs/lockwatch.example.yml"),
                 command_cpu_ms,
             ),
             (
@@ -141,28 +157,38 @@ def measure(runs: int, workdir: Path, say: Callable[[str], None]) -> list[Startu
                 shlex.join(["python", *args]).replace(f"{ROOT}/", "").replace(f"{workdir}/", "")
             )
             argv = (sys.executable, *args)
-            cpu_ms(argv, env)  # the first writes the bytecode caches it lacks
-            cost = StartupCost(what, command, tuple(cpu_ms(argv, env) for _ in range(runs)))
+            for checkout, its_env in pairs:
+                cpu_ms(argv, its_env, checkout)  # writes the bytecode caches it lacks
+            taken = [
+                [cpu_ms(argv, its_env, checkout) for checkout, its_env in pairs]
+                for _ in range(runs)
+            ]
+            cost = StartupCost(what, command, *(tuple(col) for col in zip(*taken, strict=True)))
             say(f"{what}: {ms(cost.median_ms)} ms")
             costs.append(cost)
     return costs
 
 
 def render(costs: Sequence[StartupCost], command: str, started: datetime) -> str:
+    header = ["start", "command", "CPU ms (median)", "range"]
     rows = [
-        (
+        [
             cost.what,
             f"`{cost.command}`",
             ms(cost.median_ms),
             f"{ms(min(cost.cpu_ms))}-{ms(max(cost.cpu_ms))}",
-        )
+        ]
         for cost in costs
     ]
+    if costs[0].before_ms:
+        header += ["--before (median)", "change"]
+        for row, cost in zip(rows, costs, strict=True):
+            row += [ms(statistics.median(cost.before_ms)), cost.change()]
     lines = [
         f"`{command}`, {started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, {len(costs[0].cpu_ms)} runs each:",
         "",
-        *table(("start", "command", "CPU ms (median)", "range"), rows),
+        *table(header, rows),
     ]
     return "\n".join(lines)
 
@@ -170,11 +196,16 @@ def render(costs: Sequence[StartupCost], command: str, started: datetime) -> str
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
     parser.add_argument("--runs", type=int, default=7, help="runs of each command [default: 7]")
+    parser.add_argument(
+        "--before", type=Path, help="another checkout measured beside this one, run by run"
+    )
     parser.add_argument("--no-write", action="store_true", help="only print the table")
     args = parser.parse_args(argv)
     started = datetime.now(UTC)
     with tempfile.TemporaryDirectory(prefix="lockwatch-bench-") as workdir:
-        costs = measure(args.runs, Path(workdir), lambda line: print(line, file=sys.stderr))
+        costs = measure(
+            args.runs, Path(workdir), args.before, lambda line: print(line, file=sys.stderr)
+        )
     text = render(costs, " ".join(["python -m bench.startup", *argv]), started)
     print(text)
     if not args.no_write:
