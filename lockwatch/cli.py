@@ -1,4 +1,9 @@
-"""Command line: ``lockwatch run|check-config|snapshot|demo|export|incidents``."""
+"""Command line: ``lockwatch run|check-config|snapshot|demo|export|incidents``.
+
+Every lockwatch process starts here, so this module imports only click and
+what the commands' flags need: each command imports what it does when it runs,
+and the commands of other modules are loaded only when invoked (commands/lazy.py).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from lockwatch import __version__
-from lockwatch.commands.doctor import doctor
-from lockwatch.commands.export import export_command
-from lockwatch.commands.incidents import incidents
-from lockwatch.commands.mcp_server import mcp_command
+from lockwatch.commands.lazy import LazyCommand, LazyGroup
 from lockwatch.commands.params import (
     DSN,
     DURATION,
@@ -25,13 +27,13 @@ from lockwatch.commands.params import (
     TELEMETRY_PATH,
     required_config,
 )
-from lockwatch.commands.terminate import terminate
-from lockwatch.config.load import ConfigError, load_settings, settings_from_flags
-from lockwatch.config.web import load_web_config
 from lockwatch.logs import FORMATS, LEVELS, setup_logging
-from lockwatch.settings.sharding import Shard
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings
-from lockwatch.settings.web import WebConfig, WebConfigError
+from lockwatch.settings.web import DEFAULT_LISTEN, WebConfig, WebConfigError
+
+if TYPE_CHECKING:
+    from lockwatch.config.load import ConfigError
+    from lockwatch.settings.sharding import Shard
+    from lockwatch.settings.targets import Settings
 
 EXIT_BAD_CONFIG = 2
 
@@ -55,6 +57,8 @@ def _settings_from_file(
     replica: str | None = None,
     external_url: str | None = None,
 ) -> Settings:
+    from lockwatch.config.load import load_settings
+
     settings = load_settings(path, replica=replica)
     return replace(
         settings,
@@ -66,6 +70,8 @@ def _settings_from_file(
 
 
 def _web_config(path: Path) -> WebConfig:
+    from lockwatch.config.web import load_web_config
+
     try:
         return load_web_config(path)
     except WebConfigError as exc:
@@ -78,7 +84,51 @@ def _fail_config(error: ConfigError) -> NoReturn:
     sys.exit(EXIT_BAD_CONFIG)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _load_or_fail(config_file: Path) -> Settings:
+    """The config file's settings; its problems said, exit 2, if it has any."""
+    from lockwatch.config.load import ConfigError, load_settings
+
+    try:
+        return load_settings(config_file)
+    except ConfigError as exc:
+        _fail_config(exc)
+
+
+LAZY = {
+    "doctor": LazyCommand(
+        "lockwatch.commands.doctor:doctor",
+        "Check whether a DSN is safe for session state (exit 0), pooled per transaction (1) "
+        "or broken (2), and how long an orphan of its role lives on its server.",
+    ),
+    "exec": LazyCommand(
+        "lockwatch.commands.exec:exec_command",
+        "Run COMMAND and report its start and its end to lockwatch: "
+        "lockwatch exec --job nightly -- ./report.sh",
+    ),
+    "export": LazyCommand(
+        "lockwatch.commands.export:export_command",
+        "Write the bundled Prometheus alert rules, Grafana dashboard, systemd unit, runbooks "
+        "or example config into DIRECTORY.",
+    ),
+    "incidents": LazyCommand(
+        "lockwatch.commands.incidents:incidents",
+        "List the open and resolved incidents lockwatch kept.",
+    ),
+    "mcp": LazyCommand(
+        "lockwatch.commands.mcp_server:mcp_command",
+        "Serve the Model Context Protocol over stdio: read-only tools over a running "
+        "lockwatch's incidents, locks, queues and jobs, for AI agents (the mcp extra: "
+        "pip install 'pg-lockwatch[mcp]').",
+    ),
+    "terminate": LazyCommand(
+        "lockwatch.commands.terminate:terminate",
+        "End an incident's root: pg_terminate_backend of the session holding its locks, "
+        "guarded by its pid and backend_start.",
+    ),
+}
+
+
+@click.group(cls=LazyGroup, lazy=LAZY, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockwatch")
 def main() -> None:
     """Watch PostgreSQL advisory locks: long holds, convoys, orphans, wrong holders."""
@@ -253,6 +303,8 @@ def _run_settings(
     lock_flags: dict[str, Any],
 ) -> tuple[Settings, Callable[[], Settings] | None]:
     """The settings ``run`` starts with, and how SIGHUP reads them again."""
+    from lockwatch.config.load import ConfigError, settings_from_flags
+
     dsn_source = click.get_current_context().get_parameter_source("dsn")
     if config_file is not None and dsn_source is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError(
@@ -293,10 +345,7 @@ def _run_settings(
 )
 def check_config(config_file: Path, shards: int | None) -> None:
     """Validate a config file; report every problem; exit 2 if there is any."""
-    try:
-        settings = load_settings(config_file)
-    except ConfigError as exc:
-        _fail_config(exc)
+    settings = _load_or_fail(config_file)
     named = sum(len(t.locks.named) for t in settings.targets)
     sources = (
         f", {len(settings.target_sources)} target source(s)" if settings.target_sources else ""
@@ -353,10 +402,7 @@ def notify_test(config_file: Path, channels: tuple[str, ...]) -> None:
     """
     from lockwatch.notify.check import send_test
 
-    try:
-        settings = load_settings(config_file)
-    except ConfigError as exc:
-        _fail_config(exc)
+    settings = _load_or_fail(config_file)
     names = [channel.name for channel in settings.notify.channels]
     if not names:
         click.echo(f"{config_file}: no notify channels configured", err=True)
@@ -445,55 +491,3 @@ def demo(dsn: str | None, duration: float | None, listen: str, log_level: str) -
     source = click.get_current_context().get_parameter_source("listen")
     given = source is not click.core.ParameterSource.DEFAULT
     sys.exit(run_demo(dsn=dsn, duration=duration, listen=listen, listen_given=given))
-
-
-@main.command("exec", context_settings={"ignore_unknown_options": True})
-@click.option("--job", required=True, help="The job's name, as configured under jobs.")
-@click.option(
-    "--run-key", default=None, help="What makes two runs the same run (default: the schedule slot)."
-)
-@click.option(
-    "--url",
-    envvar="LOCKWATCH_URL",
-    default=f"http://{DEFAULT_LISTEN}",
-    show_default=True,
-    help="lockwatch's address (or set LOCKWATCH_URL).",
-)
-@click.option(
-    "--token-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="File holding the ping token (or set LOCKWATCH_PING_TOKEN).",
-)
-@click.option("--host", default=None, help="The host name to report [default: this host's name].")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_command(
-    job: str,
-    run_key: str | None,
-    url: str,
-    token_file: Path | None,
-    host: str | None,
-    command: tuple[str, ...],
-) -> None:
-    """Run COMMAND and report its start and its end to lockwatch: lockwatch exec --job nightly -- ./report.sh"""
-    import os
-
-    from lockwatch.commands.exec import PingClient, run_wrapped
-
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise click.BadParameter(
-                f"cannot read {token_file}: {exc.strerror}", param_hint="--token-file"
-            ) from None
-    else:
-        token = os.environ.get("LOCKWATCH_PING_TOKEN", "")
-    if not token:
-        raise click.UsageError("no ping token: give --token-file or set LOCKWATCH_PING_TOKEN")
-    client = PingClient(url=url, token=token, job=job, stderr=sys.stderr)
-    sys.exit(run_wrapped(command, client=client, run_key=run_key, host=host))
-
-
-for command in (incidents, export_command, terminate, mcp_command, doctor):
-    main.add_command(command)

@@ -21,13 +21,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from http import HTTPStatus
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from lockwatch.config.reader import ConfigError
 from lockwatch.daemon_fleet import FleetFollower
 from lockwatch.model.incident_text import log_event
 from lockwatch.model.incidents import IncidentChanges
-from lockwatch.notify.election import open_election
-from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.fleet import FleetCollector
 from lockwatch.publish.metrics.history_store import HistoryStoreCollector
@@ -53,7 +52,11 @@ from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateDirLock, StateStore, remove_leftovers
 from lockwatch.stopping import stop_together
 from lockwatch.util.clock import Clock, utc_now
+from lockwatch.util.memory import collect_less_often
 from lockwatch.util.sdnotify import Notifier
+
+if TYPE_CHECKING:
+    from lockwatch.notify.service import AlertNotifier
 
 log = logging.getLogger(__name__)
 
@@ -82,15 +85,6 @@ def log_incidents(told: IncidentChanges) -> None:
             log.log(level, "%s", line, extra={"fields": fields})
 
 
-# The cyclic collector's thresholds (youngest generation, then collections
-# before the next older one is): a poll that changed one lock of 50,000 makes
-# some 150,000 objects (the new answer's rows, the documents' lock table) that
-# live until the next change, and under Python's (700, 10, 10) the collector
-# walked them over and over, a third of such a poll's CPU (docs/benchmarks.md).
-# lockwatch makes few reference cycles; the garbage they leave waits longer.
-GC_THRESHOLDS = (50_000, 20, 100)
-
-
 def settle_garbage_collector() -> None:
     """Move what startup made (modules, settings, the HTTP server: some
     70,000 objects) out of the cyclic collector's sight before the first poll.
@@ -100,7 +94,7 @@ def settle_garbage_collector() -> None:
     often (``GC_THRESHOLDS``)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    collect_less_often()
 
 
 def pinged_jobs(settings: Settings) -> set[str]:
@@ -183,6 +177,11 @@ class Daemon(FleetFollower):
         only hand each poll's incidents over."""
         if not settings.notify.channels:
             return None
+        # The notify package (its renderers, transports and requests) is loaded
+        # by a lockwatch that notifies, not by every one.
+        from lockwatch.notify.election import open_election
+        from lockwatch.notify.service import AlertNotifier
+
         return AlertNotifier(
             settings.notify,
             settings.state_dir,

@@ -10,20 +10,26 @@ the wrapper exits with the command's own exit code.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
+import click
 import requests
 
 from lockwatch.publish.pings import TOKEN_HEADER
-from lockwatch.util.deadline import deadline_session, within
+from lockwatch.settings.web import DEFAULT_LISTEN
+from lockwatch.util.deadline import within
+from lockwatch.util.http_session import deadline_session
 from lockwatch.util.secrets import redact
 
 PING_TIMEOUT = (2.0, 5.0)  # connect, read
@@ -124,3 +130,47 @@ def run_wrapped(
     finish_payload: dict[str, object] = {**start_payload, "exit_code": code, "duration": duration}
     client.send("success" if code == 0 else "fail", finish_payload)
     return code
+
+
+@click.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--job", required=True, help="The job's name, as configured under jobs.")
+@click.option(
+    "--run-key", default=None, help="What makes two runs the same run (default: the schedule slot)."
+)
+@click.option(
+    "--url",
+    envvar="LOCKWATCH_URL",
+    default=f"http://{DEFAULT_LISTEN}",
+    show_default=True,
+    help="lockwatch's address (or set LOCKWATCH_URL).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="File holding the ping token (or set LOCKWATCH_PING_TOKEN).",
+)
+@click.option("--host", default=None, help="The host name to report [default: this host's name].")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_command(
+    job: str,
+    run_key: str | None,
+    url: str,
+    token_file: Path | None,
+    host: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND and report its start and its end to lockwatch: lockwatch exec --job nightly -- ./report.sh"""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot read {token_file}: {exc.strerror}", param_hint="--token-file"
+            ) from None
+    else:
+        token = os.environ.get("LOCKWATCH_PING_TOKEN", "")
+    if not token:
+        raise click.UsageError("no ping token: give --token-file or set LOCKWATCH_PING_TOKEN")
+    client = PingClient(url=url, token=token, job=job, stderr=sys.stderr)
+    sys.exit(run_wrapped(command, client=client, run_key=run_key, host=host))

@@ -22,7 +22,8 @@ import requests
 from lockwatch.config.peek import ConfigPlaces
 from lockwatch.model.incidents import Incident, load_incident
 from lockwatch.settings.incidents import HistoryStore
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, parse_listen
+from lockwatch.settings.targets import Settings, parse_listen
+from lockwatch.settings.web import DEFAULT_LISTEN
 from lockwatch.state.incident_history import FileHistory, open_history
 from lockwatch.state.statefile import StateStore
 

@@ -26,7 +26,7 @@ from lockwatch.publish.api.incidents import (
     page_document,
     parse_since,
 )
-from lockwatch.settings.targets import DEFAULT_LISTEN
+from lockwatch.settings.web import DEFAULT_LISTEN
 from lockwatch.text import format_duration, iso_utc, one_line
 
 EXIT_BAD_CONFIG = 2

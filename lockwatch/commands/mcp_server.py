@@ -24,7 +24,7 @@ import click
 from lockwatch import __version__
 from lockwatch.commands import mcp_tools
 from lockwatch.commands.api_client import DEFAULT_TIMEOUT, ApiClient, ApiError
-from lockwatch.settings.targets import DEFAULT_LISTEN
+from lockwatch.settings.web import DEFAULT_LISTEN
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

@@ -1,4 +1,7 @@
-"""The click parameter types of lockwatch's command-line flags."""
+"""The click parameter types of lockwatch's command-line flags.
+
+Each checks a value as the settings do, importing their checks when it
+converts one: declaring a flag (``lockwatch --help``) loads no settings."""
 
 from __future__ import annotations
 
@@ -8,9 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from lockwatch.settings.fields import check_dsn, parse_duration
 from lockwatch.settings.sharding import Shard, parse_shard
-from lockwatch.settings.targets import check_external_url, parse_listen
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 
@@ -25,6 +26,8 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
     ) -> float:
         if isinstance(value, float):
             return value
+        from lockwatch.settings.fields import parse_duration
+
         try:
             return parse_duration(value)
         except ValueError as exc:
@@ -40,6 +43,8 @@ class ExternalUrl(click.ParamType):  # type: ignore[type-arg]
     name = "url"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from lockwatch.settings.targets import check_external_url
+
         problem = check_external_url(str(value))
         if problem is not None:
             self.fail(problem, param, ctx)
@@ -88,6 +93,8 @@ class ListenAddress(click.ParamType):  # type: ignore[type-arg]
         text = str(value)
         if text.startswith(":"):
             text = f"[::]{text}"
+        from lockwatch.settings.targets import parse_listen
+
         try:
             parse_listen(text)
         except ValueError as exc:
@@ -110,6 +117,8 @@ class DsnParam(click.ParamType):  # type: ignore[type-arg]
     name = "dsn"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from lockwatch.settings.fields import check_dsn
+
         problem = check_dsn(str(value))
         if problem is not None:
             self.fail(f"the DSN {problem}", param, ctx)

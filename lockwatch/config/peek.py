@@ -16,8 +16,8 @@ from lockwatch.config.reader import Reading
 from lockwatch.config.web import load_web_config
 from lockwatch.config.yamldata import FAILED, YamlMap
 from lockwatch.settings.incidents import HistoryStore
-from lockwatch.settings.targets import DEFAULT_LISTEN, check_listen
-from lockwatch.settings.web import WebConfigError
+from lockwatch.settings.targets import check_listen
+from lockwatch.settings.web import DEFAULT_LISTEN, WebConfigError
 
 __all__ = ["ConfigPlaces", "peek_places"]
 

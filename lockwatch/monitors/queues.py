@@ -46,7 +46,6 @@ from lockwatch.monitors.base import (
 )
 from lockwatch.sample.base import SampleContext, Source, SourceRunner
 from lockwatch.sample.queues import SqlQueueSampler
-from lockwatch.sample.redis import RedisQueueSampler
 from lockwatch.sample.workers import (
     CgroupCpuSampler,
     ProcessCpuSampler,
@@ -92,6 +91,8 @@ def queue_source(queue: Queue) -> Source[dict[str, QueueSample]]:
     if isinstance(queue.source, SqlQueueSource):
         return SqlQueueSampler(queue)
     assert isinstance(queue.source, RedisQueueSource)
+    from lockwatch.sample.redis import RedisQueueSampler  # redis-py: only for a Redis queue
+
     return RedisQueueSampler(queue)
 
 

@@ -20,10 +20,9 @@ import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-import requests
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from lockwatch.notify.am_alerts import Alert, AlertBook, Push, notify_test_alert
@@ -33,6 +32,9 @@ from lockwatch.notify.transports import Transport, TransportError, transport_tim
 from lockwatch.settings.notify import AlertmanagerChannel, NotifySettings
 from lockwatch.state.deliveries import Deliveries
 from lockwatch.util.clock import Clock
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-
-import requests
+from typing import TYPE_CHECKING
 
 from lockwatch.notify.alertmanager import push_test_alert
 from lockwatch.notify.message import Message
@@ -15,6 +14,9 @@ from lockwatch.notify.slack_api import make_transport
 from lockwatch.notify.transports import TransportError
 from lockwatch.settings.notify import AlertmanagerChannel, Channel, NotifySettings
 from lockwatch.util.clock import Clock, utc_now
+
+if TYPE_CHECKING:
+    import requests
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,8 @@ from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
 from prometheus_client.registry import Collector
 
 from lockwatch.model.incidents import IncidentChanges, Resolution
@@ -47,6 +46,9 @@ from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.pgstore import StoreError
 from lockwatch.state.statefile import StateStore
 from lockwatch.util.clock import Clock, utc_now
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 

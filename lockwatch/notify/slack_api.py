@@ -10,9 +10,7 @@ the ``Authorization`` header only, and no error message quotes it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
-
-import requests
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lockwatch.notify.message import Message
 from lockwatch.notify.render import SLACK_LIMIT, Line, document, fit, reply_lines, slack_mrkdwn
@@ -32,6 +30,9 @@ from lockwatch.settings.notify import (
     TelegramChannel,
 )
 from lockwatch.text import one_line, printable
+
+if TYPE_CHECKING:
+    import requests
 
 # The message cannot be edited any more: it is posted anew.
 _GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})

@@ -17,10 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
-
-import requests
 
 from lockwatch.notify.message import Message
 from lockwatch.notify.render import (
@@ -42,8 +40,11 @@ from lockwatch.settings.notify import (
     WebhookChannel,
 )
 from lockwatch.text import one_line, printable
-from lockwatch.util.deadline import deadline_session, within
+from lockwatch.util.deadline import within
 from lockwatch.util.secrets import redact
+
+if TYPE_CHECKING:
+    import requests
 
 MAX_ANSWER = 64 * 1024  # bytes of an answer read; receivers say little
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\)\]]+)")
@@ -141,6 +142,8 @@ class Transport(abc.ABC):
         # The whole call, connecting to the last byte of the answer: reads
         # that each come in time can still trickle on for minutes.
         self.deadline = connect_timeout + read_timeout if deadline is None else deadline
+        from lockwatch.util.http_session import deadline_session  # requests: loaded here
+
         self.session = session or deadline_session()
 
     @abc.abstractmethod
@@ -165,6 +168,8 @@ class Transport(abc.ABC):
         )
 
     def post(self, url: str, payload: Mapping[str, Any] | list[Any]) -> Answer:
+        import requests
+
         where = origin(url)
         with within(self.deadline) as deadline:
             try:
@@ -202,6 +207,8 @@ class Transport(abc.ABC):
             )
 
     def _failed(self, where: str, exc: requests.RequestException) -> TransportError:
+        import requests
+
         if isinstance(exc, requests.ConnectTimeout):
             return self.fail(f"connecting to {where} timed out after {self.connect_timeout:g}s")
         if isinstance(exc, requests.ReadTimeout):

@@ -15,11 +15,12 @@ import html
 import re
 from functools import cache
 from importlib import resources
-
-from markdown_it import MarkdownIt
-from markdown_it.rules_core import StateCore
+from typing import TYPE_CHECKING
 
 from lockwatch import __version__
+
+if TYPE_CHECKING:
+    from markdown_it.rules_core import StateCore
 
 _NOT_IN_ANCHOR = re.compile(r"[^\w\- ]")
 _STYLE = (
@@ -55,7 +56,10 @@ def runbooks_text() -> str:
 @cache
 def runbooks_page() -> bytes:
     """The runbooks as one HTML page, rendered once (raw HTML in the text is
-    shown as text, never passed through)."""
+    shown as text, never passed through): markdown_it is loaded by the first
+    request for the page, not by every lockwatch that never serves it."""
+    from markdown_it import MarkdownIt
+
     markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
     markdown.core.ruler.push("heading_ids", _heading_ids)
     body = markdown.render(runbooks_text())

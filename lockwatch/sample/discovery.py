@@ -16,15 +16,18 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import requests
 import yaml
 
 from lockwatch.model.discovery import TargetGroup
 from lockwatch.sample.base import SampleError
 from lockwatch.settings.sources import TargetSource
 from lockwatch.text import one_line
-from lockwatch.util.deadline import deadline_session, within
+from lockwatch.util.deadline import within
+
+if TYPE_CHECKING:
+    import requests
 
 _MAX_BODY = 16 * 1024 * 1024  # an http_sd answer past this is refused
 _CHUNK = 64 * 1024  # bytes read from an http_sd answer at a time
@@ -102,10 +105,14 @@ class HttpSd:
         self.url = source.url
         self.timeout = source.timeout
         self.what = f"target source {source.name}"
+        from lockwatch.util.http_session import deadline_session  # requests: loaded here
+
         self._session = deadline_session() if session is None else session
         self._refresh = str(int(source.every))
 
     def read(self) -> tuple[TargetGroup, ...]:
+        import requests
+
         headers = {
             "Accept": "application/json",
             "X-Prometheus-Refresh-Interval-Seconds": self._refresh,

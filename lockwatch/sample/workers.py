@@ -16,10 +16,7 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import psutil
-import requests
+from typing import TYPE_CHECKING, Any
 
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import WorkerSample
@@ -27,8 +24,12 @@ from lockwatch.sample.activity import QUERY_CHARS, backend_from_row
 from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.sample.cpu import PROC, ProcReader, pressure_total
 from lockwatch.settings.queues import CgroupCpu, ProcessMatch, PrometheusCpu
-from lockwatch.util.deadline import deadline_session, within
+from lockwatch.util.deadline import within
 from lockwatch.util.secrets import redact
+
+if TYPE_CHECKING:
+    import psutil
+    import requests
 
 MAX_SESSIONS = 2000  # sessions read per poll, whatever the patterns match
 
@@ -56,7 +57,8 @@ class CounterAccumulator:
 
 
 class ProcessCpuSampler:
-    """Local processes matched by command line or pidfile, with their children."""
+    """Local processes matched by command line or pidfile, with their children
+    (psutil, imported by the methods that read them: only this sampler needs it)."""
 
     def __init__(
         self, match: ProcessMatch, *, exclude: int | None = None, proc: Path = PROC
@@ -71,6 +73,8 @@ class ProcessCpuSampler:
         self._sched = ProcReader(proc)
 
     def _roots(self) -> list[psutil.Process]:
+        import psutil
+
         roots: list[psutil.Process] = []
         if self.match.pidfile is not None:
             pid = self._pid_from_file(self.match.pidfile)
@@ -98,6 +102,8 @@ class ProcessCpuSampler:
         return int(text)
 
     def _processes(self) -> Iterable[psutil.Process]:
+        import psutil
+
         found: dict[int, psutil.Process] = {}
         for root in self._roots():
             found.setdefault(root.pid, root)
@@ -111,6 +117,8 @@ class ProcessCpuSampler:
         return found.values()
 
     def sample(self, context: SampleContext) -> WorkerSample:
+        import psutil
+
         current: dict[tuple[int, float], tuple[float, float]] = {}
         runnable, told = 0, True  # told: every process's run-queue time was read
         for proc in self._processes():
@@ -190,11 +198,15 @@ class PrometheusCpuSampler:
     def __init__(self, spec: PrometheusCpu, session: requests.Session | None = None) -> None:
         self.spec = spec
         self.endpoint = spec.url.rstrip("/") + "/api/v1/query"
+        from lockwatch.util.http_session import deadline_session  # requests: loaded here
+
         self._session = deadline_session() if session is None else session
         self._cpu = CounterAccumulator()
         self._secrets = (spec.url,)
 
     def _query(self, query: str) -> float:
+        import requests
+
         # The timeout bounds the whole query too: an answer trickled in reads
         # that each come in time would hold the poll for minutes.
         with within(self.spec.timeout) as deadline:

@@ -9,6 +9,7 @@ samplers that speak their Redis layout.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -104,11 +105,17 @@ def _check_cgroup_path(text: str) -> str | None:
 def _to_keys(value: object) -> tuple[str, ...]:
     """One key, or a list of them."""
     if isinstance(value, list):
-        return _KEYS.validate_python(value)
+        return _keys_adapter().validate_python(value)
     return (to_text(value),)
 
 
-_KEYS = TypeAdapter(tuple[Text, ...])
+@functools.cache
+def _keys_adapter() -> TypeAdapter[tuple[str, ...]]:
+    """Built by the first list of keys read, not at import: a pydantic adapter
+    costs milliseconds, and most configs have no such list."""
+    return TypeAdapter(tuple[Text, ...])
+
+
 RedisUrl = Annotated[Text, check(url_check("redis", "rediss", "unix"))]
 HttpUrl = Annotated[Text, check(url_check("http", "https"))]
 UrlSecret = Secret(from_file=False, part=url_password)

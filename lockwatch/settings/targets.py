@@ -39,10 +39,7 @@ from lockwatch.settings.queues import Queue, WorkerGroup
 from lockwatch.settings.serverless import SleepSettings
 from lockwatch.settings.sharding import ALL, Shard, check_shard, parse_shard
 from lockwatch.settings.sources import AuthModule, TargetSource
-from lockwatch.settings.web import WebConfig
-
-DEFAULT_LISTEN = "127.0.0.1:10057"
-
+from lockwatch.settings.web import DEFAULT_LISTEN, WebConfig
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?")
 

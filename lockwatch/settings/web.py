@@ -4,6 +4,10 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Where lockwatch serves when told nothing; here, not in targets.py, so that the
+# command line shows it without loading the settings (lockwatch --help).
+DEFAULT_LISTEN = "127.0.0.1:10057"
+
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
     "RequestClientCert": ssl.CERT_OPTIONAL,

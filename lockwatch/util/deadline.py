@@ -6,8 +6,10 @@ minutes. Inside :func:`within`, a watchdog thread shuts the call's socket down
 once the deadline passes, which ends the blocked read at once. What the call then returns or raises is not
 the receiver's answer (http.client takes a head cut short for a whole one):
 after the block, ``Deadline.expired`` says to discard it. Only a session
-from :func:`deadline_session` lets the watchdog find the socket: its pools
-hand each connection they give out to the calling thread's deadline.
+from :func:`lockwatch.util.http_session.deadline_session` lets the watchdog
+find the socket: its pools hand each connection they give out to the calling
+thread's deadline (:func:`watched`). This module imports no HTTP library: a
+process that makes no HTTP call never loads requests.
 """
 
 from __future__ import annotations
@@ -18,10 +20,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
-
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 # How often the watchdog looks again for a socket still being connected when
 # the deadline passed (connecting is bounded by the connect timeout).
@@ -71,7 +69,7 @@ def _shut_down(sock: socket.socket) -> None:
 @contextlib.contextmanager
 def within(seconds: float) -> Iterator[Deadline]:
     """The calls made in this thread inside the block, through a
-    :func:`deadline_session`, end at most ``seconds`` after it began."""
+    ``deadline_session()``, end at most ``seconds`` after it began."""
     deadline = Deadline(seconds)
     outer = getattr(_current, "deadline", None)
     _current.deadline = deadline
@@ -85,43 +83,9 @@ def within(seconds: float) -> Iterator[Deadline]:
         watchdog.join()
 
 
-def _watched(connection: Any) -> Any:
+def watched(connection: Any) -> Any:
+    """``connection``, given to the calling thread's deadline if it has one."""
     deadline: Deadline | None = getattr(_current, "deadline", None)
     if deadline is not None:
         deadline.watch(connection)
     return connection
-
-
-class _HTTPPool(HTTPConnectionPool):
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        return _watched(super()._get_conn(timeout))
-
-
-class _HTTPSPool(HTTPSConnectionPool):
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        return _watched(super()._get_conn(timeout))
-
-
-_POOLS = {"http": _HTTPPool, "https": _HTTPSPool}
-
-
-class _DeadlineAdapter(HTTPAdapter):
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOLS
-
-    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        # A SOCKS proxy has pools of its own kind (its calls keep per-read timeouts).
-        if not proxy.lower().startswith("socks"):
-            manager.pool_classes_by_scheme = _POOLS
-        return manager
-
-
-def deadline_session() -> requests.Session:
-    """A session whose calls :func:`within` can bound."""
-    session = requests.Session()
-    adapter = _DeadlineAdapter()
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session

@@ -12,12 +12,33 @@ nothing is done.
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["TRIM_EVERY", "TRIM_FROM_LOCKS", "MemoryTrimmer", "give_back"]
+__all__ = [
+    "GC_THRESHOLDS",
+    "TRIM_EVERY",
+    "TRIM_FROM_LOCKS",
+    "MemoryTrimmer",
+    "collect_less_often",
+    "give_back",
+]
+
+# The cyclic collector's thresholds (youngest generation, then collections
+# before the next older one is): a poll that changed one lock of 50,000 makes
+# some 150,000 objects (the new answer's rows, the documents' lock table) that
+# live until the next change, and under Python's (700, 10, 10) the collector
+# walked them over and over, a third of such a poll's CPU (docs/benchmarks.md).
+# lockwatch makes few reference cycles; the garbage they leave waits longer.
+# Starting up makes no garbage worth collecting either: the modules' classes and
+# functions live as long as the process, and under Python's thresholds the
+# collector walked them some 140 times while lockwatch run imported them (a
+# tenth of the imports' CPU), so ``python -m lockwatch`` collects less often
+# from its first line (lockwatch/__main__.py).
+GC_THRESHOLDS = (50_000, 20, 100)
 
 # A poll that read at least this many locks left enough garbage to be worth
 # giving back (a trim walks the whole heap).
@@ -25,6 +46,10 @@ TRIM_FROM_LOCKS = 10_000
 # Seconds between two trims at least, process-wide: many large targets
 # share one heap, and one trim frees what all of them left.
 TRIM_EVERY = 1.0
+
+
+def collect_less_often() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

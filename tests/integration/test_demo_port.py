@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from lockwatch.cli import main
 from lockwatch.demo.run import run_demo
-from lockwatch.settings.targets import DEFAULT_LISTEN, parse_listen
+from lockwatch.settings.targets import parse_listen
+from lockwatch.settings.web import DEFAULT_LISTEN
 from tests.fixtures.postgres import PgDatabase, free_port, run_in_thread, wait_until
 
 

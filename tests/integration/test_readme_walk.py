@@ -32,7 +32,7 @@ import yaml
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.catalogue.registry import ENTRIES
-from lockwatch.settings.targets import DEFAULT_LISTEN
+from lockwatch.settings.web import DEFAULT_LISTEN
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import free_port, wait_until
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 
-from lockwatch.daemon import GC_THRESHOLDS, settle_garbage_collector
+from lockwatch.daemon import settle_garbage_collector
+from lockwatch.util.memory import GC_THRESHOLDS
 
 
 def test_startup_objects_are_frozen_and_collections_come_less_often() -> None:

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
-
-import redis
+from typing import TYPE_CHECKING
 
 from lockwatch.model.queues import QueueSample
 from lockwatch.settings.queues import (
@@ -23,9 +22,12 @@ from lockwatch.settings.queues import (
     SqlQueueSource,
 )
 
+if TYPE_CHECKING:
+    import redis
+
 # How one queue of a library's Redis layout reads: the client, the queue's
 # name as the library spells it, and the time of the reading.
-RedisReader = Callable[[redis.Redis, str, datetime], QueueSample]
+RedisReader = Callable[["redis.Redis", str, datetime], QueueSample]
 
 
 @dataclass(frozen=True, slots=True)

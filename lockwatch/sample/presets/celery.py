@@ -5,11 +5,13 @@ separator (priority 0 is the queue itself)."""
 from __future__ import annotations
 
 from datetime import datetime
-
-import redis
+from typing import TYPE_CHECKING
 
 from lockwatch.model.queues import QueueSample
 from lockwatch.sample.presets.base import RedisPreset
+
+if TYPE_CHECKING:
+    import redis
 
 PRIORITY_SEPARATOR = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)

@@ -5,11 +5,13 @@ taken from the head), with ``rq:wip:<name>``, ``rq:finished:<name>`` and
 from __future__ import annotations
 
 from datetime import UTC, datetime
-
-import redis
+from typing import TYPE_CHECKING
 
 from lockwatch.model.queues import QueueSample
 from lockwatch.sample.presets.base import RedisPreset, age_seconds, text
+
+if TYPE_CHECKING:
+    import redis
 
 PREFIX = "rq"
 

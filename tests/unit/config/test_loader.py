@@ -15,7 +15,8 @@ from lockwatch.config.load import ConfigError, ConfigProblem, load_settings, set
 from lockwatch.model.locks import LockKey
 from lockwatch.settings.fields import parse_duration
 from lockwatch.settings.locks import AllowedHolders, LockRole, LockSettings, NamedLock
-from lockwatch.settings.targets import DEFAULT_LISTEN, Settings, Target
+from lockwatch.settings.targets import Settings, Target
+from lockwatch.settings.web import DEFAULT_LISTEN
 from tests.fixtures.paths import ROOT
 
 EXAMPLE = ROOT / "docs" / "lockwatch.example.yml"
