@@ -41,7 +41,7 @@ import psutil
 
 from bench.markdown import ms, table, write_into
 from bench.poll_cost import bench_target
-from bench.server import BenchServer
+from bench.server import LOCKWATCH_ROLE, BenchServer
 from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.runner import TargetRunner, start_spread
@@ -57,7 +57,7 @@ INTERVALS = (10.0, 1.0)
 ARMS = ("pool", "thread", "spread")
 LOCKS = 100
 TARGETS_PER_SERVER = 250  # with the lock holders, within the default max_connections
-SETTLE = 5.0  # seconds for one arm's sessions to end before the next arm starts
+SETTLE_TIMEOUT = 30.0  # seconds for one arm's sessions to end before the next arm starts
 FIRST_POLLS_TIMEOUT = 120.0  # beyond one interval, for every target's first poll
 
 
@@ -204,6 +204,19 @@ def wait_first_polls(board: Board, runners: Sequence[TimedRunner], interval: flo
     raise RuntimeError(f"not every one of {len(runners)} target(s) polled within the deadline")
 
 
+def settle(servers: Sequence[BenchServer]) -> None:
+    """Until the targets' sessions of the arm just measured have ended on
+    every server, so that the next arm's figures are its own."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while any(
+        server.admin.execute(query, (LOCKWATCH_ROLE,)).fetchone() != (0,) for server in servers
+    ):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the targets' sessions still open after {SETTLE_TIMEOUT:g}s")
+        time.sleep(0.05)
+
+
 def measure(
     servers: Sequence[BenchServer], arm: str, targets: int, interval: float, seconds: float
 ) -> Scale:
@@ -286,7 +299,7 @@ def run(
                 length = max(seconds, 3 * interval)  # three polls of each target at least
                 say(f"{arm}: {targets:,} target(s) every {interval:g}s for {length:g}s")
                 scales.append(measure(servers, arm, targets, interval, length))
-                time.sleep(SETTLE)
+                settle(servers)
         return servers[0].version, len(servers), scales
 
 

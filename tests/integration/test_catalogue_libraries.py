@@ -38,7 +38,7 @@ from tests.fixtures.postgres import MONITOR_USER, PgDatabase, queue_on_lock, wai
 
 LIBRARIES = ROOT / ".npm-libraries" / "node_modules"
 SCRIPTS = ROOT / "tests" / "npm-libraries"
-CYCLES = 5  # pg-boss maintenance runs (and completed jobs) that make "normal"
+CYCLES = 3  # pg-boss maintenance runs (and completed jobs) that make "normal"
 
 
 def need_libraries() -> None:

@@ -1,9 +1,9 @@
 """The tuist case (tuist/tuist#12718) on the real library: six procrastinate
-3 worker processes drain a backlog of one-second reports; three of them
+3 worker processes drain a backlog of quarter-second reports; three of them
 then take a job that never returns, alive and beating all along. Readings are
 the procrastinate preset's, as lockwatch's role reads them; their clock is
-injected, one real second an injected minute, so an hour of learning takes a
-minute. Ground truth is procrastinate's own: the hung jobs are 'doing' with
+injected, a report's quarter second an injected minute, so an hour of learning
+takes fifteen seconds. Ground truth is procrastinate's own: the hung jobs are 'doing' with
 three distinct workers whose heartbeats are fresh."""
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ __all__ = ["pg", "server", "workers"]  # test_lib_procrastinate's fixtures, used
 
 pytestmark = pytest.mark.pg
 
-SCALE = 60.0  # injected seconds per real second
+SCALE = 240.0  # injected seconds per real second
+# Seconds a report takes: each worker completes one per injected minute, as
+# many as a one-second report on a clock of one real second a minute.
+REPORT = 60.0 / SCALE
 READ_EVERY = 15.0  # injected seconds between readings
 THRESHOLDS = QueueThresholds()
 BACKLOG = 3000  # reports: more than six workers finish in the test's few minutes
@@ -101,7 +104,7 @@ def test_three_of_six_procrastinate_workers_hung_is_capacity_lost_within_an_hour
 ) -> None:
     install(pg)
     defer(pg, BACKLOG, 0)
-    workers.extend(Worker(pg) for _ in range(6))
+    workers.extend(Worker(pg, report=REPORT) for _ in range(6))
     for worker in workers:
         wait_until(worker.started, timeout=60, message=f"{worker.lines}")
     clock = InjectedClock(pg)

@@ -20,10 +20,16 @@ pytestmark = pytest.mark.pg
 EXPECTED_MAJOR = {"pg18": 18, "pg15": 15}
 
 
-@pytest.fixture
+# Set on the module's own server, on top of the harness's defaults.
+OWN_SETTINGS = {"lock_timeout": "1234"}
+
+
+@pytest.fixture(scope="module")
 def own_server(pg_server: LocalCluster) -> Iterator[LocalCluster]:
-    """A server of the same version that a test may crash, restart or close."""
-    with LocalCluster(pg_server.bin_dir) as server:
+    """A server of the same version that the module's tests may crash or
+    restart, in any order: each leaves it running (an initdb is most of a
+    server's start, so they share one)."""
+    with LocalCluster(pg_server.bin_dir, settings=OWN_SETTINGS) as server:
         yield server
 
 
@@ -147,11 +153,8 @@ def test_close_leaves_no_server_process_and_removes_the_directory(
     assert not directory.exists()
 
 
-def test_settings_are_applied_on_top_of_the_defaults(pg_server: LocalCluster) -> None:
-    with (
-        LocalCluster(pg_server.bin_dir, settings={"lock_timeout": "1234"}) as server,
-        psycopg.connect(server.dsn()) as conn,
-    ):
+def test_settings_are_applied_on_top_of_the_defaults(own_server: LocalCluster) -> None:
+    with psycopg.connect(own_server.dsn()) as conn:
         shown = conn.execute(
             "SELECT current_setting('lock_timeout'), current_setting('fsync'),"
             " current_setting('max_connections'), current_setting('listen_addresses')"

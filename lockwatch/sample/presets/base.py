@@ -8,8 +8,8 @@ this one, listed once in ``registry.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -37,6 +37,9 @@ class SqlPreset:
     name: str
     description: str
     sql_file: str  # beside this module; %(queue)s is the queue, NULL for every queue
+    # The query's other parameters: the library's own settings it judges by, at
+    # their defaults (a test running the library with others replaces them).
+    params: Mapping[str, object] = field(default_factory=dict)
     # Beside it too: the library's advisory locks held now on purpose (per-job
     # and liveness locks), as rows of database, key, name and purpose.
     held_locks_file: str | None = None
@@ -56,7 +59,8 @@ class SqlPreset:
                 for first, last, releases, name in self.schema_ranges
             )
             schema = LibrarySchema(self.name, self.version_sql, ranges)
-        return SqlQueueSource(_sql(self.sql_file), params={"queue": queue}, schema=schema)
+        params = {**self.params, "queue": queue}
+        return SqlQueueSource(_sql(self.sql_file), params=params, schema=schema)
 
     def held_locks_query(self) -> str | None:
         return None if self.held_locks_file is None else _sql(self.held_locks_file)

@@ -4,7 +4,8 @@
 -- Stuck: jobs 'doing' whose worker is gone, by procrastinate's own rule
 -- (queries.sql select_stalled_jobs_by_heartbeat): a worker whose heartbeat
 -- (procrastinate_workers.last_heartbeat, every 10 s by default) is older than
--- its default stalled_worker_timeout (30 s), or whose row was pruned (the
+-- its stalled_worker_timeout (the preset's parameter: procrastinate's default,
+-- 30 s), or whose row was pruned (the
 -- job's worker_id set NULL). The worker is judged per job, so a dead worker
 -- is seen while others live; procrastinate itself retries such jobs only when
 -- asked (retry_stalled_jobs). Since: each stuck job's 'started' event.
@@ -40,7 +41,7 @@ WITH jobs AS (
     FROM jobs AS j
     LEFT JOIN procrastinate_workers AS w ON w.id = j.worker_id
     WHERE j.status = 'doing'
-      AND (j.worker_id IS NULL OR w.id IS NULL OR w.last_heartbeat < now() - interval '30 seconds')
+      AND (j.worker_id IS NULL OR w.id IS NULL OR w.last_heartbeat < now() - %(stalled_worker_timeout)s * interval '1 second')
 )
 SELECT count(*) FILTER (
            WHERE j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now())
@@ -61,7 +62,7 @@ SELECT count(*) FILTER (
         FROM (SELECT * FROM stuck ORDER BY started_at LIMIT 20) AS s) AS stuck_job_ids,
        (SELECT min(started_at) FROM stuck) AS stuck_since,
        (SELECT count(*) FROM procrastinate_workers AS w
-        WHERE w.last_heartbeat >= now() - interval '30 seconds') AS consumers,
+        WHERE w.last_heartbeat >= now() - %(stalled_worker_timeout)s * interval '1 second') AS consumers,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object(
             'id', r.id::text,
             'attempt', r.attempts,
