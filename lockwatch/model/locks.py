@@ -8,11 +8,17 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import compress, islice
-from operator import attrgetter
+from itertools import islice
 from typing import NamedTuple
 
-from lockwatch.model.holdings import HolderOf, Holdings, holder_of
+from lockwatch.model.holdings import (
+    HolderOf,
+    Holdings,
+    LockChange,
+    LockTally,
+    holder_of,
+    rows_of,
+)
 from lockwatch.model.lock_waits import LockWait, PreparedXact
 from lockwatch.text import client_address
 
@@ -212,13 +218,15 @@ class AdvisoryLock:
 
 # The holders of each (database, key) asked about (``LockSummary.key_holders``).
 KeyHolders = Mapping[tuple[str, LockKey], list[HolderOf]]
+_Asked = tuple[frozenset[tuple[str, LockKey]], KeyHolders]
 
 
 @dataclass(frozen=True, slots=True)
 class LockSummary:
-    """What the detectors ask of all of a poll's locks at once, read in one
-    pass over them: most polls of a quiet server then judge no lock one by
-    one. The lock monitor keeps it while the locks stay the same tuple."""
+    """What the detectors ask of all of a poll's locks at once: most polls of
+    a quiet server then judge no lock one by one. The lock monitor keeps it
+    while the locks stay the same tuple, and carries it over to the next
+    poll's locks by what changed (``LockChange``) when they changed a little."""
 
     locks: tuple[AdvisoryLock, ...]  # the locks it sums up
     oldest: datetime | None  # the earliest first_seen
@@ -226,17 +234,19 @@ class LockSummary:
     unusual: bool  # any wait, or any lock of a prepared transaction
     pids: frozenset[int]  # of every lock
     session_holders: frozenset[int]  # pids holding a session-level lock
+    _tally: LockTally = field(compare=False, repr=False)  # counted, to be carried over
     # The locks per key, made the first time a publisher asks (``table``).
     _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
     # The locks per holder, made the first time incidents are told (``holdings``).
     _holdings: list[Holdings] = field(default_factory=list, compare=False, repr=False)
-    # The last poll's summary, while its holdings may be carried over to these
-    # locks (let go once they are).
-    _earlier: list[LockSummary] = field(default_factory=list, compare=False, repr=False)
-    # The holders of the keys last asked about (``key_holders``): the keys and the answer.
-    _asked: list[tuple[frozenset[tuple[str, LockKey]], KeyHolders]] = field(
+    # What changed since the last poll's summary, with that summary's holdings
+    # and holders of keys asked about, while they may be carried over (let go
+    # once they are).
+    _earlier: list[tuple[LockChange[AdvisoryLock], list[Holdings], list[_Asked]]] = field(
         default_factory=list, compare=False, repr=False
     )
+    # The holders of the keys last asked about (``key_holders``): the keys and the answer.
+    _asked: list[_Asked] = field(default_factory=list, compare=False, repr=False)
 
     def table(self) -> LockTable:
         # Two readers at once may both make it; either one is the same table.
@@ -245,61 +255,60 @@ class LockSummary:
         return self._table[0]
 
     def holdings(self) -> Holdings:
-        """Kept with the summary: a poll whose locks did not change (a steady
-        flood) tells its incidents' loads without a pass over them, and one
-        whose locks changed a little carries the last poll's over, changed
-        holder by holder."""
+        """Kept with the summary: a steady flood tells its incidents' loads
+        without a pass over the locks, and locks changed a little carry the
+        last poll's over, changed holder by holder."""
         if not self._holdings:
-            earlier = self._earlier[0] if self._earlier else None
-            if earlier is not None and not (self.unusual or earlier.unusual):
-                self._holdings.append(earlier.holdings().changed(earlier.locks, self.locks))
+            change, earlier, _ = self._earlier[0] if self._earlier else (None, [], [])
+            if change is not None and earlier and not self.unusual:
+                self._holdings.append(earlier[0].changed(change, self.locks))
             else:
                 self._holdings.append(Holdings.of(self.locks))
-            self._earlier.clear()
+            self._earlier[:] = [(change, [], asked) for change, _, asked in self._earlier]
         return self._holdings[0]
 
     def key_holders(self, keys: frozenset[tuple[str, LockKey]]) -> KeyHolders:
-        """The holders of each of ``keys`` (database, key) holding it now; the
+        """The holders of each of ``keys`` (database, key) holding it now: the
         same keys asked again of the same locks (a steady flood's findings)
-        are not looked for again."""
+        are not looked for again, those of the last poll's carried over."""
         if self._asked and self._asked[0][0] == keys:
             return self._asked[0][1]
-        found: dict[tuple[str, LockKey], list[HolderOf]] = {}
-        # Only the rows of the keys asked about take a Python step (few of many).
-        rows = compress(self.locks, map(keys.__contains__, map(_DATABASE_KEY, self.locks)))
-        for lock in rows:
+        plain = {(database, key.pair, key.first, key.second) for database, key in keys}
+        change, _, earlier = self._earlier[0] if self._earlier else (None, [], [])
+        rows, found = self.locks, {}
+        if change is not None and earlier and earlier[0][0] == keys:
+            rows, found = change.taken, {key: list(held) for key, held in earlier[0][1].items()}
+            for lock in rows_of(plain, change.released):
+                if lock.granted:
+                    found[(lock.database, lock.key)].remove(holder_of(lock))
+        for lock in rows_of(plain, rows):
             if lock.granted:
                 found.setdefault((lock.database, lock.key), []).append(holder_of(lock))
+        found = {watched: holders for watched, holders in found.items() if holders}
         self._asked[:] = [(keys, found)]
+        self._earlier[:] = [(change, held, []) for change, held, _ in self._earlier]
         return found
 
     @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...], earlier: LockSummary | None = None) -> LockSummary:
-        """``earlier``: the last poll's summary, whose holdings (when made)
-        are carried over to ``locks`` instead of made anew."""
-        # Column by column through C (map, filter, compress): a poll that
-        # changed one lock of 50,000 sums them all up again.
-        pids = tuple(map(_PID, locks))
-        granted = tuple(map(_GRANTED, locks))
-        seen = tuple(filter(None, map(_FIRST_SEEN, locks)))
+    def of(
+        cls,
+        locks: tuple[AdvisoryLock, ...],
+        earlier: LockSummary | None = None,
+        change: LockChange[AdvisoryLock] | None = None,
+    ) -> LockSummary:
+        """``earlier``: the last poll's summary, carried over to ``locks`` by
+        ``change`` (told by identity when not given) when few changed."""
+        if earlier is not None and change is None:
+            change = LockChange.between(earlier.locks, locks)
+        if earlier is None or change is None or earlier.unusual or not change.few(len(locks)):
+            tally, carried = LockTally.of(locks), []
+        else:
+            tally = earlier._tally.changed(change, locks)
+            carried = [(change, earlier._holdings, earlier._asked)]
+        pids, held = frozenset(tally.pids), frozenset(tally.session_pids)
         return cls(
-            locks,
-            min(seen, default=None),
-            max(seen, default=None) if len(seen) == len(locks) else None,
-            not all(granted) or any(map(_PREPARED, locks)),
-            frozenset(pids),
-            # Of the granted locks, those whose session_level is true.
-            frozenset(
-                compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
-            ),
-            _earlier=[earlier] if earlier is not None and earlier._holdings else [],
+            locks, tally.oldest, tally.newest, tally.unusual, pids, held, tally, _earlier=carried
         )
-
-
-_PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (
-    attrgetter(name) for name in ("pid", "granted", "first_seen", "prepared", "session_level")
-)
-_DATABASE_KEY = attrgetter("database", "key")
 
 
 class KeyRows(NamedTuple):
