@@ -121,7 +121,7 @@ class LockMonitor:
             raw.locks, raw.backends, now, raw.read_at, monotonic=context.monotonic
         )
         if self._summary is None or self._summary.locks is not locks:
-            self._summary = LockSummary.of(locks, earlier=self._summary)
+            self._summary = LockSummary.of(locks, self._summary, self.tracker.change)
         snapshot = LockSnapshot(
             target=self.target.name,
             taken_at=now,
