@@ -267,6 +267,10 @@ class LockSummary:
             self._earlier[:] = [(change, [], asked) for change, _, asked in self._earlier]
         return self._holdings[0]
 
+    def change(self) -> LockChange[AdvisoryLock] | None:
+        """How these locks came from the last poll's summary's, when carried over."""
+        return self._earlier[0][0] if self._earlier else None
+
     def key_holders(self, keys: frozenset[tuple[str, LockKey]]) -> KeyHolders:
         """The holders of each of ``keys`` (database, key) holding it now: the
         same keys asked again of the same locks (a steady flood's findings)
@@ -300,7 +304,7 @@ class LockSummary:
         ``change`` (told by identity when not given) when few changed."""
         if earlier is not None and change is None:
             change = LockChange.between(earlier.locks, locks)
-        if earlier is None or change is None or earlier.unusual or not change.few(len(locks)):
+        if earlier is None or change is None or not change.few(len(locks)):
             tally, carried = LockTally.of(locks), []
         else:
             tally = earlier._tally.changed(change, locks)
