@@ -403,7 +403,7 @@ class AdvisoryLockReader:
         if locks is not known:
             # The same answer is the same tuple again: the hold tracker
             # then knows at a glance that no lock changed.
-            self._locks = tuple(locks.values())
+            self._locks = self._decoder.ordered
             self._waiting = not all(map(attrgetter("granted"), self._locks))
         return RawSample(
             self.session.server_version,
