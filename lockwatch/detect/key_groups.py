@@ -178,6 +178,9 @@ class RowPlan:
     keys: dict[RowKey, KeyRowsOf] = field(default_factory=dict)
     ignored: dict[RowKey, list[AdvisoryLock]] = field(default_factory=dict)
     alike: dict[Shape, tuple[list[AdvisoryLock], int]] = field(default_factory=dict)
+    # How many rows have each key's first (its whole value, if a bigint): a
+    # taken row whose key no row held on shares is sorted without a pass.
+    firsts: Counter[int] = field(default_factory=Counter)
 
     def fits(
         self,
@@ -237,7 +240,7 @@ def key_groups(
             plan.locks = snapshot.locks if every else None
             plan.settings, plan.on_purpose, plan.built = settings, on_purpose, built
             plan.keys, plan.ignored = sorted_rows.keys, sorted_rows.ignored
-            plan.alike = sorted_rows.alike
+            plan.alike, plan.firsts = sorted_rows.alike, sorted_rows.firsts
     build = _Builder(snapshot, settings, now, pooled, history, on_purpose)
     for database, key, named, locks in sorted_rows.keys.values():
         yield build(database, key, named, locks)
@@ -264,7 +267,7 @@ def _sorted_rows(
         for row, lock in zip(row_keys, rows, strict=True):
             if row in shared:
                 more_rows.setdefault(row, []).append(lock)
-    plan = RowPlan(built=built)
+    plan = RowPlan(built=built, firsts=Counter(map(_FIRST, rows)))
     sorter = _Sorter(plan, settings, on_purpose)
     members: dict[Shape, list[AdvisoryLock]] = {}
     for row, lock in first_rows.items():
@@ -325,12 +328,19 @@ class _Sorter:
         plan = self.plan
         for lock in change.released:
             self._drop(lock)
+        for first in map(_FIRST, change.released):
+            plan.firsts[first] -= 1
+            if not plan.firsts[first]:
+                del plan.firsts[first]  # a key let go of is not counted on
         taken: dict[RowKey, list[AdvisoryLock]] = {}
         for lock in change.taken:
             taken.setdefault(_ROW_KEY(lock), []).append(lock)
-        # A key held alike until now that a taken row shares is built on its own.
-        firsts, new = {row[2] for row in taken}, set(map(id, change.taken))
-        for lock in compress(locks, map(firsts.__contains__, map(_FIRST, locks))):
+        # A key held alike until now that a taken row shares is built on its
+        # own: looked for (a pass through C) only when a row held on may share it.
+        firsts = {row[2] for row in taken if plan.firsts[row[2]] > 0}
+        plan.firsts.update(map(_FIRST, change.taken))
+        new = set(map(id, change.taken)) if firsts else set()
+        for lock in compress(locks, map(firsts.__contains__, map(_FIRST, locks))) if firsts else ():
             row = _ROW_KEY(lock)
             built_apart = row in plan.keys or row in plan.ignored  # their taken rows join them
             if row in taken and id(lock) not in new and not built_apart:

@@ -85,4 +85,5 @@ def test_a_plan_followed_by_what_changed_is_the_plan_sorted_anew(
         if plan.locks is after:
             anew = key_groups._sorted_rows(list(after), SETTINGS, plan.built, None)
             assert _canonical(plan) == _canonical(anew)
+            assert plan.firsts == anew.firsts
         locks = after
