@@ -216,6 +216,9 @@ class LockDecoder:
     def __init__(self) -> None:
         self.locks: dict[LockRow, AdvisoryLock] = {}
         self.ordered: tuple[AdvisoryLock, ...] = ()
+        # How ``ordered`` came from the one before, when only a stretch was
+        # decoded: that tuple, where the stretch starts, how many went and came.
+        self.stretch: tuple[tuple[AdvisoryLock, ...], int, int, int] | None = None
         self._columns: tuple[Any, ...] | None = None
         self._owners: dict[int, tuple[datetime | None, str | None]] = {}
         # The owners array last asked about, the equal one its pids were
@@ -296,7 +299,7 @@ class LockDecoder:
         """A whole answer decoded: one lock per element of its arrays (in
         their order) unless a lock waits, is a prepared transaction's, or its
         session was gone."""
-        self.locks, self.ordered = locks, tuple(locks.values())
+        self.locks, self.ordered, self.stretch = locks, tuple(locks.values()), None
         owners, keys = arrays["owners"], arrays.get("keys")
         whole = not arrays.get("waitstarts") and not arrays.get("prepared")
         self._raws, self._base = None, None
@@ -344,7 +347,9 @@ class LockDecoder:
         locks.update(zip(new_raws, new_locks, strict=True))
         end = changed.start + changed.removed
         self._raws = [*raws[: changed.start], *new_raws, *raws[end:]]
-        self.ordered = (*self.ordered[: changed.start], *new_locks, *self.ordered[end:])
+        before = self.ordered
+        self.ordered = (*before[: changed.start], *new_locks, *before[end:])
+        self.stretch = (before, changed.start, changed.removed, len(new_locks))
         self.locks, self._base = locks, (arrays["owners"], arrays["keys"])
         return True
 
@@ -354,7 +359,7 @@ class LockDecoder:
         before this one."""
         if self.locks or self._columns is not None:
             self.locks, self._columns, self._owners = {}, None, {}
-            self.ordered, self._raws, self._base = (), None, None
+            self.ordered, self._raws, self._base, self.stretch = (), None, None, None
         return self.locks
 
 

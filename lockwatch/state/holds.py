@@ -35,6 +35,9 @@ _Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, Hold]
 _LOCK, _FILLED, _KEY, _HOLD = (itemgetter(n) for n in range(4))
 _XACT, _SESSION = itemgetter(1), itemgetter(2)
 _PID = attrgetter("pid")
+# Locks as an earlier tuple of them with one stretch replaced: that tuple,
+# where the stretch starts, how many of its locks went and how many came.
+Spliced = tuple[tuple[AdvisoryLock, ...], int, int, int]
 # A hold (or wait) that ended: its observation, first and last sighting.
 Ended = tuple[ObservationKey, datetime, datetime]
 
@@ -73,6 +76,8 @@ class HoldTracker:
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
         self._filled: dict[int, _Filled] = {}
+        # The same entries in the last poll's locks' order.
+        self._entries: list[_Filled] = []
         # The last poll's locks as given and as filled in, and the
         # transactions its holds that may be a transaction's were seen in:
         # the sampler hands out the very same tuple for an unchanged answer,
@@ -97,23 +102,28 @@ class HoldTracker:
         now: datetime,
         read_at: datetime | None = None,
         monotonic: float | None = None,
+        spliced: Spliced | None = None,
     ) -> tuple[AdvisoryLock, ...]:
         """Fill ``first_seen`` and ``session_level`` on every lock and forget
         locks no longer present. ``read_at`` is when the server read the locks
         (its statement_timestamp(), on lockwatch's clock); sessions are read
         after it. With ``monotonic``, hold times follow the monotonic clock
-        through a jump of the wall clock (``now``)."""
+        through a jump of the wall clock (``now``). ``spliced``: the locks as
+        an earlier tuple with one stretch replaced, when the sampler knows."""
         self._realign(now, monotonic, backends)
         last_seen = self._observed_at
-        bridged = last_seen is not None and now - last_seen <= timedelta(
-            seconds=self.continuity_gap
-        )
+        gap = timedelta(seconds=self.continuity_gap)
+        bridged = last_seen is not None and now - last_seen <= gap
+        self.ended, self.began, self.change = [], [], None
         if bridged and locks is self._given and not self._moved_on(backends):
             # What the loop below would find lock by lock: each one unchanged.
-            self.ended, self.began, self.change = [], [], None
             self._observed_at = now
             return self._result
-        self.ended, self.began, self.change = [], [], None
+        trusted = bridged and self._filled and len(self._holds) == len(self._filled)
+        follows = spliced if spliced is not None and spliced[0] is self._given else None
+        if trusted and follows and not self._moved_on(backends):
+            self._observe_spliced(locks, follows, backends, (now, read_at))
+            return self._result
         # Column by column through C (map, zip, compress), with Python only for
         # the locks not seen unchanged: a poll that changed one lock of 50,000
         # takes no Python step for the others.
@@ -122,9 +132,8 @@ class HoldTracker:
             self._unchanged_entries(ids, backends) if bridged else [None] * len(ids)
         )
         missing = list(compress(range(len(entries)), map(is_, entries, repeat(None))))
-        trusted = bridged and self._filled and len(self._holds) == len(self._filled)
         if trusted and 2 * len(missing) <= len(entries):
-            self._observe_few(locks, ids, entries, missing, backends, (now, read_at))
+            self._observe_few(locks, entries, missing, backends, (now, read_at))
             return self._result
         kept = list(filter(None, entries))
         seen: dict[ObservationKey, Hold] = dict(zip(map(_KEY, kept), map(_HOLD, kept), strict=True))
@@ -146,35 +155,61 @@ class HoldTracker:
         self._remember(locks, ids, filled, now)
         return self._result
 
+    def _observe_spliced(
+        self,
+        locks: tuple[AdvisoryLock, ...],
+        spliced: Spliced,
+        backends: Mapping[int, Backend],
+        at: tuple[datetime, datetime | None],
+    ) -> None:
+        """``observe`` of locks that are the last poll's with one stretch
+        replaced (``spliced``, as the sampler tells): the entries of the rest
+        are the last poll's, shifted, without a pass over them."""
+        _, start, removed, added = spliced
+        old = self._entries
+        gone = old[start : start + removed]
+        entries: list[_Filled | None] = [*old[:start], *([None] * added), *old[start + removed :]]
+        for position in range(start, start + added):
+            entry = self._filled.get(id(locks[position]))
+            if entry is not None and any(entry is was for was in gone):
+                entries[position] = entry  # a lock of the stretch held on, handed on again
+                gone = [was for was in gone if was is not entry]
+        missing = [
+            position for position in range(start, start + added) if entries[position] is None
+        ]
+        self._observe_few(locks, entries, missing, backends, at, (gone, start, removed))
+
     def _observe_few(
         self,
         locks: tuple[AdvisoryLock, ...],
-        ids: list[int],
         entries: list[_Filled | None],
         missing: list[int],
         backends: Mapping[int, Backend],
         at: tuple[datetime, datetime | None],
+        stretch: tuple[list[_Filled], int, int] | None = None,
     ) -> None:
         """``observe`` when at most half the locks are not the last poll's
         unchanged: its holds and entries are changed in place, a Python step
-        per lock released or taken, and what changed is told (``change``)."""
+        per lock released or taken, and what changed is told (``change``).
+        ``stretch``: the entries gone, where and how many (``_observe_spliced``)."""
         now, read_at = at
         last_seen = self._observed_at
         assert last_seen is not None  # bridged
         seen: dict[ObservationKey, Hold] = {}
         started: dict[int, str] = {}
-        released: list[_Filled] = []  # the last poll's entries of locks now gone or held anew
+        # The last poll's entries of locks now gone or held anew.
+        released: list[_Filled] = [] if stretch is None else stretch[0]
         for at_ in missing:
             lock = locks[at_]
-            old = self._filled.get(ids[at_])
+            old = None if stretch is not None else self._filled.get(id(lock))
             if old is not None:
                 released.append(old)  # seen again, in another transaction
             key = _observation(lock, self._started(lock, backends, started))
             hold = seen.get(key) or self._begin(key, lock, backends, True, now, read_at)
             seen[key] = hold
             entries[at_] = _filled(lock, key, hold)
-        if len(self._filled) > len(entries) - len(missing) + len(released):  # some gone
-            present = set(ids)
+        if stretch is None and len(self._filled) > len(entries) - len(missing) + len(released):
+            present = set(map(id, locks))  # some gone
             released += compress(
                 self._filled.values(), map(not_, map(present.__contains__, self._filled))
             )
@@ -185,10 +220,17 @@ class HoldTracker:
                 self.ended.append((entry[2], entry[3][0], last_seen))
         taken = [cast(_Filled, entries[at_]) for at_ in missing]
         self._dump_due = self._dump_due or bool(self.ended) or not seen.keys() <= self._holds.keys()
-        self._filled.update(zip(map(ids.__getitem__, missing), taken, strict=True))
+        self._filled.update(zip((id(locks[at_]) for at_ in missing), taken, strict=True))
         self._holds.update(seen)
-        before, self._given = self._result, locks
-        self._result, self._observed_at = tuple(map(_FILLED, cast(list[_Filled], entries))), now
+        before, self._given, self._observed_at = self._result, locks, now
+        self._entries = cast(list[_Filled], entries)
+        if stretch is None:
+            self._result = tuple(map(_FILLED, self._entries))
+        else:
+            start, removed = stretch[1], stretch[2]
+            added = len(entries) - len(before) + removed
+            new = map(_FILLED, self._entries[start : start + added])
+            self._result = (*before[:start], *new, *before[start + removed :])
         if not all(map(_SESSION, map(_HOLD, (*released, *taken)))):
             self._in_xact = _in_transaction(self._filled.values())
         self.change = LockChange(before, tuple(map(_FILLED, released)), tuple(map(_FILLED, taken)))
@@ -224,6 +266,7 @@ class HoldTracker:
         )
         self._holds = seen
         self._filled = dict(zip(ids, filled, strict=True))
+        self._entries = filled
         self._observed_at = now
         self._given, self._result = locks, tuple(map(_FILLED, filled))
         self._in_xact = _in_transaction(filled)
