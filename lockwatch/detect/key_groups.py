@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import compress
@@ -66,8 +66,9 @@ def worth_checking(
     now: datetime,
     pooled: Mapping[int, object],
     history: Histories | None = None,
-) -> list[AdvisoryLock]:
-    """The rows of every key that could raise a finding.
+) -> Sequence[AdvisoryLock]:
+    """The rows of every key that could raise a finding (the locks' own tuple
+    when every row is: a flood's 50,000 are not copied).
 
     In a busy database most keys are held by a working session for less than
     any budget; a few comparisons tell them apart, where building their groups
@@ -81,7 +82,7 @@ def worth_checking(
     """
     max_hold, orphan_after = _lowest_budgets(settings, history, now)
     if max_hold < 0 or orphan_after < 0:
-        return list(snapshot.locks)  # every holder is past a negative budget
+        return snapshot.locks  # every holder is past a negative budget
     # Held past orphan_after counts too: a session that has run other
     # statements since is an orphan however busy it is.
     held_before = _before(now, min(max_hold, orphan_after))
@@ -116,7 +117,7 @@ def worth_checking(
     if not loud:
         return []
     if not quiet:
-        return list(snapshot.locks)  # a flood: every row is kept
+        return snapshot.locks  # a flood: every row is kept
     return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
 
 
@@ -125,14 +126,14 @@ def _told_by_hold_times(
     summary: LockSummary,
     held_before: datetime,
     suspects: set[int],
-) -> list[AdvisoryLock] | None:
+) -> Sequence[AdvisoryLock] | None:
     """worth_checking's loop (no key named) when hold times alone tell: a
     steady flood (every row held since before ``held_before``), or every lock
     granted, seen and none a suspect's, no key with a row held for less (a
     flood with a few new locks): the rows held past, told column by column
     through C. None when the loop must tell."""
     if summary.newest is not None and summary.newest < held_before:
-        return list(locks)  # a steady flood: every row held past a budget
+        return locks  # a steady flood: every row held past a budget
     if summary.unusual or summary.newest is None or not suspects.isdisjoint(summary.pids):
         return None
     past = list(map(held_before.__gt__, map(_FIRST_SEEN, locks)))
@@ -250,7 +251,7 @@ def key_groups(
 
 
 def _sorted_rows(
-    rows: list[AdvisoryLock],
+    rows: Sequence[AdvisoryLock],
     settings: LockSettings,
     built: int | None,
     on_purpose: HeldLocks | None,
