@@ -179,9 +179,6 @@ class RowPlan:
     keys: dict[RowKey, KeyRowsOf] = field(default_factory=dict)
     ignored: dict[RowKey, list[AdvisoryLock]] = field(default_factory=dict)
     alike: dict[Shape, tuple[list[AdvisoryLock], int]] = field(default_factory=dict)
-    # How many rows have each key's first (its whole value, if a bigint): a
-    # taken row whose key no row held on shares is sorted without a pass.
-    firsts: Counter[int] = field(default_factory=Counter)
 
     def fits(
         self,
@@ -241,7 +238,7 @@ def key_groups(
             plan.locks = snapshot.locks if every else None
             plan.settings, plan.on_purpose, plan.built = settings, on_purpose, built
             plan.keys, plan.ignored = sorted_rows.keys, sorted_rows.ignored
-            plan.alike, plan.firsts = sorted_rows.alike, sorted_rows.firsts
+            plan.alike = sorted_rows.alike
     build = _Builder(snapshot, settings, now, pooled, history, on_purpose)
     for database, key, named, locks in sorted_rows.keys.values():
         yield build(database, key, named, locks)
@@ -268,7 +265,7 @@ def _sorted_rows(
         for row, lock in zip(row_keys, rows, strict=True):
             if row in shared:
                 more_rows.setdefault(row, []).append(lock)
-    plan = RowPlan(built=built, firsts=Counter(map(_FIRST, rows)))
+    plan = RowPlan(built=built)
     sorter = _Sorter(plan, settings, on_purpose)
     members: dict[Shape, list[AdvisoryLock]] = {}
     for row, lock in first_rows.items():
@@ -329,17 +326,20 @@ class _Sorter:
         plan = self.plan
         for lock in change.released:
             self._drop(lock)
-        for first in map(_FIRST, change.released):
-            plan.firsts[first] -= 1
-            if not plan.firsts[first]:
-                del plan.firsts[first]  # a key let go of is not counted on
         taken: dict[RowKey, list[AdvisoryLock]] = {}
         for lock in change.taken:
             taken.setdefault(_ROW_KEY(lock), []).append(lock)
         # A key held alike until now that a taken row shares is built on its
-        # own: looked for (a pass through C) only when a row held on may share it.
-        firsts = {row[2] for row in taken if plan.firsts[row[2]] > 0}
-        plan.firsts.update(map(_FIRST, change.taken))
+        # own: looked for (a pass through C) only when one may be, by
+        # PostgreSQL's rules: a session waits on a key, or shares it, or takes
+        # a key exclusively that it holds shared (no two sessions hold a key
+        # exclusively, nor one shared and another exclusively).
+        shared = {shape[1] for shape in plan.alike if shape[2] == _SHARED}
+        firsts = {
+            lock.key.first
+            for lock in change.taken
+            if not lock.granted or lock.mode == _SHARED or lock.pid in shared
+        }
         new = set(map(id, change.taken)) if firsts else set()
         for lock in compress(locks, map(firsts.__contains__, map(_FIRST, locks))) if firsts else ():
             row = _ROW_KEY(lock)
@@ -420,6 +420,7 @@ _KEY_ORDER = attrgetter("key.pair", "key.first", "key.second")
 _ROW_KEY = attrgetter("database", "key.pair", "key.first", "key.second")
 _FIRST = attrgetter("key.first")
 _FIRST_SEEN, _PID = attrgetter("first_seen"), attrgetter("pid")
+_SHARED = "ShareLock"
 _SHAPE = attrgetter("database", "pid", "mode", "first_seen", "session_level")
 
 

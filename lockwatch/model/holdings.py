@@ -81,27 +81,34 @@ _PID, _FIRST_SEEN, _GRANTED, _PREPARED, _SESSION = (
 @dataclass(frozen=True, slots=True)
 class LockTally:
     """What the lock summary counts of a poll's locks: the locks of each
-    pid, the session-level holds of each, the earliest and latest first
-    sighting (None: none; latest None when a lock has none), and whether any
-    lock waits or is a prepared transaction's."""
+    pid, the session-level holds of each, the locks first seen at each
+    moment (None: not seen), and whether any lock waits or is a prepared
+    transaction's."""
 
     pids: Counter[int]
     session_pids: Counter[int]  # of the granted locks whose session_level is true
-    oldest: datetime | None
-    newest: datetime | None
+    firsts: Counter[datetime | None]  # few moments: locks are taken in runs
     unusual: bool
+
+    @property
+    def oldest(self) -> datetime | None:
+        """The earliest first sighting (None: none)."""
+        return min(filter(None, self.firsts), default=None)
+
+    @property
+    def newest(self) -> datetime | None:
+        """The latest first sighting (None: none, or a lock has none)."""
+        return None if None in self.firsts else max(filter(None, self.firsts), default=None)
 
     @classmethod
     def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockTally:
-        # Column by column through C (map, filter, compress).
+        # Column by column through C (map, compress, Counter).
         pids = tuple(map(_PID, locks))
         granted = tuple(map(_GRANTED, locks))
-        seen = tuple(filter(None, map(_FIRST_SEEN, locks)))
         return cls(
             Counter(pids),
             Counter(compress(compress(pids, granted), compress(map(_SESSION, locks), granted))),
-            min(seen, default=None),
-            max(seen, default=None) if len(seen) == len(locks) else None,
+            Counter(map(_FIRST_SEEN, locks)),
             not all(granted) or any(map(_PREPARED, locks)),
         )
 
@@ -109,28 +116,24 @@ class LockTally:
         self, change: LockChange[AdvisoryLock], after: tuple[AdvisoryLock, ...]
     ) -> LockTally:
         """This tally of ``change.before`` carried over to ``after``: a Python
-        step per lock released or taken; a pass over ``after`` only when the
-        oldest or newest hold was let go of, or a wait or prepared transaction
-        was there before."""
+        step per lock released or taken; a pass over ``after`` only when a
+        wait or prepared transaction was there before."""
         released, taken = change.released, change.taken
-        if self.unusual or self.oldest is None or self.newest is None:
-            return LockTally.of(after)
-        gone = set(map(_FIRST_SEEN, released))
-        if self.oldest in gone or self.newest in gone:
+        if self.unusual:
             return LockTally.of(after)
         pids, session_pids = Counter(self.pids), Counter(self.session_pids)
+        firsts = Counter(self.firsts)
         for lock in released:
             pids[lock.pid] -= 1
             session_pids[lock.pid] -= bool(lock.granted and lock.session_level)
+            firsts[lock.first_seen] -= 1
         pids.update(map(_PID, taken))
         session_pids.update(lock.pid for lock in taken if lock.granted and lock.session_level)
-        firsts = tuple(map(_FIRST_SEEN, taken))
-        dated = [first for first in firsts if first is not None]
+        firsts.update(map(_FIRST_SEEN, taken))
         return LockTally(
-            +pids,  # without the pids that hold nothing now
+            +pids,  # without what no lock has now
             +session_pids,
-            min([self.oldest, *dated]),
-            max([self.newest, *dated]) if len(dated) == len(firsts) else None,
+            +firsts,
             any(not lock.granted or lock.prepared is not None for lock in taken),
         )
 

@@ -133,7 +133,7 @@ class HoldTracker:
         )
         missing = list(compress(range(len(entries)), map(is_, entries, repeat(None))))
         if trusted and 2 * len(missing) <= len(entries):
-            self._observe_few(locks, entries, missing, backends, (now, read_at))
+            self._observe_few(locks, entries, missing, backends, (now, read_at), ids=ids)
             return self._result
         kept = list(filter(None, entries))
         seen: dict[ObservationKey, Hold] = dict(zip(map(_KEY, kept), map(_HOLD, kept), strict=True))
@@ -187,11 +187,13 @@ class HoldTracker:
         backends: Mapping[int, Backend],
         at: tuple[datetime, datetime | None],
         stretch: tuple[list[_Filled], int, int] | None = None,
+        ids: list[int] | None = None,
     ) -> None:
         """``observe`` when at most half the locks are not the last poll's
         unchanged: its holds and entries are changed in place, a Python step
         per lock released or taken, and what changed is told (``change``).
-        ``stretch``: the entries gone, where and how many (``_observe_spliced``)."""
+        ``stretch``: the entries gone, where and how many (``_observe_spliced``);
+        else ``ids``, the locks' ids."""
         now, read_at = at
         last_seen = self._observed_at
         assert last_seen is not None  # bridged
@@ -209,7 +211,8 @@ class HoldTracker:
             seen[key] = hold
             entries[at_] = _filled(lock, key, hold)
         if stretch is None and len(self._filled) > len(entries) - len(missing) + len(released):
-            present = set(map(id, locks))  # some gone
+            assert ids is not None  # given when no stretch is
+            present = set(ids)  # some gone: the ints of ``ids`` again, not new ones
             released += compress(
                 self._filled.values(), map(not_, map(present.__contains__, self._filled))
             )
