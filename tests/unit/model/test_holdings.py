@@ -1,17 +1,19 @@
 """The locks per holder carried over from one poll's locks to the next's
 (``LockSummary.holdings`` with the last poll's summary) say what a pass over
 the new locks says, and so do the summary's counts and the holders of the keys
-asked about; the holders of a few keys are those a pass finds."""
+asked about, and its lock table; the holders of a few keys are those a pass
+finds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockwatch.model.holdings import Holdings
-from lockwatch.model.locks import AdvisoryLock, LockKey, LockSummary
+from lockwatch.model.locks import AdvisoryLock, LockKey, LockSummary, LockTable
 from tests.fixtures.snapshots import NOW
 
 # (pid, database, key, mode): a small space, so that holders share keys and lose listed ones.
@@ -118,3 +120,25 @@ def test_a_summary_carried_over_a_change_is_the_one_made_anew(
     assert {key: sorted(held) for key, held in holders.items()} == {
         key: sorted(held) for key, held in made.key_holders(keys).items()
     }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(dated_rows, max_size=30),
+    st.sets(st.integers(0, 29), max_size=4),
+    st.lists(dated_rows, max_size=6),
+    st.sampled_from(["app", "jobs"]),
+)
+def test_a_lock_table_carried_over_a_change_is_the_one_made_anew(
+    before_rows: list[tuple[int, int, bool, int, bool]],
+    released: set[int],
+    taken_rows: list[tuple[int, int, bool, int, bool]],
+    database: str,
+) -> None:
+    before = tuple(_dated(before_rows))
+    kept = [lock for at, lock in enumerate(before) if at not in released]
+    taken = [replace(lock, database=database) for lock in _dated(taken_rows)]
+    after = tuple(kept + taken)
+    earlier = LockSummary.of(before)
+    earlier.table()
+    assert LockSummary.of(after, earlier=earlier).table() == LockTable.of(after)
