@@ -77,7 +77,9 @@ def one_line(text: object, limit: int = SUMMARY_VALUE_LIMIT) -> str:
     >>> one_line("x" * 70, 10)
     'xxxxxxxxxx…'
     """
-    cleaned = "".join(" " if _breaks_line(ch) else ch for ch in str(text))
+    cleaned = str(text)
+    if not cleaned.isprintable():  # else nothing in it breaks a line: no step per character
+        cleaned = "".join(" " if _breaks_line(ch) else ch for ch in cleaned)
     collapsed = " ".join(cleaned.split())
     return collapsed if len(collapsed) <= limit else collapsed[:limit] + ELLIPSIS
 

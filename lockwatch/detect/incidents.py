@@ -163,7 +163,8 @@ def _settle_sessions(roots: list[IncidentRoot]) -> list[IncidentRoot]:
             settled.append(root)
         else:
             kind = RootKind.POOLED_BACKEND if pid in pooled else RootKind.SESSION
-            settled.append(replace(best[pid], kind=kind))
+            chosen = best[pid]
+            settled.append(chosen if chosen.kind is kind else replace(chosen, kind=kind))
     return settled
 
 

@@ -5,7 +5,8 @@ one (database, key) with what the settings say about it, made one at a time
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import compress
@@ -14,6 +15,7 @@ from operator import attrgetter, not_
 from lockwatch.detect.evidence import seconds_between
 from lockwatch.detect.lock_groups import Histories, Holder, KeyGroup, Waiter
 from lockwatch.model.catalogue import HeldLocks
+from lockwatch.model.holdings import LockChange
 from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, LockKey, LockSnapshot, LockSummary
 from lockwatch.model.pooler import PooledBackend
 from lockwatch.settings.fields import Learned
@@ -64,8 +66,9 @@ def worth_checking(
     now: datetime,
     pooled: Mapping[int, object],
     history: Histories | None = None,
-) -> list[AdvisoryLock]:
-    """The rows of every key that could raise a finding.
+) -> Sequence[AdvisoryLock]:
+    """The rows of every key that could raise a finding (the locks' own tuple
+    when every row is: a flood's 50,000 are not copied).
 
     In a busy database most keys are held by a working session for less than
     any budget; a few comparisons tell them apart, where building their groups
@@ -79,7 +82,7 @@ def worth_checking(
     """
     max_hold, orphan_after = _lowest_budgets(settings, history, now)
     if max_hold < 0 or orphan_after < 0:
-        return list(snapshot.locks)  # every holder is past a negative budget
+        return snapshot.locks  # every holder is past a negative budget
     # Held past orphan_after counts too: a session that has run other
     # statements since is an orphan however busy it is.
     held_before = _before(now, min(max_hold, orphan_after))
@@ -114,7 +117,7 @@ def worth_checking(
     if not loud:
         return []
     if not quiet:
-        return list(snapshot.locks)  # a flood: every row is kept
+        return snapshot.locks  # a flood: every row is kept
     return [lock for lock in snapshot.locks if (lock.database, lock.key) in loud]
 
 
@@ -123,14 +126,14 @@ def _told_by_hold_times(
     summary: LockSummary,
     held_before: datetime,
     suspects: set[int],
-) -> list[AdvisoryLock] | None:
+) -> Sequence[AdvisoryLock] | None:
     """worth_checking's loop (no key named) when hold times alone tell: a
     steady flood (every row held since before ``held_before``), or every lock
     granted, seen and none a suspect's, no key with a row held for less (a
     flood with a few new locks): the rows held past, told column by column
     through C. None when the loop must tell."""
     if summary.newest is not None and summary.newest < held_before:
-        return list(locks)  # a steady flood: every row held past a budget
+        return locks  # a steady flood: every row held past a budget
     if summary.unusual or summary.newest is None or not suspects.isdisjoint(summary.pids):
         return None
     past = list(map(held_before.__gt__, map(_FIRST_SEEN, locks)))
@@ -154,33 +157,39 @@ class Alike:
 
 # A key built on its own: database, key, its name (None: unnamed), its rows.
 KeyRowsOf = tuple[str, LockKey, NamedLock | None, list[AdvisoryLock]]
+# A row's (database, key) as plain values, hashed in C; the shape of keys held alike.
+RowKey = tuple[str, bool, int, int]
+Shape = tuple[str, int, str, datetime | None, bool | None]
 
 
 @dataclass(slots=True)
 class RowPlan:
     """A poll's rows worth checking sorted into keys: those built on their
-    own, and the sets of keys held alike (the lowest rows, and how many more).
-    The lock monitor keeps it, and it is used again while every row is worth
-    checking, the locks are the very same tuple and the settings and the locks
-    held on purpose are the same: a steady flood sorts its 50,000 rows once."""
+    own, those ignored, and the sets of keys held alike (the lowest rows, and
+    how many in all). The lock monitor keeps it; it is used again while every
+    row is worth checking and the settings and the locks held on purpose stay
+    the same: as it is while the locks are the very same tuple (a steady
+    flood sorts its 50,000 rows once), changed by the rows released and taken
+    when they are the next poll's (a changed flood sorts only those)."""
 
     locks: tuple[AdvisoryLock, ...] | None = None  # None: not to be used again
     settings: LockSettings | None = None
     on_purpose: HeldLocks | None = None
     built: int | None = None
-    keys: list[KeyRowsOf] = field(default_factory=list)
-    # keys held alike: the lowest rows (as many as ``built``), and how many in all
-    alike: list[tuple[list[AdvisoryLock], int]] = field(default_factory=list)
+    keys: dict[RowKey, KeyRowsOf] = field(default_factory=dict)
+    ignored: dict[RowKey, list[AdvisoryLock]] = field(default_factory=dict)
+    alike: dict[Shape, tuple[list[AdvisoryLock], int]] = field(default_factory=dict)
 
     def fits(
         self,
-        locks: tuple[AdvisoryLock, ...],
+        locks: tuple[AdvisoryLock, ...] | None,
         settings: LockSettings,
         on_purpose: HeldLocks | None,
         built: int | None,
     ) -> bool:
         return (
-            self.locks is locks
+            locks is not None
+            and self.locks is locks
             and self.settings is settings
             and self.on_purpose == on_purpose
             and self.built == built
@@ -203,7 +212,8 @@ def key_groups(
     ``pooled`` names the backends a pooler hands out (by pid), ``on_purpose``
     the locks held on purpose (named by their library unless a named lock in
     the config covers the key); ``plan``, last poll's sorting of the rows,
-    used again when it fits (and kept for the next poll).
+    used again when it fits, changed by what changed since when it follows
+    (and kept for the next poll).
 
     With ``built``, keys held alike by one session are one ``Alike``: the
     lowest key built, the next ``built`` - 1 listed, the rest counted: a
@@ -211,74 +221,207 @@ def key_groups(
     pooled = pooled or {}
     rows = worth_checking(snapshot, settings, now, pooled, history)
     every = len(rows) == len(snapshot.locks)
+    change = snapshot.lock_summary().change()
     if plan is not None and every and plan.fits(snapshot.locks, settings, on_purpose, built):
         sorted_rows = plan
+    elif (
+        plan is not None
+        and every
+        and change is not None
+        and plan.fits(change.before, settings, on_purpose, built)
+    ):
+        _Sorter(plan, settings, on_purpose).follow(change, snapshot.locks)
+        sorted_rows, plan.locks = plan, snapshot.locks
     else:
         sorted_rows = _sorted_rows(rows, settings, built, on_purpose)
         if plan is not None:
             plan.locks = snapshot.locks if every else None
             plan.settings, plan.on_purpose, plan.built = settings, on_purpose, built
-            plan.keys, plan.alike = sorted_rows.keys, sorted_rows.alike
+            plan.keys, plan.ignored = sorted_rows.keys, sorted_rows.ignored
+            plan.alike = sorted_rows.alike
     build = _Builder(snapshot, settings, now, pooled, history, on_purpose)
-    for database, key, named, locks in sorted_rows.keys:
+    for database, key, named, locks in sorted_rows.keys.values():
         yield build(database, key, named, locks)
-    for lowest, count in sorted_rows.alike:
+    for lowest, count in sorted_rows.alike.values():
         group = build(lowest[0].database, lowest[0].key, None, lowest[:1])
         yield Alike(group, tuple(lowest[1:]), count - 1) if count > 1 else group
 
 
 def _sorted_rows(
-    rows: list[AdvisoryLock],
+    rows: Sequence[AdvisoryLock],
     settings: LockSettings,
     built: int | None,
     on_purpose: HeldLocks | None,
 ) -> RowPlan:
-    # A key's first row, and the rows of keys with more than one: most keys
-    # have one, and a list for each was a tenth of a flood's memory.
-    first_rows: dict[tuple[str, LockKey], AdvisoryLock] = {}
-    more_rows: dict[tuple[str, LockKey], list[AdvisoryLock]] = {}
-    for lock in rows:
-        row = (lock.database, lock.key)
-        first = first_rows.setdefault(row, lock)
-        if first is not lock:
-            more_rows.setdefault(row, [first]).append(lock)
-    # Only a configured or catalogued key can be named or ignored: at 50,000
-    # keys, asking the settings about each one was a tenth of a poll.
-    configured = {named.key for named in settings.named} | set(settings.ignore)
-    catalogued: dict[str, frozenset[LockKey]] = {}  # a database's: asked once per poll
-    keys: list[KeyRowsOf] = []
-    alike: dict[tuple[object, ...], list[AdvisoryLock]] = {}
-    for (database, key), lock in first_rows.items():
-        locks = more_rows.get((database, key)) or [lock]
-        known = catalogued.get(database)
+    """The rows sorted into keys anew: the keys found through C, a Python
+    step per key to place it."""
+    row_keys = list(map(_ROW_KEY, rows))
+    # A key's first row (the reversed pairs keep each key's first), and the
+    # rows of keys with more than one: most keys have one.
+    first_rows = dict(zip(reversed(row_keys), reversed(rows), strict=True))
+    more_rows: dict[RowKey, list[AdvisoryLock]] = {}
+    if len(first_rows) < len(rows):
+        shared = {row for row, count in Counter(row_keys).items() if count > 1}
+        for row, lock in zip(row_keys, rows, strict=True):
+            if row in shared:
+                more_rows.setdefault(row, []).append(lock)
+    plan = RowPlan(built=built)
+    sorter = _Sorter(plan, settings, on_purpose)
+    members: dict[Shape, list[AdvisoryLock]] = {}
+    for row, lock in first_rows.items():
+        shape = sorter.place(row, more_rows.get(row) or [lock])
+        if shape is not None:
+            members.setdefault(shape, []).append(lock)
+    for shape, held in members.items():
+        assert built is not None  # only then are keys set aside as alike
+        plan.alike[shape] = (heapq.nsmallest(built, held, key=_KEY_ORDER), len(held))
+    return plan
+
+
+class _Sorter:
+    """Places keys in a plan: built on its own, ignored, or held alike."""
+
+    def __init__(self, plan: RowPlan, settings: LockSettings, on_purpose: HeldLocks | None) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.on_purpose = on_purpose
+        # Only a configured or catalogued key can be named or ignored: at 50,000
+        # keys, asking the settings about each one was a tenth of a poll.
+        self.configured = {named.key for named in settings.named} | set(settings.ignore)
+        self.catalogued: dict[str, frozenset[LockKey]] = {}  # a database's: asked once
+        # While following a change: the shapes whose lowest keys went, the
+        # keys built on their own that lost a row.
+        self.relist: set[Shape] = set()
+        self.touched: set[RowKey] = set()
+
+    def place(self, row: RowKey, locks: list[AdvisoryLock]) -> Shape | None:
+        """Put the key's rows in the plan; the shape of keys it is held alike
+        with (None: placed on its own, or ignored), for the caller to count."""
+        database, key, settings, on_purpose = row[0], locks[0].key, self.settings, self.on_purpose
+        known = self.catalogued.get(database)
         if known is None:
-            known = catalogued[database] = settings.catalogued_keys(database)
+            known = self.catalogued[database] = settings.catalogued_keys(database)
         if (
-            (configured and key in configured)
+            (self.configured and key in self.configured)
             or (on_purpose and (database, key) in on_purpose)
             or (known and key in known)
         ):
-            if not settings.ignored(database, key):
-                keys.append((database, key, settings.named_lock(database, key, on_purpose), locks))
-            continue
-        if built is not None and len(locks) == 1 and lock.granted and lock.prepared is None:
-            shape = (database, lock.pid, lock.mode, lock.first_seen, lock.session_level)
-            alike.setdefault(shape, []).append(lock)
-        else:
-            keys.append((database, key, None, locks))
-    plan = RowPlan(keys=keys)
-    for locks in alike.values():
+            if settings.ignored(database, key):
+                self.plan.ignored[row] = locks
+            else:
+                named = settings.named_lock(database, key, on_purpose)
+                self.plan.keys[row] = (database, key, named, locks)
+            return None
+        lock = locks[0]
+        alike = len(locks) == 1 and lock.granted and lock.prepared is None
+        if alike and self.plan.built is not None:
+            return _SHAPE(lock)
+        self.plan.keys[row] = (database, key, None, locks)
+        return None
+
+    def follow(self, change: LockChange[AdvisoryLock], locks: tuple[AdvisoryLock, ...]) -> None:
+        """The plan of ``change.before`` made the plan of ``locks``: a Python
+        step per row released or taken and per row of a key they share, and
+        a pass over a session's rows for keys held alike whose lowest went."""
+        plan = self.plan
+        for lock in change.released:
+            self._drop(lock)
+        taken: dict[RowKey, list[AdvisoryLock]] = {}
+        for lock in change.taken:
+            taken.setdefault(_ROW_KEY(lock), []).append(lock)
+        # A key held alike until now that a taken row shares is built on its
+        # own: looked for (a pass through C) only when one may be, by
+        # PostgreSQL's rules: a session waits on a key, or shares it, or takes
+        # a key exclusively that it holds shared (no two sessions hold a key
+        # exclusively, nor one shared and another exclusively).
+        shared = {shape[1] for shape in plan.alike if shape[2] == _SHARED}
+        firsts = {
+            lock.key.first
+            for lock in change.taken
+            if not lock.granted or lock.mode == _SHARED or lock.pid in shared
+        }
+        new = set(map(id, change.taken)) if firsts else set()
+        for lock in compress(locks, map(firsts.__contains__, map(_FIRST, locks))) if firsts else ():
+            row = _ROW_KEY(lock)
+            built_apart = row in plan.keys or row in plan.ignored  # their taken rows join them
+            if row in taken and id(lock) not in new and not built_apart:
+                self._drop(lock)
+                taken[row].insert(0, lock)
+        for row, rows in taken.items():
+            entry = plan.keys.get(row)
+            if entry is not None or row in plan.ignored:
+                (plan.ignored[row] if entry is None else entry[3]).extend(rows)
+            elif (shape := self.place(row, rows)) is not None:
+                self._count(shape, rows[0])
+        # A key built on its own for its rows, left with one: held alike, maybe.
+        for row in self.touched:
+            entry = plan.keys.get(row)
+            if entry is not None and len(entry[3]) == 1:
+                del plan.keys[row]
+                if (shape := self.place(row, entry[3])) is not None:
+                    self._count(shape, entry[3][0])
+        self._relist(locks)
+
+    def _drop(self, lock: AdvisoryLock) -> None:
+        """A row no longer in the plan (released, or its key now shared)."""
+        plan, row = self.plan, _ROW_KEY(lock)
+        entry = plan.keys.get(row)
+        rows = entry[3] if entry is not None else plan.ignored.get(row)
+        if rows is not None:
+            rows[:] = [held for held in rows if held is not lock]
+            self.touched.add(row)
+            if not rows:
+                plan.keys.pop(row, None)
+                plan.ignored.pop(row, None)
+            return
+        shape = _SHAPE(lock)
+        lowest, count = plan.alike[shape]
+        if count == 1:
+            del plan.alike[shape]
+            self.relist.discard(shape)
+            return
+        plan.alike[shape] = (lowest, count - 1)
+        if any(held is lock for held in lowest):
+            self.relist.add(shape)
+
+    def _count(self, shape: Shape, lock: AdvisoryLock) -> None:
+        """One more key held alike as ``shape``."""
+        built = self.plan.built
         assert built is not None  # only then are keys set aside as alike
-        lowest = heapq.nsmallest(built, locks, key=_KEY_ORDER)
-        plan.alike.append((lowest, len(locks)))
-    return plan
+        lowest, count = self.plan.alike.get(shape, ([], 0))
+        if shape not in self.relist and (
+            len(lowest) < built or _KEY_ORDER(lock) < _KEY_ORDER(lowest[-1])
+        ):
+            lowest = heapq.nsmallest(built, [*lowest, lock], key=_KEY_ORDER)
+        self.plan.alike[shape] = (lowest, count + 1)
+
+    def _relist(self, locks: tuple[AdvisoryLock, ...]) -> None:
+        """The lowest keys of each shape whose lowest went found anew, in a
+        pass through C over the rows of its sessions."""
+        relist = self.relist
+        if not relist:
+            return
+        plan, built = self.plan, self.plan.built
+        assert built is not None  # only then are keys set aside as alike
+        members: dict[Shape, list[AdvisoryLock]] = {shape: [] for shape in relist}
+        pids = {shape[1] for shape in relist}
+        for lock in compress(locks, map(pids.__contains__, map(_PID, locks))):
+            held = members.get(_SHAPE(lock))
+            row = _ROW_KEY(lock)
+            if held is not None and row not in plan.keys and row not in plan.ignored:
+                held.append(lock)
+        for shape, held in members.items():
+            plan.alike[shape] = (heapq.nsmallest(built, held, key=_KEY_ORDER), len(held))
 
 
 # A key's order, as plain values compared in C.
 _KEY_ORDER = attrgetter("key.pair", "key.first", "key.second")
-# A row's (database, key) as plain values, hashed in C.
+# A row's (database, key) as plain values, hashed in C, and the first of them.
 _ROW_KEY = attrgetter("database", "key.pair", "key.first", "key.second")
-_FIRST_SEEN = attrgetter("first_seen")
+_FIRST = attrgetter("key.first")
+_FIRST_SEEN, _PID = attrgetter("first_seen"), attrgetter("pid")
+_SHARED = "ShareLock"
+_SHAPE = attrgetter("database", "pid", "mode", "first_seen", "session_level")
 
 
 class _Builder:

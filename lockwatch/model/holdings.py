@@ -1,15 +1,18 @@
 """A poll's advisory locks per holder: how many each holds, its first keys,
-the sessions waiting on it; carried over from one poll's locks to the next's
-when they changed a little."""
+the sessions waiting on it; and what the lock summary counts (its pids, its
+oldest and newest holds): both carried over from one poll's locks to the
+next's by what changed (``LockChange``) when they changed a little."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Mapping
+from collections import Counter
+from collections.abc import Hashable, Iterator, Mapping, Set
 from dataclasses import dataclass
+from datetime import datetime
 from itertools import compress
 from operator import attrgetter, not_
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from lockwatch.model.lock_waits import PreparedXact
 
@@ -36,6 +39,109 @@ class AdvisoryLock(Protocol):
     def granted(self) -> bool: ...
     @property
     def prepared(self) -> PreparedXact | None: ...
+    @property
+    def first_seen(self) -> datetime | None: ...
+    @property
+    def session_level(self) -> bool | None: ...
+
+
+_Lock_co = TypeVar("_Lock_co", bound=AdvisoryLock, covariant=True)
+_Held = TypeVar("_Held", bound=AdvisoryLock)
+
+
+@dataclass(frozen=True, slots=True)
+class LockChange(Generic[_Lock_co]):
+    """How a poll's locks came from the last poll's (``before``): the very
+    objects let go of, and those taken. The hold tracker hands out the very
+    same object for a lock held on, so identity tells them apart."""
+
+    before: tuple[_Lock_co, ...]
+    released: tuple[_Lock_co, ...]
+    taken: tuple[_Lock_co, ...]
+
+    @staticmethod
+    def between(before: tuple[_Held, ...], after: tuple[_Held, ...]) -> LockChange[_Held]:
+        """Told by a pass over both, for a caller that was not told."""
+        now_ids = set(map(id, after))
+        then_ids = set(map(id, before))
+        released = compress(before, map(not_, map(now_ids.__contains__, map(id, before))))
+        taken = compress(after, map(not_, map(then_ids.__contains__, map(id, after))))
+        return LockChange(before, tuple(released), tuple(taken))
+
+    def few(self, after: int) -> bool:
+        """Whether carrying over costs less than a pass over the ``after`` locks."""
+        return len(self.released) + len(self.taken) <= after // 2
+
+
+_PID, _FIRST_SEEN, _GRANTED, _PREPARED, _SESSION = (
+    attrgetter(name) for name in ("pid", "first_seen", "granted", "prepared", "session_level")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LockTally:
+    """What the lock summary counts of a poll's locks: the locks of each
+    pid, the session-level holds of each, the locks first seen at each
+    moment (None: not seen), and whether any lock waits or is a prepared
+    transaction's."""
+
+    pids: Counter[int]
+    session_pids: Counter[int]  # of the granted locks whose session_level is true
+    firsts: Counter[datetime | None]  # few moments: locks are taken in runs
+    unusual: bool
+
+    @property
+    def oldest(self) -> datetime | None:
+        """The earliest first sighting (None: none)."""
+        return min(filter(None, self.firsts), default=None)
+
+    @property
+    def newest(self) -> datetime | None:
+        """The latest first sighting (None: none, or a lock has none)."""
+        return None if None in self.firsts else max(filter(None, self.firsts), default=None)
+
+    @classmethod
+    def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockTally:
+        # Column by column through C (map, compress, Counter).
+        pids = tuple(map(_PID, locks))
+        granted = tuple(map(_GRANTED, locks))
+        return cls(
+            Counter(pids),
+            Counter(compress(compress(pids, granted), compress(map(_SESSION, locks), granted))),
+            Counter(map(_FIRST_SEEN, locks)),
+            not all(granted) or any(map(_PREPARED, locks)),
+        )
+
+    def changed(
+        self, change: LockChange[AdvisoryLock], after: tuple[AdvisoryLock, ...]
+    ) -> LockTally:
+        """This tally of ``change.before`` carried over to ``after``: a Python
+        step per lock released or taken; a pass over ``after`` only when a
+        wait or prepared transaction was there before."""
+        released, taken = change.released, change.taken
+        if self.unusual:
+            return LockTally.of(after)
+        pids, session_pids = Counter(self.pids), Counter(self.session_pids)
+        firsts = Counter(self.firsts)
+        for lock in released:
+            pids[lock.pid] -= 1
+            session_pids[lock.pid] -= bool(lock.granted and lock.session_level)
+            firsts[lock.first_seen] -= 1
+        pids.update(map(_PID, taken))
+        session_pids.update(lock.pid for lock in taken if lock.granted and lock.session_level)
+        firsts.update(map(_FIRST_SEEN, taken))
+        return LockTally(
+            +pids,  # without what no lock has now
+            +session_pids,
+            +firsts,
+            any(not lock.granted or lock.prepared is not None for lock in taken),
+        )
+
+
+def rows_of(plain: Set[tuple[object, ...]], locks: tuple[_Held, ...]) -> Iterator[_Held]:
+    """The locks of the ``plain`` (database, pair, first, second) keys, picked
+    out through C: only they take a Python step."""
+    return compress(locks, map(plain.__contains__, map(_KEY_ORDER, locks)))
 
 
 def holder_of(lock: AdvisoryLock) -> HolderOf:
@@ -81,19 +187,13 @@ class Holdings:
         return cls(held, waiting, lowest)
 
     def changed(
-        self, before: tuple[AdvisoryLock, ...], after: tuple[AdvisoryLock, ...]
+        self, change: LockChange[AdvisoryLock], after: tuple[AdvisoryLock, ...]
     ) -> Holdings:
-        """These holdings of ``before`` (locks all granted, none a prepared
-        transaction's) carried over to ``after`` (so too): only the locks
-        released and taken since take a Python step, and the holders whose
-        listed keys were released a pass of their own. The hold tracker hands
-        out the very same object for a lock held on, so identity tells them."""
-        now_ids = set(map(id, after))
-        then_ids = set(map(id, before))
-        released = list(compress(before, map(not_, map(now_ids.__contains__, map(id, before)))))
-        taken = list(compress(after, map(not_, map(then_ids.__contains__, map(id, after)))))
-        if len(released) + len(taken) > len(after) // 2:
-            return Holdings.of(after)  # most changed: a pass over them all costs no more
+        """These holdings of ``change.before`` (locks all granted, none a
+        prepared transaction's) carried over to ``after`` (so too): only the
+        locks released and taken take a Python step, and the holders whose
+        listed keys were released a pass of their own."""
+        released, taken = change.released, change.taken
         counts = {holder: count for holder, (count, _) in self.held.items()}
         lowest = dict(self.lowest)
         relist: set[HolderOf] = set()  # a listed lock released: list the holder anew

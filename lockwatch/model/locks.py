@@ -8,12 +8,21 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import compress, islice
-from operator import attrgetter
+from itertools import islice
+from operator import itemgetter
 from typing import NamedTuple
 
-from lockwatch.model.holdings import HolderOf, Holdings, holder_of
+from lockwatch.model.holdings import (
+    HolderOf,
+    Holdings,
+    LockChange,
+    LockTally,
+    holder_of,
+    rows_of,
+)
+from lockwatch.model.lock_keys import LockKey as LockKey  # noqa: PLC0414 (imported from here)
 from lockwatch.model.lock_waits import LockWait, PreparedXact
+from lockwatch.model.table_change import Parts, carried_parts
 from lockwatch.text import client_address
 
 # The states of a session that runs no SQL right now.
@@ -21,93 +30,6 @@ IDLE_STATES = frozenset({"idle", "idle in transaction", "idle in transaction (ab
 # pg_stat_activity.state of a session with track_activities off: no state, no
 # query, no time of its last change.
 UNTRACKED_STATE = "disabled"
-_INT32 = 1 << 32
-
-
-_INT64 = 1 << 64
-
-
-def _signed(value: int, bits: int) -> int:
-    """Reinterpret an unsigned integer of ``bits`` width as two's complement.
-
-    >>> _signed(0xFFFFFFFF, 32)
-    -1
-    >>> _signed(7, 32)
-    7
-    """
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >= 1 << (bits - 1) else value
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class LockKey:
-    """An advisory lock key as the application wrote it.
-
-    ``pair`` is False for a single bigint key (``pg_advisory_lock(42)``) and True
-    for a two-int4 key (``pg_advisory_lock(7, 13)``); for a bigint ``first`` is
-    the whole value and ``second`` is 0.
-    """
-
-    pair: bool
-    first: int
-    second: int = 0
-
-    @classmethod
-    def bigint(cls, value: int) -> LockKey:
-        return cls(False, value, 0)
-
-    @classmethod
-    def int_pair(cls, key1: int, key2: int) -> LockKey:
-        return cls(True, key1, key2)
-
-    @classmethod
-    def from_pg_locks(cls, classid: int, objid: int, objsubid: int) -> LockKey:
-        """Decode the ``pg_locks`` columns of an advisory lock.
-
-        A bigint key is split into its high half (``classid``) and low half
-        (``objid``) with ``objsubid = 1``; a pair keeps key1 in ``classid`` and key2
-        in ``objid`` with ``objsubid = 2``. Both columns are unsigned oids.
-
-        >>> LockKey.from_pg_locks(0, 42, 1).render()
-        '42'
-        >>> LockKey.from_pg_locks(0xFFFFFFFF, 0xFFFFFFFF, 1).render()
-        '-1'
-        >>> LockKey.from_pg_locks(7, 13, 2).render()
-        '7,13'
-        """
-        if objsubid == 2:
-            return cls.int_pair(_signed(classid, 32), _signed(objid, 32))
-        return cls.bigint(_signed((classid % _INT32) << 32 | (objid % _INT32), 64))
-
-    @classmethod
-    def parse(cls, text: str) -> LockKey:
-        """Read a key the way operators write it in config: ``42``, ``-7`` or ``7,13``.
-
-        >>> LockKey.parse(" 7, 13 ")
-        LockKey(pair=True, first=7, second=13)
-        """
-        parts = [p.strip() for p in str(text).split(",")]
-        try:
-            numbers = [int(p, 10) for p in parts]
-        except ValueError:
-            raise ValueError(f"not an advisory lock key: {text!r}") from None
-        if len(numbers) == 1:
-            if not -(1 << 63) <= numbers[0] < 1 << 63:
-                raise ValueError(f"bigint key out of range: {text!r}")
-            return cls.bigint(numbers[0])
-        if len(numbers) == 2:
-            if not all(-(1 << 31) <= n < 1 << 31 for n in numbers):
-                raise ValueError(f"int4 pair key out of range: {text!r}")
-            return cls.int_pair(numbers[0], numbers[1])
-        raise ValueError(f"not an advisory lock key: {text!r}")
-
-    def render(self) -> str:
-        return f"{self.first},{self.second}" if self.pair else str(self.first)
-
-    def __str__(self) -> str:
-        return self.render()
-
-
 # What lockwatch shows of a session's activity that its role may not see.
 HIDDEN = "hidden (the role lacks pg_monitor)"
 # What lockwatch cannot judge while its role sees only its own roles' sessions.
@@ -212,13 +134,16 @@ class AdvisoryLock:
 
 # The holders of each (database, key) asked about (``LockSummary.key_holders``).
 KeyHolders = Mapping[tuple[str, LockKey], list[HolderOf]]
+_Asked = tuple[frozenset[tuple[str, LockKey]], KeyHolders]
+_Earlier = tuple[LockChange["AdvisoryLock"], list[Holdings], list[_Asked], list["LockTable"]]
 
 
 @dataclass(frozen=True, slots=True)
 class LockSummary:
-    """What the detectors ask of all of a poll's locks at once, read in one
-    pass over them: most polls of a quiet server then judge no lock one by
-    one. The lock monitor keeps it while the locks stay the same tuple."""
+    """What the detectors ask of all of a poll's locks at once: most polls of
+    a quiet server then judge no lock one by one. The lock monitor keeps it
+    while the locks stay the same tuple, and carries it over to the next
+    poll's locks by what changed (``LockChange``) when they changed a little."""
 
     locks: tuple[AdvisoryLock, ...]  # the locks it sums up
     oldest: datetime | None  # the earliest first_seen
@@ -226,80 +151,88 @@ class LockSummary:
     unusual: bool  # any wait, or any lock of a prepared transaction
     pids: frozenset[int]  # of every lock
     session_holders: frozenset[int]  # pids holding a session-level lock
+    _tally: LockTally = field(compare=False, repr=False)  # counted, to be carried over
     # The locks per key, made the first time a publisher asks (``table``).
     _table: list[LockTable] = field(default_factory=list, compare=False, repr=False)
     # The locks per holder, made the first time incidents are told (``holdings``).
     _holdings: list[Holdings] = field(default_factory=list, compare=False, repr=False)
-    # The last poll's summary, while its holdings may be carried over to these
-    # locks (let go once they are).
-    _earlier: list[LockSummary] = field(default_factory=list, compare=False, repr=False)
+    # What changed since the last poll's summary, with its holdings, holders of
+    # keys asked about and table, while they may be carried over.
+    _earlier: list[_Earlier] = field(default_factory=list, compare=False, repr=False)
     # The holders of the keys last asked about (``key_holders``): the keys and the answer.
-    _asked: list[tuple[frozenset[tuple[str, LockKey]], KeyHolders]] = field(
-        default_factory=list, compare=False, repr=False
-    )
+    _asked: list[_Asked] = field(default_factory=list, compare=False, repr=False)
 
     def table(self) -> LockTable:
         # Two readers at once may both make it; either one is the same table.
         if not self._table:
-            self._table.append(LockTable.of(self.locks))
+            change, _, _, earlier = self._earlier[0] if self._earlier else (None, [], [], [])
+            parts = carried_parts(earlier[0], change, _per_database) if change and earlier else None
+            self._table.append(LockTable.of(self.locks, parts))
+            self._earlier[:] = [(c, held, asked, []) for c, held, asked, _ in self._earlier]
         return self._table[0]
 
     def holdings(self) -> Holdings:
-        """Kept with the summary: a poll whose locks did not change (a steady
-        flood) tells its incidents' loads without a pass over them, and one
-        whose locks changed a little carries the last poll's over, changed
-        holder by holder."""
+        """Kept with the summary: a steady flood tells its incidents' loads
+        without a pass over the locks, and locks changed a little carry the
+        last poll's over, changed holder by holder."""
         if not self._holdings:
-            earlier = self._earlier[0] if self._earlier else None
-            if earlier is not None and not (self.unusual or earlier.unusual):
-                self._holdings.append(earlier.holdings().changed(earlier.locks, self.locks))
+            change, earlier, _, _ = self._earlier[0] if self._earlier else (None, [], [], [])
+            if change is not None and earlier and not self.unusual:
+                self._holdings.append(earlier[0].changed(change, self.locks))
             else:
                 self._holdings.append(Holdings.of(self.locks))
-            self._earlier.clear()
+            self._earlier[:] = [(c, [], asked, table) for c, _, asked, table in self._earlier]
         return self._holdings[0]
 
+    def change(self) -> LockChange[AdvisoryLock] | None:
+        """How these locks came from the last poll's summary's, when carried over."""
+        return self._earlier[0][0] if self._earlier else None
+
     def key_holders(self, keys: frozenset[tuple[str, LockKey]]) -> KeyHolders:
-        """The holders of each of ``keys`` (database, key) holding it now; the
+        """The holders of each of ``keys`` (database, key) holding it now: the
         same keys asked again of the same locks (a steady flood's findings)
-        are not looked for again."""
+        are not looked for again, those of the last poll's carried over."""
         if self._asked and self._asked[0][0] == keys:
             return self._asked[0][1]
-        found: dict[tuple[str, LockKey], list[HolderOf]] = {}
-        # Only the rows of the keys asked about take a Python step (few of many).
-        rows = compress(self.locks, map(keys.__contains__, map(_DATABASE_KEY, self.locks)))
-        for lock in rows:
+        plain = {(database, key.pair, key.first, key.second) for database, key in keys}
+        change, _, earlier, _ = self._earlier[0] if self._earlier else (None, [], [], [])
+        rows, found = self.locks, {}
+        if change is not None and earlier and earlier[0][0] == keys:
+            rows, found = change.taken, {key: list(held) for key, held in earlier[0][1].items()}
+            for lock in rows_of(plain, change.released):
+                if lock.granted:
+                    found[(lock.database, lock.key)].remove(holder_of(lock))
+        for lock in rows_of(plain, rows):
             if lock.granted:
                 found.setdefault((lock.database, lock.key), []).append(holder_of(lock))
+        found = {watched: holders for watched, holders in found.items() if holders}
         self._asked[:] = [(keys, found)]
+        self._earlier[:] = [(c, held, [], table) for c, held, _, table in self._earlier]
         return found
 
     @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...], earlier: LockSummary | None = None) -> LockSummary:
-        """``earlier``: the last poll's summary, whose holdings (when made)
-        are carried over to ``locks`` instead of made anew."""
-        # Column by column through C (map, filter, compress): a poll that
-        # changed one lock of 50,000 sums them all up again.
-        pids = tuple(map(_PID, locks))
-        granted = tuple(map(_GRANTED, locks))
-        seen = tuple(filter(None, map(_FIRST_SEEN, locks)))
+    def of(
+        cls,
+        locks: tuple[AdvisoryLock, ...],
+        earlier: LockSummary | None = None,
+        change: LockChange[AdvisoryLock] | None = None,
+    ) -> LockSummary:
+        """``earlier``: the last poll's summary, carried over to ``locks`` by
+        ``change`` (told by identity when not given) when few changed."""
+        if earlier is not None and change is None:
+            change = LockChange.between(earlier.locks, locks)
+        if earlier is None or change is None or not change.few(len(locks)):
+            tally, carried = LockTally.of(locks), []
+        else:
+            tally = earlier._tally.changed(change, locks)
+            carried = [(change, earlier._holdings, earlier._asked, earlier._table)]
+        pids, held = frozenset(tally.pids), frozenset(tally.session_pids)
         return cls(
-            locks,
-            min(seen, default=None),
-            max(seen, default=None) if len(seen) == len(locks) else None,
-            not all(granted) or any(map(_PREPARED, locks)),
-            frozenset(pids),
-            # Of the granted locks, those whose session_level is true.
-            frozenset(
-                compress(compress(pids, granted), compress(map(_SESSION_LEVEL, locks), granted))
-            ),
-            _earlier=[earlier] if earlier is not None and earlier._holdings else [],
+            locks, tally.oldest, tally.newest, tally.unusual, pids, held, tally, _earlier=carried
         )
 
 
-_PID, _GRANTED, _FIRST_SEEN, _PREPARED, _SESSION_LEVEL = (
-    attrgetter(name) for name in ("pid", "granted", "first_seen", "prepared", "session_level")
-)
-_DATABASE_KEY = attrgetter("database", "key")
+_FIRST_HELD = itemgetter(0)  # a KeyRows' first_held
 
 
 class KeyRows(NamedTuple):
@@ -349,7 +282,14 @@ class LockTable:
     counts: Mapping[str, tuple[int, int]]  # (held, waiting) rows per database
 
     @classmethod
-    def of(cls, locks: tuple[AdvisoryLock, ...]) -> LockTable:
+    def of(cls, locks: tuple[AdvisoryLock, ...], carried: Parts | None = None) -> LockTable:
+        """The table of ``locks``, from the last poll's ``carried`` over what
+        changed when given (``table_change.carried_parts``)."""
+        if carried is not None:
+            dated, by_key, counts, undated, by_keys = carried
+            return cls(
+                tuple(dated), tuple(map(_FIRST_HELD, dated)), undated, by_key, by_keys, counts
+            )
         # Most keys have one row: each lock's row is made as it comes, so each
         # key is hashed once (a LockKey's hash is a Python call); only the keys
         # with more rows get a list, and their rows are made again from it.

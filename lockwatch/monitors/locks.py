@@ -118,10 +118,15 @@ class LockMonitor:
         now = context.now
         raw = raw.moved(self._clock_offset(now, raw.read_at), self._moved)
         locks = self.tracker.observe(
-            raw.locks, raw.backends, now, raw.read_at, monotonic=context.monotonic
+            raw.locks,
+            raw.backends,
+            now,
+            raw.read_at,
+            monotonic=context.monotonic,
+            spliced=raw.spliced,
         )
         if self._summary is None or self._summary.locks is not locks:
-            self._summary = LockSummary.of(locks, earlier=self._summary)
+            self._summary = LockSummary.of(locks, self._summary, self.tracker.change)
         snapshot = LockSnapshot(
             target=self.target.name,
             taken_at=now,

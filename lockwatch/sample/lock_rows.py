@@ -25,6 +25,7 @@ from psycopg.pq import Format
 
 from lockwatch.model.lock_waits import LockRowFact, PreparedXact
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+from lockwatch.sample.lock_splice import KEY, Splice, holds_owner, length_of, splice
 
 # Bits of the flags in the ``owners`` array of advisory_locks.sql.
 PAIR_KEY, SHARED, WAITING = 1, 2, 4
@@ -39,6 +40,9 @@ LOCK_COLUMNS = ("owners", "keys", "waitstarts", "prepared")
 FLAG_BITS = 3  # an owner is pid << FLAG_BITS | flags
 FLAG_MASK = (1 << FLAG_BITS) - 1
 HALF = 0xFFFFFFFF  # a key's low half: objid (a pair's key2)
+# A stretch of the arrays decoded on its own (lock_splice) at most this long,
+# or an eighth of the locks.
+SPLICE_LOCKS = 256
 # The per-lock arrays, by their elements' types: owners int4[], keys int8[].
 PER_LOCK_COLUMNS = {"owners": "int4", "keys": "int8"}
 
@@ -201,13 +205,20 @@ class LockDecoder:
     When the arrays come back equal to the last poll's (a comparison of
     their bytes, or of lists, in C) and every session behind them is the same session in the
     same database, the answer is the last one again, the very same dict of
-    the very same locks: a quiet poll costs no Python work per lock. Anything
-    else, or a lock of a prepared transaction (its age moves), decodes the
-    row as ``decode_locks`` does, reusing the locks seen unchanged.
+    the very same locks: a quiet poll costs no Python work per lock. Arrays
+    that differ from the last in one short stretch (``lock_splice``) are the
+    last answer with that stretch decoded: a Python step per lock taken or
+    released. Anything else, or a lock of a prepared transaction (its age
+    moves), decodes the row as ``decode_locks`` does, reusing the locks seen
+    unchanged. ``ordered``: the answer's locks in the arrays' order.
     """
 
     def __init__(self) -> None:
         self.locks: dict[LockRow, AdvisoryLock] = {}
+        self.ordered: tuple[AdvisoryLock, ...] = ()
+        # How ``ordered`` came from the one before, when only a stretch was
+        # decoded: that tuple, where the stretch starts, how many went and came.
+        self.stretch: tuple[tuple[AdvisoryLock, ...], int, int, int] | None = None
         self._columns: tuple[Any, ...] | None = None
         self._owners: dict[int, tuple[datetime | None, str | None]] = {}
         # The owners array last asked about, the equal one its pids were
@@ -215,6 +226,13 @@ class LockDecoder:
         self._asked: list[int] | bytes | None = None
         self._owner_array: list[int] | bytes | None = None
         self._pids: frozenset[int] = frozenset()
+        # The last answer's raw rows in the arrays' order, while each element
+        # is one lock (None: not so), with its (owners, keys) arrays; and the
+        # stretch the owners array last asked about differs from them in.
+        self._raws: list[LockRow] | None = None
+        self._base: tuple[bytes, bytes] | None = None
+        self._splice: Splice | None = None
+        self._splice_of: tuple[Any, Any] = (None, None)  # the arrays it was found in
 
     def pids(self, arrays: Mapping[str, Any]) -> frozenset[int]:
         """The pids of the sessions behind ``arrays`` (a prepared
@@ -226,10 +244,35 @@ class LockDecoder:
             self._asked = owners
             if owners != self._owner_array:
                 self._owner_array = owners
-                pids = {owner >> FLAG_BITS for owner in _ints("owners", owners)}
-                pids.discard(0)  # the locks of prepared transactions
-                self._pids = frozenset(pids)
+                self._splice = self._spliced(owners, arrays.get("keys"), arrays.get("waitstarts"))
+                self._splice_of = (owners, arrays.get("keys"))
+                self._pids = frozenset(self._new_pids(owners))
         return self._pids
+
+    def _spliced(self, owners: Any, keys: Any, waitstarts: Any) -> Splice | None:
+        """Where ``owners`` and ``keys`` differ from the last answer's, when
+        in one short stretch and the last answer's elements are one lock each."""
+        if self._raws is None or self._base is None or waitstarts:
+            return None
+        if not isinstance(owners, bytes) or not isinstance(keys, bytes):
+            return None
+        return splice(self._base, (owners, keys), max(SPLICE_LOCKS, len(self._raws) // 8))
+
+    def _new_pids(self, owners: Any) -> set[int]:
+        changed = self._splice
+        if changed is None:
+            pids = {owner >> FLAG_BITS for owner in set(_ints("owners", owners))}
+        else:
+            assert self._raws is not None  # spliced
+            gone = {raw[0] for raw in self._raws[changed.start : changed.start + changed.removed]}
+            taken = {owner >> FLAG_BITS for owner in changed.owners}
+            pids = set(self._pids) | taken
+            for pid in {owner >> FLAG_BITS for owner in gone} - taken:
+                flagged = (pid << FLAG_BITS | flags for flags in range(FLAG_MASK + 1))
+                if not any(holds_owner(owners, owner) for owner in flagged):
+                    pids.discard(pid)  # its last lock let go of
+        pids.discard(0)  # the locks of prepared transactions
+        return pids
 
     def decode(
         self,
@@ -246,10 +289,69 @@ class LockDecoder:
             if (backend := backends.get(pid)) is not None
         }
         if prepared or columns != self._columns or owners != self._owners:
-            self.locks = decode_locks(listed(arrays), backends, self.locks, prepared)
+            if prepared or not self._apply(arrays, backends, owners):
+                self._decoded(arrays, decode_locks(listed(arrays), backends, self.locks, prepared))
             self._columns = None if prepared else columns
             self._owners = owners
         return self.locks
+
+    def _decoded(self, arrays: Mapping[str, Any], locks: dict[LockRow, AdvisoryLock]) -> None:
+        """A whole answer decoded: one lock per element of its arrays (in
+        their order) unless a lock waits, is a prepared transaction's, or its
+        session was gone."""
+        self.locks, self.ordered, self.stretch = locks, tuple(locks.values()), None
+        owners, keys = arrays["owners"], arrays.get("keys")
+        whole = not arrays.get("waitstarts") and not arrays.get("prepared")
+        self._raws, self._base = None, None
+        if not whole or not isinstance(owners, bytes) or not isinstance(keys, bytes):
+            return
+        if len(locks) == length_of(keys, KEY):  # none left out
+            self._raws, self._base = list(locks), (owners, keys)
+
+    def _apply(
+        self,
+        arrays: Mapping[str, Any],
+        backends: Mapping[int, Backend],
+        owners: Mapping[int, tuple[datetime | None, str | None]],
+    ) -> bool:
+        """The last answer with the stretch ``pids`` found replaced; False
+        when it cannot be (no such stretch, a session of the last answer's
+        locks is another now, a lock waits or is listed twice)."""
+        owner_array, key_array = arrays["owners"], arrays.get("keys")
+        if self._splice_of != (owner_array, key_array):  # pids() saw other arrays
+            self._splice = self._spliced(owner_array, key_array, arrays.get("waitstarts"))
+        changed, raws = self._splice, self._raws
+        if changed is None or raws is None or arrays.get("prepared"):
+            return False
+        # Each session of the last answer that holds on is the same one.
+        if any(pid in self._pids and owners.get(pid) != was for pid, was in self._owners.items()):
+            return False
+        gone = raws[changed.start : changed.start + changed.removed]
+        new_raws: list[LockRow] = []
+        new_locks: list[AdvisoryLock] = []
+        for owner, key in zip(changed.owners, changed.keys, strict=True):
+            backend = backends.get(owner >> FLAG_BITS)
+            if backend is None or owner & WAITING:
+                return False  # its locks are left out: decoded as a whole
+            raw: LockRow = (owner, backend.backend_start, key, None)
+            lock = self.locks.get(raw) if raw in gone else None
+            if lock is None and raw in self.locks:
+                return False  # a lock listed twice: decoded as a whole
+            new_raws.append(raw)
+            new_locks.append(
+                lock or _lock(backend.database, owner >> FLAG_BITS, key, owner & FLAG_MASK)
+            )
+        locks = self.locks.copy()
+        for raw in set(gone).difference(new_raws):
+            del locks[raw]
+        locks.update(zip(new_raws, new_locks, strict=True))
+        end = changed.start + changed.removed
+        self._raws = [*raws[: changed.start], *new_raws, *raws[end:]]
+        before = self.ordered
+        self.ordered = (*before[: changed.start], *new_locks, *before[end:])
+        self.stretch = (before, changed.start, changed.removed, len(new_locks))
+        self.locks, self._base = locks, (arrays["owners"], arrays["keys"])
+        return True
 
     def nothing(self) -> dict[LockRow, AdvisoryLock]:
         """No advisory lock at all. Remembered as such: the same locks coming
@@ -257,6 +359,7 @@ class LockDecoder:
         before this one."""
         if self.locks or self._columns is not None:
             self.locks, self._columns, self._owners = {}, None, {}
+            self.ordered, self._raws, self._base, self.stretch = (), None, None, None
         return self.locks
 
 

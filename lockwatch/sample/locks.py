@@ -45,6 +45,9 @@ class RawSample:
     lock_manager_waits: int | None = None
     # The waits on locks of other locktypes, and who blocks each.
     waits: tuple[LockWait, ...] = ()
+    # The locks as the last poll's tuple with one stretch replaced: that
+    # tuple, where the stretch starts, how many went and came (None: not so).
+    spliced: tuple[tuple[AdvisoryLock, ...], int, int, int] | None = None
 
     def moved(self, offset: timedelta, known: MovedBackends | None = None) -> RawSample:
         """The sample with the server's timestamps moved by ``offset`` onto
@@ -69,8 +72,14 @@ class RawSample:
             wait if wait.wait_start is None else replace(wait, wait_start=wait.wait_start + offset)
             for wait in self.waits
         )
+        spliced = self.spliced if locks is self.locks else None
         return replace(
-            self, locks=locks, backends=backends, read_at=self.read_at + offset, waits=waits
+            self,
+            locks=locks,
+            backends=backends,
+            read_at=self.read_at + offset,
+            waits=waits,
+            spliced=spliced,
         )
 
 
@@ -400,11 +409,15 @@ class AdvisoryLockReader:
         self._expected = tuple(backends)
         self._sessions.keep(backends)
         server_seconds = self.server_time.after_poll(self.session)
+        spliced = None
         if locks is not known:
             # The same answer is the same tuple again: the hold tracker
             # then knows at a glance that no lock changed.
-            self._locks = tuple(locks.values())
-            self._waiting = not all(map(attrgetter("granted"), self._locks))
+            stretch = self._decoder.stretch
+            spliced = stretch if stretch is not None and stretch[0] is self._locks else None
+            self._locks = self._decoder.ordered
+            # A stretch is decoded alone only while no lock waits.
+            self._waiting = spliced is None and not all(map(attrgetter("granted"), self._locks))
         return RawSample(
             self.session.server_version,
             self._locks,
@@ -415,6 +428,7 @@ class AdvisoryLockReader:
             server_seconds=server_seconds,
             lock_manager_waits=lock_manager_waits,
             waits=waits,
+            spliced=spliced,
         )
 
 

@@ -8,30 +8,36 @@ state dir so that a restart neither forgets an hour-long hold nor invents one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter, not_
 from typing import Any, cast
 
-from lockwatch.model.locks import IDLE_STATES, AdvisoryLock, Backend, LockKey
+from lockwatch.model.holdings import LockChange
+from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
+from lockwatch.state.hold_proofs import (
+    Hold,
+    held_throughout,
+    outside_transaction,
+    taken_by,
+    unchanged,
+)
 
 # How far the wall clock may stray from the monotonic one between two polls
 # before it counts as a jump (NTP slews far slower).
 JUMP_SLACK = timedelta(seconds=1)
 ObservationKey = tuple[int, str, str, bool, int, int, str, bool]
-# What is remembered of one hold: its first sighting, the transaction its
-# session had open when it was last seen (xact_start; None for none; for a
-# session lock, when it was found to be one), and whether it was ever seen
-# with no transaction open (a session lock for sure).
-Hold = tuple[datetime, datetime | None, bool]
 # A lock as the sampler gave it, as filled in, its observation and its hold.
 _Filled = tuple[AdvisoryLock, AdvisoryLock, ObservationKey, Hold]
 # The parts of a _Filled and of a Hold, for going through them column by column.
 _LOCK, _FILLED, _KEY, _HOLD = (itemgetter(n) for n in range(4))
 _XACT, _SESSION = itemgetter(1), itemgetter(2)
 _PID = attrgetter("pid")
+# Locks as an earlier tuple of them with one stretch replaced: that tuple,
+# where the stretch starts, how many of its locks went and how many came.
+Spliced = tuple[tuple[AdvisoryLock, ...], int, int, int]
 # A hold (or wait) that ended: its observation, first and last sighting.
 Ended = tuple[ObservationKey, datetime, datetime]
 
@@ -70,6 +76,8 @@ class HoldTracker:
         # object for a lock it saw unchanged (same session, key, mode and
         # wait), and such a lock keeps its filled-in copy without a lookup.
         self._filled: dict[int, _Filled] = {}
+        # The same entries in the last poll's locks' order.
+        self._entries: list[_Filled] = []
         # The last poll's locks as given and as filled in, and the
         # transactions its holds that may be a transaction's were seen in:
         # the sampler hands out the very same tuple for an unchanged answer,
@@ -80,6 +88,9 @@ class HoldTracker:
         # What the last observe saw end and begin (the hold history reads them).
         self.ended: list[Ended] = []
         self.began: list[ObservationKey] = []
+        # How the last observe's locks came from the poll's before (None: not
+        # told, as when most changed or the last poll's are not trusted).
+        self.change: LockChange[AdvisoryLock] | None = None
 
     def __len__(self) -> int:
         return len(self._holds)
@@ -91,23 +102,28 @@ class HoldTracker:
         now: datetime,
         read_at: datetime | None = None,
         monotonic: float | None = None,
+        spliced: Spliced | None = None,
     ) -> tuple[AdvisoryLock, ...]:
         """Fill ``first_seen`` and ``session_level`` on every lock and forget
         locks no longer present. ``read_at`` is when the server read the locks
         (its statement_timestamp(), on lockwatch's clock); sessions are read
         after it. With ``monotonic``, hold times follow the monotonic clock
-        through a jump of the wall clock (``now``)."""
+        through a jump of the wall clock (``now``). ``spliced``: the locks as
+        an earlier tuple with one stretch replaced, when the sampler knows."""
         self._realign(now, monotonic, backends)
         last_seen = self._observed_at
-        bridged = last_seen is not None and now - last_seen <= timedelta(
-            seconds=self.continuity_gap
-        )
+        gap = timedelta(seconds=self.continuity_gap)
+        bridged = last_seen is not None and now - last_seen <= gap
+        self.ended, self.began, self.change = [], [], None
         if bridged and locks is self._given and not self._moved_on(backends):
             # What the loop below would find lock by lock: each one unchanged.
-            self.ended, self.began = [], []
             self._observed_at = now
             return self._result
-        self.ended, self.began = [], []
+        trusted = bridged and self._filled and len(self._holds) == len(self._filled)
+        follows = spliced if spliced is not None and spliced[0] is self._given else None
+        if trusted and follows and not self._moved_on(backends):
+            self._observe_spliced(locks, follows, backends, (now, read_at))
+            return self._result
         # Column by column through C (map, zip, compress), with Python only for
         # the locks not seen unchanged: a poll that changed one lock of 50,000
         # takes no Python step for the others.
@@ -115,20 +131,19 @@ class HoldTracker:
         entries: list[_Filled | None] = (
             self._unchanged_entries(ids, backends) if bridged else [None] * len(ids)
         )
+        missing = list(compress(range(len(entries)), map(is_, entries, repeat(None))))
+        if trusted and 2 * len(missing) <= len(entries):
+            self._observe_few(locks, entries, missing, backends, (now, read_at), ids=ids)
+            return self._result
         kept = list(filter(None, entries))
         seen: dict[ObservationKey, Hold] = dict(zip(map(_KEY, kept), map(_HOLD, kept), strict=True))
         started: dict[int, str] = {}
-        for at in compress(range(len(entries)), map(is_, entries, repeat(None))):
+        for at in missing:
             lock = locks[at]
             key = _observation(lock, self._started(lock, backends, started))
             hold = seen.get(key) or self._begin(key, lock, backends, bridged, now, read_at)
             seen[key] = hold
-            entries[at] = (
-                lock,
-                replace(lock, first_seen=hold[0], session_level=hold[2]),
-                key,
-                hold,
-            )
+            entries[at] = _filled(lock, key, hold)
         filled = cast(list[_Filled], entries)
         # Every lock unchanged since the last poll, and as many: nothing ended.
         if last_seen is not None and not (len(kept) == len(seen) == len(self._holds)):
@@ -139,6 +154,89 @@ class HoldTracker:
         del kept, seen
         self._remember(locks, ids, filled, now)
         return self._result
+
+    def _observe_spliced(
+        self,
+        locks: tuple[AdvisoryLock, ...],
+        spliced: Spliced,
+        backends: Mapping[int, Backend],
+        at: tuple[datetime, datetime | None],
+    ) -> None:
+        """``observe`` of locks that are the last poll's with one stretch
+        replaced (``spliced``, as the sampler tells): the entries of the rest
+        are the last poll's, shifted, without a pass over them."""
+        _, start, removed, added = spliced
+        old = self._entries
+        gone = old[start : start + removed]
+        entries: list[_Filled | None] = [*old[:start], *([None] * added), *old[start + removed :]]
+        for position in range(start, start + added):
+            entry = self._filled.get(id(locks[position]))
+            if entry is not None and any(entry is was for was in gone):
+                entries[position] = entry  # a lock of the stretch held on, handed on again
+                gone = [was for was in gone if was is not entry]
+        missing = [
+            position for position in range(start, start + added) if entries[position] is None
+        ]
+        self._observe_few(locks, entries, missing, backends, at, (gone, start, removed))
+
+    def _observe_few(
+        self,
+        locks: tuple[AdvisoryLock, ...],
+        entries: list[_Filled | None],
+        missing: list[int],
+        backends: Mapping[int, Backend],
+        at: tuple[datetime, datetime | None],
+        stretch: tuple[list[_Filled], int, int] | None = None,
+        ids: list[int] | None = None,
+    ) -> None:
+        """``observe`` when at most half the locks are not the last poll's
+        unchanged: its holds and entries are changed in place, a Python step
+        per lock released or taken, and what changed is told (``change``).
+        ``stretch``: the entries gone, where and how many (``_observe_spliced``);
+        else ``ids``, the locks' ids."""
+        now, read_at = at
+        last_seen = self._observed_at
+        assert last_seen is not None  # bridged
+        seen: dict[ObservationKey, Hold] = {}
+        started: dict[int, str] = {}
+        # The last poll's entries of locks now gone or held anew.
+        released: list[_Filled] = [] if stretch is None else stretch[0]
+        for at_ in missing:
+            lock = locks[at_]
+            old = None if stretch is not None else self._filled.get(id(lock))
+            if old is not None:
+                released.append(old)  # seen again, in another transaction
+            key = _observation(lock, self._started(lock, backends, started))
+            hold = seen.get(key) or self._begin(key, lock, backends, True, now, read_at)
+            seen[key] = hold
+            entries[at_] = _filled(lock, key, hold)
+        if stretch is None and len(self._filled) > len(entries) - len(missing) + len(released):
+            assert ids is not None  # given when no stretch is
+            present = set(ids)  # some gone: the ints of ``ids`` again, not new ones
+            released += compress(
+                self._filled.values(), map(not_, map(present.__contains__, self._filled))
+            )
+        for entry in released:
+            del self._filled[id(entry[0])]
+            if entry[2] not in seen:
+                del self._holds[entry[2]]
+                self.ended.append((entry[2], entry[3][0], last_seen))
+        taken = [cast(_Filled, entries[at_]) for at_ in missing]
+        self._dump_due = self._dump_due or bool(self.ended) or not seen.keys() <= self._holds.keys()
+        self._filled.update(zip((id(locks[at_]) for at_ in missing), taken, strict=True))
+        self._holds.update(seen)
+        before, self._given, self._observed_at = self._result, locks, now
+        self._entries = cast(list[_Filled], entries)
+        if stretch is None:
+            self._result = tuple(map(_FILLED, self._entries))
+        else:
+            start, removed = stretch[1], stretch[2]
+            added = len(entries) - len(before) + removed
+            new = map(_FILLED, self._entries[start : start + added])
+            self._result = (*before[:start], *new, *before[start + removed :])
+        if not all(map(_SESSION, map(_HOLD, (*released, *taken)))):
+            self._in_xact = _in_transaction(self._filled.values())
+        self.change = LockChange(before, tuple(map(_FILLED, released)), tuple(map(_FILLED, taken)))
 
     def _unchanged_entries(
         self, ids: list[int], backends: Mapping[int, Backend]
@@ -156,7 +254,7 @@ class HoldTracker:
             entry
             if entry is None
             or entry[0].pid not in moved_on
-            or _unchanged(entry[3], backends.get(entry[0].pid))
+            or unchanged(entry[3], backends.get(entry[0].pid))
             else None
             for entry in entries
         ]
@@ -171,15 +269,10 @@ class HoldTracker:
         )
         self._holds = seen
         self._filled = dict(zip(ids, filled, strict=True))
+        self._entries = filled
         self._observed_at = now
         self._given, self._result = locks, tuple(map(_FILLED, filled))
-        holds = list(map(_HOLD, filled))
-        self._in_xact = frozenset(
-            compress(
-                zip(map(_PID, map(_LOCK, filled)), map(_XACT, holds), strict=True),
-                map(not_, map(_SESSION, holds)),
-            )
-        )
+        self._in_xact = _in_transaction(filled)
 
     @staticmethod
     def _started(
@@ -287,9 +380,9 @@ class HoldTracker:
         another transaction, and never seen outside one, it is a new hold.
         """
         xact = backend.xact_start if backend is not None else None
-        outside = _outside_transaction(lock, backend, read_at)
+        outside = outside_transaction(lock, backend, read_at)
         old = self._holds.get(key)
-        if old is not None and (bridged or _held_throughout(backend, self._observed_at)):
+        if old is not None and (bridged or held_throughout(backend, self._observed_at)):
             first_seen, old_xact, session = old
             if session:
                 # A session lock outlives any transaction: which one its
@@ -298,7 +391,7 @@ class HoldTracker:
                 return old
             if outside or old_xact == xact:
                 return (first_seen, xact, outside)
-        return (_taken_by(lock, backend, now), xact, outside)
+        return (taken_by(lock, backend, now), xact, outside)
 
     def changed_since_dump(self) -> bool:
         return self._dump_due
@@ -382,66 +475,19 @@ class HoldTracker:
         self._monotonic_at = None  # another process: its monotonic clock is not ours
 
 
-def _taken_by(lock: AdvisoryLock, backend: Backend | None, now: datetime) -> datetime:
-    """The latest a lock seen for the first time can have been taken.
-
-    An idle session has run no SQL since its state_change, and taking a lock
-    takes SQL: it held the lock by then. A lock taken just before lockwatch
-    looked is then as old as it is, not a poll interval younger, and a hold
-    found after a gap (or at start) keeps what can be proven of its age.
-    Anyone else may have taken it just now. A prepared transaction took its
-    locks before it was prepared, as long ago as the server says.
-    """
-    if lock.prepared is not None:
-        return now - timedelta(seconds=max(lock.prepared.age_seconds, 0.0))
-    if (
-        lock.granted
-        and backend is not None
-        and backend.state in IDLE_STATES
-        and backend.state_change is not None
-    ):
-        return min(now, backend.state_change)
-    return now
+def _filled(lock: AdvisoryLock, key: ObservationKey, hold: Hold) -> _Filled:
+    return (lock, replace(lock, first_seen=hold[0], session_level=hold[2]), key, hold)
 
 
-def _unchanged(hold: Hold, backend: Backend | None) -> bool:
-    """Whether a lock the sampler saw unchanged is still the same hold: a
-    session lock is, a lock that may be a transaction's only while that
-    transaction (or its absence) goes on."""
-    return hold[2] or (
-        backend is not None and backend.xact_start is not None and backend.xact_start == hold[1]
-    )
-
-
-def _outside_transaction(
-    lock: AdvisoryLock, backend: Backend | None, read_at: datetime | None
-) -> bool:
-    """Proof that a held lock is session-level: its session had no transaction
-    open when the locks were read. Sessions are read after the locks, so the
-    session must have been idle since before ``read_at``; without it (a
-    synthetic snapshot) its state alone is taken."""
-    if not lock.granted or backend is None or backend.xact_start is not None:
-        return False
-    if backend.state != "idle":
-        return False
-    return read_at is None or (backend.state_change is not None and backend.state_change <= read_at)
-
-
-def _held_throughout(backend: Backend | None, last_seen: datetime | None) -> bool:
-    """Proof that a lock seen before a gap lockwatch did not see through was
-    held all along. The same rule holds after a restart and after an outage
-    of the target.
-
-    Taking the lock again would have meant running SQL, which moves
-    state_change; an idle session unchanged since we last saw it has held
-    the lock all along.
-    """
-    return (
-        backend is not None
-        and last_seen is not None
-        and backend.state in IDLE_STATES
-        and backend.state_change is not None
-        and backend.state_change <= last_seen
+def _in_transaction(filled: Iterable[_Filled]) -> frozenset[tuple[int, datetime | None]]:
+    """The (pid, xact_start) of the holds that may be a transaction's."""
+    entries = tuple(filled)
+    holds = tuple(map(_HOLD, entries))
+    return frozenset(
+        compress(
+            zip(map(_PID, map(_LOCK, entries)), map(_XACT, holds), strict=True),
+            map(not_, map(_SESSION, holds)),
+        )
     )
 
 

@@ -292,7 +292,8 @@ class IncidentBook:
         was = {f.kind for f in incident.findings}
         for kind in sorted(was - set(present)):
             record.note(now, EventKind.FINDING_RESOLVED, kind.value, kind=kind)
-        record.incident = replace(record.incident, kinds=(*incident.kinds, *joined))
+        if joined:  # else the incident stays as it was: no copy each poll
+            record.incident = replace(record.incident, kinds=(*incident.kinds, *joined))
         return bool(joined)
 
     def _note_holder(

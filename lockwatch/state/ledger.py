@@ -61,7 +61,9 @@ class FindingLedger:
                 fired.append(finding)
                 fresh[finding.identity] = finding
             else:
-                fresh[finding.identity] = replace(finding, since=min(old.since, finding.since))
+                earliest = min(old.since, finding.since)
+                kept = finding if earliest == finding.since else replace(finding, since=earliest)
+                fresh[finding.identity] = kept
         resolved = []
         for identity, old in self._active.items():
             if identity in fresh:

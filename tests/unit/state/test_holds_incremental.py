@@ -2,7 +2,9 @@
 the sampler's decoder (which hands back the last answer when the arrays and
 sessions are unchanged) and the hold tracker fed its very same tuples find
 exactly what decoding every poll from scratch and tracking fresh copies of the
-locks finds: the same locks, hold times, ended and begun holds, and dump."""
+locks finds: the same locks, hold times, ended and begun holds, and dump (in
+whatever order: a tracker that changed its holds in place keeps them in the
+order they came, one that made them anew in the locks' order)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lockwatch.model.holdings import LockChange
 from lockwatch.model.locks import AdvisoryLock, Backend, LockSnapshot, LockSummary
 from lockwatch.sample.lock_rows import LockDecoder, decode_locks
 from lockwatch.state.holds import HoldTracker
@@ -90,6 +93,23 @@ def poll_sequences(draw: st.DrawFn) -> list[Poll]:
     return polls
 
 
+def same_holds(ours: HoldTracker, theirs: HoldTracker, now: datetime) -> bool:
+    """The same holds ended, begun and dumped, in whatever order."""
+    return (sorted(ours.ended), ours.began, _canonical(ours.dump(now))) == (
+        sorted(theirs.ended),
+        theirs.began,
+        _canonical(theirs.dump(now)),
+    )
+
+
+def _canonical(dump: dict[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
+    held = [
+        (*sorted(map(str, entry["keys"])), *(f"{k}={v}" for k, v in entry.items() if k != "keys"))
+        for entry in dump["held"]
+    ]
+    return dump["saved_at"], sorted(held)
+
+
 def decoded(decoder: LockDecoder, arrays: dict[str, Any], sessions: dict[int, Backend]) -> Any:
     """As ``read_advisory_locks`` asks the decoder, empty answers included."""
     if arrays["owners"] is None:
@@ -117,8 +137,7 @@ def test_the_incremental_path_finds_what_a_rebuild_finds(polls: list[Poll]) -> N
         ours = incremental.observe(given_locks, sessions, now, read_at=now)
         theirs = rebuilt.observe(copies, sessions, now, read_at=now)
         assert ours == theirs
-        assert (incremental.ended, incremental.began) == (rebuilt.ended, rebuilt.began)
-        assert incremental.dump(now) == rebuilt.dump(now)
+        assert same_holds(incremental, rebuilt, now)
         summary = LockSnapshot("t", now, 180000, ours, summary=LockSummary.of(ours))
         assert summary.lock_summary() == LockSummary.of(theirs)
 
@@ -152,11 +171,21 @@ def churning_polls(draw: st.DrawFn) -> list[Poll]:
 def test_a_few_locks_changing_among_many_find_what_a_rebuild_finds(polls: list[Poll]) -> None:
     decoder = LockDecoder()
     incremental, rebuilt = HoldTracker(GAP), HoldTracker(GAP)
+    summary: LockSummary | None = None
     for now, arrays, sessions in polls:
         given_locks = tuple(decoded(decoder, arrays, sessions).values())
         copies = tuple(replace(lock) for lock in decode_locks(arrays, sessions).values())
-        assert incremental.observe(given_locks, sessions, now, read_at=now) == rebuilt.observe(
-            copies, sessions, now, read_at=now
-        )
-        assert (incremental.ended, incremental.began) == (rebuilt.ended, rebuilt.began)
-        assert incremental.dump(now) == rebuilt.dump(now)
+        ours = incremental.observe(given_locks, sessions, now, read_at=now)
+        assert ours == rebuilt.observe(copies, sessions, now, read_at=now)
+        assert same_holds(incremental, rebuilt, now)
+        change = incremental.change
+        if change is not None and summary is not None:
+            # What the tracker says changed is what tells the two apart by identity.
+            told = LockChange.between(change.before, ours)
+            assert (set(map(id, change.released)), set(map(id, change.taken))) == (
+                set(map(id, told.released)),
+                set(map(id, told.taken)),
+            )
+            assert change.before is summary.locks
+        summary = LockSummary.of(ours, summary, change)
+        assert summary == LockSummary.of(ours)
