@@ -242,7 +242,7 @@ def test_one_of_three_0_16_workers_killed_mid_job_is_told_by_its_duration_alone(
     # 0.16: a process runs several worker ids under one listener, so no count
     # tells a dead one; the job is told once it runs past max_job_duration,
     # in words that say its worker's liveness cannot be told.
-    budget = 15.0
+    budget = 4.0
     started = one_job_each(workers, pg, "0.16.6")
     runner = runner_for(pg, max_job_duration=budget)
     try:
