@@ -33,7 +33,7 @@ from tests.fixtures.postgres import (
     run_in_thread,
     wait_until,
 )
-from tests.fixtures.processes import LOOK, LockwatchProcess
+from tests.fixtures.processes import LockwatchProcess
 from tests.fixtures.runbooks import (
     ONCALL_PASSWORD,
     Ran,
@@ -177,9 +177,7 @@ def incident_of(book: Runbook, kind: str, pid: int | None = None) -> dict[str, A
                 return dict(incident)
         return None
 
-    return wait_until(
-        found, timeout=30, interval=LOOK, message=f"an open {kind} incident of pid {pid}"
-    )
+    return wait_until(found, timeout=30, message=f"an open {kind} incident of pid {pid}")
 
 
 def resolved(book: Runbook, incident: dict[str, Any]) -> bool:
@@ -199,9 +197,7 @@ def ended(book: Runbook, server: LocalCluster, runbook: str, incident: dict[str,
     assert act.code == 0 and "done: " in act.out, act
     pid = incident["root"]["pid"]
     wait_until(lambda: not session_alive(server, pid), message=f"pid {pid} ended")
-    wait_until(
-        lambda: resolved(book, incident), interval=LOOK, message=f"{incident['id']} resolved"
-    )
+    wait_until(lambda: resolved(book, incident), message=f"{incident['id']} resolved")
     return [dry, act]
 
 
@@ -391,9 +387,7 @@ def test_a_prepared_transaction_s_orphan_is_found_and_rolled_back_by_its_owner(
     assert [(gid, owner) for gid, owner, *_ in rows] == [("batch-7", "app")]
     assert runbook.sql("lock_orphaned", "rollback-prepared", gid="batch-7") == []
     assert runbook.sql("lock_orphaned", "prepared") == []
-    wait_until(
-        lambda: resolved(runbook, incident), interval=LOOK, message="the prepared orphan resolved"
-    )
+    wait_until(lambda: resolved(runbook, incident), message="the prepared orphan resolved")
 
 
 def test_a_missing_leader_then_an_unexpected_holder_then_a_churning_leader(
@@ -408,9 +402,7 @@ def test_a_missing_leader_then_an_unexpected_holder_then_a_churning_leader(
     dev = connect(server, sessions, "dev-laptop")
     dev.execute("SELECT pg_advisory_lock(4103)")
     unexpected = incident_of(runbook, "lock_unexpected_holder", dev.info.backend_pid)
-    wait_until(
-        lambda: resolved(runbook, missing), interval=LOOK, message="the leader is not missing"
-    )
+    wait_until(lambda: resolved(runbook, missing), message="the leader is not missing")
     (confirm,) = runbook.sh("lock_unexpected_holder", "confirm")
     (told,) = json_values(confirm.out)
     assert told["holder"] == [
@@ -435,7 +427,6 @@ def test_a_missing_leader_then_an_unexpected_holder_then_a_churning_leader(
         leader.execute("SELECT pg_advisory_lock(4103)")
         wait_until(
             lambda: held_by(runbook, "nightly-leader", leader.info.backend_pid),  # noqa: B023
-            interval=LOOK,
             message=f"{name} seen holding the leader lock",
         )
         before = leader
@@ -490,8 +481,4 @@ def test_a_migration_waiting_on_a_blocker_is_left_to_finish_and_the_blocker_ende
     migrating.result(timeout=30)  # the migration went on and finished
     assert answers(migration)
     migration.execute("SELECT pg_advisory_unlock_all()")
-    wait_until(
-        lambda: resolved(runbook, incident),
-        interval=LOOK,
-        message="the migration's incident resolved",
-    )
+    wait_until(lambda: resolved(runbook, incident), message="the migration's incident resolved")
