@@ -19,7 +19,7 @@ from psycopg import sql
 from tests.fixtures.paths import WORKLOADS
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
-from tests.fixtures.processes import LOOK, LockwatchProcess, write_config
+from tests.fixtures.processes import LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -108,7 +108,6 @@ def test_both_schedulers_lead_through_pgbouncer_and_lockwatch_reports_the_duplic
 
         duplicate = wait_until(
             lambda: job_finding(lockwatch, "job_duplicate_start"),
-            interval=LOOK,
             message="duplicate start reported",
         )
         print(
@@ -133,7 +132,6 @@ def test_both_schedulers_lead_through_pgbouncer_and_lockwatch_reports_the_duplic
 
         pooled = wait_until(
             lambda: lockwatch.finding("lock_pooled_session", "main"),
-            interval=LOOK,
             message="pooled session lock reported",
         )
         assert pooled["subject"]["lock"].startswith("pid ")  # the pooled backend holding it
@@ -195,7 +193,6 @@ def test_lockwatch_exec_pings_report_the_duplicate_without_reading_the_applicati
             assert wrapped.stdout.strip() == "leader"
         duplicate = wait_until(
             lambda: job_finding(lockwatch, "job_duplicate_start"),
-            interval=LOOK,
             message="duplicate start from pings",
         )
         assert {start["source"] for start in duplicate["evidence"]["starts"]} == {"ping"}
@@ -208,9 +205,7 @@ def test_lockwatch_exec_pings_report_the_duplicate_without_reading_the_applicati
 
         # A poll may have seen the second start before its success ping: the
         # evidence follows the runs from poll to poll.
-        wait_until(
-            both_finished, interval=LOOK, message="both pinged runs finished in the evidence"
-        )
+        wait_until(both_finished, message="both pinged runs finished in the evidence")
         assert PING_TOKEN not in lockwatch.log(whole=True)
     finally:
         assert lockwatch.stop() == 0, lockwatch.log(whole=True)
@@ -232,7 +227,6 @@ def test_the_fix_a_direct_dsn_gives_one_leader_and_no_duplicate(
                 lambda: (
                     (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4
                 ),
-                interval=LOOK,
                 message="lockwatch polls the runs a few times",
             )
         assert (
