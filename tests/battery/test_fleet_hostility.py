@@ -95,14 +95,24 @@ def pit_series(seen: Scrape, name: str) -> dict[str, float]:
     }
 
 
+# main's poll counter as its line reads: with 200 targets /metrics is some
+# 350 KiB, and parsing all of it twenty times a second to count main's polls
+# kept a core busy (the scrapes below parse it whole, and check it).
+MAIN_POLLS = re.compile(r'^lockwatch_polls_total\{target="main"\} (\S+)$', re.M)
+# The fleet's state changes at its looks (every 0.5 s at most): waits on a
+# whole scrape look this often, not at wait_until's default 50 ms.
+SCRAPE_EVERY = 0.5
+
+
 def polls_of_main(lockwatch: LockwatchProcess) -> float:
-    return lockwatch.metric("lockwatch_polls_total", target="main") or 0
+    found = MAIN_POLLS.search(requests.get(f"{lockwatch.base}/metrics", timeout=10).text)
+    return float(found.group(1)) if found else 0
 
 
 def wait_polls(lockwatch: LockwatchProcess, polls: int) -> None:
     """Until main polled ``polls`` more times: time measured in lockwatch's own polls."""
     start = polls_of_main(lockwatch)
-    wait_until(lambda: polls_of_main(lockwatch) >= start + polls, timeout=60)
+    wait_until(lambda: polls_of_main(lockwatch) >= start + polls, timeout=60, interval=0.1)
 
 
 def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops_in_time(
@@ -126,7 +136,12 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
             settled = len(up) == len(pace) == PITS and set(up.values()) == {0.0}
             return seen if settled and min(pace.values()) >= BACKED_OFF else None
 
-        seen = wait_until(backed_off, timeout=120, message="the fleet down and backed off")
+        seen = wait_until(
+            backed_off,
+            timeout=120,
+            interval=2 * SCRAPE_EVERY,  # backing off takes a minute: a second late is nothing
+            message="the fleet down and backed off",
+        )
         skipped = sum(
             value
             for sample, labels, value in seen.samples
@@ -146,6 +161,7 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
         wait_until(
             lambda: not pit_series(scrape(lockwatch.base), "lockwatch_up"),
             timeout=30,
+            interval=SCRAPE_EVERY / 2,
             message="the withdrawn targets unpublished",
         )
         unpublished = time.monotonic() - withdrawn_at
@@ -158,7 +174,9 @@ def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops
         # Listed again, then withdrawn and SIGTERM at once, while they hang.
         write_sd(sd, tarpit.addresses)
         wait_until(
-            lambda: len(pit_series(scrape(lockwatch.base), "lockwatch_up")) == PITS, timeout=60
+            lambda: len(pit_series(scrape(lockwatch.base), "lockwatch_up")) == PITS,
+            timeout=60,
+            interval=SCRAPE_EVERY,
         )
         write_sd(sd, [])
         wait_polls(lockwatch, 3)  # past the source's refresh_interval: being withdrawn

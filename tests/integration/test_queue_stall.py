@@ -28,7 +28,7 @@ from lockwatch.demo.scenarios import (
 )
 from tests.fixtures.paths import ROOT, WORKLOADS
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
-from tests.fixtures.processes import LOCKS, LockwatchProcess, write_config
+from tests.fixtures.processes import LOCKS, LOOK, LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -172,6 +172,7 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
                 )
                 == 6
             ),
+            interval=LOOK,
             message="the six workers are seen",
         )
 
@@ -185,6 +186,7 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
         stalled = wait_until(
             lambda: lockwatch.finding("queue_stalled", "main"),
             timeout=60,
+            interval=LOOK,
             message="queue_stalled",
         )
         detected = time.monotonic()
@@ -271,6 +273,7 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
                 and lockwatch.finding("queue_growing", "unbound")
             ),
             timeout=WINDOW * 4,
+            interval=LOOK,
             message="both backlogs grow",
         )
         polls = lockwatch.metric("lockwatch_polls_total", target="draining") or 0
@@ -280,6 +283,7 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
                 >= polls + WINDOW / INTERVAL
             ),
             timeout=WINDOW * 3,
+            interval=LOOK,
             message="a whole window more of polls",
         )
 
@@ -332,10 +336,16 @@ def test_seed_002_with_a_row_lock_the_stall_and_the_row_lock_convoy_are_one_inci
         producer.start()
         wait_until(lambda: blackhole.accepted, message="a worker takes the poisoned job")
         stalled = wait_until(
-            lambda: lockwatch.finding("queue_stalled", "main"), timeout=60, message="the stall"
+            lambda: lockwatch.finding("queue_stalled", "main"),
+            timeout=60,
+            interval=LOOK,
+            message="the stall",
         )
         convoy = wait_until(
-            lambda: lockwatch.finding("row_lock_convoy", "main"), timeout=30, message="the convoy"
+            lambda: lockwatch.finding("row_lock_convoy", "main"),
+            timeout=30,
+            interval=LOOK,
+            message="the convoy",
         )
 
         # Ground truth: the server's own view of who holds the poisoned job's row.
@@ -364,7 +374,9 @@ def test_seed_002_with_a_row_lock_the_stall_and_the_row_lock_convoy_are_one_inci
             joined = [i for i in mine if {"queue_stalled", "row_lock_convoy"} <= set(i["kinds"])]
             return joined[0] if len(mine) == 1 and joined else None
 
-        incident = wait_until(one_incident, timeout=10, message="one incident of both")
+        incident = wait_until(
+            one_incident, timeout=10, interval=LOOK, message="one incident of both"
+        )
         assert (incident["root"]["kind"], incident["root"]["pid"]) == ("session", hung)
         assert f"pid {hung}" in incident["title"]
         assert "holds a row of webhook_jobs" in incident["title"]

@@ -39,7 +39,7 @@ from lockwatch.demo.scenarios import (
 )
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
-from tests.fixtures.processes import LockwatchProcess
+from tests.fixtures.processes import LOOK, LockwatchProcess
 from tests.fixtures.runbooks import (
     ONCALL_PASSWORD,
     Runbook,
@@ -257,8 +257,12 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
             workers.start(server.dsn(user="app"), f"webhook-worker-{number}", TAG)
         producer.start()
         wait_until(lambda: blackhole.accepted, message="a worker takes the poisoned job")
-        wait_until(lambda: watched.findings("queue_stalled"), timeout=60, message="stalled")
-        wait_until(lambda: watched.findings("queue_growing"), timeout=60, message="growing")
+        wait_until(
+            lambda: watched.findings("queue_stalled"), timeout=60, interval=LOOK, message="stalled"
+        )
+        wait_until(
+            lambda: watched.findings("queue_growing"), timeout=60, interval=LOOK, message="growing"
+        )
         holder = holder_of_42(server)
         assert holder is not None
         # The stall joins its holder's incident (with the convoy) once both are seen.
@@ -268,6 +272,7 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
                 and found["root"]["pid"] == holder
                 and found
             ),
+            interval=LOOK,
             message="the stall in its holder's incident",
         )
 
@@ -291,7 +296,12 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
         dry, act = book.sh("queue_stalled", "stop", incident=incident["id"])
         assert dry.code == 0 and act.code == 0, (dry, act)
         wait_until(lambda: not session_alive(server, holder), message="the holder ended")
-        wait_until(lambda: not watched.findings("queue_stalled"), timeout=60, message="drained")
+        wait_until(
+            lambda: not watched.findings("queue_stalled"),
+            timeout=60,
+            interval=LOOK,
+            message="drained",
+        )
         assert others <= worker_sessions(server), "the other workers go on"
     finally:
         producer.stop()
@@ -327,7 +337,9 @@ def test_a_run_past_its_limit_is_found_on_its_host_and_stopped(
     script = tmp_path / "nightly_report.py"
     script.write_text(JOB.format(dsn=server.dsn(user="app")))
     runs.start("long", sys.executable, str(script))
-    (run,) = wait_until(lambda: run_pid(watched, "job_too_long", "long"), message="too long")
+    (run,) = wait_until(
+        lambda: run_pid(watched, "job_too_long", "long"), interval=LOOK, message="too long"
+    )
     pid = run["pid"]
 
     (confirm,) = book.sh("job_too_long", "confirm")
@@ -343,8 +355,14 @@ def test_a_run_past_its_limit_is_found_on_its_host_and_stopped(
 
     (kill,) = book.sh("job_too_long", "stop", run_pid=pid)
     assert kill.code == 0, kill
-    wait_until(lambda: not run_pid(watched, "job_too_long", "long"), message="resolved")
-    wait_until(lambda: watched.findings("job_failed"), message="the stopped run reported failed")
+    wait_until(
+        lambda: not run_pid(watched, "job_too_long", "long"), interval=LOOK, message="resolved"
+    )
+    wait_until(
+        lambda: watched.findings("job_failed"),
+        interval=LOOK,
+        message="the stopped run reported failed",
+    )
 
 
 def test_two_runs_at_once_one_stopped_and_a_duplicate_start_confirmed(
@@ -357,6 +375,7 @@ def test_two_runs_at_once_one_stopped_and_a_duplicate_start_confirmed(
     both = wait_until(
         lambda: len(found := run_pid(watched, "job_overlap", "overlap")) == 2 and found,
         timeout=60,
+        interval=LOOK,
         message="overlap",
     )
     # A run's pid is its command's; its wrapper is that process's parent.
@@ -370,14 +389,22 @@ def test_two_runs_at_once_one_stopped_and_a_duplicate_start_confirmed(
     (kept,) = (w for pid, w in wrapper_of.items() if pid != later["pid"])
     (kill,) = book.sh("job_overlap", "stop", run_pid=later["pid"])
     assert kill.code == 0, kill
-    wait_until(lambda: not run_pid(watched, "job_overlap", "overlap"), message="one run left")
+    wait_until(
+        lambda: not run_pid(watched, "job_overlap", "overlap"),
+        interval=LOOK,
+        message="one run left",
+    )
     assert wrapper_of[later["pid"]].wait(timeout=30) != 0, "the stopped run reports a failure"
     assert kept.poll() is None, "the run kept goes on"
 
     # Two schedulers run the same night's job.
     for twice in [runs.start("dup", "true", run_key="2026-12-01") for _ in range(2)]:
         twice.communicate(timeout=60)
-    wait_until(lambda: watched.findings("job_duplicate_start"), message="the duplicate start")
+    wait_until(
+        lambda: watched.findings("job_duplicate_start"),
+        interval=LOOK,
+        message="the duplicate start",
+    )
     evidence, doctor = book.sh("job_duplicate_start", "confirm")
     (told_dup,) = json_values(evidence.out)
     assert told_dup["run_key"] == "2026-12-01" and len(told_dup["starts"]) == 2
@@ -391,6 +418,7 @@ def test_a_failed_run_is_confirmed_and_a_good_one_resolves_it(watched: Watched, 
     failed.communicate(timeout=60)
     wait_until(
         lambda: [f for f in watched.findings("job_failed") if f["subject"]["job"] == "failing"],
+        interval=LOOK,
         message="job_failed",
     )
     (confirm,) = book.sh("job_failed", "confirm")
@@ -400,6 +428,7 @@ def test_a_failed_run_is_confirmed_and_a_good_one_resolves_it(watched: Watched, 
     assert again.code == 0, again
     wait_until(
         lambda: not [f for f in watched.findings("job_failed") if f["subject"]["job"] == "failing"],
+        interval=LOOK,
         message="resolved by a good run",
     )
 
@@ -408,7 +437,9 @@ def test_a_target_lockwatch_cannot_log_in_to_is_confirmed_and_its_password_resto
     watched: Watched,
 ) -> None:
     book = watched.book
-    wait_until(lambda: watched.findings("target_down", "down"), message="target_down")
+    wait_until(
+        lambda: watched.findings("target_down", "down"), interval=LOOK, message="target_down"
+    )
     down = book.with_env(DSN=down_dsn(watched))
     told, metric, psql = down.sh("target_down", "confirm")
     (error,) = [t["error"] for t in json_values(told.out) if t["target"] == "down"]
@@ -416,7 +447,12 @@ def test_a_target_lockwatch_cannot_log_in_to_is_confirmed_and_its_password_resto
     assert 'lockwatch_up{target="down"} 0' in metric.out, metric
     assert psql.code == 2 and "password authentication failed" in psql.err, psql
     assert book.sql("target_down", "password", role="lw_down", password=DOWN_PASSWORD) == []
-    wait_until(lambda: not watched.findings("target_down", "down"), timeout=60, message="back")
+    wait_until(
+        lambda: not watched.findings("target_down", "down"),
+        timeout=60,
+        interval=LOOK,
+        message="back",
+    )
 
 
 def down_dsn(watched: Watched) -> str:
@@ -431,13 +467,17 @@ def test_a_scheduled_run_that_never_started_is_missed_and_run_by_hand(
     book = watched.book
     # The job runs every minute and none of its runs came: at the next minute
     # past lockwatch's start, plus a second of grace, it is missed.
-    wait_until(lambda: watched.findings("job_missed"), timeout=90, message="job_missed")
+    wait_until(
+        lambda: watched.findings("job_missed"), timeout=90, interval=LOOK, message="job_missed"
+    )
     (confirm,) = book.sh("job_missed", "confirm")
     (told,) = json_values(confirm.out)
     assert told["slot"] in told["missed_slots"] and told["last_start"] is None
     (ran,) = book.sh("job_missed", "stop", job="missed", command="true")
     assert ran.code == 0, ran
-    wait_until(lambda: not watched.findings("job_missed"), message="resolved by the run")
+    wait_until(
+        lambda: not watched.findings("job_missed"), interval=LOOK, message="resolved by the run"
+    )
 
 
 def test_a_role_without_pg_monitor_is_confirmed_granted_and_seen_after_a_restart(
@@ -445,7 +485,9 @@ def test_a_role_without_pg_monitor_is_confirmed_granted_and_seen_after_a_restart
 ) -> None:
     book = watched.book
     (finding,) = wait_until(
-        lambda: watched.findings("target_privileges_missing", "blind"), message="blind"
+        lambda: watched.findings("target_privileges_missing", "blind"),
+        interval=LOOK,
+        message="blind",
     )
     blind = book.with_env(DSN=book.dsns["monitor"])
     (doctor,) = blind.sh("target_privileges_missing", "confirm")
@@ -459,5 +501,6 @@ def test_a_role_without_pg_monitor_is_confirmed_granted_and_seen_after_a_restart
     watched.daemon.start()
     wait_until(
         lambda: not watched.findings("target_privileges_missing", "blind"),
+        interval=LOOK,
         message="resolved once lockwatch opened its session again",
     )
