@@ -234,6 +234,13 @@ def test_an_incident_reads_as_the_api_serves_it_with_its_secrets_redacted_there(
     through_api = convoy.api(f"/api/v1/incidents/{convoy.down}")["incident"]
     for each in (through_mcp, through_api):
         each.pop("updated_at")  # moves on with each poll
+    # How long the target has been down grows with each poll too: the API,
+    # asked second, may have seen one more.
+    down = [
+        [finding["evidence"].pop("down_seconds") for finding in each["findings"]]
+        for each in (through_mcp, through_api)
+    ]
+    assert all(first <= second for first, second in zip(*down, strict=True)), down
     assert through_mcp["findings"] == through_api["findings"]
     assert through_mcp["title"] == through_api["title"]
     assert DOWN_PASSWORD not in str(result)
