@@ -26,8 +26,8 @@ from typing import TextIO
 import click
 import requests
 
+from lockwatch.commands.params import daemon_url
 from lockwatch.publish.pings import TOKEN_HEADER
-from lockwatch.settings.web import DEFAULT_LISTEN
 from lockwatch.util.deadline import within
 from lockwatch.util.http_session import deadline_session
 from lockwatch.util.secrets import redact
@@ -137,13 +137,7 @@ def run_wrapped(
 @click.option(
     "--run-key", default=None, help="What makes two runs the same run (default: the schedule slot)."
 )
-@click.option(
-    "--url",
-    envvar="LOCKWATCH_URL",
-    default=f"http://{DEFAULT_LISTEN}",
-    show_default=True,
-    help="lockwatch's address (or set LOCKWATCH_URL).",
-)
+@daemon_url("lockwatch's address (or set LOCKWATCH_URL).")
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False),

@@ -24,7 +24,7 @@ import click
 from lockwatch import __version__
 from lockwatch.commands import mcp_tools
 from lockwatch.commands.api_client import DEFAULT_TIMEOUT, ApiClient, ApiError
-from lockwatch.settings.web import DEFAULT_LISTEN
+from lockwatch.commands.params import daemon_url
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -111,13 +111,7 @@ def _password(password_file: Path | None) -> str | None:
 
 
 @click.command("mcp")
-@click.option(
-    "--url",
-    envvar="LOCKWATCH_URL",
-    default=f"http://{DEFAULT_LISTEN}",
-    show_default=True,
-    help="The running lockwatch whose API is read (or set LOCKWATCH_URL).",
-)
+@daemon_url("The running lockwatch whose API is read (or set LOCKWATCH_URL).")
 @click.option("--user", envvar="LOCKWATCH_API_USER", help="Basic auth user of its web config.")
 @click.option(
     "--password-file",

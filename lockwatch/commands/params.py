@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import click
 
 from lockwatch.settings.sharding import Shard, parse_shard
+from lockwatch.settings.web import DEFAULT_LISTEN
 
 FC = TypeVar("FC", bound=Callable[..., Any])
 
@@ -159,5 +160,17 @@ def required_config(help_text: str) -> Callable[[FC], FC]:
         "config_file",
         type=click.Path(path_type=Path),
         required=True,
+        help=help_text,
+    )
+
+
+def daemon_url(help_text: str) -> Callable[[FC], FC]:
+    """``--url``, the running lockwatch's address (``LOCKWATCH_URL``), for a
+    command that talks to the daemon's API."""
+    return click.option(
+        "--url",
+        envvar="LOCKWATCH_URL",
+        default=f"http://{DEFAULT_LISTEN}",
+        show_default=True,
         help=help_text,
     )
