@@ -85,6 +85,16 @@ def flood_polls(draw: st.DrawFn) -> list[tuple[list[tuple[int, int]], dict[int, 
     return polls
 
 
+def flood_arrays(rows: list[tuple[int, int]]) -> dict[str, bytes | None]:
+    """The lock statement's arrays as the server sends them, of (owner, key) rows."""
+    return {
+        "owners": binary([owner for owner, _ in rows], INT4, "i"),
+        "keys": binary([key for _, key in rows], INT8, "q"),
+        "waitstarts": None,
+        "prepared": None,
+    }
+
+
 @settings(max_examples=300, deadline=None)
 @given(flood_polls())
 def test_arrays_changed_in_a_stretch_decode_as_a_whole_answer_does(
@@ -92,12 +102,7 @@ def test_arrays_changed_in_a_stretch_decode_as_a_whole_answer_does(
 ) -> None:
     decoder = LockDecoder()
     for rows, sessions in polls:
-        arrays = {
-            "owners": binary([owner for owner, _ in rows], INT4, "i"),
-            "keys": binary([key for _, key in rows], INT8, "q"),
-            "waitstarts": None,
-            "prepared": None,
-        }
+        arrays = flood_arrays(rows)
         fresh = decode_locks(listed(arrays), sessions)
         assert decoder.pids(arrays) == {owner >> 3 for owner, _ in rows}
         assert decoder.decode(arrays, sessions) == fresh
@@ -114,12 +119,7 @@ def test_holds_of_arrays_changed_in_a_stretch_are_those_of_a_rebuild(
     given: tuple[AdvisoryLock, ...] = ()
     for n, (rows, sessions) in enumerate(polls):
         now = NOW + timedelta(seconds=n)
-        arrays = {
-            "owners": binary([owner for owner, _ in rows], INT4, "i"),
-            "keys": binary([key for _, key in rows], INT8, "q"),
-            "waitstarts": None,
-            "prepared": None,
-        }
+        arrays = flood_arrays(rows)
         decoder.pids(arrays)
         decoder.decode(arrays, sessions)
         stretch = decoder.stretch if decoder.stretch and decoder.stretch[0] is given else None
