@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -73,13 +74,43 @@ _CONF_INCLUDE = "lockwatch.conf"
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (never 5432)."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now (never 5432).
+
+    Chosen below the kernel's ephemeral range: a port from ``bind(0)`` is one
+    the kernel also hands out as the source port of any outgoing connection,
+    so between this check and the server's own bind a client (a test's
+    psycopg or HTTP session) could take it. Ports below that range are given
+    only to whoever asks for them by number."""
+    low, _high = _ephemeral_range()
     while True:
+        # A machine whose ephemeral range starts low leaves no room below it.
+        port = _PORT_PICKER.randrange(_FIRST_CHOSEN_PORT, low) if low > _FIRST_CHOSEN_PORT else 0
+        if port in RESERVED_PORTS or port in _ports_given:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port not in RESERVED_PORTS:
-            return port
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+            port = sock.getsockname()[1]
+        _ports_given.add(port)
+        return port
+
+
+# Above the well-known and registered services most machines run (up to 10000).
+_FIRST_CHOSEN_PORT = 10000
+# Seeded by the OS: two processes picking at once rarely pick alike.
+_PORT_PICKER = random.SystemRandom()
+# Never hand one process the same port twice: a server given it may not yet listen.
+_ports_given: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def _proc_state(pid: int) -> tuple[str, int] | None:
