@@ -92,7 +92,7 @@ def free_port() -> int:
                 sock.bind((HOST, port))
             except OSError:
                 continue
-            port = sock.getsockname()[1]
+            port = int(sock.getsockname()[1])
         _ports_given.add(port)
         return port
 
