@@ -28,12 +28,15 @@ from tests.fixtures.processes import LockwatchProcess, write_config
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
 TOKEN = "0123456789abcdef0123"
+# The queue's window must hold three CPU readings spanning 80 % of it before
+# lockwatch_worker_cpu_cores is served: a 2 s window at 0.5 s polls was never
+# covered on a machine slow enough to stretch each poll past 0.7 s.
 TARGET_EXTRA = """\
 locks: {named: [{name: webhook-delivery, key: 42}]}
 queues:
   - name: webhooks
     sql: SELECT 3 AS depth, 2.5 AS oldest_age_seconds, 1 AS completed_total, 0 AS in_flight
-    window: 2s
+    window: 5s
 workers:
   - name: webhook-workers
     queues: [webhooks]
@@ -154,21 +157,27 @@ def test_the_docs_name_the_metrics_and_labels_metrics_serves(
         f"{lockwatch.base}/ping/nightly/success", headers=auth, json={"run_id": run_id}, timeout=5
     ).raise_for_status()
 
+    labelled = (
+        "lockwatch_worker_cpu_cores",
+        "lockwatch_job_last_duration_seconds",
+        "lockwatch_advisory_lock_hold_duration_seconds",
+        "lockwatch_advisory_lock_wait_duration_seconds",
+        "lockwatch_lock_waiting_sessions",
+        "lockwatch_lock_waiter_seconds_total",
+    )
+    unlabelled: list[str] = []  # the last scrape's, named if the wait fails
+
     def complete() -> dict[str, set[str]] | None:
         # Every series: the zeros a scrape leaves out of a quiet target's too.
         text = requests.get(f"{lockwatch.base}/metrics?detail=full", timeout=5).text
         series = served(text)
-        labelled = (
-            "lockwatch_worker_cpu_cores",
-            "lockwatch_job_last_duration_seconds",
-            "lockwatch_advisory_lock_hold_duration_seconds",
-            "lockwatch_advisory_lock_wait_duration_seconds",
-            "lockwatch_lock_waiting_sessions",
-            "lockwatch_lock_waiter_seconds_total",
-        )
-        return series if all(series.get(name) for name in labelled) else None
+        unlabelled[:] = [name for name in labelled if not series.get(name)]
+        return None if unlabelled else series
 
-    series = wait_until(complete, timeout=30, message="every series with its labels")
+    try:
+        series = wait_until(complete, timeout=30, message="every series with its labels")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; without labels: {unlabelled}") from None
     holder.close()
     for call in blocked:
         call.join()
