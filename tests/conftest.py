@@ -1,6 +1,9 @@
 """The tests' fixtures come from named plugins under ``tests/fixtures``; the
 other modules there are helpers the tests import."""
 
+import contextlib
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -22,7 +25,33 @@ settings.register_profile(
 settings.load_profile("lockwatch")
 
 
+# Each test file's wall and CPU seconds in a whole run on the two-core
+# development machine (written by LOCKWATCH_SUITE_TIMES=tests/file_seconds.tsv
+# bash scripts/test): only an order to start files in, so a stale row costs
+# time, never a result.
+FILE_SECONDS = Path(__file__).with_name("file_seconds.tsv")
+# A slow-marked file not measured yet: starts among the long ones.
+UNMEASURED_SLOW_SECONDS = 30.0
+
+
+def _file_seconds() -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in FILE_SECONDS.read_text(encoding="utf-8").splitlines():
+            wall, _cpu, path = line.split("\t")
+            seconds[path] = float(wall)
+    return seconds
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Slow files first: on parallel workers (scripts/test) the long ones start
-    # early and the run ends on short files, not on one worker's last long one.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # Longest files first: on parallel workers (scripts/test, one file per
+    # worker at a time) the long ones start early and the run ends on short
+    # files, not on one worker's last long one. The sort is stable: a file's
+    # tests keep their order.
+    seconds = _file_seconds()
+
+    def expected(item: pytest.Item) -> float:
+        default = UNMEASURED_SLOW_SECONDS if item.get_closest_marker("slow") else 0.0
+        return seconds.get(item.nodeid.split("::")[0], default)
+
+    items.sort(key=expected, reverse=True)
