@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from functools import partial
@@ -56,14 +57,23 @@ UP_WAIT = 90.0  # fifty first connections on a shared two-core machine
 FILE_REFRESH = "refresh_interval: 200ms"
 
 
+def side_by_side(step: Callable[[LocalCluster], None], clusters: list[LocalCluster]) -> None:
+    """``step`` on every cluster at once: their initdb, start or stop overlap."""
+    with ThreadPoolExecutor(len(clusters)) as pool:
+        list(pool.map(step, clusters))
+
+
 @pytest.fixture(scope="module")
 def more_clusters() -> Iterator[list[LocalCluster]]:
     """Two more real servers besides the session's."""
-    with ExitStack() as stack:
-        clusters = [stack.enter_context(LocalCluster(embedded_bin_dir())) for _ in range(2)]
+    clusters = [LocalCluster(embedded_bin_dir()) for _ in range(2)]
+    try:
+        side_by_side(LocalCluster.start, clusters)
         for cluster in clusters:
             cluster.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
         yield clusters
+    finally:
+        side_by_side(LocalCluster.close, clusters)
 
 
 def config(tmp_path: Path, sources: str, locks: str = "") -> Path:
