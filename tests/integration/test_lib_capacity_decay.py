@@ -27,18 +27,11 @@ from lockwatch.settings.queues import QueueThresholds, SqlQueueSource
 from lockwatch.state.throughput import QueueThroughput
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import PgDatabase, wait_until
-from tests.integration.test_lib_procrastinate import (
-    QUEUE,
-    Worker,
-    install,
-    pg,
-    server,
-    workers,
-)
+from tests.integration.test_lib_procrastinate import QUEUE, Worker, install, workers
 
-__all__ = ["pg", "server", "workers"]  # test_lib_procrastinate's fixtures, used here
+__all__ = ["workers"]  # test_lib_procrastinate's fixture, used here
 
-pytestmark = pytest.mark.pg
+pytestmark = [pytest.mark.pg, pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)]
 
 SCALE = 240.0  # injected seconds per real second
 # Seconds a report takes: each worker completes one per injected minute, as

@@ -15,15 +15,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from lockwatch.demo.pgbinaries import embedded_bin_dir
-from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import StuckJobsEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.runner import TargetRunner
@@ -33,11 +30,13 @@ from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.paths import ROOT
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, PgDatabase, wait_until
+from tests.fixtures.postgres import MONITOR_USER, PgDatabase, wait_until
 from tests.integration.test_catalogue_libraries import library_queue
 from tests.integration.test_library_versions import check
 
-pytestmark = pytest.mark.pg
+# A database per test on the session's PostgreSQL 18: procrastinate's tables,
+# workers and heartbeats are each database's own.
+pytestmark = [pytest.mark.pg, pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)]
 
 QUEUE = "reports"
 POLL = 0.5
@@ -71,19 +70,6 @@ def environment(release: str) -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, (str(path), os.environ.get("PYTHONPATH")))),
     }
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalCluster]:
-    with LocalCluster(embedded_bin_dir()) as cluster:
-        cluster.create_password_role(MONITOR_USER, MONITOR_PASSWORD, "pg_monitor")
-        yield cluster
-
-
-@pytest.fixture
-def pg(server: LocalCluster) -> Iterator[PgDatabase]:
-    with closing(PgDatabase(server)) as database:
-        yield database
 
 
 class Worker:

@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.pg, pytest.mark.slow]
 WORKER = WORKLOADS / "webhook_worker.py"
 INTERVAL = 0.5  # write_config polls every 500 ms
 WINDOW = 6.0
+STALL_CPU = 0.2
 ONE_VERSION = pytest.mark.parametrize("pg_server", ["pg18"], indirect=True)
 
 
@@ -95,7 +96,7 @@ def queue(name: str, *, completed: bool) -> str:
         f"    sql: {sql!r}\n"
         f"    window: {WINDOW:g}s\n"
         "    min_growth: 0.2\n"
-        "    stall_cpu: 0.2\n"
+        f"    stall_cpu: {STALL_CPU:g}\n"
     )
 
 
@@ -119,6 +120,14 @@ def holder_of_42(database: PgDatabase) -> int | None:
     return None if row is None else int(row[0])
 
 
+def worker_sessions(database: PgDatabase) -> int:
+    with database.connect() as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'webhook-worker-%%'"
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def seed_002(
     tmp_path: Path, port: int, database: PgDatabase, extra: str, locks: str = LOCKS
 ) -> tuple[LockwatchProcess, Blackhole, Receiver, Producer]:
@@ -136,11 +145,20 @@ def seed_002(
     return lockwatch, blackhole, receiver, producer
 
 
-@ONE_VERSION
 def polls_of(lockwatch: LockwatchProcess) -> float:
     return lockwatch.metric("lockwatch_polls_total", target="main") or 0
 
 
+def idle_workers(lockwatch: LockwatchProcess) -> float | None:
+    """The webhook workers' processes once their CPU over the window is below
+    the queue's stall_cpu (none until the daemon's readings cover a window)."""
+    cores = lockwatch.metric("lockwatch_worker_cpu_cores", target="main", group="webhook-workers")
+    if cores is None or cores >= STALL_CPU:
+        return None
+    return lockwatch.metric("lockwatch_worker_processes", target="main", group="webhook-workers")
+
+
+@ONE_VERSION
 def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
     tmp_path: Path,
     pg_server: LocalCluster,
@@ -162,18 +180,18 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
     )
     lockwatch, blackhole, receiver, producer = seed_002(tmp_path, port, database, extra)
     try:
-        lockwatch.start()
+        # Started first: their imports run while lockwatch starts.
         for number in range(1, 7):
             workers.start(database.admin_dsn, f"webhook-worker-{number}", tag)
+        lockwatch.start()
+        # The replay starts once the daemon sees six idle workers over a whole
+        # window: their start-up CPU, in the window after the hang, delayed the
+        # stall past the polls counted below on a loaded machine (16 > 15).
         wait_until(
-            lambda: (
-                lockwatch.metric(
-                    "lockwatch_worker_processes", target="main", group="webhook-workers"
-                )
-                == 6
-            ),
+            lambda: idle_workers(lockwatch) == 6,
+            timeout=WINDOW * 5,
             interval=LOOK,
-            message="the six workers are seen",
+            message="the six workers are seen idle",
         )
 
         replay_started = time.monotonic()
@@ -213,7 +231,7 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
         assert facts["client_addr"] == "127.0.0.1"
         assert facts["state"] == "idle"
         assert facts["worker_group"] == "webhook-workers"
-        assert evidence["worker_cpu_cores"] < 0.2
+        assert evidence["worker_cpu_cores"] < STALL_CPU
         assert evidence["workers"][0]["processes"] == 6
         assert f"held by pid {holder} (webhook-worker-" in stalled["summary"]
         assert "5 of 6 worker sessions wait on lock webhook-delivery (42)" in stalled["summary"]
@@ -295,7 +313,7 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
         # Busy: its burner used the stall_cpu, or wanted it and was starved of it on a
         # busy machine (runnable, not waiting on anything): either way never a stall.
         starved = evidence["worker_cpu_state"] == "starved"
-        assert evidence["worker_cpu_cores"] > 0.2 or starved, evidence
+        assert evidence["worker_cpu_cores"] > STALL_CPU or starved, evidence
         assert [f for f in lockwatch.findings() if f["target"] == "draining"] == []
         assert (
             lockwatch.metric("lockwatch_queue_completed_total", target="draining", queue="webhooks")
@@ -303,7 +321,7 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
         ) > 0
         busy_cores = lockwatch.metric("lockwatch_worker_cpu_cores", target="busy", group="burners")
         assert busy_cores is not None
-        assert busy_cores > 0.2 or starved, busy_cores
+        assert busy_cores > STALL_CPU or starved, busy_cores
     finally:
         for producer in producers:
             producer.stop()
@@ -330,9 +348,18 @@ def test_seed_002_with_a_row_lock_the_stall_and_the_row_lock_convoy_are_one_inci
     locks = "{max_hold: 1h, orphan_after: 1h, row_lock_wait: 2s}"
     lockwatch, blackhole, receiver, producer = seed_002(tmp_path, port, database, extra, locks)
     try:
-        lockwatch.start()
         for number in range(1, 5):
             workers.start(database.admin_dsn, f"webhook-worker-{number}", tag, "--for-update")
+        lockwatch.start()
+        # All four connected before the replay, so the three that are not hung
+        # queue on its row together, as in the seed. With one of them queued
+        # alone (the others still starting on a loaded machine) the chain was
+        # named transactionid:N: sample/sql/advisory_locks.sql reads tuple
+        # locks only while a session waits on one, and a lone row waiter holds
+        # its tuple lock, the one that names the row, and waits on the xid.
+        wait_until(
+            lambda: worker_sessions(database) == 4, interval=LOOK, message="four workers connected"
+        )
         producer.start()
         wait_until(lambda: blackhole.accepted, message="a worker takes the poisoned job")
         stalled = wait_until(
