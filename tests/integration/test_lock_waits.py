@@ -27,6 +27,7 @@ from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.evidence import LockWaitEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incidents import RootKind, incident_json
+from lockwatch.model.lock_waits import wait_label
 from lockwatch.model.servers import LockScope, ScopeKind
 from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
@@ -462,6 +463,16 @@ def test_a_target_of_one_database_judges_its_own_waiters_on_a_transaction_id_onl
             ) as conn:
                 read = read_advisory_locks(conn, database.major_version * 10000, scope=scope)
             assert {wait.pid for wait in read.waits} == expected, (database.database, scope)
+            if database is db and expected:
+                # The lone waiter holds the row's tuple lock and waits on the
+                # holder's transaction id: the table is named by the former.
+                assert [wait_label(wait) for wait in read.waits] == ["a row of jobs"]
+    assert superuser_look(
+        db,
+        "SELECT relation::regclass::text, granted FROM pg_locks WHERE locktype = 'tuple'"
+        " AND pid = %s",
+        waiter.info.backend_pid,
+    ) == [("jobs", True)]
     holder.rollback()
     claiming.join()
 

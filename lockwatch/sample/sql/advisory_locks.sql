@@ -43,7 +43,11 @@
 -- per column, a fifth more at 50,000 locks with no waiter; this costs none
 -- measurable. The tag names the locked object by every column that can; a
 -- relation's name is looked up only for a waiter's row and a tuple lock (the
--- row a transaction id wait is about).
+-- row a transaction id wait is about). The tuple locks are read whenever a
+-- transaction id is awaited: the first session to wait on a row holds its
+-- tuple lock (granted) and waits on the transaction id, so with no second
+-- waiter on that row no session waits on a tuple, and the table would be
+-- told only as transactionid:N.
 WITH awaited AS MATERIALIZED (
     SELECT ARRAY(SELECT DISTINCT pg_catalog.pg_stat_get_backend_wait_event(b.id)
                  FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
@@ -84,4 +88,6 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
                          AND l.locktype <> 'advisory') AS others
 FROM pg_catalog.pg_locks AS l
 WHERE (l.locktype = 'advisory'
-       OR l.locktype = ANY ((SELECT a.locktypes FROM awaited AS a)::pg_catalog.text[])){scope}
+       OR l.locktype = ANY ((SELECT a.locktypes FROM awaited AS a)::pg_catalog.text[])
+       OR (l.locktype = 'tuple'
+           AND 'transactionid' = ANY ((SELECT a.locktypes FROM awaited AS a)::pg_catalog.text[]))){scope}
