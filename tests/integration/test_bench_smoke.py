@@ -40,6 +40,10 @@ TINY = Options(
     threshold=0.3,
     pgbench_rounds=1,
     pgbench_seconds=1.0,
+    # The machinery, not the figures: small tables, few locks, a short settle.
+    pgbench_locks=5,
+    pgbench_scale=1,
+    pgbench_settle=0.2,
     many_targets=2,
     # The targets' first polls are spread over their interval, which is waited for.
     many_interval=1.0,
