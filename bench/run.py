@@ -123,11 +123,12 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                 server, workdir, options.many_targets, options.many_interval
             )
         server.release_locks()
-        for incident in options.incidents:
-            tell(f"detecting {incident.name}")
-            detections.extend(
-                detection.measure(server, incident, options.interval, options.threshold, workdir)
+        tell(f"one lockwatch run watching {len(options.incidents)} incidents, played in turn")
+        detections.extend(
+            detection.measure(
+                server, options.incidents, options.interval, options.threshold, workdir, tell
             )
+        )
     return Results(
         options=options,
         started=started,
