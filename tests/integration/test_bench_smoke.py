@@ -46,7 +46,7 @@ TINY = Options(
     pgbench_settle=0.2,
     many_targets=2,
     # The targets' first polls are spread over their interval, which is waited for.
-    many_interval=1.0,
+    many_interval=0.2,
 )
 SECTIONS = (
     "### Cost per poll against the floor",
