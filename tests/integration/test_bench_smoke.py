@@ -39,7 +39,7 @@ TINY = Options(
     interval=0.2,
     threshold=0.3,
     pgbench_rounds=1,
-    pgbench_seconds=0.5,
+    pgbench_seconds=1.0,
     # The machinery, not the figures: small tables, few locks, a short settle.
     pgbench_locks=5,
     pgbench_scale=1,
