@@ -171,7 +171,7 @@ def test_the_scale_rows_time_every_poll_in_both_arms(
 ) -> None:
     # A short directory: the server's socket path must fit in 107 bytes.
     where = tmp_path_factory.mktemp("scale")
-    postgres, servers, scales = scale.run(where, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
+    postgres, servers, scales = scale.run(where, [(2, 0.1), (3, 0.1)], seconds=0.3, say=print)
     assert servers == 1
     assert [(s.arm, s.targets) for s in scales] == [
         *(("pool", 2), ("thread", 2), ("spread", 2)),
