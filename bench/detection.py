@@ -1,6 +1,7 @@
-"""Detection time: a seed incident staged on the benchmark server, a fresh
-``lockwatch run`` watching it, and the time from the incident beginning to
-each of its findings appearing in ``/api/v1/findings``.
+"""Detection time: seed incidents staged on the benchmark server, one
+``lockwatch run`` watching each with a target of its own, the incidents played
+one after another, and the time from each beginning to each of its findings
+appearing in ``/api/v1/findings``.
 
 Adding an incident is adding an ``Incident`` to ``INCIDENTS`` (and taking it
 off ``NOT_YET``): a ``Stage`` that sets the scene and plays the incident,
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 import psycopg
 from psycopg import sql
 
-from bench.daemon import TARGET, LockwatchProcess, target_config
+from bench.daemon import LockwatchProcess, target_config
 from bench.server import DATABASE, LOCKWATCH_ROLE, BenchServer
 from lockwatch.demo.scenarios import (
     WEBHOOK_JOBS_DDL,
@@ -51,7 +53,8 @@ class Stage:
     (or leaving the ``with`` block) ends it and takes the scene down.
 
     ``target`` and ``top`` are what lockwatch's config needs besides the
-    incident's thresholds: more keys for the target, more top-level keys.
+    incident's thresholds: more keys for the target, more top-level entries
+    (jobs), each of which joins the incident's target.
     """
 
     def __init__(self) -> None:
@@ -196,7 +199,7 @@ class Incident:
     # ``workers``...), with THRESHOLD for each measured threshold.
     config: Mapping[str, Any] = field(default_factory=dict)
 
-    def target(self, dsn: str, interval: float, threshold: float) -> dict[str, Any]:
+    def target(self, name: str, dsn: str, interval: float, threshold: float) -> dict[str, Any]:
         seconds = {e.threshold: e.seconds(threshold) for e in self.expected}
 
         def fill(value: Any, key: str | None = None) -> Any:
@@ -209,7 +212,7 @@ class Incident:
             return value
 
         config: dict[str, Any] = fill(self.config)
-        return {**target_config(TARGET, dsn, interval, config.pop("locks", None)), **config}
+        return {**target_config(name, dsn, interval, config.pop("locks", None)), **config}
 
 
 INCIDENTS = (
@@ -284,14 +287,16 @@ class Detection:
         return self.seconds is not None and self.seconds <= self.budget + GRACE
 
 
-def _found(daemon: LockwatchProcess, expected: tuple[Expected, ...]) -> set[FindingKind]:
+def _found(
+    daemon: LockwatchProcess, target: str, expected: tuple[Expected, ...]
+) -> set[FindingKind]:
     findings = json.loads(daemon.get("/api/v1/findings")[1])["findings"]
     return {
         e.kind
         for e in expected
         for f in findings
         if f["kind"] == e.kind.value
-        and f["target"] == TARGET
+        and f["target"] == target
         and all(_about(f, k, v) for k, v in e.subject.items())
     }
 
@@ -318,21 +323,56 @@ def _begin(stage: Stage, deadline: float) -> float:
 
 
 def measure(
-    server: BenchServer, incident: Incident, interval: float, threshold: float, workdir: Path
+    server: BenchServer,
+    incidents: tuple[Incident, ...],
+    interval: float,
+    threshold: float,
+    workdir: Path,
+    say: Callable[[str], None] = lambda _: None,
 ) -> list[Detection]:
+    """Every incident's scene set, one ``lockwatch run`` started watching each
+    incident with a target of its own, then the incidents played in turn, each
+    scene taken down before the next begins (two of them take lock 42)."""
+    dsn = server.dsn(LOCKWATCH_ROLE)
+    detections: list[Detection] = []
+    with ExitStack() as scenes:
+        staged: list[tuple[Incident, str, ExitStack, Stage]] = []
+        targets: list[dict[str, Any]] = []
+        top: dict[str, list[Any]] = {}
+        for number, incident in enumerate(incidents):
+            name = f"incident-{number}"
+            scene = scenes.enter_context(ExitStack())
+            stage = scene.enter_context(incident.stage(server))
+            staged.append((incident, name, scene, stage))
+            targets.append({**incident.target(name, dsn, interval, threshold), **stage.target})
+            for key, entries in stage.top.items():
+                top.setdefault(key, []).extend({**entry, "target": name} for entry in entries)
+        with LockwatchProcess(targets, workdir, "detect", top) as daemon:
+            for incident, name, scene, stage in staged:
+                say(f"detecting {incident.name}")
+                detections.extend(_detect(daemon, name, incident, stage, interval, threshold))
+                scene.close()
+    return detections
+
+
+def _detect(
+    daemon: LockwatchProcess,
+    target: str,
+    incident: Incident,
+    stage: Stage,
+    interval: float,
+    threshold: float,
+) -> list[Detection]:
+    """One incident played, begun right after one of its target's polls."""
     thresholds = {e.kind: e.seconds(threshold) for e in incident.expected}
     seen: dict[FindingKind, float] = {}
-    with incident.stage(server) as stage:
-        target = incident.target(server.dsn(LOCKWATCH_ROLE), interval, threshold)
-        name = f"detect-{len(list(workdir.glob('detect-*.yml')))}"
-        with LockwatchProcess([{**target, **stage.target}], workdir, name, stage.top) as daemon:
-            daemon.wait_for_polls(1)
-            began = _begin(stage, time.monotonic() + 60)
-            deadline = began + max(thresholds.values()) + interval + GRACE + GIVE_UP
-            while len(seen) < len(thresholds) and time.monotonic() < deadline:
-                for kind in _found(daemon, incident.expected) - seen.keys():
-                    seen[kind] = time.monotonic() - began
-                time.sleep(POLL)
+    daemon.wait_for_polls(daemon.polls(target) + 1, target)
+    began = _begin(stage, time.monotonic() + 60)
+    deadline = began + max(thresholds.values()) + interval + GRACE + GIVE_UP
+    while len(seen) < len(thresholds) and time.monotonic() < deadline:
+        for kind in _found(daemon, target, incident.expected) - seen.keys():
+            seen[kind] = time.monotonic() - began
+        time.sleep(POLL)
     return [
         Detection(
             incident.name, e.kind, e.threshold, thresholds[e.kind], interval, seen.get(e.kind)

@@ -29,6 +29,8 @@ class Options:
     pgbench_rounds: int = 8  # rounds of the pgbench arms (0: none)
     pgbench_seconds: float = 8.0  # of each arm's window in each round
     pgbench_locks: int = 10_000  # held while pgbench runs
+    pgbench_scale: int = pgbench.SCALE  # of pgbench's tables
+    pgbench_settle: float = impact.SETTLE  # seconds between a monitor switched on and its window
     many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
     many_interval: float = documents.MANY_INTERVAL  # of those targets' polls
 
@@ -62,7 +64,7 @@ def _pgbench(
 ) -> impact.CellRun:
     """One cell of ``python -m bench.impact`` on this run's server: TPC-B-like
     at 8 clients with ``pgbench_locks`` advisory locks held, every arm."""
-    pgbench.initialise(server)
+    pgbench.initialise(server, options.pgbench_scale)
     server.release_locks()
     server.hold_locks(options.pgbench_locks)
     cell = impact.Cell(
@@ -78,6 +80,7 @@ def _pgbench(
     ):
         machine = Machine(server.cluster.postmaster_pid)
         bench = impact.Bench(server, watching, sampler, machine, workdir)
+        bench.settle = options.pgbench_settle
         return impact.measure_cell(
             bench, cell, options.pgbench_rounds, options.pgbench_seconds, tell
         )
@@ -120,11 +123,12 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
                 server, workdir, options.many_targets, options.many_interval
             )
         server.release_locks()
-        for incident in options.incidents:
-            tell(f"detecting {incident.name}")
-            detections.extend(
-                detection.measure(server, incident, options.interval, options.threshold, workdir)
+        tell(f"one lockwatch run watching {len(options.incidents)} incidents, played in turn")
+        detections.extend(
+            detection.measure(
+                server, options.incidents, options.interval, options.threshold, workdir, tell
             )
+        )
     return Results(
         options=options,
         started=started,

@@ -200,7 +200,7 @@ def wait_first_polls(board: Board, runners: Sequence[TimedRunner], interval: flo
         views = [board.view(runner.target.name) for runner in runners]
         if all(view is not None and view.polls_total >= 1 for view in views):
             return
-        time.sleep(0.2)
+        time.sleep(min(interval, 0.2))
     raise RuntimeError(f"not every one of {len(runners)} target(s) polled within the deadline")
 
 

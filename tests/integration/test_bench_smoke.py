@@ -40,9 +40,13 @@ TINY = Options(
     threshold=0.3,
     pgbench_rounds=1,
     pgbench_seconds=1.0,
+    # The machinery, not the figures: small tables, few locks, a short settle.
+    pgbench_locks=5,
+    pgbench_scale=1,
+    pgbench_settle=0.2,
     many_targets=2,
     # The targets' first polls are spread over their interval, which is waited for.
-    many_interval=1.0,
+    many_interval=0.2,
 )
 SECTIONS = (
     "### Cost per poll against the floor",
@@ -167,7 +171,7 @@ def test_the_scale_rows_time_every_poll_in_both_arms(
 ) -> None:
     # A short directory: the server's socket path must fit in 107 bytes.
     where = tmp_path_factory.mktemp("scale")
-    postgres, servers, scales = scale.run(where, [(2, 0.2), (3, 0.2)], seconds=0.5, say=print)
+    postgres, servers, scales = scale.run(where, [(2, 0.1), (3, 0.1)], seconds=0.3, say=print)
     assert servers == 1
     assert [(s.arm, s.targets) for s in scales] == [
         *(("pool", 2), ("thread", 2), ("spread", 2)),
