@@ -167,6 +167,9 @@ def test_a_taken_port_makes_it_move_to_another_once(own_server: LocalCluster) ->
     # Stopped, so that its port is free for someone else to take before it starts.
     own_server.stop()
     with socket.socket() as squatter:
+        # The connections of the tests before leave the port in TIME_WAIT, which
+        # only a listener with SO_REUSEADDR may bind over (PostgreSQL's does).
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", own_server.port))
         squatter.listen()
         taken = own_server.port
