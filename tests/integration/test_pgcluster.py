@@ -26,9 +26,9 @@ OWN_SETTINGS = {"lock_timeout": "1234"}
 
 @pytest.fixture(scope="module")
 def own_server(pg_server: LocalCluster) -> Iterator[LocalCluster]:
-    """A server of the same version that the module's tests may crash or
-    restart, in any order: each leaves it running (an initdb is most of a
-    server's start, so they share one)."""
+    """A server of the same version that the module's tests may crash, restart
+    or move to another port, in any order: each leaves it running (an initdb
+    is most of a server's start, so they share one)."""
     with LocalCluster(pg_server.bin_dir, settings=OWN_SETTINGS) as server:
         yield server
 
@@ -163,21 +163,22 @@ def test_settings_are_applied_on_top_of_the_defaults(own_server: LocalCluster) -
     assert shown == ("1234ms", "off", "300", "127.0.0.1")
 
 
-def test_a_taken_port_makes_it_move_to_another_once(pg_server: LocalCluster) -> None:
-    server = LocalCluster(pg_server.bin_dir)
-    try:
-        with socket.socket() as squatter:
-            squatter.bind(("127.0.0.1", server.port))
-            squatter.listen()
-            taken = server.port
+def test_a_taken_port_makes_it_move_to_another_once(own_server: LocalCluster) -> None:
+    # Stopped, so that its port is free for someone else to take before it starts.
+    own_server.stop()
+    with socket.socket() as squatter:
+        # The connections of the tests before leave the port in TIME_WAIT, which
+        # only a listener with SO_REUSEADDR may bind over (PostgreSQL's does).
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", own_server.port))
+        squatter.listen()
+        taken = own_server.port
 
-            server.start()
+        own_server.start()
 
-        assert server.port != taken
-        with psycopg.connect(server.dsn()) as conn:
-            assert conn.execute("SELECT 1").fetchone() == (1,)
-    finally:
-        server.close()
+    assert own_server.port != taken
+    with psycopg.connect(own_server.dsn()) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_a_failed_start_reports_the_tail_of_the_server_log(pg_server: LocalCluster) -> None:
