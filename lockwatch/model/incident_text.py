@@ -26,6 +26,7 @@ from lockwatch.model.incidents import (
     Impact,
     Incident,
     IncidentRoot,
+    Measures,
     Naming,
     Resolution,
     RootKind,
@@ -275,10 +276,13 @@ def _holds_text(findings: Sequence[Finding], load: RootLoad | None) -> str:
 
 
 def _holder_title(
-    root: IncidentRoot, findings: Sequence[Finding], load: RootLoad | None, waiters: int
+    root: IncidentRoot,
+    findings: Sequence[Finding],
+    load: RootLoad | None,
+    waiters: int,
+    facts: Measures,
 ) -> str:
     parts = [f"{holder_text(root)} {_holds_text(findings, load)}"]
-    facts = holder_measures(root, findings)
     if facts.idle_state is not None and facts.idle_seconds is not None:
         parts.append(f"{one_line(facts.idle_state)} {format_duration(facts.idle_seconds)}")
     if waiters:
@@ -311,13 +315,16 @@ def incident_title(
     load: RootLoad | None,
     waiters: int,
     lead: FindingKind,
+    measures: Measures | None = None,
 ) -> str:
     """One line naming the root first, then what matters most about it: for a
     holder what it holds and who waits, else its leading finding's summary
     (which names the root already, so it is not said twice), a target's error
-    with its cause first. Nothing a person needs is cut."""
+    with its cause first. Nothing a person needs is cut. ``measures``: the
+    root holder's in ``findings``, when the caller has them already."""
     if root.kind in HOLDING:
-        return _holder_title(root, findings, load, waiters)
+        facts = holder_measures(root, findings) if measures is None else measures
+        return _holder_title(root, findings, load, waiters, facts)
     finding = lead_finding(findings, lead)
     evidence = finding.evidence
     if isinstance(evidence, TargetDownEvidence):
