@@ -9,7 +9,7 @@ by each surface for its own format."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from lockwatch.model.evidence import (
@@ -188,24 +188,28 @@ def _lock_label(evidence: LockEvidence) -> str:
 def held_locks(findings: Sequence[Finding]) -> list[tuple[str, str]]:
     """(database, lock) of the locks the findings blame a holder for, in their
     order, each once: keys by their configured or catalogued name."""
-    held: dict[tuple[str, str], None] = {}
+    return list(dict.fromkeys(_each_held(findings)))
+
+
+def _each_held(findings: Iterable[Finding]) -> Iterator[tuple[str, str]]:
+    """``held_locks`` one at a time, again when met again: a title that names
+    only the first is not made to word them all."""
     for finding in findings:
         evidence = finding.evidence
         if isinstance(evidence, LockEvidence) and evidence.holder_pid is not None:
-            held[(one_line(evidence.database or ""), _lock_label(evidence))] = None
+            yield (one_line(evidence.database or ""), _lock_label(evidence))
             for listed in evidence.first_keys:  # a holder's first keys (unnamed)
                 database, _, key = listed.partition("/")
-                held[(one_line(database), one_line(key))] = None
+                yield (one_line(database), one_line(key))
         elif isinstance(evidence, QueueStallEvidence) and evidence.lock is not None:
             chain = evidence.lock
             named = chain.lock != chain.key
             label = f"{one_line(chain.lock)} ({one_line(chain.key)})" if named else chain.key
-            held[(one_line(chain.database), one_line(label))] = None
+            yield (one_line(chain.database), one_line(label))
         elif isinstance(evidence, OverflowEvidence):
             for lock in evidence.locks:
                 database, _, key = lock.partition("/")
-                held[(one_line(database), one_line(key))] = None
-    return list(held)
+                yield (one_line(database), one_line(key))
 
 
 def naming(
@@ -268,11 +272,15 @@ def root_labels(incident: Incident) -> dict[str, str]:
 
 
 def _holds_text(findings: Sequence[Finding], load: RootLoad | None) -> str:
-    labels = [lock for _, lock in held_locks(sorted(findings, key=_rank))]
-    count = load.locks_held if load is not None else len(labels)
-    if not labels:
+    ranked = sorted(findings, key=_rank)
+    if load is None:  # the locks the findings name are all it is known to hold
+        labels = [lock for _, lock in held_locks(ranked)]
+        count, first = len(labels), next(iter(labels), None)
+    else:
+        count, first = load.locks_held, next((lock for _, lock in _each_held(ranked)), None)
+    if first is None:
         return f"holds {count} advisory locks" if count else "holds advisory locks"
-    return f"holds {count} locks ({labels[0]}, …)" if count > 1 else f"holds {labels[0]}"
+    return f"holds {count} locks ({first}, …)" if count > 1 else f"holds {first}"
 
 
 def _holder_title(
