@@ -9,6 +9,7 @@ by each surface for its own format."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -120,6 +121,8 @@ def lead_finding(findings: Sequence[Finding], lead: FindingKind) -> Finding:
     return next((f for f in findings if f.kind is lead), None) or leading(findings)
 
 
+# A few kinds and runbook bases, named in every open incident's words each poll.
+@functools.lru_cache(maxsize=1024)
 def alert_name(kind: str) -> str:
     """The alert an incident led by a finding kind raises, the same name in the
     bundled Prometheus rules, lockwatch's own notifications and the runbooks.
@@ -130,6 +133,7 @@ def alert_name(kind: str) -> str:
     return "Lockwatch" + "".join(part.capitalize() for part in kind.split("_"))
 
 
+@functools.lru_cache(maxsize=1024)
 def runbook_link(base: str, kind: str) -> str:
     """The runbook section of ``kind``: its alert's name, lower-cased, as the
     anchor (the one every link to the runbooks is made by).
