@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 QUERY_LIMIT = 200
 
@@ -143,8 +144,16 @@ def client_address(addr: str | None, port: int | None, hostname: str | None = No
     return shown if not hostname else f"{shown} ({hostname})"
 
 
+# Moments told poll after poll (a session's start names its findings, its
+# incident and its guarded SQL): their texts are made once, not each poll.
+MOMENT_TEXTS_KEPT = 4096
+
+
+@functools.lru_cache(maxsize=MOMENT_TEXTS_KEPT)
 def iso_utc(moment: datetime | None) -> str | None:
-    """
+    """The moment in UTC to the second (equal moments, whatever their
+    offsets, have one text: it is kept by the moment).
+
     >>> iso_utc(datetime(2026, 11, 29, 9, 14, 59, 123456, tzinfo=UTC))
     '2026-11-29T09:14:59Z'
     """
@@ -171,3 +180,20 @@ def cause_first(error: str, limit: int) -> tuple[str, str]:
     if not colon or not cause.strip():
         return line, ""
     return cause.strip(), where.strip()
+
+
+def iso_text(moment: datetime) -> str:
+    """``moment.isoformat()``, kept for a moment told poll after poll. Equal
+    moments at other offsets have other texts: kept by moment and offset.
+
+    >>> from datetime import timezone
+    >>> at = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    >>> iso_text(at), iso_text(at.astimezone(timezone(timedelta(hours=1))))
+    ('2026-12-02T12:00:00+00:00', '2026-12-02T13:00:00+01:00')
+    """
+    return _iso_text(moment, moment.utcoffset())
+
+
+@functools.lru_cache(maxsize=MOMENT_TEXTS_KEPT)
+def _iso_text(moment: datetime, offset: timedelta | None) -> str:
+    return moment.isoformat()

@@ -220,12 +220,17 @@ def group_findings(
     with last poll, which a queue's finding keeps while nothing else claims it."""
     own = [_own_root(finding) for finding in findings]
     holders = {pid: root for root in own if root is not None and (pid := _pid_key(root))}
-    by_lock = {
-        about: root
-        for f, root in zip(findings, own, strict=True)
-        if root is not None and root.kind in _HOLDING and isinstance(f.evidence, LockEvidence)
-        for about in _locks_about(f.evidence)
-    }
+    # The holders of the locks findings are about, for the queues' findings to join.
+    by_lock = (
+        {
+            about: root
+            for f, root in zip(findings, own, strict=True)
+            if root is not None and root.kind in _HOLDING and isinstance(f.evidence, LockEvidence)
+            for about in _locks_about(f.evidence)
+        }
+        if any(f.kind.family is Family.QUEUES for f in findings)
+        else {}
+    )
     roots: list[IncidentRoot | None] = [
         _stall_root(finding, holders, by_lock)
         if root is None and finding.kind is FindingKind.QUEUE_STALLED
@@ -247,8 +252,9 @@ def group_findings(
     groups: dict[tuple[str, ...], list[Finding]] = {}
     first: dict[tuple[str, ...], IncidentRoot] = {}
     for finding, root in zip(findings, _settle_sessions(decided), strict=True):
-        groups.setdefault(root.identity, []).append(finding)
-        first.setdefault(root.identity, root)
+        identity = root.identity
+        groups.setdefault(identity, []).append(finding)
+        first.setdefault(identity, root)
     return [_Grouped(first[identity], tuple(members)) for identity, members in groups.items()]
 
 

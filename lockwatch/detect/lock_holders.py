@@ -31,7 +31,7 @@ from lockwatch.model.findings import (
 )
 from lockwatch.model.keepalive import ServerSettings
 from lockwatch.model.locks import LockKey
-from lockwatch.text import iso_utc, one_line
+from lockwatch.text import iso_text, iso_utc, one_line
 
 # Holders told one by one per kind and target; the rest are counted in one finding.
 HOLDERS_PER_KIND = 1000
@@ -164,7 +164,7 @@ class HolderTally:
 def _holder_order(draft: Draft) -> tuple[int, str, str]:
     assert draft.holder is not None
     pid, started, gid = holder_key(draft.holder)
-    return (pid, gid, "" if started is None else started.isoformat())
+    return (pid, gid, "" if started is None else iso_text(started))
 
 
 def _key_text(key: Listed) -> str:

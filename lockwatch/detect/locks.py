@@ -23,6 +23,7 @@ from lockwatch.detect.lock_groups import (
     and_more,
     budgets,
     doing,
+    history_facts,
     lock_evidence,
     waited_text,
     waiting_text,
@@ -52,13 +53,9 @@ def _held_too_long(
         return None  # a long migration is its own finding (migration_running)
     assert holder.lock.first_seen is not None  # a positive hold has a start
 
-    @functools.cache
-    def evidence() -> LockEvidence:
-        return lock_evidence(group, settings, snapshot, now, holder)
-
     def summary() -> str:
         others = sum(1 for h in group.holders if h.held > budget) - 1
-        history = evidence().history
+        history = history_facts(group, holder)
         if history is not None and history.learned and budget == group.learned:
             budget_text = f"learned budget {format_short_duration(budget)} ({history.text})"
         else:
@@ -75,7 +72,7 @@ def _held_too_long(
         Severity.CRITICAL if group.waiters else Severity.WARNING,
         holder.lock.first_seen + timedelta(seconds=budget),
         summary,
-        evidence,
+        lambda: lock_evidence(group, settings, snapshot, now, holder),
         holder=holder,
     )
 

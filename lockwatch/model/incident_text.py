@@ -9,7 +9,8 @@ by each surface for its own format."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from lockwatch.model.evidence import (
@@ -26,6 +27,7 @@ from lockwatch.model.incidents import (
     Impact,
     Incident,
     IncidentRoot,
+    Measures,
     Naming,
     Resolution,
     RootKind,
@@ -119,6 +121,8 @@ def lead_finding(findings: Sequence[Finding], lead: FindingKind) -> Finding:
     return next((f for f in findings if f.kind is lead), None) or leading(findings)
 
 
+# A few kinds and runbook bases, named in every open incident's words each poll.
+@functools.lru_cache(maxsize=1024)
 def alert_name(kind: str) -> str:
     """The alert an incident led by a finding kind raises, the same name in the
     bundled Prometheus rules, lockwatch's own notifications and the runbooks.
@@ -129,6 +133,7 @@ def alert_name(kind: str) -> str:
     return "Lockwatch" + "".join(part.capitalize() for part in kind.split("_"))
 
 
+@functools.lru_cache(maxsize=1024)
 def runbook_link(base: str, kind: str) -> str:
     """The runbook section of ``kind``: its alert's name, lower-cased, as the
     anchor (the one every link to the runbooks is made by).
@@ -187,24 +192,28 @@ def _lock_label(evidence: LockEvidence) -> str:
 def held_locks(findings: Sequence[Finding]) -> list[tuple[str, str]]:
     """(database, lock) of the locks the findings blame a holder for, in their
     order, each once: keys by their configured or catalogued name."""
-    held: dict[tuple[str, str], None] = {}
+    return list(dict.fromkeys(_each_held(findings)))
+
+
+def _each_held(findings: Iterable[Finding]) -> Iterator[tuple[str, str]]:
+    """``held_locks`` one at a time, again when met again: a title that names
+    only the first is not made to word them all."""
     for finding in findings:
         evidence = finding.evidence
         if isinstance(evidence, LockEvidence) and evidence.holder_pid is not None:
-            held[(one_line(evidence.database or ""), _lock_label(evidence))] = None
+            yield (one_line(evidence.database or ""), _lock_label(evidence))
             for listed in evidence.first_keys:  # a holder's first keys (unnamed)
                 database, _, key = listed.partition("/")
-                held[(one_line(database), one_line(key))] = None
+                yield (one_line(database), one_line(key))
         elif isinstance(evidence, QueueStallEvidence) and evidence.lock is not None:
             chain = evidence.lock
             named = chain.lock != chain.key
             label = f"{one_line(chain.lock)} ({one_line(chain.key)})" if named else chain.key
-            held[(one_line(chain.database), one_line(label))] = None
+            yield (one_line(chain.database), one_line(label))
         elif isinstance(evidence, OverflowEvidence):
             for lock in evidence.locks:
                 database, _, key = lock.partition("/")
-                held[(one_line(database), one_line(key))] = None
-    return list(held)
+                yield (one_line(database), one_line(key))
 
 
 def naming(
@@ -267,18 +276,25 @@ def root_labels(incident: Incident) -> dict[str, str]:
 
 
 def _holds_text(findings: Sequence[Finding], load: RootLoad | None) -> str:
-    labels = [lock for _, lock in held_locks(sorted(findings, key=_rank))]
-    count = load.locks_held if load is not None else len(labels)
-    if not labels:
+    ranked = sorted(findings, key=_rank)
+    if load is None:  # the locks the findings name are all it is known to hold
+        labels = [lock for _, lock in held_locks(ranked)]
+        count, first = len(labels), next(iter(labels), None)
+    else:
+        count, first = load.locks_held, next((lock for _, lock in _each_held(ranked)), None)
+    if first is None:
         return f"holds {count} advisory locks" if count else "holds advisory locks"
-    return f"holds {count} locks ({labels[0]}, …)" if count > 1 else f"holds {labels[0]}"
+    return f"holds {count} locks ({first}, …)" if count > 1 else f"holds {first}"
 
 
 def _holder_title(
-    root: IncidentRoot, findings: Sequence[Finding], load: RootLoad | None, waiters: int
+    root: IncidentRoot,
+    findings: Sequence[Finding],
+    load: RootLoad | None,
+    waiters: int,
+    facts: Measures,
 ) -> str:
     parts = [f"{holder_text(root)} {_holds_text(findings, load)}"]
-    facts = holder_measures(root, findings)
     if facts.idle_state is not None and facts.idle_seconds is not None:
         parts.append(f"{one_line(facts.idle_state)} {format_duration(facts.idle_seconds)}")
     if waiters:
@@ -311,13 +327,16 @@ def incident_title(
     load: RootLoad | None,
     waiters: int,
     lead: FindingKind,
+    measures: Measures | None = None,
 ) -> str:
     """One line naming the root first, then what matters most about it: for a
     holder what it holds and who waits, else its leading finding's summary
     (which names the root already, so it is not said twice), a target's error
-    with its cause first. Nothing a person needs is cut."""
+    with its cause first. Nothing a person needs is cut. ``measures``: the
+    root holder's in ``findings``, when the caller has them already."""
     if root.kind in HOLDING:
-        return _holder_title(root, findings, load, waiters)
+        facts = holder_measures(root, findings) if measures is None else measures
+        return _holder_title(root, findings, load, waiters, facts)
     finding = lead_finding(findings, lead)
     evidence = finding.evidence
     if isinstance(evidence, TargetDownEvidence):

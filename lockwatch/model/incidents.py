@@ -12,6 +12,7 @@ restarts, so its id and timeline outlive both.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -30,8 +31,10 @@ from lockwatch.model.findings import (
     load_finding,
 )
 from lockwatch.model.locks import IDLE_STATES
+from lockwatch.text import iso_text
 
 SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}
+ROOTS_KEPT = 4096  # fingerprints kept, by the identity of their roots
 
 
 class RootKind(enum.StrEnum):
@@ -82,7 +85,7 @@ class IncidentRoot:
             kind.value,
             self.target,
             "" if self.pid is None else str(self.pid),
-            "" if self.backend_start is None else self.backend_start.isoformat(),
+            "" if self.backend_start is None else iso_text(self.backend_start),
             self.gid or "",
             self.database or "",
             self.lock or "",
@@ -101,11 +104,16 @@ class IncidentRoot:
         >>> root.fingerprint == IncidentRoot(RootKind.QUEUE, "main", queue="mail").fingerprint
         False
         """
-        joined = "\x1f".join(self.identity).encode()
-        return hashlib.sha256(joined).hexdigest()[:16]
+        return _fingerprint(self.identity)
 
     def as_dict(self) -> dict[str, object]:
         return {part.name: getattr(self, part.name) for part in fields(self)}
+
+
+@functools.lru_cache(maxsize=ROOTS_KEPT)
+def _fingerprint(identity: tuple[str, ...]) -> str:
+    # A root is fingerprinted each poll while its incident is open: hashed once.
+    return hashlib.sha256("\x1f".join(identity).encode()).hexdigest()[:16]
 
 
 class IncidentState(enum.StrEnum):

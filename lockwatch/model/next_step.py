@@ -18,7 +18,14 @@ from lockwatch.model.incident_text import (
     lead_finding,
     runbook_link,
 )
-from lockwatch.model.incidents import HOLDING, IncidentRoot, NextStep, RootKind, holder_measures
+from lockwatch.model.incidents import (
+    HOLDING,
+    IncidentRoot,
+    Measures,
+    NextStep,
+    RootKind,
+    holder_measures,
+)
 from lockwatch.model.remediation import (
     GUARD_ROLES,
     cancel_sql,
@@ -55,7 +62,11 @@ _JOB_ACTIONS = {
 
 
 def _terminate_step(
-    root: IncidentRoot, findings: Sequence[Finding], incident_id: str, runbook: str
+    root: IncidentRoot,
+    findings: Sequence[Finding],
+    incident_id: str,
+    runbook: str,
+    measures: Measures,
 ) -> NextStep:
     """End the session at the root: ``lockwatch terminate``, or the guarded SQL
     as the roles the runbooks name; what it costs follows the holder's state
@@ -64,7 +75,7 @@ def _terminate_step(
         isinstance(f.evidence, PooledLockEvidence) for f in findings
     )
     end = POOLED_FIX if pooled else f"end the session of {holder_text(root)}: its locks go free"
-    seen = holder_measures(root, findings).holder
+    seen = measures.holder
     state, xact = (seen.state, seen.xact_seconds) if seen is not None else (None, None)
     client = linked_client(findings) if pooled else None
     cost = f"as lockwatch saw it ({one_line(state or 'state not seen')}): " + terminate_cost(
@@ -87,7 +98,11 @@ def _terminate_step(
 
 
 def _holder_step(
-    root: IncidentRoot, findings: Sequence[Finding], incident_id: str, runbook: str
+    root: IncidentRoot,
+    findings: Sequence[Finding],
+    incident_id: str,
+    runbook: str,
+    measures: Measures,
 ) -> NextStep:
     if root.kind is RootKind.PREPARED:
         database = f" in database {one_line(root.database)}" if root.database else ""
@@ -101,7 +116,7 @@ def _holder_step(
         )
     if any(f.kind is FindingKind.LOCK_MIGRATION_RUNNING for f in findings):
         return NextStep(MIGRATION_STEP, None, None, runbook)
-    step = _terminate_step(root, findings, incident_id, runbook)
+    step = _terminate_step(root, findings, incident_id, runbook, measures)
     queued = _queued_statement(findings)
     if queued is None:
         return step
@@ -136,11 +151,15 @@ def next_step(
     lead: FindingKind,
     runbooks: str,
     incident_id: str = "<incident id>",
+    measures: Measures | None = None,
 ) -> NextStep:
-    """What to do about the root, and the runbook of the incident's leading kind."""
+    """What to do about the root, and the runbook of the incident's leading
+    kind. ``measures``: the root holder's in ``findings``, when the caller has
+    them already."""
     runbook = runbook_link(runbooks, lead.value)
     if root.kind in HOLDING:
-        return _holder_step(root, findings, incident_id, runbook)
+        facts = holder_measures(root, findings) if measures is None else measures
+        return _holder_step(root, findings, incident_id, runbook, facts)
     finding = lead_finding(findings, lead)
     if root.kind is RootKind.QUEUE:
         action = (

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from lockwatch.model.evidence import PooledLockEvidence
 from lockwatch.model.findings import Finding
-from lockwatch.text import format_duration
+from lockwatch.text import format_duration, iso_text
 
 # What each outcome of ``terminate_sql`` begins with (the runbooks and their
 # tests read them): the word before the colon.
@@ -69,7 +69,7 @@ def terminate_sql(pid: int, backend_start: datetime) -> str:
     # one text value is quoted by sql_literal. CASE tries its branches in
     # order, so pg_terminate_backend (volatile) runs only past every guard.
     pid = int(pid)
-    start = sql_literal(backend_start.isoformat())
+    start = sql_literal(iso_text(backend_start))
     # One line, as every surface shows an incident's SQL (a log line, an alert).
     return " ".join(
         (
@@ -104,7 +104,7 @@ def cancel_sql(pid: int, backend_start: datetime) -> str:
     pg_cancel_backend(a.pid) THEN 'cancelled: pid 7024 stops waiting; the queue
     """
     pid = int(pid)
-    start = sql_literal(backend_start.isoformat())
+    start = sql_literal(iso_text(backend_start))
     return " ".join(
         (
             "SELECT CASE",

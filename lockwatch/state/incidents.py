@@ -253,7 +253,9 @@ class IncidentBook:
         if SEVERITY_RANK[severity] < SEVERITY_RANK[before.severity] and before.kinds:
             record.note(poll.now, EventKind.SEVERITY_ROSE, f"now {severity.value}")
             worse = True
-        self._note_holder(record, findings, waiters, poll.now)
+        # The root holder's numbers, read once for the timeline and the words.
+        measures = holder_measures(group.root, findings)
+        self._note_holder(record, findings, measures.idle_seconds, waiters, poll.now)
         rank = _rank(findings, waiters)
         if rank <= record.worst_rank:
             record.worst, record.worst_rank = findings, rank
@@ -261,13 +263,15 @@ class IncidentBook:
         record.incident = replace(
             record.incident,
             root=group.root,
-            title=incident_title(group.root, findings, load, waiters, lead),
+            title=incident_title(group.root, findings, load, waiters, lead, measures),
             severity=severity,
             updated_at=poll.now,
             findings=findings,
             finding_count=len(findings),
             impact=self._impact(record, findings, load, waiters, poll),
-            next_step=next_step(group.root, findings, lead, self.runbooks, record.incident.id),
+            next_step=next_step(
+                group.root, findings, lead, self.runbooks, record.incident.id, measures
+            ),
             locks=before.locks if load is None else load.locks,
             waiters=waiters,
             episodes=merged_episodes(before.episodes, _episode(poll, before.fingerprint)),
@@ -297,9 +301,13 @@ class IncidentBook:
         return bool(joined)
 
     def _note_holder(
-        self, record: Record, findings: Sequence[Finding], waiters: int, now: datetime
+        self,
+        record: Record,
+        findings: Sequence[Finding],
+        idle: float | None,
+        waiters: int,
+        now: datetime,
     ) -> None:
-        idle = holder_measures(record.incident.root, findings).idle_seconds
         if idle is not None and not record.idle_noted:
             went_idle = max(now - timedelta(seconds=idle), record.incident.opened_at)
             record.note(went_idle, EventKind.HOLDER_IDLE, "the holder went idle, still holding")
