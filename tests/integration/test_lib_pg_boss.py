@@ -73,8 +73,7 @@ class Boss:
         self.release = release
         self.started: list[NodeWorker] = []
 
-    def launch(self, role: str, mode: str = "", heartbeat: int = 1) -> NodeWorker:
-        """A pg-boss process, not waited for: several launched at once start up together."""
+    def _launch(self, role: str, mode: str = "", heartbeat: int = 1) -> NodeWorker:
         args = [url(self.pg), QUEUE, role, *([mode] if mode else [])]
         env = {"PGBOSS_HEARTBEAT_SECONDS": str(heartbeat), "PGBOSS_RELEASE_FILE": str(self.release)}
         process = NodeWorker("pg_boss_latest.mjs", *args, env=env, node=NODE_22)
@@ -83,13 +82,14 @@ class Boss:
 
     def start(self, role: str, mode: str = "", heartbeat: int = 1) -> NodeWorker:
         """A pg-boss process once it has started."""
-        process = self.launch(role, mode, heartbeat)
+        process = self._launch(role, mode, heartbeat)
         process.wait_started()
         return process
 
-    def start_together(self, count: int, role: str, mode: str = "") -> list[NodeWorker]:
-        """``count`` pg-boss processes launched at once, each once it has started."""
-        batch = [self.launch(role, mode) for _ in range(count)]
+    def start_together(self, *processes: tuple[str, str]) -> list[NodeWorker]:
+        """pg-boss processes, each a (role, mode), launched at once (their
+        start-ups overlap), once each has started."""
+        batch = [self._launch(role, mode) for role, mode in processes]
         for process in batch:
             process.wait_started()
         return batch
@@ -141,8 +141,7 @@ def detected(runner: TargetRunner, since: float, case: str) -> tuple[Finding, fl
 
 
 def test_workers_and_a_producer_run_with_zero_findings(pg: PgDatabase, boss: Boss) -> None:
-    workers = boss.start_together(3, "worker")
-    boss.start("producer")
+    *workers, _ = boss.start_together(*[("worker", "")] * 3, ("producer", ""))
     # The producer sends 5 jobs a second: on a busy machine the workers fall a
     # job or two behind over the 5 s window, which is not the queue growing.
     runner = runner_for(pg, min_growth=1.0)
@@ -163,9 +162,7 @@ def test_workers_and_a_producer_run_with_zero_findings(pg: PgDatabase, boss: Bos
 def test_all_workers_killed_while_the_producer_stays_up_leaves_a_stuck_job(
     pg: PgDatabase, boss: Boss
 ) -> None:
-    worker, producer = boss.launch("worker", "hang"), boss.launch("producer", "1")
-    worker.wait_started()
-    producer.wait_started()
+    worker, producer = boss.start_together(("worker", "hang"), ("producer", "1"))
     job = boss.running(worker)
     runner = runner_for(pg)
     try:
@@ -211,7 +208,7 @@ def test_a_worker_killed_before_its_first_heartbeat_leaves_a_stuck_job(
 
 
 def test_one_of_three_workers_killed_mid_job_is_seen(pg: PgDatabase, boss: Boss) -> None:
-    workers = boss.start_together(3, "worker", "hang")
+    workers = boss.start_together(*[("worker", "hang")] * 3)
     boss.start("producer", "3")
     jobs = [boss.running(w) for w in workers]
     assert len(set(jobs)) == 3
@@ -262,7 +259,7 @@ def test_a_retry_racing_its_first_run_is_reported_until_the_first_handler_ends(
     # other runs the retry (the first is held by its handler), which expires
     # and is failed in turn, while both handlers run on (pg-boss stops
     # neither) until the test releases them.
-    workers = boss.start_together(2, "worker", "slow")
+    workers = boss.start_together(*[("worker", "slow")] * 2)
     runner = runner_for(pg)
     try:
         producer = boss.start("producer", "slow")
