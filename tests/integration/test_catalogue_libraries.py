@@ -73,6 +73,7 @@ class NodeWorker:
         node: str | Path = "node",
     ) -> None:
         need_libraries()
+        self.script = Path(script).name
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [str(node), str(SCRIPTS / script), *args],
@@ -93,8 +94,16 @@ class NodeWorker:
         return sum(1 for line in list(self.lines) if line.startswith(prefix))
 
     def wait_started(self) -> None:
-        """Until the script says it has started its library."""
-        wait_until(lambda: self.count("started"), timeout=60, message=f"started: {self.lines}")
+        """Until the script says it has started its library; at once with
+        its output if it exits first."""
+
+        def started() -> bool:
+            if not self.count("started") and self.process.poll() is not None:
+                self.reader.join(timeout=10)  # its last lines
+                assert self.count("started"), f"exited {self.process.returncode}: {self.lines}"
+            return self.count("started") > 0
+
+        wait_until(started, timeout=60, message=f"{self.script} started")
 
     def kill(self) -> None:
         """SIGKILL: the worker dies mid-job, as an OOM kill does it."""

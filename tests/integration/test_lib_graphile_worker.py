@@ -60,11 +60,15 @@ def start(
     concurrency: int = 2,
     processes: int = 1,
 ) -> list[NodeWorker]:
-    """``processes`` worker processes of ``release``, started at once."""
+    """``processes`` worker processes of ``release``: the first installs the
+    schema, the others then start at once (0.16.6 processes installing it
+    together race on its CREATE SCHEMA IF NOT EXISTS, the losers exiting
+    with a duplicate key error)."""
     release_env, node, _ = RELEASES[release]
     env = {**release_env, "GRAPHILE_WORKER_CONCURRENCY": str(concurrency)}
-    args = (url(pg), QUEUE, *mode)
-    return workers.start_together(processes, "graphile_worker.js", *args, env=env, node=node)
+    args = ("graphile_worker.js", url(pg), QUEUE, *mode)
+    first = workers.start(*args, env=env, node=node)
+    return [first, *workers.start_together(processes - 1, *args, env=env, node=node)]
 
 
 def runner_for(pg: PgDatabase, max_job_duration: float | None = None) -> TargetRunner:
@@ -164,10 +168,9 @@ def finding_of(view: TargetView, kind: FindingKind) -> Finding | None:
 
 
 def one_job_each(workers: Workers, pg: PgDatabase, release: str) -> list[tuple[NodeWorker, str]]:
-    """Three worker processes of one worker each, started at once, each adding
-    one job that never returns and running one of the three (a worker runs one
-    job at a time), locked by three different worker ids (graphile-worker's
-    own rows)."""
+    """Three worker processes of one worker each, each adding one job that
+    never returns and running one of the three (a worker runs one job at a
+    time), locked by three different worker ids (graphile-worker's own rows)."""
     started = [
         (worker, running(worker))
         for worker in start(workers, pg, release, "hang", concurrency=1, processes=3)
