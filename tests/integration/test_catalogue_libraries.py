@@ -73,6 +73,7 @@ class NodeWorker:
         node: str | Path = "node",
     ) -> None:
         need_libraries()
+        self.script = Path(script).name
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [str(node), str(SCRIPTS / script), *args],
@@ -91,6 +92,18 @@ class NodeWorker:
 
     def count(self, prefix: str) -> int:
         return sum(1 for line in list(self.lines) if line.startswith(prefix))
+
+    def wait_started(self) -> None:
+        """Until the script says it has started its library; at once with
+        its output if it exits first."""
+
+        def started() -> bool:
+            if not self.count("started") and self.process.poll() is not None:
+                self.reader.join(timeout=10)  # its last lines
+                assert self.count("started"), f"exited {self.process.returncode}: {self.lines}"
+            return self.count("started") > 0
+
+        wait_until(started, timeout=60, message=f"{self.script} started")
 
     def kill(self) -> None:
         """SIGKILL: the worker dies mid-job, as an OOM kill does it."""
@@ -123,10 +136,24 @@ class Workers:
         node: str | Path = "node",
     ) -> NodeWorker:
         """Run ``script`` and wait until it has started its library."""
-        worker = NodeWorker(script, *args, env=env, node=node)
-        self.started.append(worker)
-        wait_until(lambda: worker.count("started"), timeout=60, message=f"started: {worker.lines}")
+        [worker] = self.start_together(1, script, *args, env=env, node=node)
         return worker
+
+    def start_together(
+        self,
+        count: int,
+        script: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        node: str | Path = "node",
+    ) -> list[NodeWorker]:
+        """Run ``count`` copies of ``script`` at once (their start-ups overlap)
+        and wait until each has started its library."""
+        batch = [NodeWorker(script, *args, env=env, node=node) for _ in range(count)]
+        self.started.extend(batch)
+        for worker in batch:
+            worker.wait_started()
+        return batch
 
 
 @pytest.fixture

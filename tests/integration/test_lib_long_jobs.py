@@ -50,8 +50,7 @@ def too_long(runner: TargetRunner) -> Finding | None:
 
 
 def test_a_hung_handler_is_found_at_its_tasks_learned_budget(pg: PgDatabase, boss: Boss) -> None:
-    worker = boss.start("worker")
-    boss.start("producer", str(HISTORY))
+    worker, _ = boss.start_together(("worker", ""), ("producer", str(HISTORY)))
     runner = watching(pg)
     try:
 

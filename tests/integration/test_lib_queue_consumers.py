@@ -12,7 +12,6 @@ heartbeats after its last one), then ``no_consumer_after``, then a poll."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -32,23 +31,17 @@ from tests.integration.test_catalogue_libraries import (
     grant_schema,
     library_queue,
     url,
+    workers,
 )
 from tests.integration.test_lib_pg_boss import QUEUE, Boss, boss, pg, server
 
-__all__ = ["boss", "pg", "server"]  # test_lib_pg_boss's fixtures, used here
+# test_lib_pg_boss's and test_catalogue_libraries' fixtures, used here
+__all__ = ["boss", "pg", "server", "workers"]
 
 pytestmark = pytest.mark.pg
 
 POLL = 0.5
 BUDGET = 3.0  # no_consumer_after, short for the test (2 minutes by default)
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    made = Workers()
-    yield made
-    for worker in made.started:
-        worker.stop()
 
 
 def watching(pg: PgDatabase, queue: Queue) -> TargetRunner:
@@ -72,8 +65,8 @@ def detected(runner: TargetRunner, gone: float, case: str) -> Finding:
 def test_pg_boss_every_worker_killed_while_the_producer_enqueues(
     pg: PgDatabase, boss: Boss
 ) -> None:
-    workers = [boss.start("worker") for _ in range(2)]
-    producer = boss.start("producer")  # sends a job every 200 ms, works no queue
+    # The producer sends a job every 200 ms and works no queue.
+    *workers, producer = boss.start_together(("worker", ""), ("worker", ""), ("producer", ""))
     grant_schema(pg, "pgboss")
     runner = watching(pg, library_queue("pg-boss", QUEUE))
     try:
