@@ -43,14 +43,14 @@ pytestmark = [pytest.mark.pg, pytest.mark.slow]
 LOCKS = 200_000
 CHURNED = LOCKS // 100  # the 1 % released and taken anew before each poll of the middle phase
 # Half the default: the test only waits for polls, whose CPU and RSS do not
-# depend on it, and a 1 %-changed poll (0.6-1.0 s of CPU on the busy machine)
-# ends seconds before the next is due, so the churn made right after one is
-# seen whole by the next.
+# depend on it. Each change is measured to the end of the first poll that
+# started after it, so a poll that overran into the next slot (a 1 %-changed
+# one took 5 s on the busy machine) is never taken for the one that saw it.
 INTERVAL = 5.0
 QUIET_POLLS = 2  # measured with nothing changed
-# Measured with 1 % changed: the first of them also resolves the churner's
-# finding (its keys all first seen) and cost up to 1.5 times the others, which
-# as half of a median of two took the share to 0.25 (0.13-0.21 in five runs).
+# Measured with 1 % changed: the first also resolves the churner's finding
+# (every key it holds is new) and cost 1.3-1.5 times the others; the median of
+# two, their mean, took the share to the bound (0.25) once in seven busy runs.
 CHANGED_POLLS = 3
 # Seconds a poll of them may take on a busy machine (the first took 18 s on two
 # cores shared with five test runs).
