@@ -47,11 +47,11 @@ CHURNED = LOCKS // 100  # the 1 % released and taken anew before each poll of th
 # started after it, so a poll that overran into the next slot (a 1 %-changed
 # one took 5 s on the busy machine) is never taken for the one that saw it.
 INTERVAL = 5.0
-QUIET_POLLS = 2  # measured with nothing changed
-# Measured with 1 % changed: the first also resolves the churner's finding
-# (every key it holds is new) and cost 1.3-1.5 times the others; the median of
-# two, their mean, took the share to the bound (0.25) once in seven busy runs.
-CHANGED_POLLS = 3
+# Measured per phase. With 1 % changed the first also resolves the churner's
+# finding (every key it holds is new) and cost 1.3-1.5 times the second; a
+# third would make the median robust to it, but each churn added to the most
+# RSS (372-396 MB over three, 360-384 MB over two, bound 400 MB).
+POLLS = 2
 # Seconds a poll of them may take on a busy machine (the first took 18 s on two
 # cores shared with five test runs).
 POLL_WAIT = 120.0
@@ -88,7 +88,7 @@ class Flood:
 
         wait_until(lambda: held() == count, POLL_WAIT, 0.5, f"lockwatch sees {count:,} locks held")
 
-    def phase(self, change: Callable[[int], None] | None, polls: int) -> Phase:
+    def phase(self, change: Callable[[int], None] | None, polls: int = POLLS) -> Phase:
         """``poll_cpu`` with the most RSS over it."""
         self.peak_rss_mb = self.process.memory_info().rss / 2**20
         costs = self.poll_cpu(change, polls)
@@ -106,7 +106,7 @@ class Flood:
         polls = self.polls(self.polled_since(time.time())) - done
         return Phase(self.cpu() - before - (polls - 1) * quiet, self.peak_rss_mb)
 
-    def poll_cpu(self, change: Callable[[int], None] | None, polls: int) -> list[float]:
+    def poll_cpu(self, change: Callable[[int], None] | None, polls: int = POLLS) -> list[float]:
         """The daemon's CPU from just after ``change(n)`` (made right after a
         poll ended) to the end of the first poll that started after it,
         ``polls`` times."""
@@ -202,8 +202,8 @@ def test_two_hundred_thousand_locks_past_their_budget_changing_keep_being_polled
 ) -> None:
     lockwatch = flood.lockwatch
     flood.seen_held(LOCKS)
-    quiet = flood.phase(None, QUIET_POLLS)
-    some = flood.phase(lambda n: flood.churner(n + 1), CHANGED_POLLS)
+    quiet = flood.phase(None)
+    some = flood.phase(lambda n: flood.churner(n + 1))
     # Every lock released and others taken: the holders move to fresh keys.
     whole = flood.taken_in(lambda: flood.holders.hold(LOCKS, LOCKS - CHURNED), quiet.cpu)
     share = (some.cpu - quiet.cpu) / max(whole.cpu - quiet.cpu, 1e-9)
@@ -227,11 +227,10 @@ def test_two_hundred_thousand_locks_past_their_budget_changing_keep_being_polled
         injected=(
             f"{LOCKS:,} advisory locks past their budget held by 11 sessions, polled every "
             f"{INTERVAL:g} s; then {CHURNED:,} of them (1 %) released and others taken before "
-            f"each of {CHANGED_POLLS} polls; then all of them, once"
+            f"each of {POLLS} polls; then all of them, once"
         ),
         did=(
-            f"CPU per poll (psutil, median of {QUIET_POLLS} and {CHANGED_POLLS}): "
-            f"{quiet.cpu:.2f} s with nothing "
+            f"CPU per poll (psutil, median of {POLLS}): {quiet.cpu:.2f} s with nothing "
             f"changed, {some.cpu:.2f} s with 1 % changed, {whole.cpu:.2f} s with all changed: "
             f"the 1 % poll's extra is {100 * share:.0f} % of the whole one's (bound: the 1 % "
             f"poll under {CHANGED_SHARE:.0%} of it); RSS under {RSS_GOAL_MB:.0f} MB, the most over "
