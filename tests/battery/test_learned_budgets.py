@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.pg, pytest.mark.slow]
 KEY = 4242
 PERIOD = 4.0  # seconds of a learning period
 CEILING = 3.0
+LOOK_EVERY = 0.1  # seconds between looks at the findings: five a poll (write_config's 500 ms)
 LOCKS = (
     "{max_hold: auto, orphan_after: 1h, convoy_waiters: 2, convoy_wait: 1s, "
     f"learning: {{period: {PERIOD:g}s, min_holds: 3, factor: 2, floor: 500ms, "
@@ -53,6 +54,9 @@ def test_holds_lengthened_step_by_step_meet_a_budget_that_does_not_follow_them(
         fired = None
         while time.monotonic() < until:  # held the whole time, told or not
             fired = fired or too_long(lockwatch)
+            # A finding can change only at a poll: look a few times a poll, not
+            # in a spin (which kept a core busy for the whole teaching).
+            time.sleep(min(LOOK_EVERY, max(0.0, until - time.monotonic())))
         holder.execute("SELECT pg_advisory_unlock(%s)", (KEY,))
         wait_until(lambda: not lockwatch.locks("main"), message="the release seen")
         return fired
