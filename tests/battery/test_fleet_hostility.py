@@ -19,6 +19,7 @@ import requests
 
 from lockwatch.publish.status.incidents import TARGET_CARDS
 from lockwatch.publish.status.page import DOWN_ROWS
+from lockwatch.scheduler import MAX_POLLERS
 from tests.battery.conftest import Record
 from tests.battery.probes import Scrape, footprint
 from tests.fixtures.postgres import (
@@ -33,7 +34,10 @@ from tests.fixtures.tarpit import Tarpit
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-PITS = 200  # discovered addresses that never answer
+# Discovered addresses that never answer: more than the poller pool
+# (MAX_POLLERS), so their hung polls queue behind one another as a big
+# fleet's do. Twice as many took twice as long to back off, proving no more.
+PITS = 100
 CONNECT_TIMEOUT = 2.0
 TIMEOUT_STOP = 20.0  # systemd/lockwatch.service's TimeoutStopSec
 BACKED_OFF = 4.0  # seconds between looks (8 intervals) by which the fleet counts as backed off
@@ -86,10 +90,10 @@ targets:
     return config
 
 
-# With 200 targets /metrics is some 350 KiB: the waits below read the few
-# lines they need off its text, as a scraper's query would. Parsing all of it
-# twenty times a second to count main's polls kept a core busy, and parsing it
-# at every look of the waits on the fleet was most of the test's own CPU; the
+# /metrics has some 1.8 KiB a pit: the waits below read the few lines they
+# need off its text, as a scraper's query would. Parsing all of it twenty
+# times a second to count main's polls kept a core busy, and parsing it at
+# every look of the waits on the fleet was most of the test's own CPU; the
 # scrape the numbers are reported from is parsed (and so checked) whole.
 MAIN_POLLS = re.compile(r'^lockwatch_polls_total\{target="main"\} (\S+)$', re.M)
 # The fleet's state changes at its looks (every 0.5 s at most): waits on a
@@ -124,6 +128,7 @@ def wait_polls(lockwatch: LockwatchProcess, polls: int) -> None:
 def test_an_unreachable_fleet_backs_off_stops_when_withdrawn_and_lockwatch_stops_in_time(
     tmp_path: Path, battery_db: PgDatabase, tarpit: Tarpit, battery: Record
 ) -> None:
+    assert PITS > MAX_POLLERS
     port = free_port()
     sd = tmp_path / "pits.json"
     write_sd(sd, tarpit.addresses)
