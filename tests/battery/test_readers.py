@@ -77,10 +77,12 @@ def poll_lateness(seen: list[Observation]) -> list[float]:
 def watch(lockwatch: LockwatchProcess) -> list[Observation]:
     """Scrapes four times an interval until ``POLLS_WATCHED`` polls were seen."""
     assert lockwatch.proc is not None
-    with Observer(lockwatch.base, lockwatch.proc.pid, every=INTERVAL / 4) as observer:
+    every = INTERVAL / 4
+    with Observer(lockwatch.base, lockwatch.proc.pid, every=every) as observer:
         wait_until(
             lambda: len(poll_lateness(observer.seen)) >= POLLS_WATCHED,
             timeout=POLLS_WATCHED * INTERVAL * 4,
+            interval=every,  # a new scrape comes no oftener; each look reads all of them
             message=f"{POLLS_WATCHED} polls seen",
         )
     return observer.seen
