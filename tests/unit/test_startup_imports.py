@@ -48,12 +48,15 @@ def test_the_daemon_loads_no_library_its_config_does_not_use(module: str) -> Non
 
 
 # Every finding kind's evidence classes (some fifty dataclasses, a tenth of a
-# start's CPU) and the detectors: what reading a config and ``lockwatch doctor``
-# do without (model/finding_kinds.py).
+# start's CPU) and the detectors: what ``lockwatch check-config`` (its config
+# read, its look at the queue libraries) and ``lockwatch doctor`` do without.
 EVIDENCE = {"lockwatch.model.evidence", "lockwatch.model.findings", "lockwatch.detect.lock_groups"}
 
 
-@pytest.mark.parametrize("module", ["lockwatch.commands.doctor", "lockwatch.config.load"])
+@pytest.mark.parametrize(
+    "module",
+    ["lockwatch.commands.doctor", "lockwatch.commands.library_versions", "lockwatch.config.load"],
+)
 def test_reading_a_config_or_doctor_builds_no_evidence_classes(module: str) -> None:
     assert modules_loaded_by(f"import {module}") & EVIDENCE == set()
 
