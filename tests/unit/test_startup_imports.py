@@ -61,6 +61,12 @@ def test_reading_a_config_or_doctor_builds_no_evidence_classes(module: str) -> N
     assert modules_loaded_by(f"import {module}") & EVIDENCE == set()
 
 
+def test_the_incidents_command_loads_no_postgresql_driver() -> None:
+    """It reads the daemon's API or the file its history is in; psycopg is
+    loaded only by what reads a DSN or connects (the history in a store)."""
+    assert "psycopg" not in loaded_by("import lockwatch.commands.incidents")
+
+
 @pytest.mark.parametrize("name", sorted(LAZY))
 def test_a_lazy_command_is_listed_by_its_own_summary(name: str) -> None:
     command = LAZY[name].load()
