@@ -1,8 +1,9 @@
 """``python -m bench.startup``: the CPU (user + system) a ``lockwatch`` process
 spends starting, the median of N runs each (after one that warms the bytecode
 caches): ``lockwatch --help``, ``lockwatch check-config`` of the documented
-example, the import of ``lockwatch.daemon``, and ``lockwatch run`` up to its
-first poll of a throwaway PostgreSQL. The test suite starts lockwatch a few
+example, the import of ``lockwatch.daemon``, ``lockwatch doctor`` and
+``lockwatch snapshot`` of a throwaway PostgreSQL, ``lockwatch run`` up to its
+first poll of it, and ``lockwatch incidents`` reading what that run saved. The test suite starts lockwatch a few
 hundred times (issue 32), so this is paid each time. ``--before DIR`` measures
 another checkout's lockwatch too (e.g. ``git archive main``), each run of it
 beside one of this one's, so that both see the machine as busy as it was.
@@ -134,7 +135,8 @@ def measure(
     by one of that one's (python -m finds lockwatch in the directory it runs in)."""
     checkouts = (ROOT,) if before is None else (ROOT, before.resolve())
     with LocalCluster(bin_dir(None), base_dir=workdir) as cluster:
-        config, env = write_files(workdir, cluster.dsn())
+        dsn = cluster.dsn()
+        config, env = write_files(workdir, dsn)
         pairs = [(checkout, {**env, "PYTHONPATH": str(checkout)}) for checkout in checkouts]
         cases = [
             ("the interpreter alone", ("-c", "pass"), command_cpu_ms),
@@ -145,16 +147,27 @@ def measure(
                 ("-m", "lockwatch", "check-config", "docs/lockwatch.example.yml"),
                 command_cpu_ms,
             ),
+            ("lockwatch doctor", ("-m", "lockwatch", "doctor", "--dsn", dsn), command_cpu_ms),
+            ("lockwatch snapshot", ("-m", "lockwatch", "snapshot", "--dsn", dsn), command_cpu_ms),
             (
                 "lockwatch run to its first poll (one target)",
                 ("-m", "lockwatch", "run", "-c", str(config)),
                 run_to_first_poll_ms,
             ),
+            # After the runs: the daemon is gone, so it reads the state they saved.
+            (
+                "lockwatch incidents (the state dir)",
+                ("-m", "lockwatch", "incidents", "-c", str(config)),
+                command_cpu_ms,
+            ),
         ]
         costs = []
         for what, args, cpu_ms in cases:
             command = (
-                shlex.join(["python", *args]).replace(f"{ROOT}/", "").replace(f"{workdir}/", "")
+                shlex.join(["python", *args])
+                .replace(f"{ROOT}/", "")
+                .replace(f"{workdir}/", "")
+                .replace(shlex.quote(dsn), "DSN")
             )
             argv = (sys.executable, *args)
             for checkout, its_env in pairs:

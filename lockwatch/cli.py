@@ -375,11 +375,14 @@ def _check_history_store(config_file: Path, settings: Settings) -> None:
     """A history store the config's role cannot write loses every resolved
     incident at restart: said, exit 1 (the config itself is fine)."""
     from lockwatch.settings.incidents import HistoryStore
-    from lockwatch.state.incident_history import MEMORY_ONLY, PostgresHistory
 
     dsn = settings.pings.store_dsn
     if settings.incidents.history is not HistoryStore.PINGS or dsn is None:
         return  # the state dir's file: the daemon's to read (and repair), not this command's
+    # Only here: the history loads the incidents' model, which the common
+    # case above does without (issue 32).
+    from lockwatch.state.incident_history import MEMORY_ONLY, PostgresHistory
+
     history = PostgresHistory(dsn)
     try:
         problem = history.check()

@@ -20,10 +20,9 @@ Pure: the settings come in read (``sample/keepalive.py``).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from lockwatch.detect.lock_groups import Draft
-from lockwatch.model.evidence import LockEvidence
-from lockwatch.model.findings import FindingKind
+from lockwatch.model.finding_kinds import FindingKind
 from lockwatch.model.keepalive import (
     LINUX_KEEPALIVE,
     OrphanLifetime,
@@ -34,6 +33,12 @@ from lockwatch.model.keepalive import (
 )
 from lockwatch.model.pooler import SHARED_POOL_MODES
 from lockwatch.text import format_duration
+
+if TYPE_CHECKING:
+    # Drafts only pass through: ``lockwatch doctor`` reads this module
+    # without loading the detectors and every finding's evidence.
+    from lockwatch.detect.lock_groups import Draft
+    from lockwatch.model.evidence import LockEvidence
 
 # A keepalive that notices a vanished client in about 1 min 30 s.
 SHORT_KEEPALIVE = (60.0, 10.0, 3)

@@ -15,12 +15,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from psycopg import sql
 
-from lockwatch.model.evidence.targets import SourceBlocker
-from lockwatch.model.views import SourceHealth
+if TYPE_CHECKING:
+    # Both are loaded when a source is made or fails: the errors here are
+    # caught by commands (check-config's look at the queue libraries) that
+    # never build the views and the findings' evidence (issue 32).
+    from lockwatch.model.evidence.targets import SourceBlocker
+    from lockwatch.model.views import SourceHealth
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,8 @@ class SourceRunner(Generic[R]):
     _health: SourceHealth = field(init=False)
 
     def __post_init__(self) -> None:
+        from lockwatch.model.views import SourceHealth
+
         self._health = SourceHealth(self.name)
 
     @property

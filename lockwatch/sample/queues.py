@@ -12,9 +12,8 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lockwatch.model.evidence.targets import SourceBlocker
 from lockwatch.model.queues import (
     QueueJobRun,
     QueueSample,
@@ -24,6 +23,9 @@ from lockwatch.model.queues import (
 )
 from lockwatch.sample.base import BlockedError, Database, SampleContext, SampleError, TimedOutError
 from lockwatch.settings.queues import LibrarySchema, Queue, SqlQueueSource
+
+if TYPE_CHECKING:
+    from lockwatch.model.evidence.targets import SourceBlocker
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +326,10 @@ def schema_query(schema: LibrarySchema, version: int) -> tuple[str, str | None]:
 def _blockers(db: Database, query: str) -> tuple[SourceBlocker, ...]:
     """The sessions holding a relation ``query`` names in ACCESS EXCLUSIVE
     mode; none when that cannot be read either."""
+    # Here, not at the top: check-config reads the queue libraries' schemas
+    # with this module without building every finding's evidence (issue 32).
+    from lockwatch.model.evidence.targets import SourceBlocker
+
     try:
         rows = db.query(BLOCKERS_SQL, {"query": query})
     except SampleError:

@@ -24,8 +24,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
-import psycopg
-import psycopg.conninfo
 from pydantic import (
     AfterValidator,
     ConfigDict,
@@ -317,6 +315,10 @@ def check_dsn(dsn: str) -> str | None:
     """
     if not dsn.strip():
         return "is empty"
+    # Here, not at the top: commands that read a config without its DSNs
+    # (``lockwatch incidents``) start without psycopg (issue 32).
+    import psycopg.conninfo
+
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, ClassVar, Self
+from typing import TYPE_CHECKING, Annotated, ClassVar, Self
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
-from lockwatch.model.findings import Finding, FindingKind, Severity
+from lockwatch.model.finding_kinds import FindingKind, Severity
 from lockwatch.settings.fields import (
     UNIQUE,
     Name,
@@ -35,6 +35,11 @@ from lockwatch.settings.fields import (
     unique_items,
     wrong_type,
 )
+
+if TYPE_CHECKING:
+    # Only the routes' methods take findings: a config is read without the
+    # evidence classes (model/finding_kinds.py).
+    from lockwatch.model.findings import Finding
 
 TELEGRAM_API = "https://api.telegram.org"
 SLACK_API = "https://slack.com/api"

@@ -9,9 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated
 
-import psycopg
-import psycopg.conninfo
-
 from lockwatch.settings.fields import (
     UNIQUE,
     FilePath,
@@ -38,6 +35,8 @@ def _check_options(options: Mapping[str, str]) -> str | None:
     taken = sorted(_SET_ELSEWHERE.intersection(options))
     if taken:
         return f"may not set {', '.join(taken)}: the auth module's own keys and the address do"
+    import psycopg.conninfo  # here: settings/fields.py check_dsn says why
+
     try:
         dsn = psycopg.conninfo.make_conninfo("", **options)
     except psycopg.ProgrammingError:
@@ -63,6 +62,8 @@ class AuthModule(Section):
     options: Annotated[dict[str, Text], check(_check_options)] = field(default_factory=dict)
 
     def dsn(self, host: str, port: int, dbname: str | None) -> str:
+        import psycopg.conninfo  # here: settings/fields.py check_dsn says why
+
         return psycopg.conninfo.make_conninfo(
             "",
             host=host,

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-import psycopg
-import psycopg.conninfo
 from pydantic import Field
 
 from lockwatch.settings.actions import ActionSettings
@@ -146,6 +144,8 @@ class Target(Section):
     def instance(self) -> str:
         """The PostgreSQL server the target reads, as host:port: what sharding
         splits on, so that all the databases of one server go to one shard."""
+        import psycopg.conninfo  # here: settings/fields.py check_dsn says why
+
         try:
             parts = psycopg.conninfo.conninfo_to_dict(self.dsn)
         except psycopg.ProgrammingError:

@@ -7,12 +7,13 @@ Its errors come out as :class:`StoreError`, in words that hold no secret."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import psycopg
-from psycopg import sql
+from typing import TYPE_CHECKING, Any
 
 from lockwatch.util.secrets import describe_dsn, dsn_secrets, first_line, redact
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
 
 
 class StoreError(Exception):
@@ -32,6 +33,10 @@ class StoreConnection:
         schema: Sequence[str],
         **connect: Any,
     ) -> None:
+        # psycopg here, not at the top: the commands that read the incident
+        # history from a file (``lockwatch incidents``) start without it (issue 32).
+        from psycopg import sql
+
         self._dsn = dsn
         self._secrets = dsn_secrets(dsn)
         self._what = what  # the store's part, as errors name it
@@ -41,6 +46,8 @@ class StoreConnection:
         self._conn: psycopg.Connection[Any] | None = None
 
     def run(self, query: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        import psycopg
+
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(self._dsn, **self._connect)
@@ -54,6 +61,8 @@ class StoreConnection:
             raise StoreError(redact(message, self._secrets)) from None
 
     def _compose(self, statement: str) -> sql.Composed:
+        from psycopg import sql
+
         return sql.SQL(statement).format(**self._names)
 
     def close(self) -> None:

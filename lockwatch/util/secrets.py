@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import psycopg.conninfo
-
 # Up to the last "@" before the path: an unencoded "@" in the password is
 # still the password's (libpq would misread it, see misread_authority).
 _URI_PASSWORD = re.compile(
@@ -41,6 +39,8 @@ def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
 
 def dsn_password(dsn: str) -> str | None:
     """The password a DSN carries, so it can be redacted wherever it shows up."""
+    import psycopg.conninfo  # here: settings/fields.py check_dsn says why
+
     try:
         password = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
     except psycopg.ProgrammingError:
@@ -89,6 +89,8 @@ def describe_dsn(dsn: str) -> str:
     >>> describe_dsn("postgresql://mon:s3cret@127.0.0.1:6432/app")
     'mon@127.0.0.1:6432/app'
     """
+    import psycopg.conninfo  # here: settings/fields.py check_dsn says why
+
     try:
         parts = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:

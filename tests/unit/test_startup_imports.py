@@ -19,7 +19,7 @@ LOADED = "\nimport sys\nprint(' '.join(sorted(sys.modules)))\n"
 HELP = "from lockwatch.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
 
 
-def loaded_by(code: str) -> set[str]:
+def modules_loaded_by(code: str) -> set[str]:
     done = subprocess.run(
         [sys.executable, "-c", code + LOADED],
         capture_output=True,
@@ -27,8 +27,12 @@ def loaded_by(code: str) -> set[str]:
         check=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
-    last_line = done.stdout.strip().splitlines()[-1]
-    return {name.partition(".")[0] for name in last_line.split()}
+    return set(done.stdout.strip().splitlines()[-1].split())
+
+
+def loaded_by(code: str) -> set[str]:
+    """The top-level packages loaded by ``code``."""
+    return {name.partition(".")[0] for name in modules_loaded_by(code)}
 
 
 def test_the_command_lines_help_loads_no_settings_and_no_command() -> None:
@@ -41,6 +45,26 @@ def test_the_command_lines_help_loads_no_settings_and_no_command() -> None:
 def test_the_daemon_loads_no_library_its_config_does_not_use(module: str) -> None:
     loaded = loaded_by(f"import {module}")
     assert loaded & {"redis", "requests", "urllib3", "psutil", "markdown_it"} == set()
+
+
+# Every finding kind's evidence classes (some fifty dataclasses, a tenth of a
+# start's CPU) and the detectors: what ``lockwatch check-config`` (its config
+# read, its look at the queue libraries) and ``lockwatch doctor`` do without.
+EVIDENCE = {"lockwatch.model.evidence", "lockwatch.model.findings", "lockwatch.detect.lock_groups"}
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["lockwatch.commands.doctor", "lockwatch.commands.library_versions", "lockwatch.config.load"],
+)
+def test_reading_a_config_or_doctor_builds_no_evidence_classes(module: str) -> None:
+    assert modules_loaded_by(f"import {module}") & EVIDENCE == set()
+
+
+def test_the_incidents_command_loads_no_postgresql_driver() -> None:
+    """It reads the daemon's API or the file its history is in; psycopg is
+    loaded only by what reads a DSN or connects (the history in a store)."""
+    assert "psycopg" not in loaded_by("import lockwatch.commands.incidents")
 
 
 @pytest.mark.parametrize("name", sorted(LAZY))
