@@ -81,10 +81,10 @@ def free_port() -> int:
     so between this check and the server's own bind a client (a test's
     psycopg or HTTP session) could take it. Ports below that range are given
     only to whoever asks for them by number."""
-    low, _high = _ephemeral_range()
+    low, high = _chosen_range or ports_below_ephemeral()
     while True:
         # A machine whose ephemeral range starts low leaves no room below it.
-        port = _PORT_PICKER.randrange(_FIRST_CHOSEN_PORT, low) if low > _FIRST_CHOSEN_PORT else 0
+        port = _PORT_PICKER.randrange(low, high) if high > low else 0
         if port in RESERVED_PORTS or port in _ports_given:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -103,6 +103,22 @@ _FIRST_CHOSEN_PORT = 10000
 _PORT_PICKER = random.SystemRandom()
 # Never hand one process the same port twice: a server given it may not yet listen.
 _ports_given: set[int] = set()
+
+
+def choose_ports_from(low: int, high: int) -> None:
+    """Make ``free_port`` pick in [low, high) in this process: processes that
+    pick at once (the test suite's parallel workers) each given a range of
+    their own never pick alike between one's check and its server's bind."""
+    global _chosen_range  # noqa: PLW0603 - the process's one choice
+    _chosen_range = (low, high)
+
+
+_chosen_range: tuple[int, int] | None = None
+
+
+def ports_below_ephemeral() -> tuple[int, int]:
+    """The ports ``free_port`` picks from by default."""
+    return _FIRST_CHOSEN_PORT, _ephemeral_range()[0]
 
 
 def _ephemeral_range() -> tuple[int, int]:
