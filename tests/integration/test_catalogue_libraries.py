@@ -336,12 +336,13 @@ def test_a_pg_boss_job_run_again_after_its_expiry_while_its_handler_runs_is_repo
         [job] = evidence_as(finding, RescuedRunsEvidence).jobs
         assert job.second.attempt > job.first.attempt
         # Both handlers of the job had started (the library's own word) and
-        # neither had finished: the job ran twice at once.
-        starts = [line for line in list(worker.lines) if line.startswith(f"running {job.job_id} ")]
-        assert {
+        # neither had finished: the job ran twice at once. The second start's
+        # line may reach the test after lockwatch read its row (a loaded run).
+        both = {
             f"running {job.job_id} {job.first.attempt}",
             f"running {job.job_id} {job.second.attempt}",
-        } <= set(starts)
+        }
+        wait_until(lambda: both <= set(worker.lines), message=f"both starts told: {both}")
         assert worker.count("finished") == 0
         # pg-boss 10 records no worker per job: its sessions of the first
         # start's time are counted (still connected), never named as its worker.
