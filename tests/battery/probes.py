@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -151,6 +153,49 @@ class Observer:
         """RSS in MB at ``points`` evenly spaced observations."""
         step = max(1, (len(self.seen) - 1) // max(1, points - 1))
         return [o.footprint.rss_mb for o in self.seen[::step]][:points]
+
+
+# The probe's loop: sleep a short step, write how much longer than asked it
+# slept. A process of its own: what it sees is the scheduler's, not a GIL's.
+_WAKE_LOOP = """
+import sys, time
+step = float(sys.argv[1])
+while True:
+    asked = time.monotonic()
+    time.sleep(step)
+    print(f"{time.monotonic() - asked - step:.6f}", flush=True)
+"""
+
+
+class WakeProbe:
+    """The machine's own delay in waking a sleeping process, over a stretch of
+    a test: another process sleeps in short steps and says how late each
+    wake-up came. A daemon's lateness beyond the worst of these is its own;
+    up to it, the host kept every sleeper waiting alike (CPU burners, other
+    test workers). Use as a context manager; ``worst`` after it closes."""
+
+    def __init__(self, step: float = 0.02) -> None:
+        self.step = step
+        self.delays: list[float] = []
+        self._proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> WakeProbe:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", _WAKE_LOOP, str(self.step)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._proc is not None
+        self._proc.terminate()
+        out, _ = self._proc.communicate(timeout=30)
+        self.delays = [float(line) for line in out.split()]
+
+    @property
+    def worst(self) -> float:
+        return max(self.delays, default=0.0)
 
 
 def lateness(stamps: list[float], interval: float) -> tuple[list[float], int]:
