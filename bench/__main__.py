@@ -12,12 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import versions
-from bench.markdown import write_into
+from bench.markdown import DOC, write_into
 from bench.report import BEGIN, END, VERSIONS_BEGIN, VERSIONS_END, render, render_versions
 from bench.run import Options, run
 from lockwatch.demo.pgcluster import ClusterError
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 QUICK = Options(
     locks=(100, 1_000, 10_000),
     polls=10,

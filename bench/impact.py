@@ -21,121 +21,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import pgbench
-from bench.machine import Load, Machine
-from bench.markdown import write_into
+from bench.impact_cells import QUICK, SETTLE, ArmRound, Cell, CellRun, ImpactRun, Options
+from bench.impact_report import BEGIN, END, render
+from bench.machine import Machine
+from bench.markdown import DOC, write_into
 from bench.server import SETTINGS, BenchServer, lock_sizes
-from bench.waits import EVERY, LockWaits, WaitSampler
+from bench.waits import WaitSampler
 from bench.watchers import ARMS, EVERY_ARM, NONE, ROLES, Watcher, watchers
 from lockwatch.demo.pgcluster import ClusterError
 
-SETTLE = 1.0  # seconds between switching a monitor on and its window
 # Room for 64 clients, the lock holders and the monitors; the shared lock
 # table holds max_locks_per_transaction x (max_connections + the server's own
 # processes): 64 x about 220 leaves room for 10,000 advisory locks.
 MAX_CONNECTIONS = "200"
-
-
-@dataclass(frozen=True, slots=True)
-class Cell:
-    """One configuration the arms are compared in."""
-
-    postgres: int
-    workload: str
-    clients: int
-    locks: int
-    max_locks: int
-
-
-@dataclass(frozen=True, slots=True)
-class ArmRound:
-    """One arm in one round: pgbench's throughput and latencies (ms), the
-    monitor's CPU and server time (ms per second of the window), the lock
-    manager's waits, and the machine's load."""
-
-    arm: str
-    tps: float
-    p50: float
-    p99: float
-    p999: float
-    cpu_ms_per_s: float
-    server_ms_per_s: float
-    waits: LockWaits
-    load: Load
-
-
-@dataclass(frozen=True, slots=True)
-class CellRun:
-    cell: Cell
-    version: str  # the server's
-    arms: tuple[str, ...]
-    rounds: tuple[tuple[ArmRound, ...], ...]  # each round's arms, in ``arms`` order
-    seconds: float
-
-    def of(self, arm: str) -> list[ArmRound]:
-        index = self.arms.index(arm)
-        return [arms[index] for arms in self.rounds]
-
-    def ratios(self, arm: str, figure: str) -> list[float]:
-        """An arm's figure over the no-monitor arm's, round by round."""
-        return [
-            float(getattr(mine, figure)) / float(getattr(base, figure))
-            for mine, base in zip(self.of(arm), self.of(NONE), strict=True)
-        ]
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    postgres: tuple[int, ...] = (15, 18)
-    workloads: tuple[str, ...] = pgbench.WORKLOADS
-    clients: tuple[int, ...] = (8, 64)
-    locks: tuple[int, ...] = (0, 10_000)
-    max_locks: tuple[int, ...] = (64, 1_024)
-    arms: tuple[str, ...] = ARMS
-    rounds: int = 16
-    seconds: float = 5.0  # each arm's window
-    scale: int = pgbench.SCALE
-    settle: float = SETTLE
-    every: float = EVERY  # between samples of pg_stat_activity
-
-    @property
-    def cells(self) -> int:
-        return (
-            len(self.postgres)
-            * len(self.workloads)
-            * len(self.clients)
-            * len(self.locks)
-            * len(self.max_locks)
-        )
-
-    def estimate(self) -> float:
-        """Seconds the arms alone take (each server's setup comes on top)."""
-        monitored = sum(1 for arm in self.arms if arm != NONE)
-        per_round = len(self.arms) * (self.seconds + 0.5) + monitored * self.settle
-        return self.cells * self.rounds * per_round
-
-
-QUICK = Options(
-    postgres=(18,),
-    workloads=("tpcb-like",),
-    clients=(8,),
-    locks=(10_000,),
-    max_locks=(64,),
-    rounds=2,
-    seconds=3.0,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ImpactRun:
-    options: Options
-    started: datetime
-    seconds: float
-    cells: tuple[CellRun, ...] = field(default=())
 
 
 @dataclass
@@ -265,7 +168,6 @@ def _names(allowed: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
 
 
 def parse(argv: list[str]) -> tuple[Options, Path | None]:
-    from bench.__main__ import DOC
 
     defaults = Options()
     parser = argparse.ArgumentParser(prog="python -m bench.impact", description=__doc__)
@@ -304,7 +206,6 @@ def parse(argv: list[str]) -> tuple[Options, Path | None]:
 
 
 def main(argv: list[str]) -> None:
-    from bench.impact_report import BEGIN, END, render  # it imports this module
 
     options, output = parse(argv)
     minutes = options.estimate() / 60

@@ -6,9 +6,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from bench.impact import ArmRound, CellRun, ImpactRun
-from bench.markdown import ms, ratio, spread, table
-from bench.poll_cost import Spread
+from bench.impact_cells import ArmRound, CellRun, ImpactRun
+from bench.markdown import Spread, ms, ratio, spread, table
 from bench.watchers import EXPORTER, LOCKWATCH, NONE
 
 BEGIN = "<!-- begin: written by python -m bench.impact -->"

@@ -5,6 +5,7 @@ the benchmark's (this process and its children, the server's processes)."""
 from __future__ import annotations
 
 import os
+import platform
 import time
 from dataclasses import dataclass
 
@@ -81,3 +82,8 @@ class Machine:
             load1=os.getloadavg()[0],
             others_percent=max(others, 0.0) / elapsed / self._cores * 100,
         )
+
+
+def describe() -> str:
+    """The machine in a few words, for a measurement's heading."""
+    return f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"

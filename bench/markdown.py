@@ -3,10 +3,26 @@ markers in docs/benchmarks.md."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.poll_cost import Spread
+# The page the benchmarks write their tables into.
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """A per-round figure: its median and its range."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
 
 
 def ms(value: float) -> str:

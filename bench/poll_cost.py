@@ -29,10 +29,13 @@ from typing import Any
 import psycopg
 
 from bench.exporter import ExporterCost, PostgresExporter, advisory_count
+from bench.machine import describe
+from bench.markdown import Spread, ms, ratio, spread, table, verdict
 from bench.process import series_count
 from bench.server import (
     EXPORTER_ROLE,
     FLOOR_ROLE,
+    HOLDER_SESSIONS,
     JOIN_ROLE,
     LOCKWATCH_ROLE,
     ROLES,
@@ -55,6 +58,8 @@ COUNT_SQL = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks"
 # not of reporting thousands of findings.
 QUIET = LockSettings(max_hold=86400.0, orphan_after=86400.0)
 WARMUP = 2
+LOCKS = (100, 1_000, 10_000, 50_000)  # held, one size after another
+POLLS = 20  # rounds of floor, poll and scrape at each number of locks
 CHANGED_POLLS = 5  # polls after a change, at each N (they go lock by lock)
 CHURN_KEY = 10**12  # the changing lock's keys, far from the held ones
 
@@ -80,19 +85,6 @@ class PollCost:
 
 def bench_target(server: BenchServer, name: str = "bench", interval: float = 1.0) -> Target:
     return Target(name, server.dsn(LOCKWATCH_ROLE), interval=interval, locks=QUIET)
-
-
-@dataclass(frozen=True, slots=True)
-class Spread:
-    """A per-round figure: its median and its range."""
-
-    median: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> Spread:
-        return cls(statistics.median(values), min(values), max(values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,22 +302,103 @@ def measure(
     )
 
 
+SERVER_TARGET = 1.3  # lockwatch's server time against the floor, at every N
+CLIENT_TARGET = 2.0  # its client time against the floor, from CLIENT_FROM locks up
+CLIENT_FROM = 1_000
+
+
+def floor_verdict(cost: FloorCost) -> str:
+    server = verdict(cost.server_ratio.median, SERVER_TARGET)
+    if cost.locks < CLIENT_FROM:
+        return f"server {server}"
+    return f"server {server}, client {verdict(cost.client_ratio.median, CLIENT_TARGET)}"
+
+
+def cost_section(costs: Sequence[FloorCost]) -> list[str]:
+    return [
+        "### Cost per poll against the floor",
+        "",
+        f"Milliseconds per poll with N session advisory locks held on {HOLDER_SESSIONS} idle "
+        f"sessions, over {costs[0].polls if costs else 0} rounds. The floor counts "
+        "the rows of `pg_locks` (`count(*)`: the copy of the lock table every query on it pays), "
+        "the naive join is [`bench/floor.sql`](../bench/floor.sql); each round runs the "
+        "three in turn (the order turning from round to round) and reads pg_stat_statements "
+        "between them. Ratios are taken within each round: median [min-max]. Client time is "
+        "the wall time of the query or poll as its caller sees it. Targets: server within "
+        f"{SERVER_TARGET}x of the floor at every N, client within {CLIENT_TARGET}x from "
+        f"{CLIENT_FROM:,} locks up.",
+        "",
+        *table(
+            [
+                "locks",
+                "floor, client",
+                "naive join, client",
+                "lockwatch, client",
+                "client / floor",
+                "client / join",
+                "floor, server",
+                "naive join, server",
+                "lockwatch, server",
+                "server / floor",
+                "server / join",
+                "targets met",
+            ],
+            (
+                [
+                    f"{c.locks:,}",
+                    ms(c.floor_ms.median),
+                    ms(c.join_ms.median),
+                    ms(c.poll_ms.median),
+                    spread(c.client_ratio, ratio),
+                    spread(c.client_join_ratio, ratio),
+                    ms(c.floor_server_ms.median),
+                    ms(c.join_server_ms.median),
+                    ms(c.poll_server_ms.median),
+                    spread(c.server_ratio, ratio),
+                    spread(c.server_join_ratio, ratio),
+                    floor_verdict(c),
+                ]
+                for c in costs
+            ),
+        ),
+        "### Where a poll's CPU goes",
+        "",
+        "lockwatch's own CPU per poll (this process, `time.process_time`), median [min-max] "
+        "over the same rounds, and the median of each part: the sampler (psycopg decoding "
+        "the answer, comparing it with the last one), hold tracking, the lock detectors, and "
+        "the rest of the poll (ledger, incidents, the other monitors, the board); the "
+        "cyclic garbage collector's share of all of them (gc.callbacks); last, the CPU of "
+        f"{CHANGED_POLLS} polls each after one lock changed (a session of its own let go of "
+        "a key and took another), and the GC's share of those. The GC as the daemon sets it "
+        "(`daemon.settle_garbage_collector`).",
+        "",
+        *table(
+            ["locks", "CPU ms per poll", *SPLIT, GC, "CPU ms, one lock changed", "of which the GC"],
+            (
+                [
+                    f"{c.locks:,}",
+                    spread(c.cpu_ms),
+                    *(ms(c.split_ms[p]) for p in (*SPLIT, GC)),
+                    spread(c.changed_cpu_ms),
+                    ms(c.changed_gc_ms.median),
+                ]
+                for c in costs
+            ),
+        ),
+    ]
+
+
 def main(argv: list[str]) -> None:
     """``python -m bench.poll_cost``: only these rounds, on a server of their
     own, printed as ``python -m bench`` renders them (nothing is written)."""
-    # bench.run and bench.report import this module.
-    from bench.report import cost_section
-    from bench.run import Options, Results, machine
-
-    defaults = Options()
     parser = argparse.ArgumentParser(prog="python -m bench.poll_cost", description=__doc__)
     parser.add_argument(
         "--locks",
         type=lock_sizes,
-        default=defaults.locks,
+        default=LOCKS,
         help="advisory locks held, e.g. 100,1000,10000,50000",
     )
-    parser.add_argument("--polls", type=int, default=defaults.polls, help="rounds at each N")
+    parser.add_argument("--polls", type=int, default=POLLS, help="rounds at each N")
     args = parser.parse_args(argv)
     sizes = args.locks
     started, clock = datetime.now(UTC), time.monotonic()
@@ -342,11 +415,9 @@ def main(argv: list[str]) -> None:
     command = " ".join(["python -m bench.poll_cost", *argv])
     print(
         f"Measured {started:%Y-%m-%d %H:%M} UTC with `{command}` in {seconds:.0f}s: "
-        f"PostgreSQL {version}, {machine()}.\n"
+        f"PostgreSQL {version}, {describe()}.\n"
     )
-    options = Options(locks=sizes, polls=args.polls)
-    results = Results(options, started, seconds, version, machine(), costs=tuple(costs))
-    print("\n".join(cost_section(results)))
+    print("\n".join(cost_section(costs)))
 
 
 if __name__ == "__main__":

@@ -8,104 +8,17 @@ from datetime import datetime
 from bench import daemon
 from bench.detection import GRACE, NOT_YET
 from bench.impact_report import cell_section
-from bench.markdown import ms, ratio, spread, table, verdict
-from bench.poll_cost import CHANGED_POLLS, GC, SPLIT, FloorCost
+from bench.markdown import ms, ratio, table, verdict
+from bench.poll_cost import cost_section
 from bench.run import Results
 from bench.server import HOLDER_SESSIONS
-from bench.server_parts import FLOOR, PARTS, POLL, ServerParts
+from bench.server_parts import parts_section
 from bench.versions import VersionCost
 
 BEGIN = "<!-- begin: written by python -m bench -->"
 END = "<!-- end: written by python -m bench -->"
 VERSIONS_BEGIN = "<!-- begin: written by python -m bench --versions -->"
 VERSIONS_END = "<!-- end: written by python -m bench --versions -->"
-
-
-SERVER_TARGET = 1.3  # lockwatch's server time against the floor, at every N
-CLIENT_TARGET = 2.0  # its client time against the floor, from CLIENT_FROM locks up
-CLIENT_FROM = 1_000
-
-
-def floor_verdict(cost: FloorCost) -> str:
-    server = verdict(cost.server_ratio.median, SERVER_TARGET)
-    if cost.locks < CLIENT_FROM:
-        return f"server {server}"
-    return f"server {server}, client {verdict(cost.client_ratio.median, CLIENT_TARGET)}"
-
-
-def cost_section(results: Results) -> list[str]:
-    costs = results.costs
-    return [
-        "### Cost per poll against the floor",
-        "",
-        f"Milliseconds per poll with N session advisory locks held on {HOLDER_SESSIONS} idle "
-        f"sessions, over {costs[0].polls if costs else 0} rounds. The floor counts "
-        "the rows of `pg_locks` (`count(*)`: the copy of the lock table every query on it pays), "
-        "the naive join is [`bench/floor.sql`](../bench/floor.sql); each round runs the "
-        "three in turn (the order turning from round to round) and reads pg_stat_statements "
-        "between them. Ratios are taken within each round: median [min-max]. Client time is "
-        "the wall time of the query or poll as its caller sees it. Targets: server within "
-        f"{SERVER_TARGET}x of the floor at every N, client within {CLIENT_TARGET}x from "
-        f"{CLIENT_FROM:,} locks up.",
-        "",
-        *table(
-            [
-                "locks",
-                "floor, client",
-                "naive join, client",
-                "lockwatch, client",
-                "client / floor",
-                "client / join",
-                "floor, server",
-                "naive join, server",
-                "lockwatch, server",
-                "server / floor",
-                "server / join",
-                "targets met",
-            ],
-            (
-                [
-                    f"{c.locks:,}",
-                    ms(c.floor_ms.median),
-                    ms(c.join_ms.median),
-                    ms(c.poll_ms.median),
-                    spread(c.client_ratio, ratio),
-                    spread(c.client_join_ratio, ratio),
-                    ms(c.floor_server_ms.median),
-                    ms(c.join_server_ms.median),
-                    ms(c.poll_server_ms.median),
-                    spread(c.server_ratio, ratio),
-                    spread(c.server_join_ratio, ratio),
-                    floor_verdict(c),
-                ]
-                for c in costs
-            ),
-        ),
-        "### Where a poll's CPU goes",
-        "",
-        "lockwatch's own CPU per poll (this process, `time.process_time`), median [min-max] "
-        "over the same rounds, and the median of each part: the sampler (psycopg decoding "
-        "the answer, comparing it with the last one), hold tracking, the lock detectors, and "
-        "the rest of the poll (ledger, incidents, the other monitors, the board); the "
-        "cyclic garbage collector's share of all of them (gc.callbacks); last, the CPU of "
-        f"{CHANGED_POLLS} polls each after one lock changed (a session of its own let go of "
-        "a key and took another), and the GC's share of those. The GC as the daemon sets it "
-        "(`daemon.settle_garbage_collector`).",
-        "",
-        *table(
-            ["locks", "CPU ms per poll", *SPLIT, GC, "CPU ms, one lock changed", "of which the GC"],
-            (
-                [
-                    f"{c.locks:,}",
-                    spread(c.cpu_ms),
-                    *(ms(c.split_ms[p]) for p in (*SPLIT, GC)),
-                    spread(c.changed_cpu_ms),
-                    ms(c.changed_gc_ms.median),
-                ]
-                for c in costs
-            ),
-        ),
-    ]
 
 
 def exporter_section(results: Results) -> list[str]:
@@ -257,48 +170,13 @@ def detection_section(results: Results) -> list[str]:
     ]
 
 
-def parts_section(parts: Sequence[ServerParts]) -> list[str]:
-    """Where a poll's server time goes (``bench.server_parts``)."""
-    rounds = parts[0].rounds if parts else 0
-    shown = (*PARTS[1:], POLL)
-    return [
-        "### Where a poll's server time goes",
-        "",
-        "Server time (pg_stat_statements) of the floor, of three steps towards lockwatch's "
-        "lock statement (the floor's rows filtered to advisory locks; one array of their "
-        "keys, the least an answer naming each lock can send; the advisory arrays alone, "
-        "the lock statement before it read the waits on other locktypes), of lockwatch's two "
-        "statements, and of both, on one connection, in an order that turns from round to "
-        f"round: ms, and the ratio to the floor of the same round, median [min-max] over "
-        f"{rounds} rounds.",
-        "",
-        *table(
-            ["locks", "the floor, ms", *shown],
-            (
-                [
-                    f"{p.locks:,}",
-                    ms(p.ms[FLOOR].median),
-                    *(f"{ms(p.ms[part].median)}, {spread(p.ratio[part], ratio)}" for part in shown),
-                ]
-                for p in parts
-            ),
-        ),
-        "",
-        "The lock statement over the advisory arrays alone, round by round (what reading "
-        "the waits on other locktypes costs a poll with no such waiter; target at most "
-        "1.05x): "
-        + "; ".join(f"{p.locks:,} locks {spread(p.waits_ratio, ratio)}" for p in parts)
-        + ".",
-    ]
-
-
 def render(results: Results, command: str) -> str:
     minutes, seconds = divmod(round(results.seconds), 60)
     lines = [
         f"Measured {results.started:%Y-%m-%d} with `{command}` in {minutes}m{seconds:02d}s: "
         f"PostgreSQL {results.postgres}, {results.machine}.",
         "",
-        *cost_section(results),
+        *cost_section(results.costs),
         *parts_section(results.server_parts),
         *exporter_section(results),
         *footprint_section(results),

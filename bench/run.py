@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import daemon, detection, documents, exporter, impact, pgbench, poll_cost, server_parts
-from bench.machine import Machine
+from bench import (
+    daemon,
+    detection,
+    documents,
+    exporter,
+    impact,
+    impact_cells,
+    pgbench,
+    poll_cost,
+    server_parts,
+)
+from bench.machine import Machine, describe
 from bench.server import HOLDER_SESSIONS, BenchServer
 from bench.waits import WaitSampler
 from bench.watchers import ARMS, ROLES, watchers
@@ -19,8 +27,8 @@ from bench.watchers import ARMS, ROLES, watchers
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    locks: tuple[int, ...] = (100, 1_000, 10_000, 50_000)
-    polls: int = 20  # rounds of floor, poll and scrape at each number of locks
+    locks: tuple[int, ...] = poll_cost.LOCKS
+    polls: int = poll_cost.POLLS
     daemon_polls: int = 10  # polls of `lockwatch run` over which its CPU is measured
     interval: float = 1.0  # of the daemon
     threshold: float = 2.0  # every detection threshold
@@ -30,7 +38,9 @@ class Options:
     pgbench_seconds: float = 8.0  # of each arm's window in each round
     pgbench_locks: int = 10_000  # held while pgbench runs
     pgbench_scale: int = pgbench.SCALE  # of pgbench's tables
-    pgbench_settle: float = impact.SETTLE  # seconds between a monitor switched on and its window
+    pgbench_settle: float = (
+        impact_cells.SETTLE
+    )  # seconds between a monitor switched on and its window
     many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
     many_interval: float = documents.MANY_INTERVAL  # of those targets' polls
 
@@ -47,12 +57,8 @@ class Results:
     exporter: tuple[exporter.ExporterCost, ...] = ()
     footprints: tuple[daemon.Footprint, ...] = ()
     detections: tuple[detection.Detection, ...] = ()
-    pgbench: impact.CellRun | None = None
+    pgbench: impact_cells.CellRun | None = None
     many: daemon.Documents | None = None
-
-
-def machine() -> str:
-    return f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()}"
 
 
 def _pgbench(
@@ -61,13 +67,13 @@ def _pgbench(
     pg_exporter: exporter.PostgresExporter,
     workdir: Path,
     tell: Callable[[str], None],
-) -> impact.CellRun:
+) -> impact_cells.CellRun:
     """One cell of ``python -m bench.impact`` on this run's server: TPC-B-like
     at 8 clients with ``pgbench_locks`` advisory locks held, every arm."""
     pgbench.initialise(server, options.pgbench_scale)
     server.release_locks()
     server.hold_locks(options.pgbench_locks)
-    cell = impact.Cell(
+    cell = impact_cells.Cell(
         server.cluster.major_version,
         "tpcb-like",
         8,
@@ -96,7 +102,7 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
     exporter_costs: list[exporter.ExporterCost] = []
     footprints: list[daemon.Footprint] = []
     detections: list[detection.Detection] = []
-    pgbench_run: impact.CellRun | None = None
+    pgbench_run: impact_cells.CellRun | None = None
     many: daemon.Documents | None = None
     with BenchServer(workdir, options.postgres) as server:
         version = server.version
@@ -134,7 +140,7 @@ def run(options: Options, workdir: Path, say: Callable[[str], None] | None = Non
         started=started,
         seconds=time.monotonic() - clock,
         postgres=version,
-        machine=machine(),
+        machine=describe(),
         costs=tuple(costs),
         server_parts=tuple(parts),
         exporter=tuple(exporter_costs),

@@ -5,9 +5,10 @@ A poll runs two statements: the locks (``advisory_locks.sql``: every advisory
 lock of ``pg_locks`` as arrays in one row, and the rows of the locktypes some
 session waits on) and the sessions behind them (``lock_sessions.sql``).
 Between the floor (``SELECT count(*) FROM pg_locks``) and the lock statement
-sit three steps that tell what costs what: the floor's rows filtered to
+sit four steps that tell what costs what: the floor's rows filtered to
 advisory locks, one array of their keys (the least any answer that names
-each lock can send), and the advisory arrays alone (the lock statement as it
+each lock can send), two arrays of their holders' pids and keys (the least
+an answer naming each lock's holder can send), and the advisory arrays alone (the lock statement as it
 was before it read the waits on other locktypes: with no such waiter, the
 lock statement should cost at most 5 % more). Every statement runs
 prepared on one connection of a role of their own, in an order that turns
@@ -22,6 +23,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +32,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.poll_cost import COUNT_SQL, WARMUP, Spread
+from bench.markdown import Spread, ms, ratio, spread, table
+from bench.poll_cost import COUNT_SQL, WARMUP
 from bench.server import PARTS_ROLE, BenchServer, holding, lock_sizes
 from lockwatch.sample.activity import QUERY_CHARS
 from lockwatch.sample.locks import advisory_locks_query, lock_sessions_query
@@ -53,15 +56,16 @@ ADVISORY_ARRAYS_SQL = (
     " FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory'"
 )
 # The parts, in the order they are shown; the last two are a poll's statements.
-FLOOR, ROWS, ONE_ARRAY, ADVISORY_ARRAYS, LOCKS, SESSIONS = (
+FLOOR, ROWS, ONE_ARRAY, TWO_ARRAYS, ADVISORY_ARRAYS, LOCKS, SESSIONS = (
     "the floor",
     "advisory rows only",
     "one array (the keys)",
+    "two arrays (holders and keys)",
     "the advisory arrays alone",
     "lock statement",
     "sessions statement",
 )
-PARTS = (FLOOR, ROWS, ONE_ARRAY, ADVISORY_ARRAYS, LOCKS, SESSIONS)
+PARTS = (FLOOR, ROWS, ONE_ARRAY, TWO_ARRAYS, ADVISORY_ARRAYS, LOCKS, SESSIONS)
 POLL = "a poll (both statements)"
 MARK = "\n-- bench part: "  # the trailing comment pg_stat_statements keeps
 
@@ -82,6 +86,9 @@ def _statements(server_version: int) -> dict[str, bytes]:
         FLOOR: COUNT_SQL.encode(),
         ROWS: f"SELECT pg_catalog.count(*){ADVISORY}".encode(),
         ONE_ARRAY: f"SELECT pg_catalog.array_agg({KEYS}){ADVISORY}".encode(),
+        TWO_ARRAYS: (
+            f"SELECT pg_catalog.array_agg(l.pid), pg_catalog.array_agg({KEYS}){ADVISORY}"
+        ).encode(),
         ADVISORY_ARRAYS: ADVISORY_ARRAYS_SQL.replace(
             "WAITSTART", "l.waitstart" if server_version >= 140000 else "NULL::timestamptz"
         ).encode(),
@@ -145,10 +152,45 @@ def measure_parts(server: BenchServer, rounds: int) -> ServerParts:
     )
 
 
+def parts_section(parts: Sequence[ServerParts]) -> list[str]:
+    """Where a poll's server time goes (``bench.server_parts``)."""
+    rounds = parts[0].rounds if parts else 0
+    shown = (*PARTS[1:], POLL)
+    return [
+        "### Where a poll's server time goes",
+        "",
+        "Server time (pg_stat_statements) of the floor, of four steps towards lockwatch's "
+        "lock statement (the floor's rows filtered to advisory locks; one array of their "
+        "keys, the least an answer naming each lock can send; two arrays, their holders' "
+        "pids and keys, the least an answer naming each lock's holder can send; the "
+        "advisory arrays alone, "
+        "the lock statement before it read the waits on other locktypes), of lockwatch's two "
+        "statements, and of both, on one connection, in an order that turns from round to "
+        f"round: ms, and the ratio to the floor of the same round, median [min-max] over "
+        f"{rounds} rounds.",
+        "",
+        *table(
+            ["locks", "the floor, ms", *shown],
+            (
+                [
+                    f"{p.locks:,}",
+                    ms(p.ms[FLOOR].median),
+                    *(f"{ms(p.ms[part].median)}, {spread(p.ratio[part], ratio)}" for part in shown),
+                ]
+                for p in parts
+            ),
+        ),
+        "",
+        "The lock statement over the advisory arrays alone, round by round (what reading "
+        "the waits on other locktypes costs a poll with no such waiter; target at most "
+        "1.05x): "
+        + "; ".join(f"{p.locks:,} locks {spread(p.waits_ratio, ratio)}" for p in parts)
+        + ".",
+    ]
+
+
 def main(argv: list[str]) -> None:
     """``python -m bench.server_parts``: only these rounds, printed (nothing is written)."""
-    from bench.report import parts_section  # bench.report imports bench.run, which imports this
-
     parser = argparse.ArgumentParser(prog="python -m bench.server_parts", description=__doc__)
     parser.add_argument(
         "--locks", type=lock_sizes, default=(100, 1_000, 10_000, 50_000), help="locks held"

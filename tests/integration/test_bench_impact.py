@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.impact import Options, run
+from bench.impact import run
+from bench.impact_cells import Options
 from bench.impact_report import render
 from bench.watchers import FLOOR, LOCKWATCH, LOCKWATCH_SQL, NONE
 from tests.integration.test_bench_smoke import table_rows

@@ -16,8 +16,8 @@ from bench import scale, versions
 from bench.daemon import PATHS
 from bench.detection import INCIDENTS
 from bench.documents import MANY_PATHS, render_costs
-from bench.markdown import write_into
-from bench.poll_cost import SPLIT, Spread
+from bench.markdown import Spread, write_into
+from bench.poll_cost import SPLIT
 from bench.report import (
     BEGIN,
     END,
