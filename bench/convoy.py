@@ -25,12 +25,12 @@ from bench.markdown import ms, table
 from bench.server import SETTINGS, bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.findings import FindingKind
-from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN = "<!-- begin: written by python -m bench.convoy -->"

@@ -18,7 +18,7 @@ from bench.daemon import PATHS, Documents, LockwatchProcess, measure_documents, 
 from bench.process import samples
 from bench.server import LOCKWATCH_ROLE, BenchServer
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey, LockSnapshot, LockSummary
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.api.encode import render_json
 from lockwatch.publish.api.locks import Page as LocksPage
 from lockwatch.publish.api.locks import locks_document
@@ -28,6 +28,7 @@ from lockwatch.publish.status.history import CHART_WINDOW
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 
 # Many targets poll rarely, so that what is measured is the documents.
 MANY_INTERVAL = 30.0

@@ -42,12 +42,12 @@ import psutil
 from bench.markdown import ms, table, write_into
 from bench.poll_cost import bench_target
 from bench.server import LOCKWATCH_ROLE, BenchServer
-from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.runner import TargetRunner, start_spread
 from lockwatch.scheduler import PollScheduler
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN = "<!-- begin: written by python -m bench.scale -->"

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lockwatch.model.discovery import FleetStatus, SourceHealth, TargetGroup
-from lockwatch.model.views import TargetView
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.discovery import FileSd, HttpSd, open_source
 from lockwatch.settings.discovery import discovered_targets
@@ -27,6 +26,7 @@ from lockwatch.settings.sharding import Shard
 from lockwatch.settings.sources import TargetSource
 from lockwatch.settings.targets import Settings, Target
 from lockwatch.state.pace import BACKOFF_CAP
+from lockwatch.state.target_view import TargetView
 from lockwatch.util.clock import utc_now
 
 log = logging.getLogger(__name__)

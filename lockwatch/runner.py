@@ -1,5 +1,4 @@
-"""One target's loop: its monitors on their deadline, the ledger, the state dir
-and the board.
+"""One target's loop: its monitors on their deadline, the ledger, the state dir and the board.
 
 A poll is three steps. *Sample*: open (or reuse) the target's session and do every read
 of the poll: each monitor's sources (locks first), whether the sessions at the root of
@@ -32,7 +31,7 @@ from lockwatch.detect.targets import (
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incident_text import RUNBOOKS_PATH
 from lockwatch.model.incidents import Incident, IncidentChanges
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext
 from lockwatch.monitors.jobs import JobMonitor
 from lockwatch.monitors.locks import LockMonitor
@@ -53,6 +52,7 @@ from lockwatch.state.ledger import FindingLedger, Transitions, log_findings
 from lockwatch.state.pace import PollPace
 from lockwatch.state.servers import ServerMap
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.memory import give_back
 

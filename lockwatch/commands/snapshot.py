@@ -35,13 +35,14 @@ from lockwatch.model.locks import (
     LockKey,
     LockSnapshot,
 )
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.locks import PgLockSampler
 from lockwatch.settings.targets import Target
 from lockwatch.state.holds import HoldTracker
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import format_duration, one_line
 
 EXIT_PROBLEM = 1  # a problem seen, or the server could not be read

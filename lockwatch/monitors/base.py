@@ -22,8 +22,9 @@ from typing import Protocol
 
 from lockwatch.model.findings import Finding, FindingKind, Subject
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.views import SourceHealth, TargetView
+from lockwatch.model.views import SourceHealth
 from lockwatch.sample.base import Database
+from lockwatch.state.target_view import TargetView
 
 # Whatever a monitor keeps in the state dir: JSON-ready values.
 StateDocument = Mapping[str, object]

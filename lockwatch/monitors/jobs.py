@@ -13,7 +13,6 @@ from lockwatch.detect.jobs import detect_jobs, run_key_of
 from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.findings import Family, FindingKind, Subject
 from lockwatch.model.jobs import JobRun, JobView
-from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import (
     MonitorResult,
     PollContext,
@@ -27,6 +26,7 @@ from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.jobstore import JobStore
 from lockwatch.state.pgstore import StoreError
+from lockwatch.state.target_view import TargetView
 
 log = logging.getLogger(__name__)
 

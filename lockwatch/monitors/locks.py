@@ -26,7 +26,6 @@ from lockwatch.model.findings import Family, FindingKind
 from lockwatch.model.keepalive import ServerSettings
 from lockwatch.model.locks import LockSnapshot, LockSummary
 from lockwatch.model.pooler import PoolerSnapshot
-from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import Monitor, MonitorResult, PollContext, Sampled, StateDocument
 from lockwatch.sample.base import SampleContext, SampleError, SourceRunner
 from lockwatch.sample.held_locks import HeldLocksReader
@@ -37,6 +36,7 @@ from lockwatch.sample.session import TargetSession
 from lockwatch.settings.targets import Target
 from lockwatch.state.hold_history import HoldHistory
 from lockwatch.state.holds import HoldTracker
+from lockwatch.state.target_view import TargetView
 from lockwatch.state.waiter_seconds import WaiterSeconds
 
 # A lock seen again after at most this many intervals (and never less than

@@ -35,7 +35,6 @@ from lockwatch.detect.worker_cpu import cpu_cores
 from lockwatch.model.findings import Family, Finding, FindingKind, Subject
 from lockwatch.model.locks import Backend
 from lockwatch.model.queues import QueueSample, QueueView, WorkerSample, WorkerView
-from lockwatch.model.views import TargetView
 from lockwatch.monitors.base import (
     Monitor,
     MonitorResult,
@@ -61,6 +60,7 @@ from lockwatch.settings.queues import (
     WorkerGroup,
 )
 from lockwatch.settings.targets import Target
+from lockwatch.state.target_view import TargetView
 from lockwatch.state.throughput import QueueThroughput
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
-from lockwatch.model.views import TargetView
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 
 # Requests answered at once; the rest wait their turn.
 ANSWERS_AT_ONCE = 1

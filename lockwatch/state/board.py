@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from lockwatch.model.findings import Finding
-from lockwatch.model.views import TargetView
 from lockwatch.settings.targets import Target
+from lockwatch.state.target_view import TargetView
 
 
 @dataclass

@@ -13,12 +13,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from lockwatch.model.findings import Finding
-from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.battery.conftest import Record
 from tests.fixtures.evidence import lock_of
 from tests.fixtures.postgres import PgDatabase, queue_on_lock, run_in_thread, wait_until

@@ -13,12 +13,12 @@ import pytest
 from lockwatch.model.evidence import SourceDownEvidence
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import RootKind
-from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import PgDatabase, wait_until
 from tests.integration.test_catalogue_libraries import (

@@ -25,12 +25,12 @@ from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incidents import IncidentChanges
 from lockwatch.model.locks import LockKey
-from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.incident_values import ToldFindings
 from tests.fixtures.paths import ROOT

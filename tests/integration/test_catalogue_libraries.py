@@ -23,7 +23,6 @@ import pytest
 
 from lockwatch.model.evidence import RescuedRunsEvidence, StuckJobsEvidence
 from lockwatch.model.findings import FindingKind, Subject
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.presets.registry import preset_source
@@ -32,6 +31,7 @@ from lockwatch.settings.queues import Queue, QueueThresholds
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, queue_on_lock, wait_until

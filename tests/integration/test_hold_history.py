@@ -21,7 +21,6 @@ from lockwatch.model.evidence import ChurnEvidence, LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incidents import IncidentChanges
 from lockwatch.model.locks import LockKey
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.runner import TargetRunner
@@ -30,6 +29,7 @@ from lockwatch.settings.locks import Learning, LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.incident_values import ToldFindings
 from tests.fixtures.postgres import PgDatabase, run_in_thread, wait_until

@@ -17,12 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incident_text import alert_name
 from lockwatch.model.locks import LockKey
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.http import HttpServer
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_of
 from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.metrics import openmetrics_families

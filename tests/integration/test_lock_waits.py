@@ -29,7 +29,6 @@ from lockwatch.model.findings import Finding, FindingKind
 from lockwatch.model.incidents import RootKind, incident_json
 from lockwatch.model.lock_waits import wait_label
 from lockwatch.model.servers import LockScope, ScopeKind
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.locks import PgLockSampler, RawSample, read_advisory_locks
@@ -38,6 +37,7 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.postgres import (
     MATRIX_SETTINGS,

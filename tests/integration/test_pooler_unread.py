@@ -14,12 +14,12 @@ import pytest
 
 from lockwatch.model.evidence import LockEvidence
 from lockwatch.model.findings import Finding, FindingKind
-from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.pgbouncer import PgBouncer
 from tests.fixtures.postgres import PgDatabase, wait_until

@@ -24,7 +24,6 @@ from psycopg.rows import dict_row
 from lockwatch.demo.scenarios import WEBHOOK_JOBS_DDL, webhook_queue_sql
 from lockwatch.model.findings import FindingKind, Subject
 from lockwatch.model.queues import WorkerSample, WorkerView
-from lockwatch.model.views import TargetView
 from lockwatch.runner import TargetRunner
 from lockwatch.sample.base import SampleContext, SampleError
 from lockwatch.sample.presets.registry import preset_source
@@ -50,6 +49,7 @@ from lockwatch.settings.queues import (
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.postgres import (
     MONITOR_USER,
     PgDatabase,

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from lockwatch.model.findings import FindingKind, Subject
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.runner import TargetRunner
@@ -24,6 +23,7 @@ from lockwatch.settings.queues import Queue, QueueThresholds, RedisQueueSource
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.postgres import PgDatabase, wait_until
 from tests.fixtures.redis import RedisServer

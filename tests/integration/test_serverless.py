@@ -16,7 +16,6 @@ import pytest
 from lockwatch.demo.pgbinaries import embedded_bin_dir
 from lockwatch.demo.pgcluster import LocalCluster
 from lockwatch.model.findings import FindingKind
-from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.registry import Metrics
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.runner import TargetRunner
@@ -24,6 +23,7 @@ from lockwatch.settings.serverless import SleepSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.metrics import scraped
 from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
 

@@ -17,8 +17,8 @@ import pytest
 
 from lockwatch.config.load import load_settings
 from lockwatch.daemon import Daemon
-from lockwatch.model.views import TargetView
 from lockwatch.settings.targets import Settings, Target
+from lockwatch.state.target_view import TargetView
 from lockwatch.util.sdnotify import Notifier
 from tests.fixtures.paths import ROOT
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until

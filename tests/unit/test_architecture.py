@@ -15,7 +15,7 @@ MAX_FUNCTION_LINES = 60
 
 # A stage may import only these (and itself); model and text import no stage.
 ALLOWED = {
-    "model": {"model", "settings", "text"},
+    "model": {"model", "text"},
     "settings": {"settings", "model", "util"},
     "detect": {"detect", "model", "settings", "text"},
     "sample": {"sample", "model", "settings", "util", "text"},

@@ -13,10 +13,11 @@ import pytest
 
 from lockwatch.fleet import LONGEST_NAP, SUMMARY_EVERY, Fleet, UnreachableSummary
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.settings.sharding import ALL, Shard
 from lockwatch.settings.sources import AuthModule, TargetSource
 from lockwatch.settings.targets import Settings, Target
+from lockwatch.state.target_view import TargetView
 
 
 def settings_for(path: Path, *targets: Target) -> Settings:

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from lockwatch.model.views import TargetView
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import iso_utc, printable
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from lockwatch.model.evidence.json_form import JsonObject
 from lockwatch.model.findings import Finding, Severity, finding_json
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.publish.api.incidents import incident_ids
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import iso_utc
 
 _SEVERITY_RANK = {severity: rank for rank, severity in enumerate(Severity)}

@@ -20,12 +20,12 @@ from typing import Any
 
 from lockwatch.model.findings import FindingKind
 from lockwatch.model.incidents import SEVERITY_RANK, Incident, IncidentState, incident_json
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.settings.fields import parse_duration
 from lockwatch.state.board import Board
 from lockwatch.state.deliveries import Deliveries
 from lockwatch.state.incident_history import IncidentHistory
+from lockwatch.state.target_view import TargetView
 
 DEFAULT_LIMIT = 50
 LISTED_FINDINGS = 20  # findings per incident in a list; /api/v1/incidents/<id> has all

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from lockwatch.model.jobs import JobRun, JobView
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import json_safe
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import iso_utc
 
 

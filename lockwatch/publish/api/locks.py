@@ -10,11 +10,11 @@ from typing import Any, Protocol
 from lockwatch.model.catalogue import HeldLocks
 from lockwatch.model.hold_history import DurationStats, HistoryKey, KeyHistory
 from lockwatch.model.locks import AdvisoryLock, Backend, KeyRows, LockKey, LockSnapshot
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views, json_safe
 from lockwatch.publish.api.lock_tree import lock_tree_entries
 from lockwatch.settings.locks import LockSettings
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import format_short_duration, iso_utc
 
 

@@ -7,9 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from lockwatch.model.queues import QueueView, WorkerView
-from lockwatch.model.views import SourceHealth, TargetView
+from lockwatch.model.views import SourceHealth
 from lockwatch.publish.api.encode import json_safe
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import iso_utc
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.encode import _views
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 
 
 def sd_document(

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from lockwatch.model.findings import Severity
 from lockwatch.model.incident_text import ROOT_LABELS, root_labels
 from lockwatch.model.incidents import holder_measures
-from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import Exposition, Family
+from lockwatch.state.target_view import TargetView
 
 # Open incidents exported one series each, per target, worst first; the rest
 # are counted. One session holding thousands of locks is still one incident.

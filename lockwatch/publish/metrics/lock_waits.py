@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
-from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import Exposition, Family
+from lockwatch.state.target_view import TargetView
 
 
 def lock_wait_metrics(

@@ -6,10 +6,10 @@ from collections.abc import Collection, Iterator
 
 from lockwatch.model.evidence import Evidence
 from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHistory
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import LockGroup
 from lockwatch.publish.metrics.families import Exposition, Histogram
 from lockwatch.settings.locks import LockSettings
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import one_line, printable
 
 

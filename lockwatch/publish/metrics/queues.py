@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from lockwatch.model.evidence import SESSION_STATES
-from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.families import Exposition, Family
+from lockwatch.state.target_view import TargetView
 
 WAITS_PER_GROUP = 5  # locks exported per worker group, most waiting sessions first
 

@@ -25,7 +25,6 @@ from prometheus_client.exposition import choose_encoder
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject, subject_label
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import sorted_findings
 from lockwatch.publish.api.locks import lock_counts, lock_groups
 from lockwatch.publish.metrics.families import Exposition, Family, Format, Histogram
@@ -37,6 +36,7 @@ from lockwatch.publish.metrics.locks import exported_locks, history_metrics, hol
 from lockwatch.publish.metrics.queues import queue_metrics, source_metrics, worker_metrics
 from lockwatch.state.board import Board
 from lockwatch.state.pace import REASONS as SKIP_REASONS
+from lockwatch.state.target_view import TargetView
 from lockwatch.util.clock import utc_now
 
 # A finding's subject, one label per part (empty when unused, which Prometheus

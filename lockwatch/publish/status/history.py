@@ -7,8 +7,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from lockwatch.model.views import TargetView
 from lockwatch.publish.status.cells import escape
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import format_duration
 
 WAITING = "waiting"  # the series of waiting sessions

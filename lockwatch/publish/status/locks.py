@@ -12,9 +12,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from lockwatch.model.incidents import Incident
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.locks import history_text, lock_counts
 from lockwatch.publish.status.cells import escape, seconds_text, table
+from lockwatch.state.target_view import TargetView
 
 LOCKS_SHOWN = 20  # per target, longest-held first; /api/v1/locks pages through all
 DETAILED_TARGETS = 10  # targets whose locks are shown one by one; the rest are counted

@@ -9,7 +9,6 @@ from typing import Any
 import lockwatch
 from lockwatch.model.incidents import SEVERITY_RANK, Incident
 from lockwatch.model.locks import HIDDEN
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.jobs import jobs_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.publish.api.queues import queues_document
@@ -31,6 +30,7 @@ from lockwatch.publish.status.locks import (
 )
 from lockwatch.state.board import Board
 from lockwatch.state.deliveries import Deliveries
+from lockwatch.state.target_view import TargetView
 from lockwatch.text import iso_utc
 from lockwatch.util.clock import utc_now
 

@@ -12,11 +12,11 @@ from lockwatch.model.evidence.json_form import from_json, object_json
 from lockwatch.model.findings import Finding, FindingKind, Severity
 from lockwatch.model.lock_waits import PreparedXact
 from lockwatch.model.locks import AdvisoryLock, Backend, LockKey
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.sample.lock_rows import decode_locks
 from lockwatch.settings.locks import LockRole, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import (

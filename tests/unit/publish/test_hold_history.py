@@ -11,12 +11,13 @@ from prometheus_client import CollectorRegistry
 
 from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHistory
 from lockwatch.model.locks import LockKey
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.api.locks import history_text, locks_document
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.locks import Learning, LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.notify import finding
 from tests.fixtures.snapshots import DB, NOW, TARGET, backend, held, snapshot

@@ -15,7 +15,7 @@ from lockwatch.detect.sources import detect_source_down
 from lockwatch.model.evidence import SourceDownEvidence
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
-from lockwatch.model.views import SourceHealth, TargetView
+from lockwatch.model.views import SourceHealth
 from lockwatch.monitors.base import MonitorResult, PollContext, Sampled, Stateless
 from lockwatch.publish.api.queues import queues_document
 from lockwatch.runner import TargetRunner
@@ -23,6 +23,7 @@ from lockwatch.sample.base import SampleContext, SampleError, SourceRunner, Targ
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as, evidence_of
 from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.postgres import free_port

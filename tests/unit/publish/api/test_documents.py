@@ -5,13 +5,14 @@ from datetime import timedelta
 
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.locks import LockKey, LockSnapshot
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.api.encode import render_json
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.locks import locks_document
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import holder, lock_evidence
 from tests.fixtures.schema import assert_valid_findings
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting

@@ -19,12 +19,12 @@ from lockwatch.model import evidence as families
 from lockwatch.model.findings import EVIDENCE_FAMILIES, Finding, FindingKind, Subject
 from lockwatch.model.jobs import JobRun
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.schedule import Schedule
 from lockwatch.settings.targets import Target
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import findings_of_every_kind
 from tests.fixtures.histories import job_runs, queue_cases
 from tests.fixtures.schema import assert_valid_findings, findings_schema, schema_errors

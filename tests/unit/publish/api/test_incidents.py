@@ -25,7 +25,6 @@ from lockwatch.model.incidents import (
     TimelineEvent,
 )
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.views import TargetView
 from lockwatch.publish.api.findings import findings_document
 from lockwatch.publish.api.incidents import (
     IncidentQuery,
@@ -36,6 +35,7 @@ from lockwatch.publish.api.incidents import (
 from lockwatch.settings.targets import Target
 from lockwatch.state.incident_history import FileHistory
 from lockwatch.state.incidents import IncidentBook
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.schema import assert_valid_findings, assert_valid_incidents, incidents_schema
 from tests.fixtures.snapshots import NOW, TARGET, backend, held, snapshot
 from tests.unit.detect.test_incidents import SEED_002

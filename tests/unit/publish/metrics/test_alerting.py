@@ -6,11 +6,12 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from lockwatch.model.findings import Finding
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.notify.service import AlertNotifier
 from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS
 from lockwatch.settings.notify import NotifySettings, SlackChannel, WebhookChannel
 from lockwatch.settings.targets import Target
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.metrics import metrics_of, scraped
 from tests.fixtures.notify import HOLDER_PID, convoy, finding
 from tests.fixtures.snapshots import NOW, TARGET, held_by, snapshot

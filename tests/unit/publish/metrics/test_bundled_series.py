@@ -12,9 +12,10 @@ import yaml
 
 from lockwatch.model.hold_history import HISTOGRAM_BUCKETS, DurationStats, KeyHistory
 from lockwatch.model.locks import LockKey
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.metrics import exposition, metrics_of
 from tests.fixtures.paths import ROOT
 from tests.fixtures.snapshots import DB, NOW, TARGET, held, snapshot

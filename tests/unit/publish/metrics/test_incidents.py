@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from lockwatch.model.findings import Severity
 from lockwatch.model.incident_text import ROOT_LABELS
 from lockwatch.model.incidents import Incident
-from lockwatch.model.views import TargetView
 from lockwatch.publish.metrics.incidents import INCIDENT_SERIES_CAP
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.incident_values import incident, session_root
 from tests.fixtures.metrics import exposition, metrics_of
 from tests.fixtures.notify import finding

@@ -11,11 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 import lockwatch
 from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.locks import LockKey, LockSnapshot, SessionVisibility
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.metrics.registry import FINDING_SERIES_CAP, SUBJECT_LABELS, Metrics
 from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import lock_evidence
 from tests.fixtures.metrics import exposition, metrics_of, scraped
 from tests.fixtures.snapshots import (

@@ -9,10 +9,11 @@ from dataclasses import replace
 
 from lockwatch.model.lock_waits import LockRowFact, lock_waits
 from lockwatch.model.locks import LockSnapshot
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend
 
 HOSTILE = "<script>alert(1)</script>"

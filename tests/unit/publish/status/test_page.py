@@ -13,7 +13,7 @@ from lockwatch.model.findings import Finding, FindingKind, Severity, Subject
 from lockwatch.model.incidents import Impact, IncidentRoot, RootKind
 from lockwatch.model.jobs import JobRun, JobView, RunStatus
 from lockwatch.model.queues import QueueSample, QueueView, SessionWait, WorkerSample, WorkerView
-from lockwatch.model.views import TargetStatus, TargetView
+from lockwatch.model.views import TargetStatus
 from lockwatch.publish.status.cells import TABLE_ROWS
 from lockwatch.publish.status.history import History, sparkline
 from lockwatch.publish.status.locks import LOCKS_SHOWN
@@ -21,6 +21,7 @@ from lockwatch.publish.status.page import StatusPage
 from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import queue_evidence
 from tests.fixtures.incident_values import TERMINATE, incident, resolved, session_root
 from tests.fixtures.snapshots import NOW, TARGET, ago, backend, held, snapshot, waiting

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 from lockwatch.model.findings import Severity
-from lockwatch.model.views import TargetView
 from lockwatch.publish.status.history import sparkline
 from lockwatch.publish.status.locks import DETAILED_TARGETS, LOCKS_SHOWN
 from lockwatch.settings.locks import LockSettings
+from lockwatch.state.target_view import TargetView
 from tests.fixtures.incident_values import incident
 from tests.fixtures.snapshots import held, snapshot, waiting
 from tests.unit.publish.api.test_documents import finding, view_of
