@@ -286,6 +286,20 @@ def test_lockwatch_killed_mid_incident_forgets_nothing_announces_nothing_twice_i
     def findings() -> dict[tuple[str, str], str]:
         return {(f["kind"], lock_of(f) or ""): f["since"] for f in lockwatch.findings()}
 
+    def settled(earlier: dict[tuple[str, str], str]) -> dict[tuple[str, str], str] | None:
+        """The findings once a poll after ``earlier``'s left them as they were."""
+        polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
+        wait_until(
+            lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) > polls,
+            message="one more poll",
+        )
+        now = findings()
+        if now == earlier:
+            return now
+        earlier.clear()
+        earlier.update(now)
+        return None
+
     def held() -> dict[str, float]:
         return {lock["key"]: lock["hold_seconds"] for lock in lockwatch.locks("main")}
 
@@ -297,6 +311,11 @@ def test_lockwatch_killed_mid_incident_forgets_nothing_announces_nothing_twice_i
             lambda: (now := findings()).keys() >= kinds and now, message="every finding fired"
         )
         wait_until(lambda: pending(lockwatch) == 0 and sent(lockwatch), message="all told")
+        # A finding's since can still move earlier at the next poll (a waiter's
+        # waitstart is NULL for a moment after its wait began, so it is first
+        # dated by the poll that saw it): judge the restart against findings
+        # that two polls in a row agreed on.
+        before = wait_until(lambda: settled(before), message="the findings settled")
         told_before = told(standin)
         holds_before = held()
         killed = time.monotonic()
