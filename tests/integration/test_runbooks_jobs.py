@@ -341,6 +341,19 @@ def test_a_run_past_its_limit_is_found_on_its_host_and_stopped(
         lambda: run_pid(watched, "job_too_long", "long"), interval=LOOK, message="too long"
     )
     pid = run["pid"]
+    # lockwatch may find the run past its limit before the script reaches its
+    # hang (its imports took longer than the limit on a crowded machine): the
+    # dump below is read once the job's session has run its statement, the
+    # line before the call that never returns.
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        wait_until(
+            lambda: admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                " AND application_name = 'nightly-report' AND state = 'idle'"
+                " AND query = 'SELECT 1'"
+            ).fetchone(),
+            message="the job at its hang",
+        )
 
     (confirm,) = book.sh("job_too_long", "confirm")
     (told,) = json_values(confirm.out)
