@@ -38,9 +38,8 @@ class Options:
     pgbench_seconds: float = 8.0  # of each arm's window in each round
     pgbench_locks: int = 10_000  # held while pgbench runs
     pgbench_scale: int = pgbench.SCALE  # of pgbench's tables
-    pgbench_settle: float = (
-        impact_cells.SETTLE
-    )  # seconds between a monitor switched on and its window
+    # seconds between a monitor switched on and its window
+    pgbench_settle: float = impact_cells.SETTLE
     many_targets: int = 300  # the documents of one lockwatch run with this many (0: none)
     many_interval: float = documents.MANY_INTERVAL  # of those targets' polls
 

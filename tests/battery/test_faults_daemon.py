@@ -286,19 +286,11 @@ def test_lockwatch_killed_mid_incident_forgets_nothing_announces_nothing_twice_i
     def findings() -> dict[tuple[str, str], str]:
         return {(f["kind"], lock_of(f) or ""): f["since"] for f in lockwatch.findings()}
 
-    def settled(earlier: dict[tuple[str, str], str]) -> dict[tuple[str, str], str] | None:
-        """The findings once a poll after ``earlier``'s left them as they were."""
-        polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
-        wait_until(
-            lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) > polls,
-            message="one more poll",
-        )
-        now = findings()
-        if now == earlier:
-            return now
-        earlier.clear()
-        earlier.update(now)
-        return None
+    def settled() -> dict[tuple[str, str], str] | None:
+        """The findings, if the next poll left them as they were."""
+        earlier = findings()
+        lockwatch.wait_polls(1)
+        return earlier if findings() == earlier else None
 
     def held() -> dict[str, float]:
         return {lock["key"]: lock["hold_seconds"] for lock in lockwatch.locks("main")}
@@ -315,18 +307,15 @@ def test_lockwatch_killed_mid_incident_forgets_nothing_announces_nothing_twice_i
         # waitstart is NULL for a moment after its wait began, so it is first
         # dated by the poll that saw it): judge the restart against findings
         # that two polls in a row agreed on.
-        before = wait_until(lambda: settled(before), message="the findings settled")
+        before = wait_until(settled, message="the findings settled")
         told_before = told(standin)
         holds_before = held()
         killed = time.monotonic()
         lockwatch.kill()
 
         lockwatch.start()
-        polls = wait_until(lambda: lockwatch.metric("lockwatch_polls_total", target="main"))
-        wait_until(
-            lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4,
-            message="a few polls after the restart",
-        )
+        wait_until(lambda: lockwatch.metric("lockwatch_polls_total", target="main"))
+        lockwatch.wait_polls(4)  # a few polls after the restart
         gap = time.monotonic() - killed
         after = findings()
         holds_after = held()
