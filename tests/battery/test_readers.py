@@ -8,10 +8,12 @@ sum grows by each poll's lateness; scraped four times an interval, each rise
 of its count by one gives one poll's lateness exactly. The margin is the
 machine's: the worst lateness of the same daemon over the same number of
 polls without readers (other work on the host delays a poller whoever
-reads), measured just before, or the worst delay a sleeping process of the
-test's met in waking while the readers ran (tests/battery/probes.py's
-WakeProbe), if that was worse: beside CPU burners one poll of five came 283 ms
-late as the readers' processes crowded the two cores."""
+reads), measured just before, or the most waking time a sleeping process of
+the test's lost within any one interval while the readers ran
+(tests/battery/probes.py's WakeProbe), if that was more: beside CPU burners
+one poll of five came 283 ms late as the readers' processes crowded the two
+cores, and on a quiet run that the host stalled one came 720 ms late, its
+worst single wake-up 475 ms late."""
 
 from __future__ import annotations
 
@@ -111,7 +113,8 @@ def test_eight_mixed_readers_keep_polls_within_a_tenth_of_a_two_second_interval(
     with readers, WakeProbe() as host:
         seen = watch(lockwatch)
     loaded = poll_lateness(seen)
-    margin = max(*quiet, host.worst)
+    lost = host.lost_within(INTERVAL)
+    margin = max(*quiet, lost)
     answered = sum(n for (path, status), n in readers.statuses.items() if status in (0, 200))
     busy = sum(n for (_, status), n in readers.statuses.items() if status == 503)
     commands = sum(n for (path, _), n in readers.statuses.items() if path == "lockwatch incidents")
@@ -122,13 +125,14 @@ def test_eight_mixed_readers_keep_polls_within_a_tenth_of_a_two_second_interval(
         f"poll lateness over {len(loaded)} polls at {INTERVAL:g} s with {READERS} readers: "
         f"max {1000 * max(loaded):.0f} ms, mean {1000 * sum(loaded) / len(loaded):.0f} ms; "
         f"without readers max {1000 * max(quiet):.0f} ms; a sleeping process woke up to "
-        f"{1000 * host.worst:.0f} ms late meanwhile ({len(host.delays)} wake-ups); "
+        f"{1000 * host.worst:.0f} ms late meanwhile ({len(host.delays)} wake-ups, "
+        f"{1000 * lost:.0f} ms lost within one interval at most); "
         f"{answered} answers, {busy} busy"
     )
     assert not readers.errors, readers.errors[:5]
     assert answered > POLLS_WATCHED and commands >= 1, readers.statuses  # they were answered
     assert max(loaded) <= BOUND + margin, (
-        f"polls late by {loaded} (without readers {quiet}; the host's wake-ups {host.worst})"
+        f"polls late by {loaded} (without readers {quiet}; the host withheld {lost})"
     )
     battery(
         "mixed-readers",
@@ -144,7 +148,7 @@ def test_eight_mixed_readers_keep_polls_within_a_tenth_of_a_two_second_interval(
             f"{1000 * max(loaded):.0f} ms over {len(loaded)} polls with the readers "
             f"(mean {1000 * sum(loaded) / len(loaded):.0f} ms), {1000 * max(quiet):.0f} ms "
             f"without them, a sleeping process's wake-ups up to {1000 * host.worst:.0f} ms "
-            f"late; the poll took {min(durations):.2f}-{max(durations):.2f} s"
+            f"late ({1000 * lost:.0f} ms within one interval); the poll took {min(durations):.2f}-{max(durations):.2f} s"
         ),
         intact=(
             f"yes: every poll started within {1000 * BOUND:.0f} ms (10 % of the interval) "
