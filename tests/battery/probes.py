@@ -172,10 +172,10 @@ while True:
 class WakeProbe:
     """The machine's own delay in waking a sleeping process, over a stretch of
     a test: another process sleeps in short steps and says how late each
-    wake-up came. A daemon's lateness beyond the worst of these is its own;
-    up to it, the host kept every sleeper waiting alike (CPU burners, other
-    test workers). Use as a context manager; ``worst`` and ``lost_within``
-    after it closes."""
+    wake-up came. A daemon's lateness beyond what the sleeper lost over the
+    same stretch is its own; up to it, the host kept every sleeper waiting
+    alike (CPU burners, other test workers, the host stalling). Use as a
+    context manager; ``worst`` and ``lost_within`` after it closes."""
 
     def __init__(self, step: float = 0.02) -> None:
         self.step = step

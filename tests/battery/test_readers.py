@@ -148,7 +148,8 @@ def test_eight_mixed_readers_keep_polls_within_a_tenth_of_a_two_second_interval(
             f"{1000 * max(loaded):.0f} ms over {len(loaded)} polls with the readers "
             f"(mean {1000 * sum(loaded) / len(loaded):.0f} ms), {1000 * max(quiet):.0f} ms "
             f"without them, a sleeping process's wake-ups up to {1000 * host.worst:.0f} ms "
-            f"late ({1000 * lost:.0f} ms within one interval); the poll took {min(durations):.2f}-{max(durations):.2f} s"
+            f"late ({1000 * lost:.0f} ms within one interval); the poll took "
+            f"{min(durations):.2f}-{max(durations):.2f} s"
         ),
         intact=(
             f"yes: every poll started within {1000 * BOUND:.0f} ms (10 % of the interval) "
