@@ -2,10 +2,15 @@
 other modules there are helpers the tests import."""
 
 import contextlib
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from lockwatch.demo.pgcluster import INITDB_CACHE_ENV
 
 pytest_plugins = (
     "tests.fixtures.suite_health",  # first: postgres.py's wait_until reports to it
@@ -55,3 +60,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return seconds.get(item.nodeid.split("::")[0], default)
 
     items.sort(key=expected, reverse=True)
+
+
+_INITDB_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # One initdb for each server binary in the whole run, copied for every
+    # cluster after it (lockwatch/demo/pgcluster.py): a hundred clusters are
+    # started. Made by the controller, before the xdist workers that inherit it.
+    if INITDB_CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
+        cache = tempfile.mkdtemp(prefix="lockwatch-initdb-")
+        os.environ[INITDB_CACHE_ENV] = cache
+        config.stash[_INITDB_CACHE] = cache
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cache = config.stash.get(_INITDB_CACHE, None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        del os.environ[INITDB_CACHE_ENV]

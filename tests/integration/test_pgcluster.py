@@ -12,7 +12,7 @@ import pytest
 from psycopg import errors
 
 from lockwatch.demo.pgbinaries import ClusterError
-from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.demo.pgcluster import INITDB_CACHE_ENV, LocalCluster
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg
@@ -190,3 +190,39 @@ def test_a_failed_start_reports_the_tail_of_the_server_log(pg_server: LocalClust
     finally:
         server.close()
     assert not server.directory.exists()
+
+
+IDENTIFIER = "SELECT system_identifier FROM pg_control_system()"
+
+
+def test_clusters_copy_one_initdb_from_the_cache_and_without_it_run_their_own(
+    pg_server: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "initdb"  # 0700 root's when the tests run as root
+    monkeypatch.setenv(INITDB_CACHE_ENV, str(cache))
+    with LocalCluster(pg_server.bin_dir) as first, LocalCluster(pg_server.bin_dir) as second:
+        (template,) = cache.glob("*/data")
+        made = template.stat().st_mtime_ns
+        # Each its own copy: what one writes the other does not see, and a
+        # server of its own to lockwatch (model/servers.py).
+        with psycopg.connect(first.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE only_in_first")
+            first_id = conn.execute(IDENTIFIER).fetchone()
+        with psycopg.connect(second.dsn()) as conn:
+            found = conn.execute("SELECT count(*) FROM pg_database WHERE datname = 'only_in_first'")
+            assert found.fetchone() == (0,)
+            second_id = conn.execute(IDENTIFIER).fetchone()
+        assert first_id is not None and second_id is not None
+        assert first_id != second_id and min(first_id[0], second_id[0]) > 0
+        template_id = int.from_bytes(
+            (template / "global" / "pg_control").read_bytes()[:8], "little"
+        )
+        assert template_id not in (first_id[0], second_id[0])
+    assert template.stat().st_mtime_ns == made  # copied from, never run
+    assert not (template / "postmaster.pid").exists()
+
+    monkeypatch.delenv(INITDB_CACHE_ENV)
+    with LocalCluster(pg_server.bin_dir) as own:
+        # initdb's own run: the data dir it made is there, and no template more.
+        assert (own.directory / "data" / "PG_VERSION").read_text().strip() == str(own.major_version)
+    assert len(list(cache.glob("*/data"))) == 1

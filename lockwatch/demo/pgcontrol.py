@@ -1,0 +1,91 @@
+"""A copy of an initialised data directory made a server of its own.
+
+lockwatch tells servers apart by ``pg_control_system()``'s system identifier
+(model/servers.py), which initdb draws once per cluster: clusters copied from
+one template would all carry the template's, and look like one server to a
+lockwatch reading two of them. ``new_system_identifier`` draws another for a
+copy that has never started, where PostgreSQL keeps it: at the start of
+``global/pg_control`` (under the CRC-32C that ends its ControlFileData) and in
+the long header of each WAL segment's first page, which the startup process
+compares with it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+from functools import cache
+from pathlib import Path
+
+from lockwatch.demo.pgbinaries import ClusterError
+
+__all__ = ["new_system_identifier"]
+
+# The identifier, a uint64, little-endian on the machines lockwatch runs on.
+IDENTIFIER = struct.Struct("<Q")
+CRC = struct.Struct("<I")
+# Where a WAL segment's long page header keeps it: after xlp_magic, xlp_info,
+# xlp_tli, xlp_pageaddr and xlp_rem_len (20 bytes, aligned to 24).
+WAL_IDENTIFIER_AT = 24
+# ControlFileData ends well within this; the file is padded to 8 kB.
+CONTROL_DATA_MAX = 1024
+CRC32C_POLYNOMIAL = 0x82F63B78  # Castagnoli, reflected
+
+
+@cache
+def _crc_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = crc >> 1 ^ CRC32C_POLYNOMIAL if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C as PostgreSQL computes it (its COMP_CRC32C).
+
+    >>> hex(crc32c(b"123456789"))
+    '0xe3069283'
+    """
+    table, crc = _crc_table(), 0xFFFFFFFF
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ crc >> 8
+    return crc ^ 0xFFFFFFFF
+
+
+def _crc_offset(control: bytes) -> int:
+    """Where pg_control's CRC is: its ControlFileData's size differs from one
+    major version to another, and the CRC covers every byte before it."""
+    for at in range(IDENTIFIER.size, CONTROL_DATA_MAX, CRC.size):
+        if crc32c(control[:at]) == CRC.unpack_from(control, at)[0]:
+            return at
+    raise ClusterError("cannot find the CRC of pg_control: not a data directory this knows")
+
+
+def new_system_identifier(data_dir: Path) -> int:
+    """Give ``data_dir`` (a copy, never started) a system identifier of its
+    own; returns it."""
+    control_path = data_dir / "global" / "pg_control"
+    control = bytearray(control_path.read_bytes())
+    old = control[: IDENTIFIER.size]
+    crc_at = _crc_offset(control)
+    segments = sorted(p for p in (data_dir / "pg_wal").iterdir() if len(p.name) == 24)
+    for segment in segments:
+        with segment.open("rb") as wal:
+            wal.seek(WAL_IDENTIFIER_AT)
+            if wal.read(IDENTIFIER.size) != old:
+                raise ClusterError(f"{segment} does not carry pg_control's system identifier")
+    # Below 2**63: a bigint, as pg_control_system() shows it, stays positive.
+    identifier = secrets.randbits(63) | 1 << 62
+    new = IDENTIFIER.pack(identifier)
+    control[: IDENTIFIER.size] = new
+    CRC.pack_into(control, crc_at, crc32c(bytes(control[:crc_at])))
+    for segment in segments:
+        with segment.open("r+b") as wal:
+            wal.seek(WAL_IDENTIFIER_AT)
+            wal.write(new)
+    with control_path.open("r+b") as file:
+        file.write(control)
+    return identifier
