@@ -43,7 +43,7 @@ def _crc_table() -> tuple[int, ...]:
     return tuple(table)
 
 
-def crc32c(data: bytes) -> int:
+def crc32c(data: bytes | bytearray) -> int:
     """CRC-32C as PostgreSQL computes it (its COMP_CRC32C).
 
     >>> hex(crc32c(b"123456789"))
@@ -55,7 +55,7 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _crc_offset(control: bytes) -> int:
+def _crc_offset(control: bytes | bytearray) -> int:
     """Where pg_control's CRC is: its ControlFileData's size differs from one
     major version to another, and the CRC covers every byte before it."""
     for at in range(IDENTIFIER.size, CONTROL_DATA_MAX, CRC.size):
@@ -81,7 +81,7 @@ def new_system_identifier(data_dir: Path) -> int:
     identifier = secrets.randbits(63) | 1 << 62
     new = IDENTIFIER.pack(identifier)
     control[: IDENTIFIER.size] = new
-    CRC.pack_into(control, crc_at, crc32c(bytes(control[:crc_at])))
+    CRC.pack_into(control, crc_at, crc32c(control[:crc_at]))
     for segment in segments:
         with segment.open("r+b") as wal:
             wal.seek(WAL_IDENTIFIER_AT)
