@@ -54,6 +54,7 @@ from lockwatch.stopping import stop_together
 from lockwatch.util.clock import Clock, utc_now
 from lockwatch.util.memory import collect_less_often
 from lockwatch.util.sdnotify import Notifier
+from lockwatch.util.signals import Requests
 
 if TYPE_CHECKING:
     from lockwatch.notify.service import AlertNotifier
@@ -65,6 +66,8 @@ SettingsLoader = Callable[[], Settings]  # reads the config again; raises Config
 # watchdog): each wakes the process, on the host it may share with the
 # database. A poll step that may hang is looked at when its limit passes.
 WATCHDOG_TICK = 1.0
+# What the main loop is asked to do (Daemon.request_stop, request_reload).
+STOP, RELOAD = "stop", "reload"
 # How long after a step's limit the loop looks: overdue is past the limit.
 PAST_LIMIT = 0.01
 # Settings a reload cannot change: said in the log, applied at the next restart.
@@ -146,7 +149,8 @@ class Daemon(FleetFollower):
         if self.alerts is not None:
             self._listeners = (*listeners, self.alerts)
         self._reload = reload
-        self._reload_requested = threading.Event()
+        # What SIGTERM, SIGINT and SIGHUP ask of the main loop (util/signals.py).
+        self._requests = Requests()
         self.notifier = Notifier() if notifier is None else notifier
         self._last_ping: float | None = None
         self._ping_withheld = False
@@ -251,16 +255,16 @@ class Daemon(FleetFollower):
 
     def run_forever(self) -> None:
         """Block until SIGTERM/SIGINT (or ``stop()``), reloading on SIGHUP;
-        handlers only set flags."""
+        handlers only put a request (util/signals.py)."""
 
-        def request_stop(signum: int, frame: FrameType | None) -> None:
-            self.stop_event.set()
+        def stop_requested(signum: int, frame: FrameType | None) -> None:
+            self.request_stop()
 
-        def request_reload(signum: int, frame: FrameType | None) -> None:
+        def reload_requested(signum: int, frame: FrameType | None) -> None:
             self.request_reload()
 
-        handlers = {signal.SIGTERM: request_stop, signal.SIGINT: request_stop}
-        handlers[signal.SIGHUP] = request_reload
+        handlers = {signal.SIGTERM: stop_requested, signal.SIGINT: stop_requested}
+        handlers[signal.SIGHUP] = reload_requested
         previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
         try:
             self.start()
@@ -271,16 +275,23 @@ class Daemon(FleetFollower):
                 signal.signal(sig, old)
 
     def request_reload(self) -> None:
-        """Have the main loop read the config again (what SIGHUP does)."""
-        self._reload_requested.set()
+        """Have the main loop read the config again (what SIGHUP does); safe
+        in a signal handler."""
+        self._requests.put(RELOAD)
+
+    def request_stop(self) -> None:
+        """Have the main loop end (what SIGTERM does); safe in a signal handler."""
+        self._requests.put(STOP)
 
     def watch(self) -> None:
-        while not self.stop_event.wait(self._next_look(time.monotonic())):
+        while not self.stop_event.is_set():
+            requests = self._requests.wait(self._next_look(time.monotonic()))
+            if STOP in requests or self.stop_event.is_set():
+                return
             now = time.monotonic()
             for runner in self.runners:
                 runner.check_watchdog(now)
-            if self._reload_requested.is_set():
-                self._reload_requested.clear()
+            if RELOAD in requests:
                 self.reload()
             self._follow_fleet()
             self._unreachable.observe(self.board.views(), time.monotonic())
@@ -424,6 +435,7 @@ class Daemon(FleetFollower):
     def stop(self) -> None:
         self.notifier.stopping()
         self.stop_event.set()
+        self._requests.put(STOP)  # a main loop in another thread (the demo's) ends now
         self.fleet.stop()
         stop_together(self.runners)
         self.scheduler.close()

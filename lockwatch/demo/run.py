@@ -45,6 +45,7 @@ from lockwatch.settings.locks import LockSettings, NamedLock
 from lockwatch.settings.queues import Queue, QueueThresholds, SqlQueueSource, WorkerGroup
 from lockwatch.settings.targets import Settings, Target, parse_listen
 from lockwatch.text import client_address, format_duration, one_line
+from lockwatch.util.signals import Requests
 
 DEMO_DATABASE = "lockwatch_demo"
 # Marks the database as the demo's own: only one with this comment is dropped.
@@ -337,9 +338,10 @@ def _introduce(out: TextIO, base: str, duration: float | None) -> None:
 
 
 def _play(
-    demo_dsn: str, listen: str, duration: float | None, stop: threading.Event, printer: _Printer
+    demo_dsn: str, listen: str, duration: float | None, stop: Requests, printer: _Printer
 ) -> None:
-    """Run the daemon and both incidents until ``stop`` or ``duration``, then end them."""
+    """Run the daemon and both incidents until a request on ``stop`` or
+    ``duration``, then end them."""
     from lockwatch.demo.scenarios import OrphanIncident, WebhookQueueIncident
 
     out = printer.out
@@ -355,7 +357,7 @@ def _play(
         orphan.start()
         watchdog = threading.Thread(target=daemon.watch, name="watchdog", daemon=True)
         watchdog.start()
-        stop.wait(duration)
+        stop.wait(duration)  # a request, or the time is up
     finally:
         out.write("\nending the incidents ...\n")
         out.flush()
@@ -382,10 +384,11 @@ def run_demo(
     err = sys.stderr if err is None else err
     from lockwatch.demo.pgbinaries import ClusterError
 
-    stop = threading.Event()
+    # Ctrl-C and SIGTERM, told without a lock (util/signals.py).
+    stop = Requests()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        stop.put("stop")
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     printer = _Printer(out)

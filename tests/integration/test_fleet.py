@@ -116,7 +116,7 @@ def daemon_of(path: Path, state: Path, shard: Shard | None = None) -> Iterator[D
     try:
         yield daemon
     finally:
-        daemon.stop_event.set()
+        daemon.request_stop()
         watching.join()
         daemon.stop()
 
