@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from lockwatch.demo.pgcluster import INITDB_CACHE_ENV
+from lockwatch.demo.initdb_cache import INITDB_CACHE_ENV
 
 pytest_plugins = (
     "tests.fixtures.suite_health",  # first: postgres.py's wait_until reports to it
@@ -67,7 +67,7 @@ _INITDB_CACHE = pytest.StashKey[str]()
 
 def pytest_configure(config: pytest.Config) -> None:
     # One initdb for each server binary in the whole run, copied for every
-    # cluster after it (lockwatch/demo/pgcluster.py): a hundred clusters are
+    # cluster after it (lockwatch/demo/initdb_cache.py): a hundred clusters are
     # started. Made by the controller, before the xdist workers that inherit it.
     if INITDB_CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
         cache = tempfile.mkdtemp(prefix="lockwatch-initdb-")

@@ -7,8 +7,6 @@ earlier stay valid. It never touches port 5432 or any cluster it did not create.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import pwd
 import random
@@ -29,6 +27,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from lockwatch.demo.initdb_cache import INITDB_CACHE_ENV, copy_initdb
 from lockwatch.demo.pgbinaries import (
     ClusterError,
     major_version,
@@ -36,7 +35,6 @@ from lockwatch.demo.pgbinaries import (
     server_user,
     share_install,
 )
-from lockwatch.demo.pgcontrol import new_system_identifier
 
 __all__ = [
     "HOST",
@@ -61,14 +59,6 @@ START_TIMEOUT = 60
 
 
 LOG_TAIL_LINES = 40
-
-
-# A directory where the data directory initdb makes is kept, one for each
-# server binary and user, and copied for each new cluster (with a system
-# identifier of its own) instead of running initdb again: the tests start a
-# hundred clusters, and a cluster's start and stop cost 1.2 s of CPU with
-# initdb, 0.7 s with a copy.
-INITDB_CACHE_ENV = "LOCKWATCH_INITDB_CACHE"
 
 
 _HBA = f"""\
@@ -251,8 +241,8 @@ class _Server:
     def initdb(self) -> None:
         cache = os.environ.get(INITDB_CACHE_ENV)
         if cache:
-            self._copy(self._template(Path(cache)), self.data_dir)
-            new_system_identifier(self.data_dir)
+            owner = None if self.user is None else (self.user.pw_uid, self.user.pw_gid)
+            copy_initdb(Path(cache), self.bin_dir, owner, self._initdb, self.data_dir)
         else:
             self._initdb(self.data_dir)
         (self.data_dir / "pg_hba.conf").write_text(_HBA)
@@ -276,39 +266,6 @@ class _Server:
         )
         if proc.returncode != 0:
             raise ClusterError(f"initdb failed in {self.root}:\n{proc.stdout}{proc.stderr}")
-
-    def _template(self, cache: Path) -> Path:
-        """What initdb makes with these binaries for this server user, made
-        once in ``cache`` (one process at a time, under a lock file) and
-        copied from then on."""
-        postgres = (self.bin_dir / "postgres").resolve()
-        made = postgres.stat()
-        owner = os.getuid() if self.user is None else self.user.pw_uid
-        key = f"{postgres}\0{made.st_size}\0{made.st_mtime_ns}\0{owner}".encode()
-        home = cache / hashlib.sha256(key).hexdigest()[:16]
-        home.mkdir(parents=True, exist_ok=True)
-        template = home / "data"
-        with (home / "lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not template.exists():
-                # initdb, run as the server user, makes its data dir there.
-                if self.user is not None:
-                    make_traversable(home)
-                self.own(home)
-                partial = home / "data.partial"
-                shutil.rmtree(partial, ignore_errors=True)
-                self._initdb(partial)
-                partial.rename(template)
-        return template
-
-    @staticmethod
-    def _copy(template: Path, data_dir: Path) -> None:
-        # cp -a keeps the files' owner (the server user) and modes (0700).
-        proc = subprocess.run(
-            ["cp", "-a", str(template), str(data_dir)], capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            raise ClusterError(f"cannot copy {template} to {data_dir}: {proc.stderr.strip()}")
 
     def write_conf(self) -> None:
         values = {

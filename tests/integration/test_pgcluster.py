@@ -11,8 +11,9 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from lockwatch.demo.initdb_cache import INITDB_CACHE_ENV
 from lockwatch.demo.pgbinaries import ClusterError
-from lockwatch.demo.pgcluster import INITDB_CACHE_ENV, LocalCluster
+from lockwatch.demo.pgcluster import LocalCluster
 from tests.fixtures.postgres import MONITOR_USER, PgDatabase, run_in_thread, wait_until
 
 pytestmark = pytest.mark.pg
