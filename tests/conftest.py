@@ -12,6 +12,11 @@ from hypothesis import HealthCheck, settings
 
 from lockwatch.demo.initdb_cache import INITDB_CACHE_ENV
 
+# Scripts the tests run as the applications' own processes, not tests: each
+# worker's doctest collection imported them, and their job libraries with them
+# (procrastinate: half a second of CPU per worker).
+collect_ignore = ["workloads"]
+
 pytest_plugins = (
     "tests.fixtures.suite_health",  # first: postgres.py's wait_until reports to it
     "tests.fixtures.postgres",

@@ -12,7 +12,6 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
-import procrastinate
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -45,6 +44,8 @@ BACKLOG = 3000  # reports: more than six workers finish in the test's few minute
 def defer(pg: PgDatabase, reports: int, hung: int) -> None:
     """The application's defers: reports, or ``hung`` jobs that never return,
     at a higher priority so the next free workers take them."""
+    import procrastinate  # here, not in every xdist worker's collection of the module
+
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=pg.admin_dsn))
 
     @app.task(queue=QUEUE, name="report")

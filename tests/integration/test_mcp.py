@@ -12,15 +12,13 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import bcrypt
 import psycopg
 import pytest
 import requests
-from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult, TextContent
 
 from lockwatch.commands.api_client import ApiClient
 from lockwatch.commands.mcp_server import build_server
@@ -35,6 +33,12 @@ from tests.fixtures.postgres import (
     wait_until,
 )
 from tests.fixtures.processes import LockwatchProcess, write_config
+
+if TYPE_CHECKING:
+    # The MCP SDK is imported where the tests use it: importing it costs some
+    # 2 s of CPU, which every xdist worker paid again to collect this module.
+    from mcp import Client
+    from mcp.types import CallToolResult
 
 pytestmark = pytest.mark.pg
 
@@ -177,6 +181,8 @@ def _convoy(
 
 
 def run(call: Callable[[Client], Awaitable[T]], server: Any) -> T:
+    from mcp import Client
+
     async def main() -> T:
         async with Client(server) as client:
             return await call(client)
@@ -185,6 +191,8 @@ def run(call: Callable[[Client], Awaitable[T]], server: Any) -> T:
 
 
 def text(result: CallToolResult) -> str:
+    from mcp.types import TextContent
+
     (block,) = result.content
     assert isinstance(block, TextContent)
     return block.text
@@ -267,6 +275,8 @@ def test_a_wrong_password_is_refused_and_not_repeated(convoy: Convoy) -> None:
 
 
 def test_the_real_lockwatch_mcp_process_answers_over_stdio(convoy: Convoy, tmp_path: Path) -> None:
+    from mcp import StdioServerParameters
+
     secret = tmp_path / "password"
     secret.write_text(convoy.password + "\n")
     process = StdioServerParameters(

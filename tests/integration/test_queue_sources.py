@@ -12,12 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar, Unpack
 
-import procrastinate
 import psycopg
 import pytest
 import redis
-import rq
-from celery import Celery
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from psycopg.rows import dict_row
 
@@ -176,6 +173,8 @@ def test_a_redis_that_stops_fails_its_queue_without_showing_the_password(
 def test_the_rq_preset_reads_a_real_rq_queue_and_its_finished_jobs(
     redis_server: RedisServer, broker: redis.Redis
 ) -> None:
+    import rq  # the job libraries where they are used: not in every worker's collection
+
     queue = rq.Queue("emails", connection=broker)
     for n in range(3):
         queue.enqueue("operator.add", n, 1)
@@ -197,6 +196,8 @@ def test_the_rq_preset_reads_a_real_rq_queue_and_its_finished_jobs(
 def test_the_celery_preset_counts_every_priority_of_a_real_celery_queue(
     redis_server: RedisServer, broker: redis.Redis
 ) -> None:
+    from celery import Celery
+
     app = Celery("lockwatch-test", broker=redis_server.url)
     app.conf.task_default_queue = "mail"
     source = preset_source("celery", queue="mail", redis_url=redis_server.url, timeout=2.0)
@@ -215,6 +216,8 @@ def test_the_celery_preset_counts_every_priority_of_a_real_celery_queue(
 
 
 def test_the_procrastinate_preset_reads_real_procrastinate_jobs(pg: PgDatabase) -> None:
+    import procrastinate
+
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=pg.admin_dsn))
 
     @app.task(queue="emails", name="send")

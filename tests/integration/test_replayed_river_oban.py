@@ -17,10 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import sqlalchemy
 from psycopg.rows import dict_row
-from riverqueue import Client, InsertOpts
-from riverqueue.driver import riversqlalchemy
 
 from lockwatch.detect.long_jobs import detect_long_jobs
 from lockwatch.detect.no_consumer import consumer_counts, detect_no_consumer, unserved_since
@@ -196,7 +193,13 @@ class EmailArgs:
 
 
 def enqueue_river(pg: PgDatabase, count: int) -> None:
-    """The application's enqueue, through River's own Python client."""
+    """The application's enqueue, through River's own Python client (and
+    SQLAlchemy under it: imported here, not by every xdist worker that
+    collects this module)."""
+    import sqlalchemy
+    from riverqueue import Client, InsertOpts
+    from riverqueue.driver import riversqlalchemy
+
     engine = sqlalchemy.create_engine(
         "postgresql+psycopg://", creator=lambda: psycopg.connect(pg.admin_dsn)
     )
