@@ -59,7 +59,8 @@ RSS_GOAL_MB = 400.0
 # The most a 1 %-changed poll's CPU may be of an all-new one's (measured 0.42, 0.51 and 0.46
 # on two busy shared cores before the rows sorted into keys, the lock summary and
 # the hold tracker's holds were carried over by what changed; 0.59 before the hold
-# tracker stopped copying its keys).
+# tracker stopped copying its keys; since, 0.15-0.19 beside two CPU burners and a
+# second test loop, 0.15 in a quiet whole run).
 CHANGED_SHARE = 0.25
 STATE_FILE_LIMIT = 4 * 2**20  # bytes: hold times stored once per session's run of keys
 # Past it at the first poll that sees a lock (its session idle since it took
