@@ -45,11 +45,21 @@ def test_a_sighup_and_a_sigterm_right_after_it_are_each_heard() -> None:
         return settings
 
     daemon = Daemon(settings, reload=reload)
-    default = signal.getsignal(signal.SIGTERM)
+
+    def handlers() -> tuple[object, object]:
+        return signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+
+    default = handlers()
 
     def send() -> None:
-        # Once run_forever's handlers are in place (SIGHUP's default ends the process).
-        wait_until(lambda: signal.getsignal(signal.SIGTERM) is not default, 30, 0.01, "handlers")
+        # Once run_forever's handlers are both in place (SIGHUP's default ends
+        # the process): neither is the one it had before.
+        wait_until(
+            lambda: all(now is not was for now, was in zip(handlers(), default, strict=True)),
+            30,
+            0.01,
+            "the daemon's handlers",
+        )
         os.kill(os.getpid(), signal.SIGHUP)
         wait_until(lambda: reloads, 30, 0.01, "the first reload")
         os.kill(os.getpid(), signal.SIGHUP)
@@ -60,7 +70,7 @@ def test_a_sighup_and_a_sigterm_right_after_it_are_each_heard() -> None:
     daemon.run_forever()  # returns on SIGTERM: a loop deaf to it hangs to the test's timeout
     sender.join()
     assert daemon.stop_event.is_set()
-    assert signal.getsignal(signal.SIGTERM) is default
+    assert handlers() == default
     assert len(reloads) in (1, 2)  # the second may come after the stop was heard
 
 
