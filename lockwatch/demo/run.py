@@ -29,7 +29,7 @@ from typing import Any, TextIO
 import psycopg
 from psycopg import sql
 
-from lockwatch.daemon import Daemon
+from lockwatch.daemon import STOP, Daemon
 from lockwatch.demo.scenarios import webhook_queue_sql
 from lockwatch.model.evidence import (
     HolderFacts,
@@ -388,7 +388,7 @@ def run_demo(
     stop = Requests()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop.put("stop")
+        stop.put(STOP)
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     printer = _Printer(out)

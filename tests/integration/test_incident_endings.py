@@ -17,6 +17,7 @@ from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
 from tests.fixtures.postgres import PgDatabase, wait_until
+from tests.fixtures.runbooks import session_alive
 
 pytestmark = pytest.mark.pg
 
@@ -56,17 +57,13 @@ def terminate(pg: PgDatabase) -> Callable[[Session, int], None]:
     def end_it(holder: Session, pid: int) -> None:
         with pg.connect("admin") as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            # Until its exit is done: a backend lets go of its locks before it
-            # leaves pg_stat_activity, and a poll in between (seen once, on a
-            # loaded machine) finds the locks gone and the session still there.
-            wait_until(
-                lambda: (
-                    not admin.execute(
-                        "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-                    ).fetchone()
-                ),
-                message="the terminated session gone from pg_stat_activity",
-            )
+        # Until its exit is done: a backend lets go of its locks before it
+        # leaves pg_stat_activity, and a poll in between (seen once, on a
+        # loaded machine) finds the locks gone and the session still there.
+        wait_until(
+            lambda: not session_alive(pg.server, pid),
+            message="the terminated session gone from pg_stat_activity",
+        )
 
     return end_it
 
