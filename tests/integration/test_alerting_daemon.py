@@ -137,11 +137,7 @@ def test_restarts_neither_lose_a_pending_notification_nor_announce_an_open_incid
 
     lockwatch.kill()
     lockwatch.start()
-    polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
-    wait_until(
-        lambda: (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 6,
-        message="a few polls with the convoy still on",
-    )
+    lockwatch.wait_polls(6)  # a few polls with the convoy still on
     assert lockwatch.finding("lock_convoy", "main") is not None
     assert len(standin.delivered("telegram")) == 1, "the firing convoy was announced again"
     end_convoy_and_expect_one_resolution(incident, standin)

@@ -217,13 +217,7 @@ def test_one_session_holding_4001_locks_is_one_message_and_at_most_five_promethe
             print(f"4,001 locks: {findings} findings, {len(alerts)} Prometheus alert(s)")
 
             wait_until(lambda: standin.delivered("telegram"), message="lockwatch's own message")
-            polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
-            wait_until(
-                lambda: (
-                    (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4
-                ),
-                message="a few more polls of the same session",
-            )
+            lockwatch.wait_polls(4)  # a few more polls of the same session
             (message,) = standin.delivered("telegram")
             assert "4001 locks held" in message.text
         finally:

@@ -152,11 +152,7 @@ def test_the_sender_killed_mid_incident_is_replaced_and_each_message_arrives_onc
     _opened_and_resolved(standin)
     # The survivor announced nothing of its own: no second "opened" after a while either.
     survivor = next(p for n, p in replicas.processes.items() if n != killed)
-    polls = survivor.metric("lockwatch_polls_total", target="main") or 0
-    wait_until(
-        lambda: (survivor.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4,
-        message="a few more polls",
-    )
+    survivor.wait_polls(4)
     assert len(standin.delivered("telegram")) == 2
 
 

@@ -16,8 +16,7 @@ from lockwatch.settings.locks import LockSettings
 from lockwatch.settings.targets import Target
 from lockwatch.state.board import Board
 from lockwatch.state.statefile import StateStore
-from tests.fixtures.postgres import PgDatabase, wait_until
-from tests.fixtures.runbooks import session_alive
+from tests.fixtures.postgres import PgDatabase, session_alive, wait_until
 
 pytestmark = pytest.mark.pg
 
@@ -61,7 +60,7 @@ def terminate(pg: PgDatabase) -> Callable[[Session, int], None]:
         # leaves pg_stat_activity, and a poll in between (seen once, on a
         # loaded machine) finds the locks gone and the session still there.
         wait_until(
-            lambda: not session_alive(pg.server, pid),
+            lambda: not session_alive(pg.admin_dsn, pid),
             message="the terminated session gone from pg_stat_activity",
         )
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from lockwatch.sample.locks import PgLockSampler, RawSample
-from tests.fixtures.postgres import PgDatabase, run_in_thread, wait_until
+from tests.fixtures.postgres import PgDatabase, run_in_thread, session_alive, wait_until
 
 pytestmark = pytest.mark.pg
 
@@ -102,15 +102,7 @@ def test_a_holder_that_disconnects_leaves_no_trace(pg: PgDatabase, sampler: PgLo
     pid = holder.info.backend_pid
     assert lock_pids(sampler.sample()) == {(pid, "7")}
     holder.close()
-    with psycopg.connect(pg.admin_dsn) as admin:
-        wait_until(
-            lambda: (
-                not admin.execute(
-                    "SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)
-                ).fetchone()
-            ),
-            message="the session is gone",
-        )
+    wait_until(lambda: not session_alive(pg.admin_dsn, pid), message="the session is gone")
     sample = sampler.sample()
     assert sample.locks == ()
     assert sample.backends == {}

@@ -294,16 +294,8 @@ def test_busy_workers_behind_a_faster_producer_an_unbound_queue_and_a_draining_o
             interval=LOOK,
             message="both backlogs grow",
         )
-        polls = lockwatch.metric("lockwatch_polls_total", target="draining") or 0
-        wait_until(
-            lambda: (
-                (lockwatch.metric("lockwatch_polls_total", target="draining") or 0)
-                >= polls + WINDOW / INTERVAL
-            ),
-            timeout=WINDOW * 3,
-            interval=LOOK,
-            message="a whole window more of polls",
-        )
+        # A whole window more of polls.
+        lockwatch.wait_polls(WINDOW / INTERVAL, "draining", timeout=WINDOW * 3, interval=LOOK)
 
         assert "firing queue_stalled" not in lockwatch.log()
         assert [f["kind"] for f in lockwatch.findings()].count("queue_stalled") == 0

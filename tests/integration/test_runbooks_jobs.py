@@ -38,14 +38,13 @@ from lockwatch.demo.scenarios import (
     webhook_queue_sql,
 )
 from tests.fixtures.paths import ROOT
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
+from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, session_alive, wait_until
 from tests.fixtures.processes import LOOK, LockwatchProcess
 from tests.fixtures.runbooks import (
     ONCALL_PASSWORD,
     Runbook,
     debian_cluster,
     json_values,
-    session_alive,
 )
 from tests.integration.test_queue_stall import Workers
 
@@ -295,7 +294,7 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
         others = worker_sessions(server) - {holder}
         dry, act = book.sh("queue_stalled", "stop", incident=incident["id"])
         assert dry.code == 0 and act.code == 0, (dry, act)
-        wait_until(lambda: not session_alive(server, holder), message="the holder ended")
+        wait_until(lambda: not session_alive(server.dsn(), holder), message="the holder ended")
         wait_until(
             lambda: not watched.findings("queue_stalled"),
             timeout=60,

@@ -31,6 +31,7 @@ from tests.fixtures.postgres import (
     Background,
     queue_on_lock,
     run_in_thread,
+    session_alive,
     wait_until,
 )
 from tests.fixtures.processes import LockwatchProcess
@@ -42,7 +43,6 @@ from tests.fixtures.runbooks import (
     fill,
     json_values,
     runbook_steps,
-    session_alive,
 )
 
 pytestmark = pytest.mark.pg
@@ -196,7 +196,7 @@ def ended(book: Runbook, server: LocalCluster, runbook: str, incident: dict[str,
     assert dry.code == 0 and "dry run: nothing was done" in dry.out, dry
     assert act.code == 0 and "done: " in act.out, act
     pid = incident["root"]["pid"]
-    wait_until(lambda: not session_alive(server, pid), message=f"pid {pid} ended")
+    wait_until(lambda: not session_alive(server.dsn(), pid), message=f"pid {pid} ended")
     wait_until(lambda: resolved(book, incident), message=f"{incident['id']} resolved")
     return [dry, act]
 
@@ -248,7 +248,9 @@ def test_a_lock_held_too_long_is_confirmed_and_its_holder_ended_by_the_steps(
     assert f"lockwatch terminate {two['id']} -c FILE" in two["next_step"]["action"]
     dry, act = runbook.sh("incidents", "terminate-command", incident=two["id"])
     assert (dry.code, act.code) == (0, 0), (dry, act)
-    wait_until(lambda: not session_alive(server, root["pid"]), message="the second holder ended")
+    wait_until(
+        lambda: not session_alive(server.dsn(), root["pid"]), message="the second holder ended"
+    )
     (outcome,) = runbook.sql(
         "incidents", "terminate", pid=root["pid"], backend_start=root["backend_start"]
     )

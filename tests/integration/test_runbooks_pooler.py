@@ -23,9 +23,9 @@ from psycopg import sql
 
 from lockwatch.demo.pgcluster import LocalCluster, free_port
 from tests.fixtures.pgbouncer import STATS_USER, PgBouncer
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, wait_until
+from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, session_alive, wait_until
 from tests.fixtures.processes import LockwatchProcess
-from tests.fixtures.runbooks import ONCALL_PASSWORD, Runbook, debian_cluster, session_alive
+from tests.fixtures.runbooks import ONCALL_PASSWORD, Runbook, debian_cluster
 
 pytestmark = pytest.mark.pg
 
@@ -213,7 +213,9 @@ def test_the_pooled_runbook_ends_the_pooled_backend_and_never_a_direct_session(
     dry, act = book.sh("lock_pooled_session", "stop", incident=told["console"]["id"])
     assert dry.code == 0 and "a pooler's server connection" in dry.out, dry
     assert act.code == 0 and "done: " in act.out, act
-    wait_until(lambda: not session_alive(server, pooled_pid), message="the pooled backend ended")
+    wait_until(
+        lambda: not session_alive(server.dsn(), pooled_pid), message="the pooled backend ended"
+    )
     wait_until(lambda: not of_pid(watched, pooled_pid), message="its incidents resolved")
     (again,) = book.sh("lock_pooled_session", "list")
     assert again.out.strip() == ""

@@ -222,13 +222,7 @@ def test_the_fix_a_direct_dsn_gives_one_leader_and_no_duplicate(
         with psycopg.connect(app_database.admin_dsn, autocommit=True) as still_running:
             still_running.execute("SELECT pg_advisory_lock(4242)")
             assert run_scheduler(app_database.admin_dsn, "app-2") == "not a leader"
-            polls = lockwatch.metric("lockwatch_polls_total", target="main") or 0
-            wait_until(
-                lambda: (
-                    (lockwatch.metric("lockwatch_polls_total", target="main") or 0) >= polls + 4
-                ),
-                message="lockwatch polls the runs a few times",
-            )
+            lockwatch.wait_polls(4)  # lockwatch polls the runs a few times
         assert (
             lockwatch.metric("lockwatch_job_starts_total", target="main", job_name="nightly-report")
             == 1

@@ -98,12 +98,7 @@ def test_a_convoy_in_one_of_two_databases_of_one_server_is_one_incident_told_onc
     try:
         wait_until(lambda: standin.delivered("slack"), timeout=60, message="the opening message")
         # Long enough for a second target to have told the same convoy too.
-        polls = lockwatch.metric("lockwatch_polls_total", target="app2") or 0
-        wait_until(
-            lambda: (lockwatch.metric("lockwatch_polls_total", target="app2") or 0) >= polls + 6,
-            timeout=60,
-            message="six more polls of app2",
-        )
+        lockwatch.wait_polls(6, "app2", timeout=60)
         (incident,) = open_incidents(lockwatch)
         assert incident["target"] == "app"
         assert [lock["key"] for lock in lockwatch.locks("app2")] == []

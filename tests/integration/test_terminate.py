@@ -31,7 +31,13 @@ from lockwatch.cli import main
 from lockwatch.demo.pgcluster import SCRAM_GROUP, free_port
 from lockwatch.model.actions import EXIT_CODES, Verdict
 from tests.fixtures.pidns import PidNamespaceServer, pid_namespace_server
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, run_in_thread, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    MONITOR_USER,
+    run_in_thread,
+    session_alive,
+    wait_until,
+)
 from tests.fixtures.processes import LockwatchProcess
 from tests.fixtures.schema import assert_valid_incidents
 
@@ -116,14 +122,6 @@ def holder(server: PidNamespaceServer, sessions: list[Session], key: int) -> Ses
     return session
 
 
-def alive(server: PidNamespaceServer, pid: int) -> bool:
-    with psycopg.connect(server.dsn(), autocommit=True) as admin:
-        return (
-            admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-            is not None
-        )
-
-
 def incident_of(daemon: LockwatchProcess, target: str, pid: int) -> dict[str, Any]:
     """The open incident whose root is ``pid``, as the daemon's API serves it."""
 
@@ -165,7 +163,7 @@ def test_a_hung_holder_is_ended_only_after_yes_and_the_timeline_says_who(
     ):
         asked = requests.post(f"{daemon.base}{path}", json={"yes": True}, timeout=5)
         assert asked.status_code >= 400  # no HTTP endpoint can end anything
-    assert alive(server, pid)
+    assert session_alive(server.dsn(), pid)
     command = [sys.executable, "-m", "lockwatch", "terminate", "-c", str(daemon.config)]
     dry = subprocess.run(
         [*command, incident["id"]], check=False, capture_output=True, text=True, timeout=60
@@ -174,7 +172,7 @@ def test_a_hung_holder_is_ended_only_after_yes_and_the_timeline_says_who(
     assert "dry run: nothing was done" in dry.stdout
     assert "it has no open transaction: nothing is rolled back" in dry.stdout
     assert f"pg_terminate_backend({pid})" in dry.stdout
-    assert alive(server, pid), "a dry run ended the holder"
+    assert session_alive(server.dsn(), pid), "a dry run ended the holder"
     as_alice = {**os.environ, "SUDO_USER": "alice"}  # sudo lockwatch terminate, run by alice
     done = subprocess.run(
         [*command, incident["id"], "--yes"],
@@ -186,7 +184,7 @@ def test_a_hung_holder_is_ended_only_after_yes_and_the_timeline_says_who(
     )
     assert done.returncode == 0, done.stderr
     assert f"done: pid {pid}" in done.stdout
-    assert not alive(server, pid)
+    assert not session_alive(server.dsn(), pid)
     with psycopg.connect(server.dsn(), autocommit=True) as other:
         assert other.execute("SELECT pg_try_advisory_lock(4201)").fetchone() == (True,)
     (action,) = actions_on_timeline(daemon, incident["id"], 1)
@@ -226,7 +224,7 @@ def test_a_pid_given_to_another_backend_between_the_look_and_the_act_is_refused(
     try:
         with psycopg.connect(server.dsn(), autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        wait_until(lambda: not alive(server, pid), message="the holder gone")
+        wait_until(lambda: not session_alive(server.dsn(), pid), message="the holder gone")
         code, output = terminate(daemon, incident["id"], "--yes")
         assert code == EXIT_CODES[Verdict.GONE], output
         bystander = reuse(server, sessions, pid)
@@ -265,7 +263,7 @@ def test_a_role_that_cannot_see_the_session_or_may_not_signal_it_is_told_so(
     code, output = terminate(daemon, weak["id"], "--yes")
     assert code == EXIT_CODES[Verdict.DENIED], output
     assert "GRANT pg_signal_backend" in output
-    assert alive(server, pid)
+    assert session_alive(server.dsn(), pid)
     assert "refused (hidden)" in actions_on_timeline(daemon, blind["id"], 1)[0]
     assert "refused (denied)" in actions_on_timeline(daemon, weak["id"], 1)[0]
 
@@ -283,7 +281,7 @@ def test_cancel_ends_a_running_statement_and_refuses_an_idle_one(
     assert code == 0, output
     assert "it holds no lock now" in output
     assert isinstance(running.error(timeout=30), psycopg.errors.QueryCanceled)
-    assert alive(server, pid)
+    assert session_alive(server.dsn(), pid)
     idle = holder(server, sessions, 4205)
     other = incident_of(daemon, "main", idle.info.backend_pid)
     code, output = terminate(daemon, other["id"], "--cancel", "--yes")
