@@ -18,7 +18,15 @@ from psycopg.conninfo import make_conninfo
 
 from lockwatch.demo.pgcluster import LocalCluster
 from tests.battery.conftest import Record
-from tests.battery.probes import Observer, Scrape, footprint, lateness, saved_keys, scrape
+from tests.battery.probes import (
+    Observer,
+    Scrape,
+    WakeProbe,
+    footprint,
+    lateness,
+    saved_keys,
+    scrape,
+)
 from tests.battery.report import soak
 from tests.fixtures.postgres import PgDatabase, free_port, wait_until
 from tests.fixtures.processes import LockwatchProcess, write_config
@@ -304,6 +312,9 @@ TARGET_INTERVAL = 1.0
 # CI: six of each target's slots, 120 polls in all (ten slots told no more);
 # soak: two minutes.
 WINDOW = 120.0 if soak() else 6.0
+# Slots a target may miss, besides one for each whole interval the host stalled (a
+# sleeping process kept waiting as long as a slot misses it everywhere: Q14
+# saw every one of the 20 targets miss a slot at once on a stalling VM).
 MAX_MISSED = 1
 
 
@@ -329,7 +340,10 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
             lambda: all(scrape(lockwatch.base).get("lockwatch_up", target=n) for n in names),
             message="every target polled",
         )
-        with Observer(lockwatch.base, lockwatch.proc.pid, every=0.1) as observer:
+        with (
+            WakeProbe() as host,
+            Observer(lockwatch.base, lockwatch.proc.pid, every=0.1) as observer,
+        ):
             wait_until(
                 lambda: time.monotonic() > observer.seen[0].at + WINDOW if observer.seen else False,
                 timeout=WINDOW + 30,
@@ -347,7 +361,11 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
         late.extend(delays)
     late.sort()
     worst = max(missed.values())
-    assert worst <= MAX_MISSED, f"polls missed per target: {missed}"
+    host_lost = host.lost_within(WINDOW)
+    allowed = MAX_MISSED + math.floor(host_lost / TARGET_INTERVAL)
+    assert worst <= allowed, (
+        f"polls missed per target: {missed}; the host withheld {host_lost:.2f} s"
+    )
     polls = sum(len(seen) for seen in stamps.values())
     battery(
         "many-targets",
@@ -362,6 +380,7 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
         ),
         intact=(
             f"yes: no target missed more than {worst} of its slots "
-            f"({sum(missed.values())} missed in all)"
+            f"({sum(missed.values())} missed in all; bound {allowed}: {MAX_MISSED} and those "
+            f"the host's {host_lost:.2f} s of stalls cover)"
         ),
     )
