@@ -216,18 +216,23 @@ def _sessions_params(pids: Iterable[int]) -> dict[str, Any]:
 
 
 def waits_of(
-    rows: list[LockRowFact], backends: Mapping[int, Backend], server_version: int
+    rows: list[LockRowFact],
+    waits: tuple[LockWait, ...],
+    backends: Mapping[int, Backend],
+    server_version: int,
 ) -> tuple[LockWait, ...]:
-    """The waits of ``rows``; before PostgreSQL 14 (no waitstart) each
-    waiter's wait is dated by its query's start, which is when a statement
-    that waits on a lock usually began waiting."""
-    if server_version < 140000:
-        rows = [
-            row
-            if row.granted or (backend := backends.get(row.pid)) is None
-            else replace(row, wait_start=backend.query_start)
-            for row in rows
-        ]
+    """The waits of ``rows`` (``waits``: as read, undated before 14); before
+    PostgreSQL 14 (no waitstart) each waiter's wait is dated by its query's
+    start, which is when a statement that waits on a lock usually began
+    waiting."""
+    if server_version >= 140000:
+        return waits
+    rows = [
+        row
+        if row.granted or (backend := backends.get(row.pid)) is None
+        else replace(row, wait_start=backend.query_start)
+        for row in rows
+    ]
     return lock_waits(rows)
 
 
@@ -244,14 +249,15 @@ def wait_blockers(waits: Iterable[LockWait], backends: Mapping[int, Backend]) ->
 def _judged_waits(
     conn: psycopg.Connection[dict[str, Any]],
     rows: list[LockRowFact],
+    waits: tuple[LockWait, ...],
     backends: Mapping[int, Backend],
     server_version: int,
     scope: LockScope,
 ) -> tuple[LockWait, ...]:
-    """The waits of ``rows`` this target judges (those of its database's
-    sessions when it shares the server), each naming the prepared
-    transaction among its hard blockers."""
-    waits = waits_of(rows, backends, server_version) if rows else ()
+    """The waits of ``rows`` (``waits``, as read) this target judges (those
+    of its database's sessions when it shares the server), each naming the
+    prepared transaction among its hard blockers."""
+    waits = waits_of(rows, waits, backends, server_version) if rows else ()
     if waits and scope.kind is not ScopeKind.WHOLE:
         waits = _in_scope(waits, backends, scope, conn.info.dbname)
     return _with_prepared(conn, rows, waits)
@@ -292,10 +298,9 @@ def _in_scope(
     return tuple(filter(judged, waits))
 
 
-def _waiting_pids(rows: list[LockRowFact]) -> frozenset[int]:
-    """Every waiter of ``rows`` and whoever holds a lock it waits for (the
-    same pids whatever the order of its queue, which may be dated later)."""
-    waiting = lock_waits(rows)
+def _waiting_pids(waiting: tuple[LockWait, ...]) -> frozenset[int]:
+    """Every waiter and whoever holds a lock it waits for (the same pids
+    whatever the order of its queue, which may be dated later)."""
     pids = {pid for wait in waiting for pid in (wait.pid, *wait.hard)}
     pids.discard(0)  # a prepared transaction's locks have no session
     return frozenset(pids)
@@ -356,17 +361,17 @@ def read_advisory_locks(
     others = other_rows(row)
     if row["owners"] is None and not others:
         return LockRead(decoder.nothing(), {}, row["read_at"], row["lock_manager_waits"])
-    pids = decoder.pids(row) | _waiting_pids(others)
+    waiting = lock_waits(others)  # once: dated anew only before PostgreSQL 14 (waits_of)
+    pids = decoder.pids(row) | _waiting_pids(waiting)
     sessions = seen.backends(guessed) if guessed is not None else {}
-    missing = pids.difference(sessions)
-    if missing:
+    if missing := pids.difference(sessions):
         sessions.update(seen.backends(sessions_of(missing)))
     backends = {pid: sessions[pid] for pid in sorted(pids) if pid in sessions}
     if row["owners"] is None:
         locks = decoder.nothing()
     else:
         locks = decoder.decode(row, backends, _prepared(conn, row["prepared"]))
-    waits = _judged_waits(conn, others, backends, server_version, scope)
+    waits = _judged_waits(conn, others, waiting, backends, server_version, scope)
     backends = wait_blockers(waits, backends)
     if row["waitstarts"] is not None:  # some advisory lock waits: its blockers come from the locks
         backends = advisory_blockers(locks.values(), backends)
