@@ -169,10 +169,8 @@ class TargetRunner:
         log.info(
             "%s: restored %d hold times, %d active findings and %d open incidents from the "
             "state dir",
-            self.target.name,
-            len(self.lock_monitor.tracker),
-            len(self.ledger.active),
-            len(self.incidents.open),
+            *(self.target.name, len(self.lock_monitor.tracker)),
+            *(len(self.ledger.active), len(self.incidents.open)),
         )
 
     @property
@@ -197,7 +195,10 @@ class TargetRunner:
         shutdown broke it."""
         connect_error = self._connect()
         db = None if connect_error else self.session
-        poll = Poll(PollContext(self.clock(), db, monotonic=self.monotonic()), connect_error)
+        context = PollContext(
+            self.clock(), db, monotonic=self.monotonic(), spacing=self.pace.spacing
+        )
+        poll = Poll(context, connect_error)
         for index, monitor in enumerate(self.monitors):
             sampled = self._guarded(monitor, monitor.sample, poll.context)
             if sampled is None:
@@ -414,7 +415,7 @@ class TargetRunner:
                 "%s: poll overran its %gs interval by %.1fs; skipping %d slot(s)",
                 *(self.target.name, interval, late, skipped),
             )
-        return next_due + skipped * interval
+        return self.pace.spaced(due, next_due + skipped * interval)
 
     def _finish(self) -> None:
         # Whatever changed since the last save is kept for the next start.
@@ -444,8 +445,7 @@ class TargetRunner:
         if self.session.overdue(now):
             log.warning(
                 "%s: poll hung for more than %gs; breaking its connection",
-                self.target.name,
-                self.session.step_limit,
+                *(self.target.name, self.session.step_limit),
             )
             self.session.abort()
 

@@ -41,6 +41,11 @@ class PollContext:
     # The monotonic clock as the poll began (None: not given): lockwatch's own
     # hold times follow it through jumps of the wall clock.
     monotonic: float | None = None
+    # Seconds lockwatch planned from the last poll to this one while the
+    # target answered: its interval, slowed while the lock manager is
+    # contended, with the slots a poll that overran skipped (None: not
+    # planned so, as at the first poll and after a poll that found no target).
+    spacing: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,9 @@ from lockwatch.state.target_view import TargetView
 from lockwatch.state.waiter_seconds import WaiterSeconds
 
 # A lock seen again after at most this many intervals (and never less than
-# the floor) counts as held throughout.
+# the floor) counts as held throughout; the interval lockwatch planned, when
+# it chose to look less often (a contended lock manager, a poll that overran):
+# it could not have seen a release in between at any rate.
 CONTINUITY_INTERVALS = 3
 CONTINUITY_FLOOR = 30.0
 # How much the measured clock offset to the server may move before it is
@@ -61,8 +63,10 @@ class _Reading:
     through_pooler: bool = False
 
 
-def continuity_gap(target: Target) -> float:
-    return max(CONTINUITY_INTERVALS * target.interval, CONTINUITY_FLOOR)
+def continuity_gap(target: Target, spacing: float | None = None) -> float:
+    """Seconds between two sightings of a lock that count as one hold; with
+    ``spacing`` (``PollContext.spacing``), those lockwatch itself planned."""
+    return max(CONTINUITY_INTERVALS * max(target.interval, spacing or 0.0), CONTINUITY_FLOOR)
 
 
 class LockMonitor:
@@ -117,6 +121,9 @@ class LockMonitor:
             return Sampled(target_error=str(exc))
         now = context.now
         raw = raw.moved(self._clock_offset(now, raw.read_at), self._moved)
+        # Past the target's own gap only when lockwatch chose to wait longer
+        # (a gap it did not plan, such as an outage or a restart, is not bridged).
+        self.tracker.continuity_gap = continuity_gap(self.target, context.spacing)
         locks = self.tracker.observe(
             raw.locks,
             raw.backends,

@@ -54,6 +54,9 @@ class PollPace:
     failures: int = 0  # polls in a row that could not reach the target
     backoff: float = 0.0  # seconds to the next look while failures > 0
     overrunning: bool = False  # the last poll overran its interval
+    # Seconds from the last poll's due time to the next's, as planned while
+    # the target answered (None: it did not, or no poll was planned yet).
+    spacing: float | None = None
     jitter: Callable[[], float] = random.random  # in [0, 1)
 
     def skip(self, reason: str, slots: int) -> None:
@@ -91,6 +94,12 @@ class PollPace:
         first = slots > 0 and not self.overrunning
         self.overrunning = slots > 0
         return first
+
+    def spaced(self, due: float, next_due: float) -> float:
+        """``next_due``, planned after the poll due at ``due``; noted as the
+        spacing unless the target could not be reached."""
+        self.spacing = None if self.failures else next_due - due
+        return next_due
 
     def observe(self, waits: int | None) -> str | None:
         """A poll saw ``waits`` sessions waiting on the lock manager (None:

@@ -36,6 +36,7 @@ from tests.fixtures.evidence import evidence_as
 from tests.fixtures.metrics import scraped
 from tests.fixtures.postgres import (
     MONITOR_PASSWORD,
+    Background,
     PgDatabase,
     queue_on_lock,
     run_in_thread,
@@ -392,3 +393,79 @@ def test_the_query_for_each_server_version_runs_and_reads_waiters(
     assert backends[waiter.info.backend_pid].blocked_by == (holder.info.backend_pid,)
     holder.execute("SELECT pg_advisory_unlock(42)")
     queued.join()
+
+
+def superuser_sees(pg: PgDatabase, pid: int, key: int) -> tuple[bool, str | None]:
+    """Whether ``pid`` holds advisory lock ``key`` (pg_locks), and its state
+    (pg_stat_activity), as a superuser sees them."""
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
+        held = admin.execute(
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND pid = %s AND objid = %s)",
+            (pid, key),
+        ).fetchone()
+        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,))
+        row = state.fetchone()
+    return bool(held and held[0]), None if row is None else row[0]
+
+
+@pytest.mark.parametrize("planned", ["contended", "overran"])
+def test_a_gap_lockwatch_planned_keeps_a_busy_holders_hold_and_an_unplanned_one_does_not(
+    pg: PgDatabase, planned: str
+) -> None:
+    """A worker takes a session lock, then runs a query: once its session is
+    busy, only lockwatch's continuity says it held the lock between two polls.
+    Polls 41 s apart, past the 30 s gap of a 10 s interval, keep its first
+    sighting when lockwatch planned to wait that long (its pace slowed to one
+    poll in 40 s while the lock manager was contended, or a poll that ended
+    35 s after it was due skipped the slots to 40 s), and start a new hold
+    when it did not (at its own pace, as after an outage)."""
+    clock = ShiftedClock()
+    target = Target("main", pg.monitor_dsn, interval=10.0, locks=LockSettings(max_hold=3600.0))
+    board = Board()
+    runner = TargetRunner(target, board, StateStore(None), clock, monotonic=clock.monotonic)
+    holder = pg.connect("busy-worker")
+    holder.execute("SELECT pg_advisory_lock(77)")  # seen idle first: a session lock
+    pid = holder.info.backend_pid
+    busy: Background[Any] | None = None
+
+    def first_seen() -> datetime | None:
+        view = board.view("main")
+        assert view is not None and view.up and view.status is not None
+        snapshot = view.status.snapshot
+        assert snapshot is not None
+        (lock,) = [lock for lock in snapshot.locks if lock.key == LockKey.bigint(77)]
+        return lock.first_seen
+
+    schedule = [0.0]
+    runner._schedule_clock = lambda: schedule[0]
+    try:
+        if planned == "contended":
+            runner.pace.factor = 4  # one poll in 40 s
+        else:
+            schedule[0] = 35.0  # the poll due at 0 s ended then
+        assert runner.run_due(0.0) == 40.0
+        taken = first_seen()
+        busy = run_in_thread(lambda: holder.execute("SELECT pg_sleep(600)"))
+        wait_until(lambda: superuser_sees(pg, pid, 77) == (True, "active"), message="busy holder")
+        clock.advance(41)
+        runner.run_due(40.0)
+        assert superuser_sees(pg, pid, 77) == (True, "active")  # held, and busy since the first
+        assert first_seen() == taken
+
+        runner.pace.factor = 1  # its own pace: a 41 s gap it did not plan
+        schedule[0] = 40.0
+        assert runner.run_due(40.0) == 50.0
+        assert first_seen() == taken
+        clock.advance(41)
+        runner.run_due(50.0)
+        assert superuser_sees(pg, pid, 77) == (True, "active")
+        seen_again = first_seen()
+        assert taken is not None and seen_again is not None
+        assert seen_again - taken >= timedelta(seconds=41)  # a new hold, from this sighting
+    finally:
+        holder.cancel()
+        if busy is not None:
+            busy.join()
+        holder.close()
+        runner.close()

@@ -64,6 +64,21 @@ def test_the_runner_plans_by_the_pace_and_counts_the_slots_it_leaves_out() -> No
     assert late.pace.skipped == {"overran": 3}
 
 
+def test_the_spacing_planned_is_noted_only_while_the_target_answers() -> None:
+    slowed = runner(interval=1.0, now=100.2)
+    assert slowed.pace.spacing is None  # nothing planned yet
+    slowed.pace.factor = 4
+    slowed._next_due(100.0)
+    assert slowed.pace.spacing == 4.0
+    late = runner(interval=1.0, now=103.5)
+    late._next_due(100.0)
+    assert late.pace.spacing == 4.0  # the slots the overrun skipped included
+    gone = runner(interval=1.0, now=100.2)
+    gone.pace.reached(False)
+    gone._next_due(100.0)
+    assert gone.pace.spacing is None  # backing off: a gap lockwatch did not choose
+
+
 def test_an_unreachable_target_is_looked_at_less_often_up_to_the_cap_with_jitter() -> None:
     pace = PollPace(interval=1.0, jitter=lambda: 0.0)
     waits = []
