@@ -493,7 +493,7 @@ class TargetRunner:
         self._view = replace(old._view, target=self.target)
         self._failing_since = old._failing_since
         self._saved_at = old._saved_at
-        self.pace.skipped = old.pace.skipped
+        self.pace.skipped, self.pace.spacing = old.pace.skipped, old.pace.spacing
         self.board.register(self.target)
 
     def active_findings(self) -> tuple[Finding, ...]:

@@ -65,8 +65,8 @@ def test_the_runner_plans_by_the_pace_and_counts_the_slots_it_leaves_out() -> No
 
 
 def test_the_spacing_planned_is_noted_only_while_the_target_answers() -> None:
+    assert runner(interval=1.0, now=100.2).pace.spacing is None  # nothing planned yet
     slowed = runner(interval=1.0, now=100.2)
-    assert slowed.pace.spacing is None  # nothing planned yet
     slowed.pace.factor = 4
     slowed._next_due(100.0)
     assert slowed.pace.spacing == 4.0
@@ -77,6 +77,9 @@ def test_the_spacing_planned_is_noted_only_while_the_target_answers() -> None:
     gone.pace.reached(False)
     gone._next_due(100.0)
     assert gone.pace.spacing is None  # backing off: a gap lockwatch did not choose
+    reloaded = runner(interval=1.0, now=104.1)  # the config changed: it takes over
+    reloaded.take_over(slowed)
+    assert reloaded.pace.spacing == 4.0
 
 
 def test_an_unreachable_target_is_looked_at_less_often_up_to_the_cap_with_jitter() -> None:
