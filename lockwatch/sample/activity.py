@@ -72,9 +72,8 @@ class SessionRows:
             seen = self._seen.get(pid)
             if seen is None or seen[0] != row:
                 # The names once, and only for a changed row: psycopg makes
-                # an object per column each time it describes them (under 64
-                # busy TPC-B clients, whose rows change every poll, a fifth
-                # of a poll's CPU went to describing the same columns again).
+                # an object per column each time it describes them, and a
+                # busy client's row changes at every poll.
                 names = names or [column.name for column in cursor.description or ()]
                 seen = self._seen[pid] = (row, _backend(names, row))
             made[pid] = seen[1]
