@@ -23,7 +23,7 @@ from lockwatch.model.servers import WHOLE_SERVER, LockScope, ScopeKind
 from lockwatch.sample.activity import QUERY_CHARS, SessionRows
 from lockwatch.sample.lock_rows import LockDecoder, LockRow, lock_cursor, other_rows
 from lockwatch.sample.server_time import PollServerTime
-from lockwatch.sample.session import TargetSession
+from lockwatch.sample.session import APPLICATION_NAME, TargetSession
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +155,11 @@ def advisory_locks_query(server_version: int, scope: ScopeKind = ScopeKind.WHOLE
     """
     waitstart = sql.SQL("l.waitstart" if server_version >= 140000 else "NULL::timestamptz")
     text = sql.SQL(_sql_text("advisory_locks.sql"))
-    return text.format(waitstart=waitstart, scope=sql.SQL(_SCOPES[scope])).as_bytes()
+    return text.format(
+        waitstart=waitstart,
+        scope=sql.SQL(_SCOPES[scope]),
+        own_application=sql.Literal(APPLICATION_NAME),
+    ).as_bytes()
 
 
 @cache

@@ -4,7 +4,8 @@ lock manager is contended.
 Every query on ``pg_locks`` has the server copy its lock table while holding
 all of the lock manager's partition locks; while the server's own sessions
 queue on those (``LWLock:LockManager``), each poll makes them queue longer.
-Each poll reads how many sessions wait there (advisory_locks.sql); when some
+Each poll reads how many sessions wait there (advisory_locks.sql), lockwatch's
+own left out (they queue behind each other's reads, not the server's); when some
 did at ``CONTENDED`` of the last ``WINDOW`` polls, the pace halves (down to
 one poll every ``SLOWEST`` intervals), and after ``CALM`` polls in a row with
 none it doubles again. Each change is said in the log and the pace in force

@@ -318,6 +318,20 @@ WINDOW = 120.0 if soak() else 6.0
 MAX_MISSED = 1
 
 
+def skipped_slots(observer: Observer, names: list[str]) -> dict[str, dict[str, float]]:
+    """The slots each target left unpolled while observed, by the reason lockwatch gives."""
+    first, last = observer.seen[0].metrics, observer.seen[-1].metrics
+    reasons: dict[str, dict[str, float]] = {}
+    for name in names:
+        for reason in ("overran", "contended", "unreachable"):
+            labels = {"target": name, "reason": reason}
+            metric = "lockwatch_poll_slots_skipped_total"
+            count = (last.get(metric, **labels) or 0) - (first.get(metric, **labels) or 0)
+            if count:
+                reasons.setdefault(name, {})[reason] = count
+    return reasons
+
+
 def test_twenty_targets_at_one_second_each_keep_their_schedule(
     battery_db: PgDatabase, tmp_path: Path, battery: Record
 ) -> None:
@@ -348,10 +362,11 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
                 lambda: time.monotonic() > observer.seen[0].at + WINDOW if observer.seen else False,
                 timeout=WINDOW + 30,
             )
-        skipped = lockwatch.log().count("skipping")
+        log = lockwatch.log()
     finally:
         stopped = lockwatch.stop() if lockwatch.proc is not None else 0
     assert stopped == 0, lockwatch.log(whole=True)
+    skipped = log.count("skipping")
 
     stamps = {name: observer.poll_stamps(name) for name in names}
     late: list[float] = []
@@ -363,8 +378,17 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
     worst = max(missed.values())
     host_lost = host.lost_within(WINDOW)
     allowed = MAX_MISSED + math.floor(host_lost / TARGET_INTERVAL)
+    reasons = skipped_slots(observer, names)
+    # Nothing but lockwatch reads this server: its targets' reads of pg_locks
+    # queue its own sessions on the lock manager, and that slows no one's pace.
+    assert not [name for name, why in reasons.items() if "contended" in why], reasons
     assert worst <= allowed, (
-        f"polls missed per target: {missed}; the host withheld {host_lost:.2f} s"
+        f"polls missed per target: {missed}; the host withheld {host_lost:.2f} s; "
+        f"why, as lockwatch says: {reasons}; its log of the "
+        "targets that missed any:\n"
+        + "\n".join(
+            line for line in log.splitlines() if any(f" {n}:" in line for n in missed if missed[n])
+        )
     )
     polls = sum(len(seen) for seen in stamps.values())
     battery(

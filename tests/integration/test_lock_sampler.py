@@ -3,7 +3,9 @@ locks; what it returns must not depend on that guess being right."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from functools import partial
 
 import psycopg
 import pytest
@@ -189,10 +191,82 @@ def test_a_session_read_unchanged_is_the_same_backend_and_a_changed_one_is_new(
     assert "another statement" in changed[busy.info.backend_pid].query
 
 
-def test_each_reading_says_how_many_sessions_wait_on_the_lock_manager(
+class Contenders:
+    """Sessions that keep the lock manager's partition locks busy, as a
+    server's clients and lockwatch's own targets do: two read pg_locks (all
+    partitions, shared), two read pg_stat_activity (whose join locks the
+    shared catalogs pg_database and pg_authid outside the fast path, so each
+    queues on a partition behind the readers), all under ``name``."""
+
+    def __init__(self, pg: PgDatabase, name: str) -> None:
+        self.name = name
+        self._stop = threading.Event()
+        statements = ["SELECT count(*) FROM pg_locks"] * 2
+        statements += ["SELECT count(*) FROM pg_stat_activity"] * 2
+        self._loops = [
+            run_in_thread(partial(self._loop, pg.connect(name), statement))
+            for statement in statements
+        ]
+
+    def _loop(self, conn: psycopg.Connection[tuple[object, ...]], statement: str) -> None:
+        named = self.name
+        while not self._stop.is_set():
+            if named != self.name:
+                named = self.name
+                conn.execute("SELECT set_config('application_name', %s, false)", (named,))
+            conn.execute(statement.encode())
+
+    def stop(self) -> None:
+        self._stop.set()
+        for loop in self._loops:
+            loop.result()
+
+
+def sessions_named(
+    watcher: psycopg.Connection[tuple[object, ...]], name: str, *, waiting: bool = False
+) -> int:
+    """Sessions of application ``name`` (``waiting`` on the lock manager), as a
+    superuser sees them."""
+    row = watcher.execute(
+        "SELECT count(*) FILTER (WHERE NOT %s OR wait_event = 'LockManager')"
+        " FROM pg_stat_activity WHERE application_name = %s",
+        (waiting, name),
+    ).fetchone()
+    assert row is not None
+    return int(str(row[0]))
+
+
+def test_the_lock_manager_waits_counted_are_the_servers_never_lockwatchs_own(
     pg: PgDatabase, sampler: PgLockSampler
 ) -> None:
-    pg.connect("holder").execute("SELECT pg_advisory_lock(5)")
-    # Read whether or not a lock is held (a count, never NULL).
-    assert sampler.sample().lock_manager_waits is not None
+    # 10,000 locks make each copy of the lock table long enough to queue behind.
+    pg.connect("holder").execute(
+        "SELECT count(pg_advisory_lock(k)) FROM generate_series(1, 10000) AS k"
+    )
+    watcher = pg.connect("watcher")
+    contenders = Contenders(pg, "worker")
+    # The looks alternate with the samples in this thread: the watcher is
+    # never itself waiting while the sampler counts.
+    seen = {"worker": 0, "lockwatch": 0}
+    counts: list[int | None] = []
+
+    def sampled() -> int | None:
+        seen[contenders.name] += sessions_named(watcher, contenders.name, waiting=True) > 0
+        counts.append(sampler.sample().lock_manager_waits)
+        return counts[-1]
+
+    try:
+        wait_until(lambda: sampled() and seen["worker"], message="the server's sessions counted")
+        contenders.name = "lockwatch"
+        wait_until(lambda: sessions_named(watcher, "worker") == 0, message="contenders renamed")
+        counts.clear()
+        wait_until(
+            lambda: sampled() is not None and seen["lockwatch"] >= 5 and len(counts) >= 30,
+            timeout=60,
+            message="lockwatch's own sessions seen waiting on the lock manager",
+        )
+    finally:
+        contenders.stop()
+    # Its own sessions queued there (the superuser saw them), and no reading counted one.
+    assert set(counts) == {0}, counts
     assert fresh(pg).lock_manager_waits is not None

@@ -214,8 +214,9 @@ def _pace_metrics(views: tuple[TargetView, ...], scrape: Exposition) -> Iterator
     pace = scrape.gauge(
         "lockwatch_poll_interval_seconds",
         "Seconds between the target's polls now: its interval, or up to four times it "
-        "while its server's sessions wait on the lock manager (LWLock:LockManager), which "
-        "every poll's read of pg_locks makes them wait on longer, or backing off (up to "
+        "while its server's sessions (not lockwatch's own) wait on the lock manager "
+        "(LWLock:LockManager), which every poll's read of pg_locks makes them wait on "
+        "longer, or backing off (up to "
         "30 s, with jitter) while the target cannot be reached.",
         ["target"],
     )

@@ -25,7 +25,12 @@
 -- partition locks (LWLock:LockManager; lock_manager before 13) as the
 -- statement ends, which the poll's pace follows (state/pace.py): read from
 -- each backend's status by id, which builds no row per backend as
--- pg_stat_activity does.
+-- pg_stat_activity does. lockwatch's own sessions ({own_application}) are
+-- not counted: they queue there too, behind each other's reads of pg_locks
+-- (pg_stat_activity locks the shared catalogs pg_database and pg_authid,
+-- which no fast-path slot holds), and twenty targets of one server slowed
+-- each other's pace for no load of the server's own. The application name
+-- is read only for a session that waits there.
 -- others: the rows of the other locktypes some session waits on (relation,
 -- transactionid, tuple, ...: a Lock wait event is named by its locktype),
 -- from the same copy of the lock table, for sample/lock_rows.py's
@@ -58,7 +63,11 @@ SELECT pg_catalog.statement_timestamp() AS read_at,
        (SELECT pg_catalog.count(*)::pg_catalog.int4
         FROM pg_catalog.pg_stat_get_backend_idset() AS b(id)
         WHERE pg_catalog.pg_stat_get_backend_wait_event(b.id)
-              IN ('LockManager', 'lock_manager')) AS lock_manager_waits,
+              IN ('LockManager', 'lock_manager')
+          AND NOT EXISTS (
+              SELECT FROM pg_catalog.pg_stat_get_activity(
+                  pg_catalog.pg_stat_get_backend_pid(b.id)) AS s
+              WHERE s.application_name = {own_application})) AS lock_manager_waits,
        pg_catalog.array_agg(
            COALESCE(l.pid, 0) * 8
            + CASE WHEN l.objsubid = 2 THEN 1 ELSE 0 END
