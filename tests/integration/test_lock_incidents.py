@@ -38,6 +38,7 @@ from tests.fixtures.postgres import (
     MONITOR_PASSWORD,
     Background,
     PgDatabase,
+    advisory_holders,
     queue_on_lock,
     run_in_thread,
     wait_until,
@@ -399,14 +400,8 @@ def superuser_sees(pg: PgDatabase, pid: int, key: int) -> tuple[bool, str | None
     """Whether ``pid`` holds advisory lock ``key`` (pg_locks), and its state
     (pg_stat_activity), as a superuser sees them."""
     with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
-        held = admin.execute(
-            "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND pid = %s AND objid = %s)",
-            (pid, key),
-        ).fetchone()
-        state = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,))
-        row = state.fetchone()
-    return bool(held and held[0]), None if row is None else row[0]
+        row = admin.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return pid in advisory_holders(pg.admin_dsn, key), None if row is None else row[0]
 
 
 @pytest.mark.parametrize("planned", ["contended", "overran"])
@@ -438,7 +433,7 @@ def test_a_gap_lockwatch_planned_keeps_a_busy_holders_hold_and_an_unplanned_one_
         return lock.first_seen
 
     schedule = [0.0]
-    runner._schedule_clock = lambda: schedule[0]
+    runner.seat.clock = lambda: schedule[0]
     try:
         if planned == "contended":
             runner.pace.factor = 4  # one poll in 40 s

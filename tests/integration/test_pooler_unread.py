@@ -22,7 +22,7 @@ from lockwatch.state.statefile import StateStore
 from lockwatch.state.target_view import TargetView
 from tests.fixtures.evidence import evidence_as
 from tests.fixtures.pgbouncer import PgBouncer
-from tests.fixtures.postgres import PgDatabase, wait_until
+from tests.fixtures.postgres import PgDatabase, advisory_holders, wait_until
 from tests.integration.test_pooler import backend_application, bouncer, scheduler
 
 pytestmark = pytest.mark.pg
@@ -31,18 +31,6 @@ __all__ = ["bouncer"]  # test_pooler's fixture, used here
 
 KEY = 7777
 WEB = ("web-1", "web-2")
-
-
-def holder_of(pg: PgDatabase) -> int:
-    """The backend holding KEY, as a superuser sees pg_locks."""
-    with psycopg.connect(pg.admin_dsn, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND objid = %s AND objsubid = 1",
-            (KEY,),
-        ).fetchone()
-    assert row is not None, f"nobody holds {KEY}"
-    return int(row[0])
 
 
 def runner_for(pg: PgDatabase, dsn: str, *, clients_through_pooler: bool) -> TargetRunner:
@@ -101,7 +89,7 @@ def test_one_pool_client_is_never_named_as_the_holder(pg: PgDatabase, bouncer: P
         take_and_leave(dsn, conns)
         web = scheduler(dsn, "web-1", conns)
         web.execute("SELECT 1")  # the pool's one client is handed the holder's backend
-        pid = holder_of(pg)
+        (pid,) = advisory_holders(pg.admin_dsn, KEY)
         assert backend_application(pg, pid) == "web-1", "the trap: the holder bears web-1's name"
         view = until_orphaned(unknown, "lock_orphaned on the pooled backend")
         for _ in range(3):  # web-1 keeps the backend busy: one name, nothing to infer from
@@ -130,7 +118,7 @@ def test_two_pool_clients_are_never_named_before_or_after_the_pool_is_inferred(
     turns = iter(range(1000))
     try:
         take_and_leave(dsn, conns)
-        pid = holder_of(pg)
+        (pid,) = advisory_holders(pg.admin_dsn, KEY)
         clients = [scheduler(dsn, name, conns) for name in WEB]
 
         def turn() -> TargetView | None:
@@ -167,7 +155,7 @@ def test_lockwatch_through_the_pooler_takes_its_clients_as_possibly_pooled(
     try:
         take_and_leave(dsn, conns)
         scheduler(dsn, "web-1", conns).execute("SELECT 1")
-        pid = holder_of(pg)
+        (pid,) = advisory_holders(pg.admin_dsn, KEY)
         assert backend_application(pg, pid) == "web-1"
         view = until_orphaned(runner, "lock_orphaned read through the pooler")
         assert runner.session.through_pooler

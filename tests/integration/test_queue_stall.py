@@ -27,7 +27,13 @@ from lockwatch.demo.scenarios import (
     webhook_queue_sql,
 )
 from tests.fixtures.paths import ROOT, WORKLOADS
-from tests.fixtures.postgres import MONITOR_USER, PgDatabase, free_port, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_USER,
+    PgDatabase,
+    advisory_holders,
+    free_port,
+    wait_until,
+)
 from tests.fixtures.processes import LOCKS, LOOK, LockwatchProcess, write_config
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -109,15 +115,6 @@ def worker_group(name: str, queue_name: str, tag: str, sessions: str | None = No
     if sessions is not None:
         text += f"    sessions: [{sessions!r}]\n"
     return text
-
-
-def holder_of_42(database: PgDatabase) -> int | None:
-    with database.connect() as admin:
-        row = admin.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND classid = 0 AND objid = 42 AND objsubid = 1"
-        ).fetchone()
-    return None if row is None else int(row[0])
 
 
 def worker_sessions(database: PgDatabase) -> int:
@@ -218,7 +215,7 @@ def test_seed_002_a_queue_stalled_behind_lock_42_is_one_finding_with_its_chain(
                 f"delivery hung (window {WINDOW:g}s, polls every {INTERVAL:g}s)"
             )
 
-        holder = holder_of_42(database)
+        (holder,) = advisory_holders(database.admin_dsn, 42)
         evidence = stalled["evidence"]
         assert stalled["subject"]["queue"] == "webhooks"
         chain = evidence["lock"]

@@ -38,7 +38,13 @@ from lockwatch.demo.scenarios import (
     webhook_queue_sql,
 )
 from tests.fixtures.paths import ROOT
-from tests.fixtures.postgres import MONITOR_PASSWORD, MONITOR_USER, session_alive, wait_until
+from tests.fixtures.postgres import (
+    MONITOR_PASSWORD,
+    MONITOR_USER,
+    advisory_holders,
+    session_alive,
+    wait_until,
+)
 from tests.fixtures.processes import LOOK, LockwatchProcess
 from tests.fixtures.runbooks import (
     ONCALL_PASSWORD,
@@ -228,15 +234,6 @@ def workers() -> Iterator[Workers]:
     started.stop()
 
 
-def holder_of_42(server: LocalCluster) -> int | None:
-    with psycopg.connect(server.dsn(), autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND classid = 0 AND objid = 42 AND objsubid = 1"
-        ).fetchone()
-    return None if row is None else int(row[0])
-
-
 def worker_sessions(server: LocalCluster) -> set[int]:
     with psycopg.connect(server.dsn(), autocommit=True) as admin:
         rows = admin.execute(
@@ -262,8 +259,7 @@ def test_seed_002_s_stalled_queue_is_confirmed_and_drained_by_ending_its_holder(
         wait_until(
             lambda: watched.findings("queue_growing"), timeout=60, interval=LOOK, message="growing"
         )
-        holder = holder_of_42(server)
-        assert holder is not None
+        (holder,) = advisory_holders(server.dsn(), 42)
         # The stall joins its holder's incident (with the convoy) once both are seen.
         incident = wait_until(
             lambda: (
