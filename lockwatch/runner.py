@@ -40,7 +40,7 @@ from lockwatch.poll import Poll, sessions_alive
 from lockwatch.rest import Rest, look_alone
 from lockwatch.sample.base import SampleError
 from lockwatch.sample.session import TargetSession
-from lockwatch.scheduler import PollScheduler
+from lockwatch.scheduler import PollScheduler, Seat
 from lockwatch.settings.jobs import JobSpec
 from lockwatch.settings.targets import Target
 from lockwatch.state.actions import ActionInbox, take_actions
@@ -134,10 +134,7 @@ class TargetRunner:
         self._judging = False  # a poll's resolved incidents go to the history when applied
         self.pace = PollPace(self.target.interval)  # slower while the lock manager is contended
         self._view = TargetView(self.target)
-        self._scheduler: PollScheduler | None = None  # set by start()
-        self._own_scheduler = False
-        self._schedule_clock: Callable[[], float] = time.monotonic  # the scheduler's
-        self._finished = threading.Event()  # the stopped runner saved and closed
+        self.seat = Seat(self, self.target.name)  # on a scheduler once started
         self._saved_at: datetime | None = None
         if self.history is not None:
             self.incidents.recall(self.history.resolved())
@@ -382,10 +379,7 @@ class TargetRunner:
     def start(self, scheduler: PollScheduler | None = None, delay: float = 0.0) -> None:
         """Poll from now on, the first poll ``delay`` seconds from now, on the
         scheduler's pollers (the daemon's); without one, on a poller of its own."""
-        self._own_scheduler = scheduler is None
-        self._scheduler = scheduler or PollScheduler(max_pollers=1, name=f"poll-{self.target.name}")
-        self._schedule_clock = self._scheduler.clock
-        self._scheduler.add(self, self._scheduler.clock() + delay)
+        self.seat.start(scheduler, delay)
 
     def run_due(self, due: float) -> float | None:
         """The poll due at ``due`` (on the scheduler's clock); when the next one
@@ -408,7 +402,7 @@ class TargetRunner:
         asleep = self._view.asleep_since is not None
         interval = self.target.sleep.interval if asleep else self.pace.planned()
         next_due = due + interval
-        late = self._schedule_clock() - next_due
+        late = self.seat.clock() - next_due
         skipped = int(late // interval) + 1 if late > 0 else 0
         if self.pace.overran(skipped):  # once per run of overruns, not per poll
             log.warning(
@@ -423,9 +417,7 @@ class TargetRunner:
             self._persist(self.clock(), changed=True)
             self.close()
         finally:
-            self._finished.set()
-            if self._own_scheduler and self._scheduler is not None:
-                self._scheduler.close()
+            self.seat.ended()
 
     def close(self) -> None:
         """Close the target's session and every monitor's sources."""
@@ -453,21 +445,20 @@ class TargetRunner:
         """Stop polling: the poll in flight ends, or the next is due at once,
         and that one only saves and closes."""
         self.stop_event.set()
-        if self._scheduler is not None:
-            self._scheduler.hurry(self)
+        self.seat.hurry()
 
     def join(self, timeout: float) -> None:
         """Wait for a stopped runner's last save and close."""
-        if self._scheduler is None:
+        if not self.seat.started:
             return
         if self.stop_event.is_set():  # also a stop event shared and set elsewhere
-            self._scheduler.hurry(self)
-        self._finished.wait(timeout)
+            self.seat.hurry()
+        self.seat.wait(timeout)
 
     @property
     def finished(self) -> bool:
         """Stopped, saved and closed (or never started)."""
-        return self._scheduler is None or self._finished.is_set()
+        return self.seat.finished
 
     def stop(self) -> None:
         """Stop polling and wait for it; a poll still hanging past the grace

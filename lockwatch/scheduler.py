@@ -198,3 +198,48 @@ class PollScheduler:
                 return
             self._plan.put(job, self.clock() if hurried else following)
             self._planned.notify()
+
+
+class Seat:
+    """One job's place on a scheduler: the daemon's, or one of its own; the
+    scheduler's clock; hurried when the job must stop; its end awaited."""
+
+    def __init__(self, job: Scheduled, name: str) -> None:
+        self._job = job
+        self._name = name
+        self._scheduler: PollScheduler | None = None
+        self._own = False  # a scheduler of its own, closed with the job
+        self.clock: Callable[[], float] = time.monotonic
+        self._ended = threading.Event()
+
+    def start(self, scheduler: PollScheduler | None, delay: float) -> None:
+        """The job's first run ``delay`` seconds from now, on ``scheduler``'s
+        pollers; without one, on a poller of its own."""
+        self._own = scheduler is None
+        self._scheduler = scheduler or PollScheduler(max_pollers=1, name=f"poll-{self._name}")
+        self.clock = self._scheduler.clock
+        self._scheduler.add(self._job, self.clock() + delay)
+
+    @property
+    def started(self) -> bool:
+        return self._scheduler is not None
+
+    def hurry(self) -> None:
+        """The job's next run now, or as soon as its run in flight ends."""
+        if self._scheduler is not None:
+            self._scheduler.hurry(self._job)
+
+    def ended(self) -> None:
+        """The job ran for the last time: waiters go on; a scheduler of its own closes."""
+        self._ended.set()
+        if self._own and self._scheduler is not None:
+            self._scheduler.close()
+
+    def wait(self, timeout: float) -> None:
+        """Until the job has ended, at most ``timeout`` seconds."""
+        self._ended.wait(timeout)
+
+    @property
+    def finished(self) -> bool:
+        """Ended, or never started."""
+        return self._scheduler is None or self._ended.is_set()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from lockwatch.scheduler import Plan, PollScheduler
+from lockwatch.scheduler import Plan, PollScheduler, Seat
 from tests.fixtures.postgres import wait_until
 
 
@@ -181,3 +181,40 @@ def test_each_poll_start_is_counted_with_its_lateness() -> None:
         assert abs(counts.total_seconds - 0.3) < 1e-9
     finally:
         scheduler.close()
+
+
+def test_a_seat_runs_its_job_on_the_schedulers_clock_and_waits_for_its_end() -> None:
+    clock = Clock()
+    scheduler = PollScheduler(clock=clock)
+    job = Recorder(clock)
+    never = Seat(job, "never")
+    assert never.finished and not never.started  # nothing to wait for before it starts
+    seat = Seat(job, "shared")
+    try:
+        seat.start(scheduler, delay=1e6)
+        assert (seat.clock, seat.started, seat.finished) == (clock, True, False)
+        seat.hurry()  # due a million seconds away: run now
+        assert job.done.wait(20) and job.ran == [clock.now]
+        seat.ended()
+        seat.wait(0)
+        assert seat.finished
+        # The daemon's scheduler goes on for the other seats on it.
+        other = Recorder(clock)
+        scheduler.add(other, clock.now)
+        assert other.done.wait(20)
+    finally:
+        scheduler.close()
+
+
+def test_a_seat_of_its_own_closes_its_scheduler_when_the_job_ends() -> None:
+    job = Recorder(Clock())
+    seat = Seat(job, "alone")
+    seat.start(None, delay=0.0)
+    assert job.done.wait(20)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("poll-alone")]
+    seat.ended()
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("poll-alone")],
+        message="its scheduler's threads ended",
+    )
+    assert seat.finished

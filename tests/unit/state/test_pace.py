@@ -48,7 +48,7 @@ def runner(interval: float, now: float) -> TargetRunner:
     runner = TargetRunner(
         Target("t", "postgresql://x@127.0.0.1/db", interval=interval), Board(), StateStore(None)
     )
-    runner._schedule_clock = lambda: now
+    runner.seat.clock = lambda: now
     return runner
 
 
