@@ -28,7 +28,7 @@
 -- pg_stat_activity does. lockwatch's own sessions ({own_application}) are
 -- not counted: they queue there too, behind each other's reads of pg_locks
 -- (pg_stat_activity locks the shared catalogs pg_database and pg_authid,
--- which no fast-path slot holds), and twenty targets of one server slowed
+-- which no fast-path slot holds), and targets of one server would slow
 -- each other's pace for no load of the server's own. The application name
 -- is read only for a session that waits there.
 -- others: the rows of the other locktypes some session waits on (relation,
