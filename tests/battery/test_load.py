@@ -17,6 +17,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from lockwatch.demo.pgcluster import LocalCluster
+from lockwatch.state.pace import CONTENDED_REASON, REASONS
 from tests.battery.conftest import Record
 from tests.battery.probes import (
     Observer,
@@ -323,7 +324,7 @@ def skipped_slots(observer: Observer, names: list[str]) -> dict[str, dict[str, f
     first, last = observer.seen[0].metrics, observer.seen[-1].metrics
     reasons: dict[str, dict[str, float]] = {}
     for name in names:
-        for reason in ("overran", "contended", "unreachable"):
+        for reason in REASONS:
             labels = {"target": name, "reason": reason}
             metric = "lockwatch_poll_slots_skipped_total"
             count = (last.get(metric, **labels) or 0) - (first.get(metric, **labels) or 0)
@@ -381,7 +382,7 @@ def test_twenty_targets_at_one_second_each_keep_their_schedule(
     reasons = skipped_slots(observer, names)
     # Nothing but lockwatch reads this server: its targets' reads of pg_locks
     # queue its own sessions on the lock manager, and that slows no one's pace.
-    assert not [name for name, why in reasons.items() if "contended" in why], reasons
+    assert not [name for name, why in reasons.items() if CONTENDED_REASON in why], reasons
     assert worst <= allowed, (
         f"polls missed per target: {missed}; the host withheld {host_lost:.2f} s; "
         f"why, as lockwatch says: {reasons}; its log of the "
