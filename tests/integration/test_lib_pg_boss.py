@@ -246,6 +246,13 @@ def rescued_finding(runner: TargetRunner) -> Finding | None:
     return next((f for f in view.findings if f.kind is FindingKind.JOB_RESCUED_WHILE_RUNNING), None)
 
 
+def retry_taken(pg: PgDatabase, job: str) -> bool:
+    """pg-boss's own word that a worker took the job again: its fetch counts the
+    attempt (plans.js fetchNextJob, retry_count + 1 for a job started before)."""
+    row = pg.connect().execute("SELECT retry_count > 0 FROM pgboss.job WHERE id = %s", (job,))
+    return bool(row.fetchone()[0])  # type: ignore[index]
+
+
 def job_state(pg: PgDatabase, job: str) -> str:
     """pg-boss's own word on the job."""
     row = pg.connect().execute("SELECT state::text FROM pgboss.job WHERE id = %s", (job,))
@@ -268,18 +275,31 @@ def test_a_retry_racing_its_first_run_is_reported_until_the_first_handler_ends(
             timeout=60,
             message=f"the job sent: {producer.lines}",
         ).removeprefix("sent ")
-        retried: list[float] = []  # when the test saw the retry's handler start
+        retried: list[float] = []  # when pg-boss's table first showed the retry taken
+
+        def see_retry() -> None:
+            if not retried and retry_taken(pg, job):
+                retried.append(time.monotonic())
 
         def duplicate() -> Finding | None:
-            if not retried and any(w.count(f"running {job} 1") for w in workers):
-                retried.append(time.monotonic())
+            # The handler's "running" line comes after the fetch that takes
+            # the retry, which the poll can see first: the table is the proof.
+            # Read before the poll (when it was taken) and again after it (a
+            # finding of a retry taken meanwhile meets it taken).
+            see_retry()
             finding = rescued_finding(runner)
+            see_retry()
             assert retried or finding is None, "a finding before the retry started"
             return finding
 
         finding = wait_until(duplicate, timeout=60, interval=POLL, message="the duplicate")
         seconds = time.monotonic() - retried[0]
         print(f"detection pg-boss-12.38.0 retry racing its first run: {seconds:.1f}s")
+        wait_until(
+            lambda: any(w.count(f"running {job} 1") for w in workers),
+            timeout=30,
+            message=f"the retry's handler: {[w.lines for w in workers]}",
+        )
         [first] = [w for w in workers if w.count(f"running {job} 0") == 1]
         [second] = [w for w in workers if w.count(f"running {job} 1") == 1]
 
