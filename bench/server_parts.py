@@ -10,10 +10,13 @@ advisory locks, one array of their keys (the least any answer that names
 each lock can send), two arrays of their holders' pids and keys (the least
 an answer naming each lock's holder can send), and the advisory arrays alone (the lock statement as it
 was before it read the waits on other locktypes: with no such waiter, the
-lock statement should cost at most 5 % more). Every statement runs
+lock statement should cost at most 5 % more). Beside the sessions statement,
+the least any read of the holders' sessions costs: their pids alone from
+``pg_stat_activity``. Every statement runs
 prepared on one connection of a role of their own, in an order that turns
 from round to round, and pg_stat_statements tells them apart by a trailing
-comment that names each (it keeps the text a statement first came with), so
+comment that names each (it keeps the text a statement first came with; a
+statement that differs only in its comment is counted as the first), so
 each ratio to the floor is taken within one round.
 """
 
@@ -55,17 +58,27 @@ ADVISORY_ARRAYS_SQL = (
     " pg_catalog.array_agg(l.virtualtransaction) FILTER (WHERE l.pid IS NULL)"
     " FROM pg_catalog.pg_locks AS l WHERE l.locktype = 'advisory'"
 )
+# The least a read of the holders' sessions costs: their pids alone from
+# pg_stat_activity (what every read of it pays: the copy of each backend's
+# status), without the sessions statement's columns.
+HOLDER_PIDS_SQL = (
+    "SELECT a.pid FROM pg_catalog.pg_stat_activity AS a"
+    " WHERE a.pid = ANY (%(pids)b::pg_catalog.int4[])"
+)
 # The parts, in the order they are shown; the last two are a poll's statements.
-FLOOR, ROWS, ONE_ARRAY, TWO_ARRAYS, ADVISORY_ARRAYS, LOCKS, SESSIONS = (
+FLOOR, ROWS, ONE_ARRAY, TWO_ARRAYS, ADVISORY_ARRAYS, HOLDER_PIDS, LOCKS, SESSIONS = (
     "the floor",
     "advisory rows only",
     "one array (the keys)",
     "two arrays (holders and keys)",
     "the advisory arrays alone",
+    "the holders' pids from pg_stat_activity",
     "lock statement",
     "sessions statement",
 )
-PARTS = (FLOOR, ROWS, ONE_ARRAY, TWO_ARRAYS, ADVISORY_ARRAYS, LOCKS, SESSIONS)
+PARTS = (FLOOR, ROWS, ONE_ARRAY, TWO_ARRAYS, ADVISORY_ARRAYS, HOLDER_PIDS, LOCKS, SESSIONS)
+# The parts that read the holders' sessions, given their pids.
+OF_HOLDERS = (HOLDER_PIDS, SESSIONS)
 POLL = "a poll (both statements)"
 MARK = "\n-- bench part: "  # the trailing comment pg_stat_statements keeps
 
@@ -92,6 +105,7 @@ def _statements(server_version: int) -> dict[str, bytes]:
         ADVISORY_ARRAYS: ADVISORY_ARRAYS_SQL.replace(
             "WAITSTART", "l.waitstart" if server_version >= 140000 else "NULL::timestamptz"
         ).encode(),
+        HOLDER_PIDS: HOLDER_PIDS_SQL.encode(),
         LOCKS: advisory_locks_query(server_version),
         SESSIONS: lock_sessions_query(server_version),
     }
@@ -130,7 +144,7 @@ def measure_parts(server: BenchServer, rounds: int) -> ServerParts:
             order = PARTS[turn:] + PARTS[:turn]
             before = _spent(server, marks)
             for part in order:
-                args = params if part == SESSIONS else None
+                args = params if part in OF_HOLDERS else None
                 conn.execute(statements[part], args, prepare=True, binary=True).fetchall()
             if round_ < 0:
                 continue
@@ -164,7 +178,9 @@ def parts_section(parts: Sequence[ServerParts]) -> list[str]:
         "keys, the least an answer naming each lock can send; two arrays, their holders' "
         "pids and keys, the least an answer naming each lock's holder can send; the "
         "advisory arrays alone, "
-        "the lock statement before it read the waits on other locktypes), of lockwatch's two "
+        "the lock statement before it read the waits on other locktypes), of the least a read "
+        "of the holders' sessions costs (their pids alone from pg_stat_activity), of "
+        "lockwatch's two "
         "statements, and of both, on one connection, in an order that turns from round to "
         f"round: ms, and the ratio to the floor of the same round, median [min-max] over "
         f"{rounds} rounds.",
