@@ -208,7 +208,8 @@ class LockSettings(Section):
     convoy_waiters: Annotated[Whole, at_least(1)] = (
         2  # waiting sessions on one key that make a convoy
     )
-    convoy_wait: Seconds = 5.0  # ... once the longest of them has waited this long
+    # ... once the longest of them has waited this long behind the holder of now
+    convoy_wait: Seconds = 5.0
     # lock_queue: sessions queued behind a strong lock's wait (DDL, LOCK TABLE, ...)
     queue_waiters: Annotated[Whole, at_least(1)] = 2
     queue_wait: Seconds = 5.0  # ... once that many have queued this long

@@ -167,6 +167,42 @@ def test_it_explains_a_convoy_behind_an_idle_holder_in_one_chain(
     assert "5 sessions" in convoy_finding.summary
 
 
+def test_the_next_in_line_of_a_draining_convoy_is_not_blamed_for_the_wait_before_it(
+    pg: PgDatabase, make_runner: RunnerFactory
+) -> None:
+    # worker-1 holds 42; worker-2 queues and will keep the lock once it has
+    # it (work of its own); worker-3 and -4 queue and let go at once.
+    clock = ShiftedClock()
+    runner = make_runner(LockSettings(convoy_wait=1.0), clock)
+    first = pg.connect("webhook-worker-1")
+    first.execute("SELECT pg_advisory_lock(42)")
+    second = pg.connect("webhook-worker-2")
+    keeps = run_in_thread(lambda: second.execute("SELECT pg_advisory_lock(42)"))
+    wait_until(lambda: waiting_count(pg, 42) == 1, message="worker-2 queued")
+    drains = [queue_on_lock(pg.connect(f"webhook-worker-{n}"), 42) for n in (3, 4)]
+    wait_until(lambda: waiting_count(pg, 42) == 3, message="three workers queued")
+
+    def convoy_of(pid: int) -> Finding | None:
+        found = [f for f in runner.poll_once().findings if f.kind is FindingKind.LOCK_CONVOY]
+        return next((f for f in found if evidence_as(f, LockEvidence).holders[0].pid == pid), None)
+
+    wait_until(lambda: convoy_of(first.info.backend_pid), message="worker-1's convoy")
+    first.close()  # worker-2 takes 42, the other two still wait (each since before it)
+    keeps.result(timeout=30)
+    next_in_line = second.info.backend_pid
+    assert advisory_holders(pg.admin_dsn, 42) == [next_in_line]
+    assert waiting_count(pg, 42) == 2
+    assert convoy_of(next_in_line) is None, "worker-2 blamed for the wait behind worker-1"
+    # Held past convoy_wait with the two still queued: now it is its convoy.
+    clock.advance(2)
+    finding = convoy_of(next_in_line)
+    assert finding is not None
+    assert evidence_as(finding, LockEvidence).waiter_count == 2
+    second.close()
+    for call in drains:
+        call.join()
+
+
 def test_it_finds_the_lock_left_on_an_idle_pooled_connection(
     pg: PgDatabase, make_runner: RunnerFactory
 ) -> None:

@@ -228,6 +228,28 @@ def test_without_wait_start_a_convoy_is_dated_by_first_sight() -> None:
     assert evidence_as(finding, LockEvidence).longest_wait_seconds == 30.0
 
 
+def test_the_next_in_line_taking_a_drained_convoys_key_is_no_convoy_of_its_own_yet() -> None:
+    # webhook-worker-1 let go; worker-2 took 42 a second ago, and worker-3 and
+    # -4 still wait, 9 s in all, most of it behind worker-1.
+    def taken(held_for: float) -> LockSnapshot:
+        return snapshot(
+            held(42, 2000, held_for=held_for),
+            waiting(42, 2001, waited_for=9),
+            waiting(42, 2002, waited_for=8),
+            backends=[
+                backend(2000, "webhook-worker-2"),
+                backend(2001, "webhook-worker-3", waits_on=[2000]),
+                backend(2002, "webhook-worker-4", waits_on=[2000]),
+            ],
+        )
+
+    assert detect_locks(taken(1.0), DEFAULTS, NOW) == []
+    # Held past the convoy's wait with the others still queued: its convoy now.
+    finding = only(detect_locks(taken(5.0), DEFAULTS, NOW), CONVOY)
+    assert "holder pid 2000 (webhook-worker-2)" in finding.summary
+    assert evidence_as(finding, LockEvidence).longest_wait_seconds == 9.0
+
+
 def test_a_convoy_carries_the_chain_from_its_longest_waiter() -> None:
     finding = only(detect_locks(convoy([6, 9]), DEFAULTS, NOW), CONVOY)
     assert [step.pid for step in evidence_as(finding, LockEvidence).chain] == [2001, 1234]
