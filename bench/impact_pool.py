@@ -71,14 +71,18 @@ def sign_test(fewer: int, trials: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def _lockwatch_worse(
+    both: list[Mapping[str, Ratios]], other: str, figure: int, higher_is_worse: bool
+) -> list[bool]:
+    """Per cell where the two print differently: whether lockwatch's was worse."""
+    pairs = [(arms[LOCKWATCH][figure], arms[other][figure]) for arms in both]
+    return [(mine > theirs) == higher_is_worse for mine, theirs in pairs if mine != theirs]
+
+
 def _against(cells: Cells, other: str) -> str:
     both = [arms for arms in cells.values() if LOCKWATCH in arms and other in arms]
-    tps = [
-        arms[LOCKWATCH][0] < arms[other][0] for arms in both if arms[LOCKWATCH][0] != arms[other][0]
-    ]
-    p999 = [
-        arms[LOCKWATCH][1] > arms[other][1] for arms in both if arms[LOCKWATCH][1] != arms[other][1]
-    ]
+    tps = _lockwatch_worse(both, other, 0, higher_is_worse=False)
+    p999 = _lockwatch_worse(both, other, 1, higher_is_worse=True)
     return (
         f"- against {other}, in {len(both)} cells: lockwatch's TPS lower in {sum(tps)} of "
         f"{len(tps)} (sign test {sign_test(sum(tps), len(tps)):.2g}), its p99.9 higher in "

@@ -77,8 +77,9 @@ def _held_too_long(
     )
 
 
-def waited_behind_holders(group: KeyGroup) -> float:
-    """How long the longest waiter has waited behind the key's holders of now.
+def waited_behind_holders(group: KeyGroup, longest: Waiter) -> float:
+    """How long ``longest``, the key's longest waiter, has waited behind its
+    holders of now.
 
     A queue outlives the holder it formed behind: when that holder lets go,
     the next in line takes the key with the others' waits already long. Those
@@ -86,9 +87,6 @@ def waited_behind_holders(group: KeyGroup) -> float:
     lockwatch first saw the longest-held of the holders hold it (at most one
     poll after it took the key). With no holder seen, the waits count whole.
     """
-    longest = group.longest_waiter
-    if longest is None:
-        return 0.0
     seen = [h.held for h in group.holders if h.lock.first_seen is not None]
     return min(longest.waited, max(seen)) if seen else longest.waited
 
@@ -100,7 +98,7 @@ def _convoy(
     if (
         longest is None
         or len(group.waiters) < settings.convoy_waiters
-        or waited_behind_holders(group) < settings.convoy_wait
+        or waited_behind_holders(group, longest) < settings.convoy_wait
     ):
         return None
     holder = max(
